@@ -1,0 +1,25 @@
+# The project's own environment: `make test` builds .venv from pyproject.toml
+# (re-installing when it changes) and runs the checks CI runs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: test bench venv clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed
+	$(PY) -m pytest benchmarks --benchmark-columns=min,median,rounds
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks

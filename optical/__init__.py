@@ -1,0 +1,45 @@
+"""optical: a physics-level emulator of free-space optical matrix multipliers.
+
+>>> import numpy as np, optical
+>>> cfg = optical.presets.get("iris-like")
+>>> x = np.ones((2, 8), np.float32); w = np.eye(8, dtype=np.float32)
+>>> y = optical.matmul(x, w, optical.presets.get("ideal"), seed=0)
+>>> bool(np.allclose(y, x @ w))
+True
+"""
+
+from optical import metrics, presets
+from optical.config import (
+    ADCConfig,
+    CoreConfig,
+    DACConfig,
+    DetectorConfig,
+    EncodingConfig,
+    MaskConfig,
+    OpticalConfig,
+    OpticsConfig,
+    SourceConfig,
+)
+from optical.core import MatmulStats, matmul
+from optical.quant import ProgrammedWeights, program
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ADCConfig",
+    "CoreConfig",
+    "DACConfig",
+    "DetectorConfig",
+    "EncodingConfig",
+    "MaskConfig",
+    "MatmulStats",
+    "OpticalConfig",
+    "OpticsConfig",
+    "ProgrammedWeights",
+    "SourceConfig",
+    "__version__",
+    "matmul",
+    "metrics",
+    "presets",
+    "program",
+]

@@ -1,0 +1,46 @@
+"""Checks shared by the public entry points: clear errors, nothing coerced."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def check_float_array(a: object, name: str, *, ndim: int | None = None,
+                      min_ndim: int = 0) -> np.ndarray:
+    """Return ``a`` if it is a finite float32/float64 numpy array, else raise.
+
+    Raises
+    ------
+    TypeError
+        Not a numpy array, or an integer, complex, bool, half or object dtype.
+    ValueError
+        Wrong number of dimensions, or NaN / inf entries.
+    """
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray of float32 or float64, got "
+                        f"{type(a).__name__}")
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {a.dtype} is not supported; use float32 or float64 "
+                        "(nothing is cast silently)")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")
+    if a.ndim < min_ndim:
+        raise ValueError(f"{name}: expected at least {min_ndim} dimension(s), got shape {a.shape}")
+    if not np.isfinite(a).all():
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        raise ValueError(f"{name}: contains {bad} NaN or infinite value(s)")
+    return a
+
+
+def check_seed(seed: object) -> int:
+    """A seed is a non-negative integer below 2**64."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed: expected a non-negative integer, got {type(seed).__name__}")
+    seed = int(seed)
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed: {seed} is out of range; valid: integer in [0, 2**64)")
+    return seed

@@ -1,0 +1,514 @@
+"""The hardware description: frozen dataclasses, SI units, dotted-path access.
+
+An :class:`OpticalConfig` describes one free-space optical matrix-vector
+multiplier: its sources, input DAC, weight mask, optics, detectors, ADC, the
+encoding of signed values and the core size. Every field is reachable by a
+dotted path (``"adc.bits"``), which is how :meth:`OpticalConfig.replace`, the
+CLI (``--set adc.bits=6``) and sweeps (``--param adc.bits=4,6,8``) name it.
+
+The ideal machine is the limit of the physics, not a separate code path:
+``photons_per_mac = inf`` (no shot noise), ``bits = None`` (no quantisation),
+zero dark and read noise, infinite contrast, no crosstalk.
+
+Units are SI (m, s, Hz, W, J) or counts (photons, electrons); each field's
+docstring entry gives its unit after the type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "ADCConfig",
+    "CoreConfig",
+    "DACConfig",
+    "DetectorConfig",
+    "EncodingConfig",
+    "MaskConfig",
+    "OpticalConfig",
+    "OpticsConfig",
+    "SourceConfig",
+]
+
+MAX_BITS = 24
+
+# --------------------------------------------------------------------------- #
+# Field specifications: one place that knows each field's kind and valid range.
+# --------------------------------------------------------------------------- #
+
+
+def _real(default, lo=-math.inf, hi=math.inf, *, lo_open=False, hi_open=False, optional=False):
+    """A real-valued field, valid in [lo, hi] (ends open where asked)."""
+    spec = {"kind": "real", "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
+            "optional": optional}
+    return dataclasses.field(default=default, metadata=spec)
+
+
+def _int(default, lo, hi, *, optional=False):
+    """An integer field, valid in [lo, hi]; ``None`` allowed where optional."""
+    return dataclasses.field(default=default, metadata={"kind": "int", "lo": lo, "hi": hi,
+                                                        "optional": optional})
+
+
+def _choice(default, choices):
+    return dataclasses.field(default=default, metadata={"kind": "choice", "choices": choices})
+
+
+def _bool(default):
+    return dataclasses.field(default=default, metadata={"kind": "bool"})
+
+
+def _describe(spec: Mapping[str, Any]) -> str:
+    """Human-readable valid range of a field, for error messages."""
+    kind = spec["kind"]
+    if kind == "choice":
+        return "one of " + ", ".join(repr(c) for c in spec["choices"])
+    if kind == "bool":
+        return "true or false"
+    left = "(" if spec.get("lo_open") else "["
+    right = ")" if spec.get("hi_open") else "]"
+    text = f"{'integer' if kind == 'int' else 'number'} in {left}{spec['lo']}, {spec['hi']}{right}"
+    return text + (" or None" if spec.get("optional") else "")
+
+
+def _check_value(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
+    """Validate one field value against its spec; return it in canonical form."""
+    kind = spec["kind"]
+    valid = _describe(spec)
+    if kind == "choice":
+        if value not in spec["choices"]:
+            raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
+        return value
+    if value is None:
+        if spec.get("optional"):
+            return None
+        raise ValueError(f"{path}: None is not valid; valid: {valid}")
+    if isinstance(value, bool):
+        raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
+    if kind == "int":
+        if not isinstance(value, int):
+            raise ValueError(f"{path}: {value!r} is not an integer; valid: {valid}")
+        if not spec["lo"] <= value <= spec["hi"]:
+            raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
+        return int(value)
+    if not isinstance(value, int | float):
+        raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
+    value = float(value)
+    lo, hi = spec["lo"], spec["hi"]
+    too_low = value <= lo if spec["lo_open"] else value < lo
+    too_high = value >= hi if spec["hi_open"] else value > hi
+    if math.isnan(value) or too_low or too_high:
+        raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
+    return value
+
+
+def parse_value(path: str, text: str) -> Any:
+    """Parse a command-line string (``"6"``, ``"inf"``, ``"none"``, ``"true"``)
+    into a value of the kind the field at ``path`` holds.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is unknown or ``text`` does not parse to a valid value.
+    """
+    spec = OpticalConfig.field_spec(path)
+    kind = spec["kind"]
+    raw = text.strip()
+    if raw.lower() == "none" and spec.get("optional"):
+        return None
+    try:
+        if kind == "int":
+            value: Any = int(raw)
+        elif kind == "real":
+            value = float(raw)
+        elif kind == "bool":
+            lowered = raw.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            value = lowered in ("true", "1", "yes")
+        else:
+            value = raw
+    except ValueError:
+        raise ValueError(f"{path}: cannot parse {text!r}; valid: {_describe(spec)}") from None
+    return _check_value(path, value, spec)
+
+
+class _Section:
+    """Base of the config sections: validation from field metadata, dict I/O."""
+
+    _name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = _check_value(f"{self._name}.{f.name}", getattr(self, f.name), f.metadata)
+            object.__setattr__(self, f.name, value)
+        self._check_consistency()
+
+    def _check_consistency(self) -> None:
+        """Cross-field rules; sections override."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# --------------------------------------------------------------------------- #
+# Sections
+# --------------------------------------------------------------------------- #
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceConfig(_Section):
+    """The light sources that encode the input vector as intensity.
+
+    Attributes
+    ----------
+    wavelength : float, m
+        Vacuum wavelength of the sources.
+    photons_per_mac : float, photons
+        Mean *detected* photons per multiply-accumulate at full-scale input and
+        full transmission (the convention of Wang et al., Nat. Commun. 13, 123,
+        2022). A detector readout of ``k`` MACs at inputs ``a`` and
+        transmissions ``t`` collects ``photons_per_mac * sum(a * t)``
+        photoelectrons on average. ``inf`` is the shot-noise-free limit.
+    rin_db_per_hz : float, dB/Hz
+        Relative intensity noise of each source; ``-inf`` for none.
+    rin_bandwidth : float, Hz
+        Detection bandwidth over which the RIN density is integrated: the
+        relative intensity fluctuation has variance ``10**(rin/10) * bandwidth``.
+    """
+
+    _name: ClassVar[str] = "source"
+    wavelength: float = _real(850e-9, 100e-9, 100e-6)
+    photons_per_mac: float = _real(math.inf, 0.0, math.inf, lo_open=True)
+    rin_db_per_hz: float = _real(-math.inf, -math.inf, 0.0, hi_open=True)
+    rin_bandwidth: float = _real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
+
+    @property
+    def rin_sigma(self) -> float:
+        """Standard deviation of the relative intensity of one source in one pass."""
+        if self.rin_db_per_hz == -math.inf:
+            return 0.0
+        return math.sqrt(10.0 ** (self.rin_db_per_hz / 10.0) * self.rin_bandwidth)
+
+
+@dataclasses.dataclass(frozen=True)
+class DACConfig(_Section):
+    """Digital-to-analogue conversion of the inputs into source drive levels.
+
+    Attributes
+    ----------
+    bits : int or None
+        Resolution; ``2**bits`` intensity levels over [0, 1]. ``None``: exact.
+    scaling : {"per_token", "per_tensor"}
+        How inputs are scaled into the DAC range: by the absolute maximum of
+        each token's row (dynamic, per token) or of the whole input tensor.
+    """
+
+    _name: ClassVar[str] = "dac"
+    bits: int | None = _int(None, 1, MAX_BITS, optional=True)
+    scaling: str = _choice("per_token", ("per_token", "per_tensor"))
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskConfig(_Section):
+    """The programmable transmission mask that holds the weights.
+
+    Attributes
+    ----------
+    bits : int or None
+        Resolution; ``2**bits`` transmission levels over
+        [min_transmission, 1]. ``None``: continuous.
+    contrast_ratio : float, dimensionless
+        Ratio of full to minimum transmission (``inf``: a fully dark pixel).
+    scaling : {"per_column", "per_tensor"}
+        Weights are divided by the absolute maximum of each output column or
+        of the whole matrix before they are mapped to transmissions; the
+        scale is restored digitally.
+    """
+
+    _name: ClassVar[str] = "mask"
+    bits: int | None = _int(None, 1, MAX_BITS, optional=True)
+    contrast_ratio: float = _real(math.inf, 1.0, math.inf, lo_open=True)
+    scaling: str = _choice("per_column", ("per_column", "per_tensor"))
+
+    @property
+    def min_transmission(self) -> float:
+        """Transmission of a fully "off" pixel, ``1 / contrast_ratio``."""
+        return 1.0 / self.contrast_ratio
+
+
+@dataclasses.dataclass(frozen=True)
+class OpticsConfig(_Section):
+    """Lens geometry between sources, mask and detectors.
+
+    Without geometry the optics are ideal: each source illuminates exactly its
+    mask row uniformly and each mask column reaches exactly its detector.
+    """
+
+    _name: ClassVar[str] = "optics"
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectorConfig(_Section):
+    """Photodetectors and their transimpedance amplifiers.
+
+    Attributes
+    ----------
+    quantum_efficiency : float, dimensionless
+        Detected photoelectrons per incident photon; converts detected into
+        emitted photons for energy accounting (it does not enter the noise,
+        which ``photons_per_mac`` already counts in detected photons).
+    dark_electrons : float, electrons
+        Mean dark counts per readout (Poisson); the mean is subtracted
+        digitally, its shot noise remains.
+    read_noise_electrons : float, electrons
+        RMS input-referred read/TIA noise per readout (Gaussian).
+    shot_noise : {"poisson", "gaussian"}
+        Exact Poisson counts, or their Gaussian approximation.
+    balanced : bool
+        With split weights: subtract the two rails in analogue before one ADC
+        (True), or digitise each rail and subtract digitally (False).
+    """
+
+    _name: ClassVar[str] = "detector"
+    quantum_efficiency: float = _real(1.0, 0.0, 1.0, lo_open=True)
+    dark_electrons: float = _real(0.0, 0.0, math.inf, hi_open=True)
+    read_noise_electrons: float = _real(0.0, 0.0, math.inf, hi_open=True)
+    shot_noise: str = _choice("poisson", ("poisson", "gaussian"))
+    balanced: bool = _bool(True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ADCConfig(_Section):
+    """Analogue-to-digital conversion of each detector readout.
+
+    Attributes
+    ----------
+    bits : int or None
+        Resolution; ``2**bits`` codes over the full-scale window. ``None``:
+        exact (no quantisation, no clipping).
+    enob_loss : float, bits
+        ``bits`` minus the effective number of bits (ENOB): the converter adds
+        Gaussian noise so that its total error variance is that of an ideal
+        ``bits - enob_loss``-bit converter. Given as a loss so that sweeping
+        ``adc.bits`` keeps the converter's quality. Ignored when ``bits`` is None.
+    full_scale : {"max", "rms"}
+        How each column's window is set when the tile is programmed: "max"
+        spans every readout the programmed weights can produce (never clips);
+        "rms" spans the mean +- ``headroom`` standard deviations of the readout
+        for inputs spread uniformly over the DAC range, noise included.
+    headroom : float, standard deviations
+        Half-width of the "rms" window.
+    """
+
+    _name: ClassVar[str] = "adc"
+    bits: int | None = _int(None, 1, MAX_BITS, optional=True)
+    enob_loss: float = _real(0.0, 0.0, MAX_BITS, hi_open=True)
+    full_scale: str = _choice("rms", ("max", "rms"))
+    headroom: float = _real(4.0, 0.0, math.inf, lo_open=True, hi_open=True)
+
+    def _check_consistency(self) -> None:
+        if self.bits is not None and self.enob_loss >= self.bits:
+            raise ValueError(
+                f"adc.enob_loss: {self.enob_loss} leaves no effective bits of adc.bits = "
+                f"{self.bits}; valid: a number in [0, adc.bits)"
+            )
+
+    @property
+    def enob(self) -> float | None:
+        """Effective number of bits, ``bits - enob_loss`` (None: ideal)."""
+        return None if self.bits is None else self.bits - self.enob_loss
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodingConfig(_Section):
+    """How signed values become non-negative light intensities.
+
+    Attributes
+    ----------
+    inputs : {"offset", "split"}
+        "offset": one pass with intensities ``(x + 1) / 2``, corrected digitally;
+        "split": positive and negative parts on two separate passes.
+    weights : {"offset", "split"}
+        "offset": one mask column per output, transmissions centred on the
+        middle of the range, corrected digitally; "split": positive and
+        negative parts on two mask columns (detector rails).
+    """
+
+    _name: ClassVar[str] = "encoding"
+    inputs: str = _choice("split", ("offset", "split"))
+    weights: str = _choice("split", ("offset", "split"))
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreConfig(_Section):
+    """Size of the optical core: one pass multiplies ``inputs`` by ``outputs``.
+
+    Attributes
+    ----------
+    inputs : int
+        Sources (mask rows) per pass: the K-tile size.
+    outputs : int
+        Output columns (detectors or balanced detector pairs) per pass: the
+        N-tile size.
+    """
+
+    _name: ClassVar[str] = "core"
+    inputs: int = _int(1024, 1, 1 << 20)
+    outputs: int = _int(1024, 1, 1 << 20)
+
+
+# --------------------------------------------------------------------------- #
+# The whole machine
+# --------------------------------------------------------------------------- #
+
+_SECTIONS: dict[str, type[_Section]] = {
+    "source": SourceConfig,
+    "dac": DACConfig,
+    "mask": MaskConfig,
+    "optics": OpticsConfig,
+    "detector": DetectorConfig,
+    "adc": ADCConfig,
+    "encoding": EncodingConfig,
+    "core": CoreConfig,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpticalConfig:
+    """A complete, immutable description of one optical matmul accelerator.
+
+    Change it with :meth:`replace` (``cfg.replace({"adc.bits": 6})``); it is
+    hashable and round-trips exactly through :meth:`to_dict` / :meth:`from_dict`
+    and :meth:`to_json` / :meth:`from_json`.
+    """
+
+    source: SourceConfig = dataclasses.field(default_factory=SourceConfig)
+    dac: DACConfig = dataclasses.field(default_factory=DACConfig)
+    mask: MaskConfig = dataclasses.field(default_factory=MaskConfig)
+    optics: OpticsConfig = dataclasses.field(default_factory=OpticsConfig)
+    detector: DetectorConfig = dataclasses.field(default_factory=DetectorConfig)
+    adc: ADCConfig = dataclasses.field(default_factory=ADCConfig)
+    encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
+    core: CoreConfig = dataclasses.field(default_factory=CoreConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"{name}: expected a {cls.__name__}, got "
+                                f"{type(getattr(self, name)).__name__}")
+
+    # -- dotted paths ------------------------------------------------------- #
+
+    @staticmethod
+    def paths() -> list[str]:
+        """Every valid dotted path, in declaration order."""
+        return [f"{name}.{f.name}" for name, cls in _SECTIONS.items()
+                for f in dataclasses.fields(cls)]
+
+    @staticmethod
+    def field_spec(path: str) -> Mapping[str, Any]:
+        """The validation spec of the field at ``path``; ValueError if unknown."""
+        section, _, leaf = path.partition(".")
+        if section not in _SECTIONS:
+            raise ValueError(f"unknown config path {path!r}: no section {section!r}; "
+                             f"valid sections: {', '.join(_SECTIONS)}")
+        fields = {f.name: f for f in dataclasses.fields(_SECTIONS[section])}
+        if leaf not in fields:
+            valid = ", ".join(f"{section}.{n}" for n in fields) or "(none yet)"
+            raise ValueError(f"unknown config path {path!r}; valid paths in "
+                             f"{section!r}: {valid}")
+        return fields[leaf].metadata
+
+    def get(self, path: str) -> Any:
+        """The value at a dotted path."""
+        self.field_spec(path)
+        section, _, leaf = path.partition(".")
+        return getattr(getattr(self, section), leaf)
+
+    def replace(self, changes: Mapping[str, Any] | None = None, /, **kwargs: Any) -> OpticalConfig:
+        """A copy with the given dotted-path fields changed.
+
+        Parameters
+        ----------
+        changes : mapping of str to value
+            ``{"adc.bits": 6, "source.photons_per_mac": 30.0}``.
+        **kwargs
+            Whole sections, e.g. ``adc=ADCConfig(bits=6)``.
+
+        Raises
+        ------
+        ValueError
+            Naming the path for an unknown path or an out-of-range value.
+        """
+        by_section: dict[str, dict[str, Any]] = {}
+        for path, value in (changes or {}).items():
+            spec = self.field_spec(path)
+            section, _, leaf = path.partition(".")
+            by_section.setdefault(section, {})[leaf] = _check_value(path, value, spec)
+        new_sections = dict(kwargs)
+        for name in new_sections:
+            if name not in _SECTIONS:
+                raise ValueError(f"unknown config section {name!r}; valid: {', '.join(_SECTIONS)}")
+        for section, fields in by_section.items():
+            base = new_sections.get(section, getattr(self, section))
+            new_sections[section] = dataclasses.replace(base, **fields)
+        return dataclasses.replace(self, **new_sections)
+
+    def diff(self, other: OpticalConfig) -> list[str]:
+        """Dotted paths whose values differ between two configs."""
+        return [p for p in self.paths() if self.get(p) != other.get(p)]  # no NaN: validated
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """(dotted path, value) for every field."""
+        for path in self.paths():
+            yield path, self.get(path)
+
+    # -- serialisation ------------------------------------------------------ #
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Nested plain dict ``{section: {field: value}}``."""
+        return {name: getattr(self, name).to_dict() for name in _SECTIONS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Mapping[str, Any]]) -> OpticalConfig:
+        """Inverse of :meth:`to_dict`. Missing fields take their defaults;
+        unknown sections or fields raise ValueError naming them. Non-finite
+        reals may be given as the strings ``"inf"``, ``"-inf"``."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"expected a mapping of sections, got {type(data).__name__}")
+        changes: dict[str, Any] = {}
+        for section, fields in data.items():
+            if not isinstance(fields, Mapping):
+                raise ValueError(f"{section}: expected a mapping of fields, got "
+                                 f"{type(fields).__name__}")
+            for leaf, value in fields.items():
+                path = f"{section}.{leaf}"
+                spec = cls.field_spec(path)
+                if spec["kind"] == "real" and isinstance(value, str):
+                    value = parse_value(path, value)
+                changes[path] = value
+        return cls().replace(changes)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """JSON text; infinities are written as the strings "inf" / "-inf" so
+        the text is standard JSON."""
+        def encode(v: Any) -> Any:
+            if isinstance(v, float) and math.isinf(v):
+                return "inf" if v > 0 else "-inf"
+            return v
+        data = {s: {k: encode(v) for k, v in d.items()} for s, d in self.to_dict().items()}
+        return json.dumps(data, **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> OpticalConfig:
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(text))

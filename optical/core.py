@@ -1,0 +1,270 @@
+"""One optical pass and the tiled optical matmul: the readable numpy reference.
+
+``y = matmul(x, w, config, seed=...)`` computes ``x @ w`` the way the
+hardware does. The (K, N) weight matrix is cut into ``core.inputs x
+core.outputs`` tiles, each loaded on the mask once; every token passes through
+every tile. One pass of a token through a tile:
+
+1. the token's normalised inputs in [-1, 1] are encoded as one or two rails of
+   source levels (each rail a separate pass) and DAC-quantised;
+2. each source's light is scaled by its relative intensity noise;
+3. the light of source j crosses mask row j; detector rail r of column n
+   collects ``photons_per_mac * sum_j a_j T_rjn`` photoelectrons on average;
+4. shot noise, dark counts and read noise; balanced rails are subtracted;
+5. the ADC digitises each readout in the column's window (ENOB noise, clipping);
+6. the digital side undoes the rail encodings and the scales and accumulates
+   the partial sums of the K-tiles in the working dtype.
+
+All readouts are kept in units of full-scale MACs (photoelectrons divided by
+``photons_per_mac``), so the ideal machine (``photons_per_mac = inf``) is the
+same code with every noise term zero.
+
+Noise comes from the counter-based generator in ``optical._rng`` keyed by
+(seed, readout index): the output does not depend on ``chunk_tokens``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from optical import _rng
+from optical._validation import check_float_array, check_seed
+from optical.config import OpticalConfig
+from optical.physics import converters, encoding, noise
+from optical.quant import ProgrammedWeights, adc_rails, program
+
+__all__ = ["MatmulStats", "matmul"]
+
+#: Default bound on the float elements of one chunk's largest temporary.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulStats:
+    """What one call of :func:`matmul` did on the hardware.
+
+    Attributes
+    ----------
+    tokens : int
+        Input vectors (rows of the flattened ``x``).
+    k_tiles, n_tiles : int
+        Tiles along the reduction and the output dimension.
+    input_passes : int
+        Passes per token per tile (2 for split inputs, else 1).
+    passes : int
+        Optical passes: ``tokens * k_tiles * n_tiles * input_passes``.
+    weight_loads : int
+        Tiles written to the mask: ``k_tiles * n_tiles``.
+    dac_conversions, adc_conversions, detector_readouts : int
+        Conversions and readouts over all passes.
+    macs : int
+        Multiply-accumulates of the logical matmul, ``tokens * K * N``.
+    detected_photons : float, photons
+        Mean detected photons over the whole call (``inf`` for the ideal source).
+    mean_photoelectrons : float, electrons
+        Mean photoelectrons per detector readout.
+    clipped_fraction : float
+        Fraction of ADC conversions that fell outside the window.
+    """
+
+    tokens: int
+    k_tiles: int
+    n_tiles: int
+    input_passes: int
+    passes: int
+    weight_loads: int
+    dac_conversions: int
+    adc_conversions: int
+    detector_readouts: int
+    macs: int
+    detected_photons: float
+    mean_photoelectrons: float
+    clipped_fraction: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return dataclasses.asdict(self)
+
+
+def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
+    """Per-token scale that maps each row of ``x2`` into [-1, 1] (shape (T,))."""
+    if policy == "per_token":
+        absmax = np.max(np.abs(x2), axis=1)
+    elif policy == "per_tensor":
+        absmax = np.full(x2.shape[0], np.max(np.abs(x2)) if x2.size else 0.0)
+    else:
+        raise ValueError(f"dac.scaling: {policy!r} is not valid")
+    return np.where(absmax > 0, absmax, 1).astype(x2.dtype)
+
+
+def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
+           seed: int, return_stats: bool = False,
+           chunk_tokens: int | None = None) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
+    """``x @ w`` on the optical core.
+
+    Parameters
+    ----------
+    x : ndarray, shape (..., K), float32 or float64
+    w : ndarray, shape (K, N), or ProgrammedWeights
+        Raw weights are programmed on every call; pass the result of
+        :func:`optical.program` to program once and stream many inputs.
+    config : OpticalConfig
+    seed : int
+        Non-negative; the output is a function of (x, w, config, seed).
+    return_stats : bool
+        Also return a :class:`MatmulStats`.
+    chunk_tokens : int, optional
+        Tokens processed at a time (memory bound); does not change the result.
+
+    Returns
+    -------
+    y : ndarray, shape (..., N), dtype of ``x`` and ``w`` combined
+    stats : MatmulStats, if ``return_stats``
+    """
+    if not isinstance(config, OpticalConfig):
+        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    seed = check_seed(seed)
+    x = check_float_array(x, "x", min_ndim=1)
+    if isinstance(w, ProgrammedWeights):
+        w.check_compatible(config)
+        programmed = w
+    else:
+        programmed = program(w, config)
+    k, n = programmed.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
+                         f"{x.shape}) but w has {k} rows")
+    if x.dtype != programmed.dtype:
+        raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {programmed.dtype}; "
+                        "cast one explicitly")
+    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
+        raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+
+    x2 = x.reshape(-1, k)
+    tokens = x2.shape[0]
+    y = np.zeros((tokens, n), dtype=x.dtype)
+    scale = input_scale(x2, config.dac.scaling)
+    if chunk_tokens is None:
+        rails = encoding.n_rails(config.encoding.weights)
+        chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
+    totals = np.zeros(3)  # detected photons, readouts, clipped ADC conversions
+    for start in range(0, tokens, chunk_tokens):
+        stop = min(start + chunk_tokens, tokens)
+        xn = x2[start:stop] / scale[start:stop, None]
+        y[start:stop] = _accumulate(xn, start, tokens, programmed, config, seed, totals)
+    y *= scale[:, None]
+    y *= programmed.scale[None, :]
+    y = y.reshape(*x.shape[:-1], n)
+    if not return_stats:
+        return y
+    return y, _stats(tokens, programmed, config, totals)
+
+
+def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
+                config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
+    """Sum over K-tiles of the decoded readouts for a chunk of normalised inputs."""
+    tiling = pw.tiling
+    dtype = xn.dtype
+    p = config.source.photons_per_mac
+    t_min = config.mask.min_transmission
+    in_coeffs, in_const = encoding.rail_coefficients(config.encoding.inputs)
+    w_coeffs, w_const = encoding.rail_coefficients(config.encoding.weights)
+    g = adc_rails(config)
+    # ADC rail e carries sum_r g_er * rail_r; decoding weighs it by h_e so that
+    # sum_e h_e g_er = c_r (the weight encoding's rail coefficients).
+    h = np.asarray(w_coeffs) @ np.linalg.pinv(g)
+    c_sum = float(np.sum(w_coeffs))
+    n_in, n_det, n_adc = len(in_coeffs), g.shape[1], g.shape[0]
+    rin = config.source.rin_sigma
+    tokens_idx = np.arange(t0, t0 + xn.shape[0], dtype=np.uint64)[:, None]
+    acc = np.zeros((xn.shape[0], tiling.n), dtype=dtype)
+
+    for kt in range(tiling.k_tiles):
+        ks = tiling.k_slice(kt)
+        levels = converters.quantize_levels(encoding.encode(xn[:, ks], config.encoding.inputs),
+                                            config.dac.bits)  # (n_in, T, k)
+        if in_const:
+            acc += dtype.type(in_const) * pw.weight_sums[kt][None, :]
+        for s in range(n_in):
+            a = levels[s]
+            a_sum = a.sum(axis=1, dtype=np.float64)[:, None]
+            pass_id = (tokens_idx * np.uint64(tiling.k_tiles) + np.uint64(kt)) \
+                * np.uint64(n_in) + np.uint64(s)  # (T, 1)
+            for nt in range(tiling.n_tiles):
+                ns = tiling.n_slice(nt)
+                cols = np.arange(ns.start, ns.stop, dtype=np.uint64)[None, :]
+                a_pass = a
+                if rin > 0:
+                    rows = np.arange(ks.stop - ks.start, dtype=np.uint64)[None, :]
+                    rin_idx = (pass_id * np.uint64(tiling.n_tiles) + np.uint64(nt)) \
+                        * np.uint64(tiling.tile_k) + rows
+                    a_pass = a * noise.rin_factors(rin, seed=seed, index=rin_idx).astype(dtype)
+                mean = np.stack([a_pass @ pw.transmissions[r, ks, ns] for r in range(n_det)])
+                readout_base = pass_id * np.uint64(tiling.n) + cols  # (T, n)
+                det = _detect(mean, readout_base, n_det, p, config, seed, totals)
+                adc_in = np.einsum("er,rtn->etn", g, det)
+                value = _digitise(adc_in, readout_base, pw.adc_lo[kt][:, ns],
+                                  pw.adc_hi[kt][:, ns], n_adc, p, config, seed, totals)
+                # Undo the weight encoding: sum_j a_j v_jn for this pass.
+                z = np.einsum("e,etn->tn", h, value)
+                z = (z - t_min * c_sum * a_sum) / (1 - t_min) + w_const * a_sum
+                acc[:, ns] += (in_coeffs[s] * z).astype(dtype)
+    return acc
+
+
+def _detect(mean: np.ndarray, base: np.ndarray, n_det: int, p: float,
+            config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
+    """Noisy detector rails (n_det, T, n) in full-scale-MAC units."""
+    totals[1] += mean.size
+    if not math.isfinite(p):
+        totals[0] = math.inf
+        return mean.astype(np.float64)
+    electrons = np.maximum(mean.astype(np.float64), 0.0) * p
+    totals[0] += electrons.sum()
+    index = base[None] * np.uint64(n_det) + np.arange(n_det, dtype=np.uint64)[:, None, None]
+    det = config.detector
+    counts = noise.shot_noise(electrons, model=det.shot_noise, seed=seed, index=index)
+    counts += noise.dark_noise(det.dark_electrons, model=det.shot_noise, seed=seed, index=index)
+    return counts / p
+
+
+def _digitise(adc_in: np.ndarray, base: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              n_adc: int, p: float, config: OpticalConfig, seed: int,
+              totals: np.ndarray) -> np.ndarray:
+    """Read noise, ENOB noise and ADC quantisation of (n_adc, T, n) readouts."""
+    index = base[None] * np.uint64(n_adc) + np.arange(n_adc, dtype=np.uint64)[:, None, None]
+    if math.isfinite(p):
+        adc_in = adc_in + noise.read_noise(config.detector.read_noise_electrons, seed=seed,
+                                           index=index) / p
+    bits = config.adc.bits
+    if bits is None:
+        return adc_in
+    lo, hi = lo[:, None, :], hi[:, None, :]
+    sigma = converters.enob_noise_std(lo, hi, bits, config.adc.enob)
+    if np.any(sigma > 0):
+        adc_in = adc_in + sigma * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["adc"]), index)
+    value, clipped = converters.adc_quantize(adc_in, lo, hi, bits)
+    totals[2] += np.count_nonzero(clipped)
+    return value
+
+
+def _stats(tokens: int, pw: ProgrammedWeights, config: OpticalConfig,
+           totals: np.ndarray) -> MatmulStats:
+    t = pw.tiling
+    n_in = encoding.n_rails(config.encoding.inputs)
+    n_det = encoding.n_rails(config.encoding.weights)
+    n_adc = adc_rails(config).shape[0]
+    passes = tokens * t.k_tiles * t.n_tiles * n_in
+    readouts = tokens * t.k_tiles * n_in * t.n * n_det
+    adc = tokens * t.k_tiles * n_in * t.n * n_adc
+    return MatmulStats(
+        tokens=tokens, k_tiles=t.k_tiles, n_tiles=t.n_tiles, input_passes=n_in,
+        passes=passes, weight_loads=t.k_tiles * t.n_tiles,
+        dac_conversions=tokens * n_in * t.n_tiles * t.k,
+        adc_conversions=adc, detector_readouts=readouts, macs=tokens * t.k * t.n,
+        detected_photons=float(totals[0]),
+        mean_photoelectrons=float(totals[0] / readouts) if readouts else 0.0,
+        clipped_fraction=float(totals[2] / adc) if adc else 0.0,
+    )

@@ -1,0 +1,116 @@
+"""DAC, mask and ADC: uniform quantisers with a range, clipping and ENOB noise.
+
+A ``bits``-bit converter has ``2**bits`` levels spread evenly over its range,
+ends included, so its step is ``range / (2**bits - 1)``. ``bits=None`` is the
+ideal converter: no quantisation and, for the ADC, no clipping.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "adc_quantize",
+    "adc_step",
+    "enob_noise_std",
+    "quantize_levels",
+    "transmission",
+]
+
+
+def _check_bits(bits: int | None) -> None:
+    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int | np.integer)
+                             or not 1 <= bits <= 24):
+        raise ValueError(f"bits: {bits!r} is not valid; valid: integer in [1, 24] or None")
+
+
+def quantize_levels(u: np.ndarray, bits: int | None) -> np.ndarray:
+    """Round levels in [0, 1] to the nearest of ``2**bits`` evenly spaced levels.
+
+    Used for DAC drive levels (source intensities) and mask levels. Values
+    outside [0, 1] clip to the ends: a source cannot emit negative light nor
+    a pixel transmit more than fully open.
+
+    Parameters
+    ----------
+    u : ndarray, dimensionless
+    bits : int or None
+    """
+    _check_bits(bits)
+    u = np.asarray(u)
+    if bits is None:
+        return u
+    top = u.dtype.type((1 << bits) - 1)
+    return np.rint(np.clip(u, 0, 1) * top) / top
+
+
+def transmission(u: np.ndarray, min_transmission: float) -> np.ndarray:
+    """Mask transmission of level ``u``: ``t_min + (1 - t_min) u`` in [t_min, 1].
+
+    Parameters
+    ----------
+    u : ndarray, dimensionless
+        Mask level in [0, 1].
+    min_transmission : float, dimensionless
+        Transmission of a fully closed pixel, ``1 / contrast_ratio``.
+    """
+    if not 0.0 <= min_transmission < 1.0:
+        raise ValueError(f"min_transmission: {min_transmission} is out of range; valid: [0, 1)")
+    u = np.asarray(u)
+    t_min = u.dtype.type(min_transmission)
+    return t_min + (1 - t_min) * u
+
+
+def adc_step(lo: np.ndarray, hi: np.ndarray, bits: int) -> np.ndarray:
+    """Code width of a ``bits``-bit ADC spanning [lo, hi]."""
+    _check_bits(bits)
+    return (np.asarray(hi) - np.asarray(lo)) / ((1 << bits) - 1)
+
+
+def enob_noise_std(lo: np.ndarray, hi: np.ndarray, bits: int, enob: float | None) -> np.ndarray:
+    """Standard deviation of the Gaussian noise that makes a ``bits``-bit ADC
+    perform as an ideal ``enob``-bit one.
+
+    An ideal converter's error variance is ``step**2 / 12``; one with ``enob``
+    effective bits has ``(step * 2**(bits - enob))**2 / 12``. The difference is
+    added as input-referred Gaussian noise before rounding.
+    """
+    step = adc_step(lo, hi, bits)
+    if enob is None or enob >= bits:
+        return np.zeros_like(step)
+    return step * np.sqrt((4.0 ** (bits - enob) - 1.0) / 12.0)
+
+
+def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 bits: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Digitise readouts ``r`` with an ADC whose window is [lo, hi].
+
+    Parameters
+    ----------
+    r : ndarray
+        Readouts (any unit; ``lo`` and ``hi`` share it and broadcast with it).
+    lo, hi : ndarray
+        Window ends, ``lo <= hi``. A zero-width window returns ``lo``.
+    bits : int or None
+        ``None`` returns ``r`` unchanged and never clips.
+
+    Returns
+    -------
+    values : ndarray
+        The reconstructed readouts, ``lo + code * step``, dtype of ``r``.
+    clipped : ndarray of bool
+        Where the readout fell outside the window by more than half a step.
+    """
+    _check_bits(bits)
+    r = np.asarray(r)
+    if bits is None:
+        return r, np.zeros(r.shape, dtype=bool)
+    lo = np.asarray(lo, dtype=r.dtype)
+    hi = np.asarray(hi, dtype=r.dtype)
+    top = (1 << bits) - 1
+    step = (hi - lo) / top
+    safe = np.where(step > 0, step, 1)
+    code = np.rint((r - lo) / safe)
+    clipped = ((code < 0) | (code > top)) & (step > 0)
+    code = np.clip(code, 0, top)
+    return (lo + code * np.where(step > 0, step, 0)).astype(r.dtype, copy=False), clipped

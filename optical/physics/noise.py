@@ -1,0 +1,128 @@
+"""Source and detector noise: shot, dark, read/TIA and relative intensity noise.
+
+Every stochastic function takes ``seed`` and ``index`` (uint64 array, one
+entry per draw): the draw for a given (seed, index) never depends on how
+many other draws are made, in what order or in which chunk (see
+``optical._rng``).
+
+Photoelectron counts are in electrons; intensities are relative (dimensionless).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from optical import _rng
+
+__all__ = [
+    "ELEMENTARY_CHARGE",
+    "dark_noise",
+    "read_noise",
+    "rin_factors",
+    "rin_sigma",
+    "shot_noise",
+    "tia_noise_electrons",
+]
+
+#: Elementary charge, C (exact, SI 2019).
+ELEMENTARY_CHARGE = 1.602176634e-19
+
+
+def rin_sigma(rin_db_per_hz: float, bandwidth: float) -> float:
+    """Relative standard deviation of a source's intensity from its RIN.
+
+    Parameters
+    ----------
+    rin_db_per_hz : float, dB/Hz
+        One-sided relative intensity noise density; ``-inf`` for none.
+    bandwidth : float, Hz
+        Detection bandwidth the density is integrated over.
+
+    Returns
+    -------
+    float, dimensionless
+        ``sqrt(10**(rin/10) * bandwidth)``; e.g. -150 dB/Hz over 1 GHz gives 1e-3.
+    """
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth: {bandwidth} must be > 0 Hz")
+    if rin_db_per_hz == -math.inf:
+        return 0.0
+    return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth)
+
+
+def tia_noise_electrons(current_noise_density: float, bandwidth: float) -> float:
+    """Input-referred RMS noise, in electrons, of a TIA read out once per
+    ``1 / bandwidth`` seconds.
+
+    The noise current ``i_n sqrt(B)`` integrated over ``tau = 1 / B`` gives a
+    charge ``i_n / sqrt(B)``.
+
+    Parameters
+    ----------
+    current_noise_density : float, A/sqrt(Hz)
+    bandwidth : float, Hz
+
+    Returns
+    -------
+    float, electrons
+        e.g. 10 pA/sqrt(Hz) at 1 GHz gives about 1974 electrons.
+    """
+    if current_noise_density < 0 or bandwidth <= 0:
+        raise ValueError("current_noise_density must be >= 0 A/sqrt(Hz) and bandwidth > 0 Hz")
+    return current_noise_density / math.sqrt(bandwidth) / ELEMENTARY_CHARGE
+
+
+def shot_noise(mean_electrons: np.ndarray, *, model: str, seed: int,
+               index: np.ndarray) -> np.ndarray:
+    """Photoelectron counts with shot noise around ``mean_electrons``.
+
+    Parameters
+    ----------
+    mean_electrons : ndarray, electrons
+        Expected counts, ``>= 0``.
+    model : {"poisson", "gaussian"}
+        Exact Poisson counts, or ``mean + sqrt(mean) * N(0, 1)``.
+    seed : int
+    index : ndarray of uint64
+        One counter per draw, broadcastable with ``mean_electrons``.
+
+    Returns
+    -------
+    ndarray of float64, electrons
+    """
+    mean = np.asarray(mean_electrons, dtype=np.float64)
+    if model == "poisson":
+        return _rng.poisson(seed, _rng.STREAMS["shot"], index, np.maximum(mean, 0.0))
+    if model == "gaussian":
+        key = _rng.stream_key(seed, _rng.STREAMS["shot"])
+        return mean + np.sqrt(np.maximum(mean, 0.0)) * _rng.normal(key, index)
+    raise ValueError(f"shot noise model {model!r} is not valid; valid: 'poisson', 'gaussian'")
+
+
+def dark_noise(dark_electrons: float, *, model: str, seed: int, index: np.ndarray) -> np.ndarray:
+    """Dark counts minus their mean (which is subtracted digitally), electrons."""
+    if dark_electrons == 0:
+        return np.zeros(np.shape(index))
+    mean = np.full(np.shape(index), float(dark_electrons))
+    if model == "poisson":
+        return _rng.poisson(seed, _rng.STREAMS["dark"], index, mean) - mean
+    key = _rng.stream_key(seed, _rng.STREAMS["dark"])
+    return math.sqrt(dark_electrons) * _rng.normal(key, index)
+
+
+def read_noise(sigma_electrons: float, *, seed: int, index: np.ndarray) -> np.ndarray:
+    """Gaussian read/TIA noise, electrons RMS ``sigma_electrons``."""
+    if sigma_electrons == 0:
+        return np.zeros(np.shape(index))
+    return sigma_electrons * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["read"]), index)
+
+
+def rin_factors(sigma: float, *, seed: int, index: np.ndarray) -> np.ndarray:
+    """Multiplicative intensity factors ``1 + sigma * N(0, 1)``, one per source
+    per pass: the same factor scales that source's light on every output of
+    the pass, so RIN is correlated across outputs."""
+    if sigma == 0:
+        return np.ones(np.shape(index))
+    return 1.0 + sigma * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["rin"]), index)

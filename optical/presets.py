@@ -1,0 +1,136 @@
+"""Named hardware configurations, each citing where its numbers come from.
+
+>>> import optical
+>>> optical.presets.names()
+['ideal', 'iris-like', 'wang-2022']
+>>> cfg = optical.presets.get("iris-like").replace({"adc.bits": 6})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from optical.config import (
+    ADCConfig,
+    CoreConfig,
+    DACConfig,
+    DetectorConfig,
+    EncodingConfig,
+    MaskConfig,
+    OpticalConfig,
+    SourceConfig,
+)
+from optical.physics.noise import ELEMENTARY_CHARGE, tia_noise_electrons
+
+__all__ = ["get", "names"]
+
+_PLANCK = 6.62607015e-34  # J s
+_LIGHT_SPEED = 299792458.0  # m / s
+
+
+def _quantum_efficiency(responsivity: float, wavelength: float) -> float:
+    """Quantum efficiency from responsivity, ``eta = R h c / (q lambda)``."""
+    return responsivity * _PLANCK * _LIGHT_SPEED / (ELEMENTARY_CHARGE * wavelength)
+
+
+def ideal() -> OpticalConfig:
+    """The ideal machine: the limit of the physics in which the optical matmul
+    is exact to float rounding.
+
+    Infinite photons per MAC (no shot noise), no RIN, no dark or read noise,
+    infinite mask contrast, and exact converters (``bits = None``). Encodings
+    and core size are those of "iris-like", so tiling is exercised as on the
+    realistic machine.
+    """
+    return OpticalConfig(
+        encoding=EncodingConfig(inputs="offset", weights="split"),
+        core=CoreConfig(inputs=1024, outputs=1024),
+    )
+
+
+def iris_like() -> OpticalConfig:
+    """A 1024 x 1024 free-space core in the spirit of Lumai's Iris (press, 2026:
+    1024 laser sources encode the input vector; no published precision), with
+    the defaults of the project's reference sheet where no number is public.
+
+    - source: 850 nm; RIN -150 dB/Hz (DFB lasers: -150 to -160 dB/Hz) over a
+      1 GHz detection bandwidth (input rate 1 GS/s); 10**5 detected photons per
+      MAC (an assumption: the smallest count at which shot and TIA noise stay
+      below the 8-bit converters' error on a 4096-wide Gaussian layer; measure
+      other counts with a sweep over ``source.photons_per_mac``).
+    - DAC 8 bits, per-token dynamic scaling.
+    - mask 8 bits, contrast 50:1 (min transmission 0.02), per-column scaling.
+    - detector: Si at 850 nm, responsivity 0.55 A/W (quantum efficiency 0.80);
+      TIA noise 10 pA/sqrt(Hz) read once per ns (about 1974 electrons RMS);
+      dark current 1 nA over 1 ns (6.2 electrons); Gaussian shot noise (counts
+      are far above the Poisson regime); balanced detection of split weights.
+    - ADC 8 bits, ENOB 6.5 (1.5 bits lost), window +-4 sigma of a uniform-input readout.
+    - offset-encoded inputs (one pass, as laser intensities), split weights.
+
+    Sources: Lumai Iris Nova press release (2026); RIN and responsivity
+    ranges from vendor data; Walden-FOM converter range (see docs/energy.md).
+    """
+    wavelength = 850e-9
+    bandwidth = 1e9
+    return OpticalConfig(
+        source=SourceConfig(wavelength=wavelength, photons_per_mac=1e5,
+                            rin_db_per_hz=-150.0, rin_bandwidth=bandwidth),
+        dac=DACConfig(bits=8, scaling="per_token"),
+        mask=MaskConfig(bits=8, contrast_ratio=50.0, scaling="per_column"),
+        detector=DetectorConfig(
+            quantum_efficiency=_quantum_efficiency(0.55, wavelength),
+            dark_electrons=1e-9 / bandwidth / ELEMENTARY_CHARGE,
+            read_noise_electrons=tia_noise_electrons(10e-12, bandwidth),
+            shot_noise="gaussian", balanced=True),
+        adc=ADCConfig(bits=8, enob_loss=1.5, full_scale="rms", headroom=4.0),
+        encoding=EncodingConfig(inputs="offset", weights="split"),
+        core=CoreConfig(inputs=1024, outputs=1024),
+    )
+
+
+def wang_2022() -> OpticalConfig:
+    """The low-photon regime of Wang et al., "An optical neural network using
+    less than 1 photon per multiplication", Nat. Commun. 13, 123 (2022).
+
+    711-wide dot products; 99% MNIST accuracy at about 3.1 detected photons
+    per MAC (about 90% at 0.65). As in their shot-noise simulation
+    (mcmahon-lab/ONN-QAT-SQL), values are offset-encoded and the photon counts
+    are Poisson; detector read noise and converter error are negligible next
+    to shot noise at these counts, so they are off here. 8-bit input display
+    and weight SLM levels; the SLM contrast (100:1) and the 532 nm wavelength
+    are assumptions (neither enters the noise at these counts).
+    """
+    return OpticalConfig(
+        source=SourceConfig(wavelength=532e-9, photons_per_mac=3.1),
+        dac=DACConfig(bits=8, scaling="per_token"),
+        mask=MaskConfig(bits=8, contrast_ratio=100.0, scaling="per_column"),
+        detector=DetectorConfig(shot_noise="poisson", balanced=False),
+        encoding=EncodingConfig(inputs="offset", weights="offset"),
+        core=CoreConfig(inputs=711, outputs=711),
+    )
+
+
+_PRESETS: dict[str, Callable[[], OpticalConfig]] = {
+    "ideal": ideal,
+    "iris-like": iris_like,
+    "wang-2022": wang_2022,
+}
+
+
+def names() -> list[str]:
+    """Names accepted by :func:`get`."""
+    return list(_PRESETS)
+
+
+def get(name: str) -> OpticalConfig:
+    """The preset configuration called ``name``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, listing the valid ones.
+    """
+    if name not in _PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(_PRESETS)}")
+    return _PRESETS[name]()
+

@@ -1,0 +1,126 @@
+import dataclasses
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import optical
+from optical.config import OpticalConfig, parse_value
+
+
+def test_replace_by_dotted_path_returns_new_config():
+    base = optical.presets.get("iris-like")
+    cfg = base.replace({"adc.bits": 6, "source.photons_per_mac": 30})
+    assert cfg.adc.bits == 6 and cfg.source.photons_per_mac == 30.0
+    assert base.adc.bits == 8  # unchanged: configs are immutable
+    assert sorted(cfg.diff(base)) == ["adc.bits", "source.photons_per_mac"]
+
+
+def test_configs_are_frozen_and_hashable():
+    cfg = optical.presets.get("iris-like")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.adc.bits = 4
+    assert hash(cfg) == hash(optical.presets.get("iris-like"))
+    assert len({cfg, cfg.replace({"adc.bits": 6})}) == 2
+
+
+@pytest.mark.parametrize("path", ["adc.bitz", "adcc.bits", "bits", "optics.focal_lengthx"])
+def test_unknown_path_names_path_and_valid_choices(path):
+    with pytest.raises(ValueError, match="unknown config path") as err:
+        optical.presets.get("ideal").replace({path: 1})
+    assert repr(path) in str(err.value)
+    assert "valid" in str(err.value)
+
+
+@pytest.mark.parametrize(("path", "value", "expect"), [
+    ("adc.bits", 0, r"adc.bits: 0 is out of range; valid: integer in \[1, 24\]"),
+    ("adc.bits", 25, "adc.bits: 25 is out of range"),
+    ("dac.bits", 4.5, "dac.bits: 4.5 is not an integer"),
+    ("mask.bits", True, "mask.bits"),
+    ("source.photons_per_mac", -1.0, r"photons_per_mac: -1.0 is out of range; valid: number in \(0.0"),
+    ("source.photons_per_mac", 0.0, "photons_per_mac"),
+    ("source.photons_per_mac", math.nan, "photons_per_mac"),
+    ("detector.read_noise_electrons", -0.1, "read_noise_electrons"),
+    ("detector.shot_noise", "laplace", "valid: one of 'poisson', 'gaussian'"),
+    ("encoding.inputs", "unary", "valid: one of 'offset', 'split'"),
+    ("mask.contrast_ratio", 1.0, "contrast_ratio"),
+    ("core.inputs", 0, "core.inputs"),
+    ("adc.enob_loss", 8.0, "leaves no effective bits"),
+    ("adc.enob_loss", -1.0, "adc.enob_loss"),
+])
+def test_out_of_range_values_are_refused_with_the_range(path, value, expect):
+    with pytest.raises(ValueError, match=expect):
+        optical.presets.get("iris-like").replace({path: value})
+
+
+def test_enob_follows_bits_so_sweeping_bits_keeps_converter_quality():
+    cfg = optical.presets.get("iris-like")
+    assert cfg.adc.enob == 6.5
+    assert cfg.replace({"adc.bits": 6}).adc.enob == 4.5
+    assert cfg.replace({"adc.bits": None}).adc.enob is None
+
+
+@pytest.mark.parametrize("name", optical.presets.names())
+def test_presets_round_trip_through_dict_and_json_exactly(name):
+    cfg = optical.presets.get(name)
+    assert OpticalConfig.from_dict(cfg.to_dict()) == cfg
+    text = cfg.to_json()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert OpticalConfig.from_json(text) == cfg
+    assert OpticalConfig.from_json(text).to_json() == text
+
+
+_REAL = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
+
+
+@given(bits=st.one_of(st.none(), st.integers(1, 24)), p=st.one_of(st.just(math.inf), _REAL),
+       read=st.floats(0, 1e4), contrast=st.one_of(st.just(math.inf), st.floats(1.01, 1e4)),
+       inputs=st.sampled_from(["offset", "split"]), balanced=st.booleans(),
+       tile=st.integers(1, 4096))
+def test_any_valid_config_round_trips(bits, p, read, contrast, inputs, balanced, tile):
+    cfg = OpticalConfig().replace({
+        "adc.bits": bits, "source.photons_per_mac": p, "detector.read_noise_electrons": read,
+        "mask.contrast_ratio": contrast, "encoding.inputs": inputs,
+        "detector.balanced": balanced, "core.inputs": tile})
+    assert OpticalConfig.from_json(cfg.to_json()) == cfg
+    assert OpticalConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_from_dict_names_unknown_fields():
+    with pytest.raises(ValueError, match="unknown config path 'adc.resolution'"):
+        OpticalConfig.from_dict({"adc": {"resolution": 8}})
+
+
+def test_every_path_is_gettable_and_replaceable():
+    cfg = optical.presets.get("iris-like")
+    for path, value in cfg.items():
+        assert cfg.get(path) == value
+        assert cfg.replace({path: value}) == cfg
+
+
+@pytest.mark.parametrize(("path", "text", "value"), [
+    ("adc.bits", "6", 6), ("adc.bits", "None", None), ("source.photons_per_mac", "inf", math.inf),
+    ("detector.balanced", "false", False), ("encoding.inputs", "split", "split"),
+])
+def test_parse_value_from_command_line_text(path, text, value):
+    assert parse_value(path, text) == value
+
+
+@pytest.mark.parametrize(("path", "text"), [("adc.bits", "six"), ("adc.bits", "0"),
+                                             ("detector.balanced", "maybe")])
+def test_parse_value_refuses_bad_text(path, text):
+    with pytest.raises(ValueError, match=path):
+        parse_value(path, text)
+
+
+def test_ideal_is_the_limit_of_the_physics():
+    cfg = optical.presets.get("ideal")
+    assert cfg.source.photons_per_mac == math.inf
+    assert cfg.source.rin_sigma == 0.0
+    assert cfg.dac.bits is None and cfg.mask.bits is None and cfg.adc.bits is None
+    assert cfg.mask.min_transmission == 0.0
+    assert cfg.detector.read_noise_electrons == 0.0 and cfg.detector.dark_electrons == 0.0
+    # The same types as any other machine: no separate code path.
+    assert type(cfg) is type(optical.presets.get("iris-like"))

@@ -1,0 +1,334 @@
+"""optical.matmul against independent truth: exact matmul in the ideal limit,
+a plain loop re-derivation for the deterministic physics, and the analytic
+laws of shot noise and RIN for the stochastic physics."""
+
+import math
+
+import numpy as np
+import pytest
+
+import optical
+from optical import metrics
+
+from .conftest import EXACT_RTOL
+from .reference_loops import reference_matmul
+
+ENCODINGS = [(i, w) for i in ("offset", "split") for w in ("offset", "split")]
+
+
+def ideal(**changes):
+    return optical.presets.get("ideal").replace(changes)
+
+
+# --------------------------------------------------------------------------- #
+# The ideal limit
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
+@pytest.mark.parametrize(("tile_k", "tile_n"), [(1, 1), (7, 5), (64, 32), (300, 200), (1024, 1024)])
+def test_ideal_reproduces_matmul(rng, dtype, inputs, weights, tile_k, tile_n):
+    x = rng.standard_normal((2, 9, 300)).astype(dtype)
+    w = rng.standard_normal((300, 200)).astype(dtype)
+    cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
+                   "core.inputs": tile_k, "core.outputs": tile_n})
+    y = optical.matmul(x, w, cfg, seed=0)
+    assert y.dtype == dtype and y.shape == (2, 9, 200)
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    assert metrics.relative_error(exact, y) < EXACT_RTOL[dtype]
+
+
+@pytest.mark.parametrize("balanced", [True, False])
+def test_ideal_with_per_tensor_scaling_and_zero_rows_columns(rng, balanced):
+    x = rng.standard_normal((5, 40))
+    x[2] = 0.0
+    w = rng.standard_normal((40, 30))
+    w[:, 3] = 0.0
+    cfg = ideal(**{"dac.scaling": "per_tensor", "mask.scaling": "per_tensor",
+                   "core.inputs": 16, "detector.balanced": balanced})
+    y = optical.matmul(x, w, cfg, seed=0)
+    np.testing.assert_allclose(y, x @ w, rtol=0, atol=1e-12)
+
+
+def test_one_dimensional_input(rng):
+    x = rng.standard_normal(50)
+    w = rng.standard_normal((50, 4))
+    y = optical.matmul(x, w, ideal(), seed=1)
+    assert y.shape == (4,)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- #
+# Deterministic physics against the plain loop re-derivation
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
+@pytest.mark.parametrize("balanced", [True, False])
+@pytest.mark.parametrize("full_scale", ["max", "rms"])
+def test_quantised_machine_matches_independent_loops(rng, inputs, weights, balanced, full_scale):
+    x = rng.standard_normal((6, 70))
+    w = rng.standard_normal((70, 23))
+    cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
+                   "detector.balanced": balanced, "adc.full_scale": full_scale,
+                   "dac.bits": 5, "mask.bits": 4, "adc.bits": 6, "mask.contrast_ratio": 20.0,
+                   "adc.headroom": 2.0, "core.inputs": 32, "core.outputs": 10})
+    y = optical.matmul(x, w, cfg, seed=0)
+    truth = reference_matmul(x, w, cfg)
+    close = np.isclose(y, truth, rtol=1e-9, atol=1e-9 * np.abs(truth).max())
+    assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} differ"
+    assert metrics.sqnr_db(truth, y) > 40
+
+
+def test_quantisation_costs_accuracy_as_bits_fall(rng):
+    x = rng.standard_normal((64, 256))
+    w = rng.standard_normal((256, 64))
+    exact = x @ w
+    sqnr = [metrics.sqnr_db(exact, optical.matmul(x, w, ideal(**{"dac.bits": b, "mask.bits": b}),
+                                                  seed=0)) for b in (3, 5, 7, 9)]
+    assert all(b - a > 8 for a, b in zip(sqnr, sqnr[1:], strict=False)), sqnr  # ~6 dB/bit
+
+
+def test_adc_clipping_is_counted(rng):
+    x = rng.standard_normal((32, 64))
+    w = rng.standard_normal((64, 16))
+    base = ideal(**{"adc.bits": 8, "core.inputs": 32})
+    _, never = optical.matmul(x, w, base.replace({"adc.full_scale": "max"}), seed=0,
+                              return_stats=True)
+    _, tight = optical.matmul(x, w, base.replace({"adc.headroom": 0.2}), seed=0, return_stats=True)
+    assert never.clipped_fraction == 0.0
+    assert 0.3 < tight.clipped_fraction < 1.0
+
+
+# --------------------------------------------------------------------------- #
+# Shot noise: the Poisson law
+# --------------------------------------------------------------------------- #
+
+
+def _repeat_over_seeds(x, w, cfg, seeds, copies):
+    """Outputs for ``copies`` copies of each row of x under ``seeds`` seeds:
+    shape (seeds * copies, *x.shape[:-1], N)."""
+    xs = np.broadcast_to(x, (copies, *x.shape)).copy()
+    return np.concatenate([optical.matmul(xs, w, cfg, seed=s) for s in range(seeds)])
+
+
+@pytest.mark.parametrize("model", ["poisson", "gaussian"])
+def test_shot_noise_variance_is_mean_over_p(rng, model):
+    """Non-negative x with rows peaking at 1 and w with columns peaking at 1:
+    every scale is 1, split rails carry the whole signal, and each output's
+    count is a sum of Poisson counts over the K-tiles: var = mean / p."""
+    p = 20.0
+    x = rng.uniform(0, 1, (3, 64))
+    x[:, 0] = 1.0
+    w = rng.uniform(0, 1, (64, 8))
+    w[0] = 1.0
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": model,
+                   "encoding.inputs": "split", "encoding.weights": "split", "core.inputs": 16})
+    ys = _repeat_over_seeds(x, w, cfg, seeds=50, copies=400)  # 20 000 samples per output
+    exact = x @ w
+    np.testing.assert_allclose(ys.mean(axis=0), exact, rtol=0.01)
+    ratio = ys.var(axis=0) / (exact / p)
+    assert np.all(np.abs(ratio - 1) < 0.05), ratio
+
+
+def test_snr_grows_as_sqrt_p_k():
+    """All-ones operands: each output is K with variance K / p, so SNR = sqrt(p K)."""
+    snrs = {}
+    for p in (5.0, 20.0):
+        for k in (64, 256):
+            x, w = np.ones((2000, k)), np.ones((k, 2))
+            cfg = ideal(**{"source.photons_per_mac": p, "encoding.inputs": "split",
+                           "core.inputs": 64})
+            y = optical.matmul(x, w, cfg, seed=int(p * k))
+            snrs[p, k] = y.mean() / y.std()
+            assert snrs[p, k] == pytest.approx(math.sqrt(p * k), rel=0.05)
+    assert snrs[20.0, 64] / snrs[5.0, 64] == pytest.approx(2.0, rel=0.07)
+    assert snrs[5.0, 256] / snrs[5.0, 64] == pytest.approx(2.0, rel=0.07)
+
+
+def test_offset_inputs_pay_the_shot_noise_of_the_offset_light(rng):
+    """Signed inputs, split weights, infinite contrast, balanced detection.
+    Per readout the count variance is sum_j a_j |v_j| / p. Split inputs:
+    var(y) = sum_j |x_j| |v_j| / p; offset inputs (a = (x + 1) / 2, decoded as
+    2 z - sum v): var(y) = 2 sum_j (x_j + 1) |v_j| / p."""
+    p = 50.0
+    x = rng.uniform(-1, 1, (2, 48))
+    x[:, 0] = 1.0
+    w = rng.uniform(-1, 1, (48, 6))
+    w[0] = 1.0
+    base = ideal(**{"source.photons_per_mac": p, "encoding.weights": "split", "core.inputs": 16})
+    theory = {"split": np.abs(x) @ np.abs(w) / p, "offset": 2 * (x + 1) @ np.abs(w) / p}
+    var = {}
+    for inputs in ("split", "offset"):
+        ys = _repeat_over_seeds(x, w, base.replace({"encoding.inputs": inputs}), 20, 1000)
+        np.testing.assert_allclose(ys.mean(axis=0), x @ w, atol=5 * np.sqrt(theory[inputs].max() / 20000))
+        var[inputs] = ys.var(axis=0)
+        np.testing.assert_allclose(var[inputs], theory[inputs], rtol=0.05)
+    assert np.all(var["offset"] > 2 * var["split"])
+
+
+def test_min_transmission_adds_shot_noise_but_no_bias(rng):
+    p = 50.0
+    x = rng.uniform(0, 1, (1, 32))
+    x[0, 0] = 1
+    w = rng.uniform(-1, 1, (32, 4))
+    w[0] = 1
+    cfg = ideal(**{"source.photons_per_mac": p, "encoding.inputs": "split",
+                   "mask.contrast_ratio": 10.0, "core.inputs": 32})
+    ys = _repeat_over_seeds(x, w, cfg, 10, 2000)
+    t_min = 0.1
+    # Rails carry t_min + (1 - t_min) u; balanced difference / (1 - t_min).
+    theory = (x @ (2 * t_min + (1 - t_min) * np.abs(w))) / p / (1 - t_min) ** 2
+    np.testing.assert_allclose(ys.var(axis=0), theory, rtol=0.05)
+    np.testing.assert_allclose(ys.mean(axis=0), x @ w, atol=5 * np.sqrt(theory.max() / 20000))
+
+
+def test_read_and_dark_noise_add_their_variance(rng):
+    p, read, dark = 100.0, 30.0, 40.0
+    x = np.ones((20000, 16))
+    w = np.full((16, 2), 0.5)
+    w[0] = 1.0
+    cfg = ideal(**{"source.photons_per_mac": p, "encoding.inputs": "split",
+                   "detector.read_noise_electrons": read, "detector.dark_electrons": dark,
+                   "core.inputs": 16})
+    y = optical.matmul(x, w, cfg, seed=3)
+    # Balanced pair: two rails of dark counts, one read noise, in units of p;
+    # split inputs read out twice (the empty negative pass brings its noise too).
+    theory = (x[0] @ w) / p + 2 * (2 * dark + read**2) / p**2
+    np.testing.assert_allclose(y.var(axis=0), theory, rtol=0.05)
+
+
+# --------------------------------------------------------------------------- #
+# RIN: correlated across the outputs of a pass
+# --------------------------------------------------------------------------- #
+
+
+def test_rin_produces_the_output_covariance_of_per_source_fluctuations(rng):
+    """Only RIN: each source's light is scaled by (1 + sigma e_j) in each pass,
+    so output n errs by sigma sum_j a_j e_j v_jn and
+    cov(y_n, y_m) = sigma^2 sum_j a_j^2 v_jn v_jm."""
+    sigma = 1e-2
+    bandwidth = 1e9
+    rin_db = 10 * math.log10(sigma**2 / bandwidth)
+    x = rng.uniform(0, 1, 24)
+    x[0] = 1
+    w = rng.uniform(0, 1, (24, 5))
+    w[0] = 1
+    w[:, 4] = w[:, 3]  # two identical columns: perfectly correlated errors
+    cfg = ideal(**{"source.rin_db_per_hz": rin_db, "source.rin_bandwidth": bandwidth,
+                   "encoding.inputs": "split", "core.inputs": 24})
+    assert cfg.source.rin_sigma == pytest.approx(sigma)
+    ys = optical.matmul(np.tile(x, (40000, 1)), w, cfg, seed=11)
+    theory = sigma**2 * (w.T * x**2) @ w
+    measured = np.cov(ys.T)
+    assert np.linalg.norm(measured - theory) / np.linalg.norm(theory) < 0.03
+    assert np.corrcoef(ys[:, 3], ys[:, 4])[0, 1] == pytest.approx(1.0, abs=1e-9)
+    assert np.corrcoef(ys[:, 0], ys[:, 1])[0, 1] > 0.5
+
+
+# --------------------------------------------------------------------------- #
+# Reproducibility, dtypes, stats
+# --------------------------------------------------------------------------- #
+
+
+def _noisy_config():
+    return optical.presets.get("iris-like").replace({
+        "core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
+        "detector.shot_noise": "poisson", "source.rin_db_per_hz": -120.0})
+
+
+def test_same_seed_same_output_whatever_the_chunking(rng):
+    x = rng.standard_normal((3, 50, 200)).astype(np.float32)
+    w = rng.standard_normal((200, 90)).astype(np.float32)
+    cfg = _noisy_config()
+    first = optical.matmul(x, w, cfg, seed=7)
+    for chunk in (1, 13, 64, 150, 10_000):
+        np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=7, chunk_tokens=chunk), first)
+    other = optical.matmul(x, w, cfg, seed=8)
+    assert np.mean(other != first) > 0.5
+
+
+def test_programmed_weights_give_the_same_output(rng):
+    x = rng.standard_normal((20, 100))
+    w = rng.standard_normal((100, 40))
+    cfg = _noisy_config()
+    programmed = optical.program(w, cfg)
+    np.testing.assert_array_equal(optical.matmul(x, programmed, cfg, seed=1),
+                                  optical.matmul(x, w, cfg, seed=1))
+    # DAC settings do not touch the mask: the same programmed matrix serves.
+    optical.matmul(x, programmed, cfg.replace({"dac.bits": 4}), seed=1)
+    with pytest.raises(ValueError, match=r"core.inputs = 64 when programmed, 32 now"):
+        optical.matmul(x, programmed, cfg.replace({"core.inputs": 32}), seed=1)
+    with pytest.raises(ValueError, match="mask.bits"):
+        optical.matmul(x, programmed, cfg.replace({"mask.bits": 4}), seed=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dtype_is_kept_under_noise(rng, dtype):
+    x = rng.standard_normal((4, 70)).astype(dtype)
+    w = rng.standard_normal((70, 9)).astype(dtype)
+    y = optical.matmul(x, w, _noisy_config(), seed=0)
+    assert y.dtype == dtype
+
+
+def test_stats_count_the_schedule(rng):
+    x = rng.standard_normal((2, 5, 100))
+    w = rng.standard_normal((100, 70))
+    cfg = ideal(**{"core.inputs": 30, "core.outputs": 32, "encoding.inputs": "split",
+                   "encoding.weights": "split", "detector.balanced": False,
+                   "source.photons_per_mac": 1000.0})
+    y, st = optical.matmul(x, w, cfg, seed=0, return_stats=True)
+    tokens, k_tiles, n_tiles = 10, 4, 3
+    assert (st.tokens, st.k_tiles, st.n_tiles, st.input_passes) == (tokens, k_tiles, n_tiles, 2)
+    assert st.passes == tokens * k_tiles * n_tiles * 2
+    assert st.weight_loads == k_tiles * n_tiles
+    assert st.dac_conversions == tokens * 2 * n_tiles * 100
+    assert st.adc_conversions == tokens * k_tiles * 2 * 70 * 2  # per-rail ADCs
+    assert st.detector_readouts == st.adc_conversions
+    assert st.macs == tokens * 100 * 70
+    # Mean photoelectrons: p * sum_j a_j t_jn over every rail of every readout.
+    xn = np.abs(x.reshape(tokens, 100)) / np.abs(x.reshape(tokens, 100)).max(axis=1, keepdims=True)
+    wn = np.abs(w) / np.abs(w).max(axis=0)
+    light = 1000.0 * (xn @ wn).sum()  # each |x| |w| product lands on exactly one rail
+    assert st.detected_photons == pytest.approx(light, rel=1e-9)
+    assert st.mean_photoelectrons == pytest.approx(light / st.detector_readouts, rel=1e-9)
+    assert st.clipped_fraction == 0.0
+    assert set(st.to_dict()) >= {"passes", "weight_loads", "adc_conversions", "clipped_fraction"}
+
+
+# --------------------------------------------------------------------------- #
+# Bad input
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(("x", "w", "error", "match"), [
+    (np.ones((3, 4)), np.ones((5, 2)), ValueError, "shape mismatch: x has 4 features"),
+    (np.ones((3, 4)), np.ones(4), ValueError, "w: expected 2 dimensions"),
+    (np.ones((3, 4)), np.ones((4, 0)), ValueError, "empty dimension"),
+    (np.array([[np.nan, 1.0]]), np.ones((2, 2)), ValueError, "x: contains 1 NaN"),
+    (np.ones((1, 2)), np.array([[np.inf, 1.0], [1.0, 1.0]]), ValueError, "w: contains 1 NaN or inf"),
+    (np.ones((3, 4), dtype=np.int64), np.ones((4, 2)), TypeError, "x: dtype int64"),
+    (np.ones((3, 4)), np.ones((4, 2), dtype=np.complex128), TypeError, "w: dtype complex128"),
+    (np.ones((3, 4), dtype=np.float16), np.ones((4, 2)), TypeError, "float16"),
+    ([[1.0, 2.0]], np.ones((2, 2)), TypeError, "x: expected a numpy.ndarray"),
+    (np.ones((3, 4), np.float32), np.ones((4, 2)), TypeError, "dtype mismatch"),
+    (np.array(1.0), np.ones((1, 2)), ValueError, "x: expected at least 1 dimension"),
+])
+def test_bad_arrays_are_refused_clearly(x, w, error, match):
+    with pytest.raises(error, match=match):
+        optical.matmul(x, w, ideal(), seed=0)
+
+
+@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.5, TypeError), (None, TypeError),
+                                             (2**64, ValueError)])
+def test_bad_seed(seed, error):
+    with pytest.raises(error, match="seed"):
+        optical.matmul(np.ones((1, 2)), np.ones((2, 2)), ideal(), seed=seed)
+
+
+def test_bad_config_and_chunks():
+    with pytest.raises(TypeError, match="config: expected an OpticalConfig"):
+        optical.matmul(np.ones((1, 2)), np.ones((2, 2)), {"adc.bits": 6}, seed=0)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        optical.matmul(np.ones((1, 2)), np.ones((2, 2)), ideal(), seed=0, chunk_tokens=0)

@@ -1,0 +1,85 @@
+"""The counter-based generator and the noise laws, tested statistically with
+fixed seeds (KS and chi-square tests at p > 0.01; moments within their
+sampling error)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from optical import _rng
+from optical.physics import noise
+
+N = 200_000
+
+
+def _idx(n=N, start=0):
+    return np.arange(start, start + n, dtype=np.uint64)
+
+
+def test_uniform_and_normal_pass_ks_tests():
+    key = _rng.stream_key(12345, _rng.STREAMS["read"])
+    assert stats.kstest(_rng.uniform(key, _idx()), "uniform").pvalue > 0.01
+    z = _rng.normal(key, _idx())
+    assert stats.kstest(z, "norm").pvalue > 0.01
+    assert abs(z.mean()) < 5 / np.sqrt(N)
+    assert np.var(z) == pytest.approx(1.0, abs=5 * np.sqrt(2 / N))
+
+
+def test_draws_are_a_function_of_the_index_alone():
+    key = _rng.stream_key(3, 1)
+    whole = _rng.normal(key, _idx(1000))
+    np.testing.assert_array_equal(_rng.normal(key, _idx(100, start=450)), whole[450:550])
+    np.testing.assert_array_equal(_rng.normal(key, _idx(1000)[::-1]), whole[::-1])
+    lam = np.linspace(0.1, 50, 1000)
+    pois = _rng.poisson(3, 1, _idx(1000), lam)
+    np.testing.assert_array_equal(_rng.poisson(3, 1, _idx(100, 450), lam[450:550]), pois[450:550])
+
+
+def test_seeds_and_streams_are_uncorrelated():
+    a = _rng.normal(_rng.stream_key(0, 1), _idx())
+    for other in (_rng.stream_key(1, 1), _rng.stream_key(0, 2)):
+        b = _rng.normal(other, _idx())
+        assert abs(np.corrcoef(a, b)[0, 1]) < 5 / np.sqrt(N)
+    # Neighbouring counters are not correlated either.
+    assert abs(np.corrcoef(a[:-1], a[1:])[0, 1]) < 5 / np.sqrt(N)
+
+
+@pytest.mark.parametrize("lam", [0.05, 0.65, 3.1, 9.99, 10.0, 10.5, 37.0, 1e3, 1e6])
+def test_poisson_is_exact(lam):
+    k = _rng.poisson(99, _rng.STREAMS["shot"], _idx(), np.full(N, lam))
+    assert np.all(k == np.floor(k)) and np.all(k >= 0)
+    assert k.mean() == pytest.approx(lam, abs=5 * np.sqrt(lam / N))
+    assert np.var(k) == pytest.approx(lam, rel=5 * np.sqrt(2 / N) + 5 / np.sqrt(N * lam))
+    # Chi-square against the exact pmf over the bins holding 99.9% of the mass.
+    lo, hi = stats.poisson.ppf([0.0005, 0.9995], lam).astype(int)
+    width = max(1, (hi - lo) // 40)
+    edges = np.arange(lo, hi + width + 1, width)
+    edges[0], edges[-1] = -1, 10 * hi + 100
+    observed, _ = np.histogram(k, bins=edges - 0.5)
+    cdf = stats.poisson.cdf(edges[1:] - 1, lam) - stats.poisson.cdf(edges[:-1] - 1, lam)
+    expected = cdf * N
+    keep = expected > 5
+    chi2 = np.sum((observed[keep] - expected[keep]) ** 2 / expected[keep])
+    assert stats.chi2.sf(chi2, keep.sum() - 1) > 0.01
+
+
+def test_shot_noise_models_have_poisson_moments():
+    mean = np.full(N, 400.0)
+    for model in ("poisson", "gaussian"):
+        counts = noise.shot_noise(mean, model=model, seed=5, index=_idx())
+        assert counts.mean() == pytest.approx(400.0, abs=5 * np.sqrt(400 / N))
+        assert np.var(counts) == pytest.approx(400.0, rel=5 * np.sqrt(2 / N))
+    with pytest.raises(ValueError, match="shot noise model"):
+        noise.shot_noise(mean, model="laplace", seed=0, index=_idx())
+
+
+def test_dark_read_and_rin_noise_moments():
+    dark = noise.dark_noise(6.2, model="poisson", seed=1, index=_idx())
+    assert dark.mean() == pytest.approx(0.0, abs=5 * np.sqrt(6.2 / N))
+    assert np.var(dark) == pytest.approx(6.2, rel=0.02)
+    read = noise.read_noise(1974.0, seed=1, index=_idx())
+    assert np.std(read) == pytest.approx(1974.0, rel=0.01)
+    rin = noise.rin_factors(1e-3, seed=1, index=_idx())
+    assert rin.mean() == pytest.approx(1.0, abs=1e-5)
+    assert np.std(rin) == pytest.approx(1e-3, rel=0.01)
+    assert np.all(noise.rin_factors(0.0, seed=1, index=_idx(10)) == 1.0)
