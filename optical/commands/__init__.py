@@ -1,0 +1,1 @@
+"""Subcommands of the ``optical`` CLI; shared option helpers live in ``_common``."""

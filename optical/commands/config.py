@@ -1,0 +1,34 @@
+"""``optical config``: show a preset with overrides, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+from optical.commands._common import (
+    add_config_options,
+    add_json_option,
+    config_from_args,
+    write_json,
+)
+
+EXAMPLES = """examples:
+  optical config --preset iris-like
+  optical config --preset iris-like --set adc.bits=6 --json cfg.json
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "config", help="show a hardware configuration", description=__doc__.split("\n")[0],
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    for path, value in cfg.items():
+        print(f"{path:34s} {value!r}")
+    write_json(args.json_path, cfg.to_dict())
+    return 0
