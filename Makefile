@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: test bench venv clean
+.PHONY: test test-fast bench venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ venv: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
+	$(PY) -m pytest -m "slow or not slow"
+
+test-fast: $(VENV)/.installed
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed

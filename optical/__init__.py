@@ -8,7 +8,7 @@
 True
 """
 
-from optical import metrics, presets
+from optical import core, metrics, presets
 from optical.config import (
     ADCConfig,
     CoreConfig,
@@ -20,7 +20,7 @@ from optical.config import (
     OpticsConfig,
     SourceConfig,
 )
-from optical.core import MatmulStats, matmul
+from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
 
 __version__ = "0.1.0"
@@ -36,10 +36,13 @@ __all__ = [
     "OpticalConfig",
     "OpticsConfig",
     "ProgrammedWeights",
+    "Schedule",
     "SourceConfig",
     "__version__",
+    "core",
     "matmul",
     "metrics",
     "presets",
     "program",
+    "schedule",
 ]

@@ -36,15 +36,15 @@ from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
 from optical.quant import ProgrammedWeights, adc_rails, program
 
-__all__ = ["MatmulStats", "matmul"]
+__all__ = ["MatmulStats", "Schedule", "matmul", "schedule"]
 
 #: Default bound on the float elements of one chunk's largest temporary.
 _CHUNK_ELEMENTS = 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
-class MatmulStats:
-    """What one call of :func:`matmul` did on the hardware.
+class Schedule:
+    """What one optical matmul does on the hardware, counted from shapes alone.
 
     Attributes
     ----------
@@ -62,12 +62,6 @@ class MatmulStats:
         Conversions and readouts over all passes.
     macs : int
         Multiply-accumulates of the logical matmul, ``tokens * K * N``.
-    detected_photons : float, photons
-        Mean detected photons over the whole call (``inf`` for the ideal source).
-    mean_photoelectrons : float, electrons
-        Mean photoelectrons per detector readout.
-    clipped_fraction : float
-        Fraction of ADC conversions that fell outside the window.
     """
 
     tokens: int
@@ -80,12 +74,50 @@ class MatmulStats:
     adc_conversions: int
     detector_readouts: int
     macs: int
-    detected_photons: float
-    mean_photoelectrons: float
-    clipped_fraction: float
 
     def to_dict(self) -> dict[str, float | int]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulStats(Schedule):
+    """A :class:`Schedule` plus what the data did on it.
+
+    Attributes
+    ----------
+    detected_photons : float, photons
+        Mean detected photons over the whole call (``inf`` for the ideal source).
+    mean_photoelectrons : float, electrons
+        Mean photoelectrons per detector readout.
+    clipped_fraction : float
+        Fraction of ADC conversions that fell outside the window.
+    """
+
+    detected_photons: float = 0.0
+    mean_photoelectrons: float = 0.0
+    clipped_fraction: float = 0.0
+
+
+def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
+    """Count the passes, loads and conversions of a (tokens, k) @ (k, n) matmul.
+
+    The same counting :func:`matmul` reports in its stats, without running it.
+    """
+    for name, value in (("tokens", tokens), ("k", k), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: {value!r} must be a non-negative integer")
+    k_tiles = -(-k // config.core.inputs)
+    n_tiles = -(-n // config.core.outputs)
+    n_in = encoding.n_rails(config.encoding.inputs)
+    n_det = encoding.n_rails(config.encoding.weights)
+    n_adc = adc_rails(config).shape[0]
+    return Schedule(
+        tokens=tokens, k_tiles=k_tiles, n_tiles=n_tiles, input_passes=n_in,
+        passes=tokens * k_tiles * n_tiles * n_in, weight_loads=k_tiles * n_tiles,
+        dac_conversions=tokens * n_in * n_tiles * k,
+        adc_conversions=tokens * k_tiles * n_in * n * n_adc,
+        detector_readouts=tokens * k_tiles * n_in * n * n_det, macs=tokens * k * n,
+    )
 
 
 def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
@@ -252,18 +284,10 @@ def _digitise(adc_in: np.ndarray, base: np.ndarray, lo: np.ndarray, hi: np.ndarr
 
 def _stats(tokens: int, pw: ProgrammedWeights, config: OpticalConfig,
            totals: np.ndarray) -> MatmulStats:
-    t = pw.tiling
-    n_in = encoding.n_rails(config.encoding.inputs)
-    n_det = encoding.n_rails(config.encoding.weights)
-    n_adc = adc_rails(config).shape[0]
-    passes = tokens * t.k_tiles * t.n_tiles * n_in
-    readouts = tokens * t.k_tiles * n_in * t.n * n_det
-    adc = tokens * t.k_tiles * n_in * t.n * n_adc
+    counts = schedule(tokens, pw.tiling.k, pw.tiling.n, config)
+    readouts, adc = counts.detector_readouts, counts.adc_conversions
     return MatmulStats(
-        tokens=tokens, k_tiles=t.k_tiles, n_tiles=t.n_tiles, input_passes=n_in,
-        passes=passes, weight_loads=t.k_tiles * t.n_tiles,
-        dac_conversions=tokens * n_in * t.n_tiles * t.k,
-        adc_conversions=adc, detector_readouts=readouts, macs=tokens * t.k * t.n,
+        **counts.to_dict(),
         detected_photons=float(totals[0]),
         mean_photoelectrons=float(totals[0] / readouts) if readouts else 0.0,
         clipped_fraction=float(totals[2] / adc) if adc else 0.0,

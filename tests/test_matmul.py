@@ -295,6 +295,8 @@ def test_stats_count_the_schedule(rng):
     assert st.mean_photoelectrons == pytest.approx(light / st.detector_readouts, rel=1e-9)
     assert st.clipped_fraction == 0.0
     assert set(st.to_dict()) >= {"passes", "weight_loads", "adc_conversions", "clipped_fraction"}
+    counted = optical.core.schedule(tokens, 100, 70, cfg)
+    assert {k: v for k, v in st.to_dict().items() if k in counted.to_dict()} == counted.to_dict()
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,5 @@
+"""Transformer prefill layers (Llama, BERT) on the optical core."""
+
+from optical.transformer.spec import LinearShape, ModelSpec, read_spec
+
+__all__ = ["LinearShape", "ModelSpec", "read_spec"]

@@ -1,0 +1,120 @@
+"""Model shapes from a Hugging Face ``config.json``: what every layer multiplies.
+
+The energy model and the layer implementations both read the matmul shapes
+from here, so a schedule is counted from the same shapes that are emulated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LinearShape", "ModelSpec", "read_spec"]
+
+_ARCHITECTURES = {"llama": "llama", "bert": "bert"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearShape:
+    """One weight matmul of a layer: ``y (T, out) = x (T, in) @ W.T``."""
+
+    name: str
+    in_features: int
+    out_features: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """The architecture facts of a model directory's ``config.json``.
+
+    Attributes
+    ----------
+    architecture : {"llama", "bert"}
+    hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+    vocab_size : int
+    raw : dict
+        The whole ``config.json``, for the architecture-specific keys (RoPE
+        scaling, norm epsilons, ...).
+    """
+
+    architecture: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    raw: Mapping[str, Any] = dataclasses.field(compare=False, repr=False)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, source: str = "config.json") -> ModelSpec:
+        """Build from a parsed ``config.json``; ValueError names a missing or bad key."""
+        model_type = config.get("model_type")
+        if model_type not in _ARCHITECTURES:
+            raise ValueError(f"{source}: unknown architecture model_type={model_type!r}; "
+                             f"supported: {', '.join(_ARCHITECTURES)}")
+
+        def need(key: str) -> int:
+            if key not in config:
+                raise ValueError(f"{source}: missing key {key!r} for model_type {model_type!r}")
+            value = config[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{source}: key {key!r} must be a positive integer, got {value!r}")
+            return value
+
+        hidden, heads = need("hidden_size"), need("num_attention_heads")
+        kv_heads = need("num_key_value_heads") if "num_key_value_heads" in config else heads
+        head_dim = need("head_dim") if config.get("head_dim") is not None else hidden // heads
+        if head_dim * heads != hidden and model_type == "bert":
+            raise ValueError(f"{source}: hidden_size {hidden} is not divisible by "
+                             f"num_attention_heads {heads}")
+        if heads % kv_heads:
+            raise ValueError(f"{source}: num_attention_heads {heads} is not a multiple of "
+                             f"num_key_value_heads {kv_heads}")
+        return cls(architecture=_ARCHITECTURES[model_type], hidden_size=hidden,
+                   intermediate_size=need("intermediate_size"),
+                   num_layers=need("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
+                   head_dim=head_dim, vocab_size=need("vocab_size"), raw=dict(config))
+
+    def linear_shapes(self) -> list[LinearShape]:
+        """The weight matmuls of one layer, in execution order."""
+        h, i = self.hidden_size, self.intermediate_size
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        if self.architecture == "llama":
+            return [LinearShape("q_proj", h, q), LinearShape("k_proj", h, kv),
+                    LinearShape("v_proj", h, kv), LinearShape("o_proj", q, h),
+                    LinearShape("gate_proj", h, i), LinearShape("up_proj", h, i),
+                    LinearShape("down_proj", i, h)]
+        return [LinearShape("query", h, q), LinearShape("key", h, kv),
+                LinearShape("value", h, kv), LinearShape("attention.output", q, h),
+                LinearShape("intermediate", h, i), LinearShape("output", i, h)]
+
+    def linear_macs_per_token(self) -> int:
+        """Multiply-accumulates of the weight matmuls of one layer, per token."""
+        return sum(s.in_features * s.out_features for s in self.linear_shapes())
+
+
+def read_spec(model_dir: str | Path) -> ModelSpec:
+    """Read ``model_dir/config.json``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the directory or its config.json does not exist.
+    ValueError
+        If the JSON is malformed or names an unsupported architecture.
+    """
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return ModelSpec.from_config(config, source=str(path))
