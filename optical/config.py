@@ -2,7 +2,8 @@
 
 An :class:`OpticalConfig` describes one free-space optical matrix-vector
 multiplier: its sources, input DAC, weight mask, optics, detectors, ADC, the
-encoding of signed values and the core size. Every field is reachable by a
+encoding of signed values, the core size, and how transformer layers map onto
+it. Every field is reachable by a
 dotted path (``"adc.bits"``), which is how :meth:`OpticalConfig.replace`, the
 CLI (``--set adc.bits=6``) and sweeps (``--param adc.bits=4,6,8``) name it.
 
@@ -28,6 +29,7 @@ __all__ = [
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "MappingConfig",
     "MaskConfig",
     "OpticalConfig",
     "OpticsConfig",
@@ -366,6 +368,22 @@ class CoreConfig(_Section):
     outputs: int = _int(1024, 1, 1 << 20)
 
 
+@dataclasses.dataclass(frozen=True)
+class MappingConfig(_Section):
+    """How a transformer layer's products are mapped onto the optical core.
+
+    Attributes
+    ----------
+    attention : {"digital", "optical"}
+        Where the attention products ``Q K^T`` and ``P V`` run. Their operands
+        are activations, so running them optically loads a new mask for every
+        request and head group (counted in the schedule's weight loads).
+    """
+
+    _name: ClassVar[str] = "mapping"
+    attention: str = _choice("digital", ("digital", "optical"))
+
+
 # --------------------------------------------------------------------------- #
 # The whole machine
 # --------------------------------------------------------------------------- #
@@ -379,6 +397,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "adc": ADCConfig,
     "encoding": EncodingConfig,
     "core": CoreConfig,
+    "mapping": MappingConfig,
 }
 
 
@@ -399,6 +418,7 @@ class OpticalConfig:
     adc: ADCConfig = dataclasses.field(default_factory=ADCConfig)
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
     core: CoreConfig = dataclasses.field(default_factory=CoreConfig)
+    mapping: MappingConfig = dataclasses.field(default_factory=MappingConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():

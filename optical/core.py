@@ -12,8 +12,8 @@ every tile. One pass of a token through a tile:
    collects ``photons_per_mac * sum_j a_j T_rjn`` photoelectrons on average;
 4. shot noise, dark counts and read noise; balanced rails are subtracted;
 5. the ADC digitises each readout in the column's window (ENOB noise, clipping);
-6. the digital side undoes the rail encodings and the scales and accumulates
-   the partial sums of the K-tiles in the working dtype.
+6. the digital side undoes the rail encodings and each K-tile's weight scales
+   and accumulates the partial sums of the K-tiles in the working dtype.
 
 All readouts are kept in units of full-scale MACs (photoelectrons divided by
 ``photons_per_mac``), so the ideal machine (``photons_per_mac = inf``) is the
@@ -177,17 +177,20 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     x2 = x.reshape(-1, k)
     tokens = x2.shape[0]
     y = np.zeros((tokens, n), dtype=x.dtype)
-    scale = input_scale(x2, config.dac.scaling)
+    if programmed.input_range is None:
+        scale = input_scale(x2, config.dac.scaling)
+    else:
+        scale = np.full(tokens, programmed.input_range, dtype=x.dtype)
     if chunk_tokens is None:
         rails = encoding.n_rails(config.encoding.weights)
         chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
     totals = np.zeros(3)  # detected photons, readouts, clipped ADC conversions
     for start in range(0, tokens, chunk_tokens):
         stop = min(start + chunk_tokens, tokens)
-        xn = x2[start:stop] / scale[start:stop, None]
+        # Clipping only bites for a static input range: abs-max scaling is exact.
+        xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
         y[start:stop] = _accumulate(xn, start, tokens, programmed, config, seed, totals)
     y *= scale[:, None]
-    y *= programmed.scale[None, :]
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:
         return y
@@ -196,7 +199,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
 
 def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
                 config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
-    """Sum over K-tiles of the decoded readouts for a chunk of normalised inputs."""
+    """Sum over K-tiles of the decoded, rescaled readouts for a chunk of
+    normalised inputs (the input scale is not yet applied)."""
     tiling = pw.tiling
     dtype = xn.dtype
     p = config.source.photons_per_mac
@@ -217,8 +221,9 @@ def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
         ks = tiling.k_slice(kt)
         levels = converters.quantize_levels(encoding.encode(xn[:, ks], config.encoding.inputs),
                                             config.dac.bits)  # (n_in, T, k)
+        part = np.zeros_like(acc)
         if in_const:
-            acc += dtype.type(in_const) * pw.weight_sums[kt][None, :]
+            part += dtype.type(in_const) * pw.weight_sums[kt][None, :]
         for s in range(n_in):
             a = levels[s]
             a_sum = a.sum(axis=1, dtype=np.float64)[:, None]
@@ -242,7 +247,8 @@ def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
                 # Undo the weight encoding: sum_j a_j v_jn for this pass.
                 z = np.einsum("e,etn->tn", h, value)
                 z = (z - t_min * c_sum * a_sum) / (1 - t_min) + w_const * a_sum
-                acc[:, ns] += (in_coeffs[s] * z).astype(dtype)
+                part[:, ns] += (in_coeffs[s] * z).astype(dtype)
+        acc += part * pw.scale[kt][None, :]
     return acc
 
 

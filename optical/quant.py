@@ -75,8 +75,10 @@ class ProgrammedWeights:
     config : OpticalConfig
         The configuration it was programmed for.
     tiling : Tiling
-    scale : ndarray, shape (N,)
-        Weight scale per output column; ``w ~ scale * weights``.
+    scale : ndarray, shape (k_tiles, N)
+        Weight scale of every column of every K-tile: the rows of K-tile ``i``
+        hold ``w[rows, n] ~ scale[i, n] * weights[rows, n]``. Restored
+        digitally before the K-tiles' partial sums are added.
     weights : ndarray, shape (K, N)
         Normalised, quantised weights in [-1, 1] as the digital side believes
         they are programmed (used to undo the encoding).
@@ -87,6 +89,10 @@ class ProgrammedWeights:
     adc_lo, adc_hi : ndarray, shape (k_tiles, adc_rails, N)
         ADC window of every column of every K-tile, in units of full-scale
         MACs (photoelectrons divided by ``photons_per_mac``).
+    input_range : float or None
+        A static input full scale (e.g. from calibration): inputs are divided
+        by it and clipped to [-1, 1]. ``None``: ``dac.scaling`` decides
+        (dynamic abs-max).
     """
 
     config: OpticalConfig
@@ -97,6 +103,7 @@ class ProgrammedWeights:
     transmissions: np.ndarray
     adc_lo: np.ndarray
     adc_hi: np.ndarray
+    input_range: float | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -144,9 +151,10 @@ def program(w: np.ndarray, config: OpticalConfig) -> ProgrammedWeights:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
     k, n = w.shape
     tiling = Tiling(k, n, config.core.inputs, config.core.outputs)
-    scale = _column_scale(w, config.mask.scaling)
+    column_scale = _column_scale(w, config.mask.scaling)
+    scale = np.repeat(column_scale[None, :], tiling.k_tiles, axis=0)
     t_min = config.mask.min_transmission
-    levels = converters.quantize_levels(encoding.encode(w / scale, config.encoding.weights),
+    levels = converters.quantize_levels(encoding.encode(w / column_scale, config.encoding.weights),
                                         config.mask.bits)
     weights = encoding.decode(levels, config.encoding.weights)
     transmissions = converters.transmission(levels, t_min)

@@ -38,3 +38,27 @@ def test_bad_model_directories(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": 64}')
     with pytest.raises(ValueError, match="missing key 'num_attention_heads'"):
         read_spec(tmp_path)
+
+
+def test_layer_schedule_counts_weight_and_attention_products():
+    import optical
+    from optical.transformer import layer_schedule
+
+    spec = read_spec(MODELS / "llama-3.1-8b")
+    cfg = optical.presets.get("iris-like")
+    sched = layer_schedule(spec, 512, cfg, batch=2)
+    assert list(sched) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                           "down_proj"]
+    down = sched["down_proj"]
+    assert (down.tokens, down.k_tiles, down.n_tiles) == (1024, 14, 4)
+    assert down.weight_loads == 56 and down.macs == 1024 * 14336 * 4096
+    assert sum(s.macs for s in sched.values()) == 1024 * spec.linear_macs_per_token()
+
+    optical_attention = layer_schedule(spec, 512, cfg.replace({"mapping.attention": "optical"}))
+    scores = optical_attention["attention.scores"]
+    # 8 KV heads, each K^T (128 x 512) loaded once; 4 query heads x 512 tokens stream through.
+    assert scores.weight_loads == 8 * 1 * 1
+    assert scores.macs == 32 * 512 * 128 * 512
+    assert optical_attention["attention.values"].macs == 32 * 512 * 512 * 128
+    with pytest.raises(ValueError, match="batch"):
+        layer_schedule(spec, 512, cfg, batch=0)
