@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from optical import _rng
+from optical import _rng, kernels
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
@@ -132,8 +132,9 @@ def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
 
 
 def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
-           seed: int, return_stats: bool = False,
-           chunk_tokens: int | None = None) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
+           seed: int, return_stats: bool = False, chunk_tokens: int | None = None,
+           backend: str = "auto",
+           exact: bool = False) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
     """``x @ w`` on the optical core.
 
     Parameters
@@ -149,6 +150,15 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         Also return a :class:`MatmulStats`.
     chunk_tokens : int, optional
         Tokens processed at a time (memory bound); does not change the result.
+        The fast backends work in fixed blocks of tokens whatever it says.
+    backend : {"auto", "numpy", "numba", "jax"}
+        Where it runs (see :mod:`optical.kernels`): "numpy" is the readable
+        reference; "auto" takes "jax" for JAX arrays, else "numba".
+    exact : bool
+        On the fast backends, reproduce the reference's noise exactly rather
+        than in distribution, and compute the shot noise of balanced rails
+        without the low-rank approximation (slower). The numpy backend is
+        always exact.
 
     Returns
     -------
@@ -157,6 +167,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    backend = kernels.resolve(backend, x)
+    if backend == "jax":
+        from optical.kernels import jax_backend
+        return jax_backend.matmul(x, w, config, seed=seed, return_stats=return_stats,
+                                  chunk_tokens=chunk_tokens, exact=exact)
     seed = check_seed(seed)
     x = check_float_array(x, "x", min_ndim=1)
     if isinstance(w, ProgrammedWeights):
@@ -173,23 +188,29 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                         "cast one explicitly")
     if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
         raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
 
     x2 = x.reshape(-1, k)
     tokens = x2.shape[0]
-    y = np.zeros((tokens, n), dtype=x.dtype)
     if programmed.input_range is None:
         scale = input_scale(x2, config.dac.scaling)
     else:
         scale = np.full(tokens, programmed.input_range, dtype=x.dtype)
-    if chunk_tokens is None:
-        rails = encoding.n_rails(config.encoding.weights)
-        chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
     totals = np.zeros(3)  # detected photons, readouts, clipped ADC conversions
-    for start in range(0, tokens, chunk_tokens):
-        stop = min(start + chunk_tokens, tokens)
-        # Clipping only bites for a static input range: abs-max scaling is exact.
-        xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
-        y[start:stop] = _accumulate(xn, start, tokens, programmed, config, seed, totals)
+    if backend == "numba":
+        from optical.kernels import numba_backend
+        y = numba_backend.accumulate(x2, scale, programmed, config, seed, totals, exact=exact)
+    else:
+        y = np.zeros((tokens, n), dtype=x.dtype)
+        if chunk_tokens is None:
+            rails = encoding.n_rails(config.encoding.weights)
+            chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
+        for start in range(0, tokens, chunk_tokens):
+            stop = min(start + chunk_tokens, tokens)
+            # Clipping only bites for a static input range: abs-max scaling is exact.
+            xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
+            y[start:stop] = _accumulate(xn, start, tokens, programmed, config, seed, totals)
     y *= scale[:, None]
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:
