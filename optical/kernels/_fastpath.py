@@ -54,16 +54,18 @@ def light_factors(tsum: np.ndarray, rank: int = LIGHT_RANK, *,
     rank : int
         Number of factor pairs, >= 1.
     """
-    tsum = np.asarray(tsum, dtype=np.float64)
+    tsum = np.asarray(tsum)
+    if tsum.dtype not in (np.float32, np.float64):
+        tsum = tsum.astype(np.float64)
     k, n = tsum.shape
-    mean = tsum.mean(axis=0)
-    centred = tsum - mean
+    mean = tsum.mean(axis=0, dtype=np.float64)
+    centred = tsum - mean.astype(tsum.dtype)  # float32 is ample for a noise variance
     if rank - 1 >= min(k, n):
         u, s, vt = np.linalg.svd(centred, full_matrices=False)
         left, right = u, s[:, None] * vt
     elif rank > 1:
         rng = np.random.default_rng(seed)
-        sketch = centred @ rng.standard_normal((n, min(n, rank - 1 + 10)))
+        sketch = centred @ rng.standard_normal((n, min(n, rank - 1 + 10)), dtype=centred.dtype)
         for _ in range(2):
             sketch, _ = np.linalg.qr(sketch)
             sketch, _ = np.linalg.qr(centred.T @ sketch)
@@ -74,8 +76,8 @@ def light_factors(tsum: np.ndarray, rank: int = LIGHT_RANK, *,
         right = s[:rank - 1, None] * vt[:rank - 1]
     else:
         left, right = np.zeros((k, 0)), np.zeros((0, n))
-    return (np.concatenate([np.ones((k, 1)), left], axis=1),
-            np.concatenate([mean[None, :], right], axis=0))
+    return (np.concatenate([np.ones((k, 1)), left], axis=1).astype(np.float64),
+            np.concatenate([mean[None, :], right], axis=0).astype(np.float64))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,7 +76,12 @@ def _levels_token(t, x, scale, offset, top, levels, a_sum, left_t, p_low):
             p_low[r * tokens + t, q] = _dot(lev, left_t[q])
 
 
-@nb.njit(**_SERIAL)
+# Reductions may be reassociated so that they vectorise: the order of a sum then
+# depends on the SIMD width of the machine, not on threads or blocking.
+_REDUCE = {**_SERIAL, "fastmath": {"reassoc", "contract"}}
+
+
+@nb.njit(**_REDUCE)
 def _sum(a):
     total = 0.0
     for j in range(a.size):
@@ -84,7 +89,7 @@ def _sum(a):
     return total
 
 
-@nb.njit(**_SERIAL)
+@nb.njit(**_REDUCE)
 def _dot(a, b):
     total = 0.0
     for j in range(a.size):
@@ -204,8 +209,8 @@ def _pair_normals(key, pass_id, half_n, n_adc, e, col0, noise):
 
 
 @nb.njit(**_SERIAL)
-def _readout_fast_pass(m, row, g, p_low, r_low, lo, hi, var_col, var_const, inv_p, top, key,
-                       pass_id, half_n, col0, h, noise, var, mean_e, zsum):
+def _readout_fast_pass(m, row, g, p_low, r_low, lo, step, inv_step, var_col, var_const, inv_p,
+                       top, key, pass_id, half_n, col0, h, noise, var, mean_e, zsum):
     """One pass of one token: noise, ADC and rail decoding, summed into zsum.
     Returns the number of clipped conversions."""
     n_sig, _, nn = m.shape
@@ -235,14 +240,22 @@ def _readout_fast_pass(m, row, g, p_low, r_low, lo, hi, var_col, var_const, inv_
                 for j in range(nn):
                     var[j] += pq * rq[j]
         shift = _pair_normals(key, pass_id, half_n, n_adc, e, col0, noise)
-        lo_e, hi_e, vc_e = lo[e], hi[e], var_col[e]
+        lo_e, step_e, inv_e, vc_e = lo[e], step[e], inv_step[e], var_col[e]
         vconst, he = var_const[e], h[e]
-        for j in range(nn):
-            v = max(var[j], 0.0) * inv_p + vconst + vc_e[j]
-            value = mean_e[j] + math.sqrt(v) * np.float64(noise[j + shift])
-            value, clip = _adc(value, lo_e[j], hi_e[j], top)
-            n_clip += clip
-            zsum[j] += he * value
+        if top > 0.0:
+            for j in range(nn):
+                v = max(var[j], 0.0) * inv_p + vconst + vc_e[j]
+                # float32 is ample for the size of a noise term, and twice as wide.
+                value = mean_e[j] + np.float64(math.sqrt(np.float32(v)) * noise[j + shift])
+                # A zero-width window has inv_step 0: code 0, value lo, never clipped.
+                code = np.rint((value - lo_e[j]) * inv_e[j])
+                n_clip += (code < 0.0) | (code > top)
+                zsum[j] += he * (lo_e[j] + min(max(code, 0.0), top) * step_e[j])
+        else:
+            for j in range(nn):
+                v = max(var[j], 0.0) * inv_p + vconst + vc_e[j]
+                zsum[j] += he * (mean_e[j]
+                                 + np.float64(math.sqrt(np.float32(v)) * noise[j + shift]))
     return n_clip
 
 
@@ -270,9 +283,9 @@ def _finish(part, w_scale, y_row):
 
 
 @nb.njit(**_SERIAL)
-def _readout_fast_token(t, m, g, p_low, r_low, a_sum, lo, hi, var_col, var_const, w_sum, w_scale,
-                        y, key, inv_p, top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first,
-                        k_tiles, kt, big_n, col0):
+def _readout_fast_token(t, m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const,
+                        w_sum, w_scale, y, key, inv_p, top, h, t_min, c_sum, w_const, in_coeffs,
+                        in_const, t_first, k_tiles, kt, big_n, col0):
     n_in, tokens = a_sum.shape
     nn = w_sum.size
     half_n = (big_n + 1) // 2
@@ -287,18 +300,18 @@ def _readout_fast_token(t, m, g, p_low, r_low, a_sum, lo, hi, var_col, var_const
         pass_id = _pass_id(t_first + t, k_tiles, kt, n_in, s)
         for j in range(nn):
             zsum[j] = 0.0
-        n_clip += _readout_fast_pass(m, s * tokens + t, g, p_low, r_low, lo, hi, var_col,
-                                     var_const, inv_p, top, key, pass_id, half_n, col0, h,
-                                     noise, var, mean_e, zsum)
+        n_clip += _readout_fast_pass(m, s * tokens + t, g, p_low, r_low, lo, step, inv_step,
+                                     var_col, var_const, inv_p, top, key, pass_id, half_n,
+                                     col0, h, noise, var, mean_e, zsum)
         _decode(zsum, a_sum[s, t], in_coeffs[s], t_min, c_sum, w_const, part)
     _finish(part, w_scale, y[t, col0:col0 + nn])
     return n_clip
 
 
 @nb.njit(**_PARALLEL)
-def readout_fast(m, g, p_low, r_low, a_sum, lo, hi, var_col, var_const, w_sum, w_scale, y, clipped,
-                 key, inv_p, top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first,
-                 k_tiles, kt, big_n, col0):
+def readout_fast(m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const, w_sum,
+                 w_scale, y, clipped, key, inv_p, top, h, t_min, c_sum, w_const, in_coeffs,
+                 in_const, t_first, k_tiles, kt, big_n, col0):
     """Gaussian detection, ADC and decoding of one weight block: the hot loop.
 
     Every Gaussian noise of an ADC readout (shot, dark, read, ENOB) is
@@ -312,8 +325,9 @@ def readout_fast(m, g, p_low, r_low, a_sum, lo, hi, var_col, var_const, w_sum, w
         rank > 0: then the shot variance is ``p_low @ r_low``, low-rank factors
         of the summed light of balanced rails (and m is their difference).
     a_sum : (n_in, T) float64, summed source levels of each pass.
-    lo, hi, var_col : (n_adc, nn) float64, ADC window and ENOB noise variance;
-        var_const : (n_adc,) float64, the column-independent noise variance.
+    lo, step, inv_step, var_col : (n_adc, nn) float64: ADC window start, code
+        width (0: a zero-width window), its inverse (0 there) and the ENOB noise
+        variance; var_const : (n_adc,) float64, the column-independent one.
     w_sum, w_scale : (nn,) dtype; y : (T, N) dtype, its columns col0 : col0 + nn
         accumulated into.
     clipped : (T,) int64, added to. h : (n_adc,); in_coeffs : (n_in,).
@@ -322,7 +336,8 @@ def readout_fast(m, g, p_low, r_low, a_sum, lo, hi, var_col, var_const, w_sum, w
     tokens = a_sum.shape[1]
     for t in nb.prange(tokens):
         clipped[t] += _readout_fast_token(
-            t, m, g, p_low, r_low, a_sum, lo, hi, var_col, var_const, w_sum, w_scale, y, key, inv_p,
+            t, m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const, w_sum,
+            w_scale, y, key, inv_p,
             top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first, k_tiles, kt, big_n, col0)
 
 

@@ -148,7 +148,7 @@ class _Plan:
             self.signals.append(row_s)
             self.rowsum.append(row_r)
             if self.low_rank:
-                left, right = _fastpath.light_factors(t[0, ks] + t[1, ks].astype(np.float64))
+                left, right = _fastpath.light_factors(t[0, ks] + t[1, ks])
                 self.factors.append((np.ascontiguousarray(left.T), right))
 
 
@@ -266,8 +266,10 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
                     p_arg, r_arg = empty_p, empty_r
                     if plan.low_rank:
                         p_arg, r_arg = p_low, np.ascontiguousarray(right[:, ns])
+                    step = (hi - lo) / plan.top if plan.top else np.zeros_like(lo)
+                    inv_step = np.divide(1.0, step, out=np.zeros_like(step), where=step > 0)
                     _numba.readout_fast(
-                        means, plan.g, p_arg, r_arg, a_sum, lo, hi,
+                        means, plan.g, p_arg, r_arg, a_sum, lo, step, inv_step,
                         np.ascontiguousarray(enob_var[kt][:, ns]), var_const, *common,
                         combined_key, inv_p, plan.top, *decode)
         clipped[b0:b1] += clip_b
