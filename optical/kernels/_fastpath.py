@@ -32,8 +32,8 @@ from optical.config import OpticalConfig
 from optical.physics import converters, encoding
 from optical.quant import ProgrammedWeights, adc_rails
 
-#: Rank of the low-rank factors of the summed rail light (column mean + 3).
-LIGHT_RANK = 4
+#: Rank of the low-rank factors of the summed rail light (column mean + 2).
+LIGHT_RANK = 3
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

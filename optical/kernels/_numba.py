@@ -283,15 +283,63 @@ def _finish(part, w_scale, y_row):
 
 
 @nb.njit(**_SERIAL)
+def _readout_fast_single(t, m, g0, p_low, r_low, asum, lo, step, inv_step, var_col, vconst, w_sum,
+                         w_scale, y_row, key, inv_p, top, h0, t_min, c_sum, w_const, coeff,
+                         in_const, pass_id, half_n, col0, noise, var):
+    """The common case in one loop: one input pass, one signal, one ADC rail
+    (offset inputs with balanced or offset weights), so the readout goes
+    from the GEMM output to ``y`` without intermediate arrays."""
+    nn = w_sum.size
+    rank = r_low.shape[0]
+    mean = m[0, t]
+    if rank > 0:
+        for j in range(nn):
+            var[j] = 0.0
+        for q in range(rank):
+            pq = p_low[t, q]
+            rq = r_low[q]
+            for j in range(nn):
+                var[j] += pq * rq[j]
+    else:
+        for j in range(nn):
+            var[j] = g0 * g0 * max(np.float64(mean[j]), 0.0)
+    shift = _pair_normals(key, pass_id, half_n, 1, 0, col0, noise)
+    dt = y_row.dtype.type
+    offset = t_min * c_sum * asum
+    inv_span = 1.0 / (1.0 - t_min)
+    pedestal = w_const * asum
+    n_clip = 0
+    for j in range(nn):
+        v = max(var[j], 0.0) * inv_p + vconst + var_col[j]
+        value = g0 * np.float64(mean[j]) \
+            + np.float64(math.sqrt(np.float32(v)) * noise[j + shift])
+        if top > 0.0:
+            code = np.rint((value - lo[j]) * inv_step[j])
+            n_clip += (code < 0.0) | (code > top)
+            value = lo[j] + min(max(code, 0.0), top) * step[j]
+        z = (h0 * value - offset) * inv_span + pedestal
+        part = dt(in_const) * w_sum[j] + dt(coeff * z)
+        y_row[j] += part * w_scale[j]
+    return n_clip
+
+
+@nb.njit(**_SERIAL)
 def _readout_fast_token(t, m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const,
                         w_sum, w_scale, y, key, inv_p, top, h, t_min, c_sum, w_const, in_coeffs,
                         in_const, t_first, k_tiles, kt, big_n, col0):
     n_in, tokens = a_sum.shape
     nn = w_sum.size
     half_n = (big_n + 1) // 2
-    part = np.empty(nn, dtype=y.dtype)
     noise = np.empty(2 * ((col0 % 2 + nn + 1) // 2), dtype=np.float32)
     var = np.empty(nn)
+    if n_in == 1 and m.shape[0] == 1 and g.shape[0] == 1:
+        return _readout_fast_single(t, m, g[0, 0], p_low, r_low, a_sum[0, t], lo[0], step[0],
+                                    inv_step[0], var_col[0], var_const[0], w_sum, w_scale,
+                                    y[t, col0:col0 + nn], key, inv_p, top, h[0], t_min, c_sum,
+                                    w_const, in_coeffs[0], in_const,
+                                    _pass_id(t_first + t, k_tiles, kt, 1, 0), half_n, col0,
+                                    noise, var)
+    part = np.empty(nn, dtype=y.dtype)
     mean_e = np.empty(nn)
     zsum = np.empty(nn)
     _start(w_sum, in_const, part)

@@ -238,6 +238,15 @@ def _token_normals(key, stream: int, t0, tokens: int, shape: tuple[int, ...], dt
     return jax.vmap(lambda t: jax.random.normal(jax.random.fold_in(base, t), shape, dtype))(ids)
 
 
+def _token_poisson(key, stream: int, t0, lam):
+    """Poisson counts of means ``lam`` (tokens first), each token's from its own key."""
+    base = jax.random.fold_in(key, stream)
+    ids = t0 + jnp.arange(lam.shape[0], dtype=jnp.uint32)
+    draw = jax.vmap(lambda t, m: jax.random.poisson(jax.random.fold_in(base, t), m,
+                                                    dtype=jnp.int32))
+    return draw(ids, lam).astype(lam.dtype)
+
+
 def _windows(st: _Static, prog, params):
     """ADC windows (kt, n_adc, Np): as programmed, or re-derived from the
     (possibly traced) noise parameters by the rule of ``optical.quant``."""
@@ -327,13 +336,11 @@ def _chunk(st: _Static, prog, params, x, scale, t0, seed):
         det = means
         if st.poisson:
             p = 1.0 / inv_p
-            lam = jnp.maximum(means, 0) * p
-            kshot = jax.random.fold_in(key, _rng.STREAMS["shot"])
-            det = jax.random.poisson(kshot, lam, dtype=jnp.int32).astype(dt) / p
-            kdark = jax.random.fold_in(key, _rng.STREAMS["dark"])
-            dark = jax.random.poisson(kdark, jnp.broadcast_to(params["dark"], means.shape),
-                                      dtype=jnp.int32).astype(dt)
-            det = det + (dark - params["dark"]) * inv_p
+            lam = jnp.moveaxis(jnp.maximum(means, 0) * p, 2, 0)  # tokens first
+            det = _token_poisson(key, _rng.STREAMS["shot"], t0, lam) / p
+            dark = _token_poisson(key, _rng.STREAMS["dark"], t0,
+                                  jnp.broadcast_to(params["dark"], lam.shape))
+            det = jnp.moveaxis(det + (dark - params["dark"]) * inv_p, 0, 2).astype(dt)
         else:
             dshape = (st.k_tiles, st.n_in, st.n_det, np_)
             zs = _token_normals(key, _rng.STREAMS["shot"], t0, tokens, dshape, dt)
