@@ -153,7 +153,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         The fast backends work in fixed blocks of tokens whatever it says.
     backend : {"auto", "numpy", "numba", "jax"}
         Where it runs (see :mod:`optical.kernels`): "numpy" is the readable
-        reference; "auto" takes "jax" for JAX arrays, else "numba".
+        reference; "auto" takes "jax" for JAX arrays, else "numba" (or
+        "numpy" for cores of fewer than ``kernels.MIN_FAST_TILE`` weights).
     exact : bool
         On the fast backends, reproduce the reference's noise exactly rather
         than in distribution, and compute the shot noise of balanced rails
@@ -167,7 +168,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
-    backend = kernels.resolve(backend, x)
+    backend = kernels.resolve(backend, x, config)
     if backend == "jax":
         from optical.kernels import jax_backend
         return jax_backend.matmul(x, w, config, seed=seed, return_stats=return_stats,

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 import optical
-from optical import _rng, metrics
+from optical import _rng, kernels, metrics
 from optical.kernels import _fastpath, numba_backend
 from optical.kernels import _rng_numba as rng_nb
 
@@ -237,6 +237,9 @@ def test_auto_backend_and_bad_arguments(rng):
     x, w = np.ones((2, 4)), np.ones((4, 3))
     np.testing.assert_array_equal(optical.matmul(x, w, ideal(), seed=0),
                                   optical.matmul(x, w, ideal(), seed=0, backend="numba"))
+    assert kernels.resolve("auto", x, ideal()) == "numba"
+    assert kernels.resolve("auto", x, ideal(**{"core.inputs": 7, "core.outputs": 5})) == "numpy"
+    assert kernels.resolve("numba", x, ideal(**{"core.inputs": 7})) == "numba"
     with pytest.raises(ValueError, match="backend: 'cuda' is not valid"):
         optical.matmul(x, w, ideal(), seed=0, backend="cuda")
     with pytest.raises(TypeError, match="exact: expected a bool"):

@@ -5,7 +5,9 @@
   GEMMs run in JAX's XLA when JAX is installed (float32), else in BLAS.
 - ``"jax"``: the same physics under ``jax.jit`` (:mod:`optical.kernels.jax_backend`):
   CPU or GPU, ``vmap`` over seeds and noise parameters, straight-through gradients.
-- ``"auto"``: ``"jax"`` for JAX arrays, else ``"numba"``.
+- ``"auto"``: ``"jax"`` for JAX arrays, else ``"numba"`` (``"numpy"`` for
+  cores smaller than :data:`MIN_FAST_TILE` weights, where the fast path's
+  per-tile overhead outweighs its speed).
 
 Importing this package imports neither numba nor JAX.
 """
@@ -15,9 +17,12 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-__all__ = ["BACKENDS", "available", "is_jax_array", "resolve"]
+__all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "is_jax_array", "resolve"]
 
 BACKENDS = ("auto", "numpy", "numba", "jax")
+
+#: Smallest core (inputs x outputs) for which "auto" takes the numba backend.
+MIN_FAST_TILE = 32 * 32
 
 
 def is_jax_array(x: object) -> bool:
@@ -35,8 +40,9 @@ def available() -> list[str]:
     return names
 
 
-def resolve(backend: str, x: object) -> str:
-    """The concrete backend for ``backend`` and an input ``x``.
+def resolve(backend: str, x: object, config=None) -> str:
+    """The concrete backend for ``backend``, an input ``x`` and (optionally)
+    the config it will run on.
 
     Raises
     ------
@@ -50,7 +56,8 @@ def resolve(backend: str, x: object) -> str:
     if backend == "auto":
         if jax_input:
             return "jax"
-        return "numba" if "numba" in available() else "numpy"
+        small = config is not None and config.core.inputs * config.core.outputs < MIN_FAST_TILE
+        return "numba" if "numba" in available() and not small else "numpy"
     if backend not in available():
         raise ValueError(f"backend: {backend!r} is not installed; install optical[{backend}]")
     if jax_input and backend != "jax":

@@ -420,7 +420,9 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     return_stats : bool
         Also return a :class:`optical.MatmulStats` (not under ``jit``).
     chunk_tokens : int, optional
-        Tokens per jitted chunk (default 512); does not change the result.
+        Tokens per jitted chunk (default 512). Every token draws from its own
+        keys, so the noise does not depend on it; XLA's GEMMs of other shapes
+        may round differently (float32 ulps, rarely a moved ADC code).
     exact : bool
         Compute the shot noise of balanced rails exactly (no low-rank factors)
         and draw every noise separately.
