@@ -1,10 +1,13 @@
-"""Work ratio of the emulator to the plain matmul with everything on one thread.
+"""Ratio of the emulator to the plain matmul on a shared machine: wall time
+and CPU time, in interleaved rounds.
 
-On a shared machine, multi-threaded timings mostly measure the other
-processes; with one thread each (numba, XLA, OpenBLAS), interleaved rounds and
-the minimum over them, the ratio is the ratio of work. Run as
-``OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
-intra_op_parallelism_threads=1" python benchmarks/single_thread_ratio.py``.
+On a machine that other processes share, a multi-threaded timing partly
+measures them. Here each round times the two baselines and the emulator back
+to back (a change of load hits all three), and besides the wall time it
+records the process's CPU time (``time.process_time``, all threads), whose
+ratio is the ratio of work done and barely depends on the load. The minimum
+over the rounds is kept. ``python benchmarks/single_thread_ratio.py [tokens k n rounds]``;
+``NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1`` pins those libraries to one thread.
 """
 
 import os
@@ -31,19 +34,24 @@ def main(tokens: int = 512, k: int = 4096, n: int = 4096, rounds: int = 5) -> No
         "jax jit x @ w": lambda: mm(xj, wj).block_until_ready(),
         "optical numba, iris-like": lambda: optical.matmul(x, pw, cfg, seed=0, backend="numba"),
     }
-    best = dict.fromkeys(methods, float("inf"))
+    wall = dict.fromkeys(methods, float("inf"))
+    cpu = dict.fromkeys(methods, float("inf"))
     for run in methods.values():
         run()  # compile and warm up
     for _ in range(rounds):
         for label, run in methods.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             run()
-            best[label] = min(best[label], time.perf_counter() - t0)
-    base = min(best["numpy x @ w"], best["jax jit x @ w"])
-    print(f"{tokens}x{k}@{k}x{n}, threads: numba {os.environ.get('NUMBA_NUM_THREADS')}, "
-          f"OpenBLAS {os.environ.get('OPENBLAS_NUM_THREADS')}, load {os.getloadavg()[0]:.1f}")
-    for label, seconds in best.items():
-        print(f"  {label:28s} {seconds * 1e3:8.1f} ms  {seconds / base:5.2f}x")
+            wall[label] = min(wall[label], time.perf_counter() - t0)
+            cpu[label] = min(cpu[label], time.process_time() - c0)
+    base_wall = min(wall["numpy x @ w"], wall["jax jit x @ w"])
+    base_cpu = min(cpu["numpy x @ w"], cpu["jax jit x @ w"])
+    print(f"{tokens}x{k}@{k}x{n}, threads: numba {os.environ.get('NUMBA_NUM_THREADS', 'all')}, "
+          f"OpenBLAS {os.environ.get('OPENBLAS_NUM_THREADS', 'all')}, "
+          f"load {os.getloadavg()[0]:.1f}")
+    for label in methods:
+        print(f"  {label:28s} wall {wall[label] * 1e3:8.1f} ms {wall[label] / base_wall:5.2f}x"
+              f"   cpu {cpu[label] * 1e3:8.1f} ms {cpu[label] / base_cpu:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from optical.quant import ProgrammedWeights, adc_rails
 __all__ = ["BLOCK_TOKENS", "GEMMS", "accumulate", "matmul"]
 
 #: Tokens per block: the unit of every GEMM, fixed so results never depend on chunking.
-BLOCK_TOKENS = 512
+BLOCK_TOKENS = 1024
 
 #: Stream of the fast path's combined Gaussian readout noise (beside ``_rng.STREAMS``).
 COMBINED_STREAM = 6
