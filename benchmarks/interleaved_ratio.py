@@ -6,7 +6,7 @@ measures them. Here each round times the two baselines and the emulator back
 to back (a change of load hits all three), and besides the wall time it
 records the process's CPU time (``time.process_time``, all threads), whose
 ratio is the ratio of work done and barely depends on the load. The minimum
-over the rounds is kept. ``python benchmarks/single_thread_ratio.py [tokens k n rounds]``;
+over the rounds is kept. ``python benchmarks/interleaved_ratio.py [tokens k n rounds]``;
 ``NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1`` pins those libraries to one thread.
 """
 
