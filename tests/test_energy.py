@@ -83,19 +83,42 @@ def test_photon_energy():
         model.photon_energy(0.0)
 
 
-@pytest.mark.parametrize(("double_buffered", "expect_load"), [(False, 3 * 1e-3), (True, 1e-3)])
-def test_matmul_time_by_hand(double_buffered, expect_load):
+@pytest.mark.parametrize("double_buffered", [False, True])
+def test_matmul_work_and_span_by_hand(double_buffered):
     # 8 weight loads over 3 cores: 3 rounds; each load streams 100 passes at 1 GHz.
     cfg = tiny_config(**{"energy.double_buffered_mask": double_buffered})
     s = optical.schedule(100, 8, 16, cfg)
     assert (s.weight_loads, s.passes) == (8, 800)
     t = model.matmul_time(s, cfg, cores=3)
-    assert t["streaming"] == pytest.approx(3 * 100e-9)
-    # Double-buffered: first load + 2 rounds bound by the 1 ms load + last stream.
-    assert t["mask_load"] == pytest.approx(expect_load if not double_buffered
-                                           else 1e-3 + 2 * 1e-3 - 2 * 100e-9)
-    assert model.matmul_time(s, cfg, cores=3, resident=True) == {
-        "mask_load": 0.0, "streaming": pytest.approx(100e-9)}
+    per_tile = max(1e-3, 100e-9) if double_buffered else 1e-3 + 100e-9
+    assert t["work"] == pytest.approx(8 * per_tile)
+    assert t["span"] == t["streaming"] == pytest.approx(3 * 100e-9)
+    # Activation masks are loaded on the span, round by round.
+    assert model.matmul_time(s, cfg, cores=3, activation=True)["span"] == pytest.approx(
+        3 * (1e-3 + 100e-9))
+    resident = model.matmul_time(s, cfg, cores=8, resident=True)
+    assert resident == {"work": pytest.approx(8 * 100e-9), "span": pytest.approx(100e-9),
+                        "streaming": pytest.approx(100e-9)}
+    with pytest.raises(ValueError, match="cores"):
+        model.matmul_time(s, cfg, cores=0)
+
+
+@pytest.mark.parametrize(("cores", "bound"), [(1, "work"), (64, "work"), (6655, "span")])
+def test_prefill_time_is_the_larger_of_work_over_cores_and_span(cores, bound):
+    # Llama 3.1 8B, 2048 tokens, 1024 x 1024 cores: 208 weight tiles per layer
+    # in 7 matmuls of 16, 4, 4, 16, 56, 56, 56 tiles; each tile streams 2048
+    # passes at 1 GHz and loads in 1 ms.
+    spec = read_spec("models/llama-3.1-8b")
+    rep = model.prefill(spec, 2048, optical.presets.get("iris-like").replace(
+        {"energy.cores": cores}))
+    assert rep.counts["weight_tiles"] == 32 * 208 and not rep.weights_resident
+    stream = 2048e-9
+    work = 32 * 208 * (1e-3 + stream) / cores
+    rounds = sum(-(-tiles // cores) for tiles in (16, 4, 4, 16, 56, 56, 56))
+    span = 1e-3 + 32 * rounds * stream
+    assert rep.time["mask_load"] + rep.time["streaming"] == pytest.approx(max(work, span))
+    assert (work >= span) == (bound == "work")
+    assert rep.time["streaming"] == pytest.approx(32 * rounds * stream)
 
 
 TINY = ModelSpec.from_config({

@@ -30,14 +30,22 @@ and weight rails) whatever the weights are, so the emitted light per pass is
 fixed by the fan-out, not by the data.
 
 Latency. A core streams ``input_rate`` passes per second and loads a mask in
-``1 / mask_refresh_rate`` s. The tiles of one matmul are spread over the
-``cores``; matmuls and layers run one after another, and the digital work
-runs after the optics at ``digital_ops_per_s`` (no overlap: an upper bound).
-When the cores can hold every weight tile of the model at once
-(``cores >= tiles``), the weights stay resident: nothing is loaded per
-prefill and every tile of a matmul streams at once. Otherwise every tile is
-loaded once per prefill (per batch), so the load time is amortised only over
-the ``batch * tokens`` rows that stream through it.
+``t_load = 1 / mask_refresh_rate`` s. Each weight tile is loaded once per
+prefill (per batch), so its load is amortised only over the ``batch *
+tokens`` rows that stream through it. Matmuls run one after another (each
+needs the previous one's output); the tiles of one matmul run in parallel on
+the cores. Weight masks do not depend on the data, so idle cores load the
+next matmuls' tiles ahead of time (ideal prefetching); masks made of
+activations (optical attention) can only be loaded once their data exist.
+The optical time is then the larger of the two classic bounds of a parallel
+schedule: the work (every tile's load and stream, in core-seconds) over the
+cores, and the span (the chain of matmuls: one initial load, then each
+matmul's rounds of streaming, plus the loads of activation masks). A greedy
+scheduler is within a factor two of this (Graham's bound). When the cores can
+hold every weight tile of the model (``cores >= tiles``) the weights stay
+resident: nothing is loaded per prefill and the time is the span. The
+digital work runs after the optics at ``digital_ops_per_s`` (no overlap: an
+upper bound).
 """
 
 from __future__ import annotations
@@ -182,32 +190,43 @@ def matmul_energy(s: Schedule, config: OpticalConfig, *, resident: bool = False,
     return out
 
 
-def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int,
-                resident: bool = False) -> dict[str, float]:
-    """Time of one optical matmul on ``cores`` cores, s, as ``{"mask_load",
-    "streaming"}``.
+def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: bool = False,
+                activation: bool = False) -> dict[str, float]:
+    """Work and span of one optical matmul on ``cores`` cores.
 
-    Each weight load streams ``passes / weight_loads`` passes. Without
-    residency the loads are spread over the cores in rounds; each round loads
-    then streams (or, double-buffered, overlaps the next load with the
-    current stream).
+    Parameters
+    ----------
+    s : Schedule
+    config : OpticalConfig
+    cores : int
+        Cores its tiles are spread over.
+    resident : bool
+        Whether its masks are already loaded (nothing to load).
+    activation : bool
+        Whether its masks hold activations: they are loaded only once the
+        data exist, so the loads lie on the span.
+
+    Returns
+    -------
+    dict
+        ``work`` (core-seconds: every tile's load and stream; with a
+        double-buffered mask, the longer of the two), ``span`` (s: its rounds
+        of ``cores`` tiles, each streaming ``passes / weight_loads`` passes,
+        plus their loads for activation masks) and ``streaming`` (s: the
+        streaming part of the span).
     """
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"cores: {cores!r} must be a positive integer")
     if s.weight_loads == 0 or s.passes == 0:
-        return {"mask_load": 0.0, "streaming": 0.0}
+        return {"work": 0.0, "span": 0.0, "streaming": 0.0}
     e = config.energy
     stream = s.passes / s.weight_loads / e.input_rate
-    if resident:
-        return {"mask_load": 0.0, "streaming": stream}
-    load = 1.0 / e.mask_refresh_rate
-    rounds = -(-s.weight_loads // max(1, cores))
-    if not e.double_buffered_mask:
-        return {"mask_load": rounds * load, "streaming": rounds * stream}
-    # Pipelined: the first load, then each round is bound by the slower of
-    # loading the next mask and streaming the current one, then the last stream.
-    bound = max(load, stream)
-    total = load + (rounds - 1) * bound + stream
+    load = 0.0 if resident else 1.0 / e.mask_refresh_rate
+    per_tile = max(load, stream) if e.double_buffered_mask else load + stream
+    rounds = -(-s.weight_loads // cores)
     streaming = rounds * stream
-    return {"mask_load": total - streaming, "streaming": streaming}
+    span = streaming + (rounds * load if activation else 0.0)
+    return {"work": s.weight_loads * per_tile, "span": span, "streaming": streaming}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +247,9 @@ class PrefillEnergy:
         traffic) over the whole prefill, the optical matmuls' decoding
         included as ``"decode"``: a view across ``components``.
     time : dict of str to float, s
-        ``mask_load``, ``streaming`` and ``digital``; they add up to the TTFT.
+        ``streaming`` (the chain of matmuls' streaming), ``mask_load`` (the
+        rest of the optical time: loads that prefetching cannot hide) and
+        ``digital``; they add up to the TTFT.
     counts : dict of str to int
         Totals over the layers: the schedule counts (passes, weight loads,
         conversions, readouts, MACs), bytes written to masks, digital
@@ -327,7 +348,7 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
 
     components = dict.fromkeys(COMPONENTS, 0.0)
     by_matmul: dict[str, dict[str, float]] = {}
-    time = {"mask_load": 0.0, "streaming": 0.0, "digital": 0.0}
+    work = span = streaming = 0.0  # per layer
     totals = dict.fromkeys((*_SUMMED, "mask_bytes"), 0)
     for name, s in schedules.items():
         activation = name in counts.ACTIVATION_MASKS
@@ -337,9 +358,9 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
         by_matmul[name] = {k: v * layers for k, v in parts.items()}
         for k, v in parts.items():
             components[k] += v * layers
-        t = matmul_time(s, config, cores=spare if activation else e.cores, resident=not loaded)
-        for k, v in t.items():
-            time[k] += v * layers
+        t = matmul_time(s, config, cores=spare if activation else e.cores,
+                        resident=not loaded, activation=activation)
+        work, span, streaming = work + t["work"], span + t["span"], streaming + t["streaming"]
         for k in _SUMMED:
             totals[k] += getattr(s, k) * layers
         if loaded:
@@ -359,7 +380,13 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     components["activation_memory"] += rest.sram_bytes * e.sram_energy_per_byte
     components["weight_memory"] += rest.dram_bytes * e.dram_energy_per_byte
     all_work = counts.sum_work(items)
-    time["digital"] = all_work.ops / e.digital_ops_per_s
+    first_load = 0.0 if resident else 1.0 / e.mask_refresh_rate
+    if resident:
+        optics = layers * span
+    else:
+        optics = max(layers * work / e.cores, first_load + layers * span)
+    time = {"mask_load": optics - layers * streaming, "streaming": layers * streaming,
+            "digital": all_work.ops / e.digital_ops_per_s}
     components["static"] = e.static_power * e.cores * sum(time.values())
     totals.update(digital_ops=all_work.ops, sram_bytes=all_work.sram_bytes,
                   dram_bytes=all_work.dram_bytes, weight_tiles=tiles,
