@@ -2,8 +2,9 @@
 
 An :class:`OpticalConfig` describes one free-space optical matrix-vector
 multiplier: its sources, input DAC, weight mask, optics, detectors, ADC, the
-encoding of signed values, the core size, and how transformer layers map onto
-it. Every field is reachable by a
+encoding of signed values, the core size, how transformer layers map onto
+it, and what its energy and time cost (``energy``, read by
+:mod:`optical.energy` only). Every field is reachable by a
 dotted path (``"adc.bits"``), which is how :meth:`OpticalConfig.replace`, the
 CLI (``--set adc.bits=6``) and sweeps (``--param adc.bits=4,6,8``) name it.
 

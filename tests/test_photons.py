@@ -56,6 +56,17 @@ def test_required_photons_match_the_shot_noise_formula_at_large_width(operands, 
     assert snr == pytest.approx(20.0, abs=0.2)
 
 
+def test_the_law_holds_when_read_noise_dominates_too():
+    # Read noise (fixed electrons per readout) against a signal ~ d p: SNR ~ d p,
+    # rising 20 dB per decade of photons, and again p* ~ 1/d.
+    cfg = optical.presets.get("ideal").replace({"detector.read_noise_electrons": 300.0})
+    result = photons.photon_scaling((64, 256, 1024), operands="coherent", tokens=32,
+                                    config=cfg)
+    assert result.photons_exponent == pytest.approx(-1.0, abs=0.1)
+    for req in result.requirements:
+        assert req.snr_slope_db_per_decade == pytest.approx(19.0, abs=1.0)
+
+
 def test_a_converter_floor_is_reported_not_extrapolated():
     cfg = optical.presets.get("ideal").replace({"adc.bits": 3})
     with pytest.raises(ValueError, match="not reachable|not reached"):

@@ -104,10 +104,11 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
                      seed: int = 0, max_steps: int = 12) -> PhotonRequirement:
     """Find the photons per MAC at which the emulated output SNR reaches a target.
 
-    Steps towards the target from 100 photons per MAC, using the shot-noise
-    law only as a guess for the next step; then measures the SNR at three
-    photon counts a quarter-decade apart around it and solves a
-    least-squares line of SNR (dB) against ``log10(photons)`` for the target.
+    Steps towards the target from 100 photons per MAC by secant steps in
+    (``log10(photons)``, SNR dB), the first assuming the shot-noise slope;
+    then measures the SNR at three photon counts a quarter-decade apart
+    around the last step and solves a least-squares line of SNR against
+    ``log10(photons)`` for the target.
 
     Raises
     ------
@@ -122,17 +123,20 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
         return output_snr_db(width, p, operands=operands, tokens=tokens, outputs=outputs,
                              config=config, seed=seed)
 
-    p, value = 100.0, snr(100.0)
+    # Secant steps in (log10 p, SNR dB), starting from the shot-noise slope of
+    # 10 dB per decade (read noise alone gives 20).
+    p, value, slope = 100.0, snr(100.0), 10.0
     for _ in range(max_steps):
         if abs(value - target_snr_db) < 0.5:
             break
-        step = float(np.clip((target_snr_db - value) / 10.0, -3.0, 3.0))
+        step = float(np.clip((target_snr_db - value) / slope, -3.0, 3.0))
         p_next = p * 10.0 ** step
         v_next = snr(p_next)
         if (v_next - value) * step <= 0:
             raise ValueError(f"width {width}: the SNR does not rise with photons_per_mac "
                              f"({value:.2f} dB at {p:.3g}, {v_next:.2f} dB at {p_next:.3g}); "
                              f"target {target_snr_db} dB is not reachable with this config")
+        slope = (v_next - value) / step
         p, value = p_next, v_next
     else:
         raise ValueError(f"width {width}: target {target_snr_db} dB not reached in "
