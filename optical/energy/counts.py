@@ -65,6 +65,7 @@ __all__ = [
     "mask_bytes",
     "matmul_dims",
     "matmul_work",
+    "sum_work",
     "weight_count",
 ]
 
@@ -271,6 +272,7 @@ def weight_count(spec: ModelSpec) -> dict[str, int]:
 
 
 def sum_work(items: Mapping[str, Work]) -> Work:
+    """The sum of several items of work."""
     total = Work()
     for w in items.values():
         total = total + w

@@ -29,7 +29,7 @@ from optical.core import matmul, schedule
 from optical.energy import model
 
 __all__ = ["OPERANDS", "PhotonRequirement", "PhotonScaling", "output_snr_db",
-           "photon_scaling", "required_photons"]
+           "photon_scaling", "power_law_exponent", "required_photons"]
 
 #: Operand distributions: name -> (low, high) of i.i.d. uniform inputs and weights.
 OPERANDS = {"coherent": (0.0, 1.0), "zero_mean": (-1.0, 1.0)}
