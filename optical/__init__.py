@@ -8,13 +8,14 @@
 True
 """
 
-from optical import core, metrics, presets
+from optical import core, energy, metrics, presets
 from optical.config import (
     ADCConfig,
     CoreConfig,
     DACConfig,
     DetectorConfig,
     EncodingConfig,
+    EnergyConfig,
     MappingConfig,
     MaskConfig,
     OpticalConfig,
@@ -32,6 +33,7 @@ __all__ = [
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "EnergyConfig",
     "MappingConfig",
     "MaskConfig",
     "MatmulStats",
@@ -42,6 +44,7 @@ __all__ = [
     "SourceConfig",
     "__version__",
     "core",
+    "energy",
     "matmul",
     "metrics",
     "presets",

@@ -7,9 +7,10 @@ import argparse
 import sys
 
 from optical.commands import config as config_command
+from optical.commands import energy as energy_command
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
-COMMANDS = [config_command]
+COMMANDS = [config_command, energy_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
