@@ -23,6 +23,9 @@ from optical.config import (
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
+from optical.sweep import load as load_sweep
+from optical.sweep import sweep
+from optical.workloads import LayerWorkload, MatmulWorkload
 
 __version__ = "0.1.0"
 
@@ -32,9 +35,11 @@ __all__ = [
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "LayerWorkload",
     "MappingConfig",
     "MaskConfig",
     "MatmulStats",
+    "MatmulWorkload",
     "OpticalConfig",
     "OpticsConfig",
     "ProgrammedWeights",
@@ -42,9 +47,11 @@ __all__ = [
     "SourceConfig",
     "__version__",
     "core",
+    "load_sweep",
     "matmul",
     "metrics",
     "presets",
     "program",
     "schedule",
+    "sweep",
 ]
