@@ -11,6 +11,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 import optical
+import optical.transformer
 from optical.workloads import LayerWorkload, MatmulWorkload, flatten_report, workload_from_dict
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -142,3 +143,39 @@ def test_flatten_report_names_layer_and_matmul_metrics():
                                           "counts.adc_conversions": 7}
     with pytest.raises(TypeError, match="cannot flatten a report of type int"):
         flatten_report(3)
+
+
+def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeypatch):
+    """The contract with optical.transformer (load once per process, validate
+    per run with the point's config and the run's seed), on stand-ins."""
+    from optical import workloads
+
+    calls = []
+
+    def load(model_dir, *, seed):
+        calls.append(("load", Path(model_dir).name, seed))
+        rng = np.random.default_rng(seed)
+        return {"w": rng.standard_normal((64, 16)).astype(np.float32)}
+
+    def validate(model, *, layer, tokens, config, seed):
+        calls.append(("validate", layer, tokens, config.adc.bits, seed))
+        x = np.random.default_rng(100 + layer).standard_normal((tokens, 64)).astype(np.float32)
+        exact = x.astype(np.float64) @ model["w"].astype(np.float64)
+        y = optical.matmul(x, model["w"], config, seed=seed)
+        sqnr = optical.metrics.sqnr_db(exact, y)
+        return {"output": {"sqnr_db": sqnr}, "matmuls": {"q_proj": {"sqnr_db": sqnr + 1}}}
+
+    monkeypatch.setattr(optical.transformer, "load", load, raising=False)
+    monkeypatch.setattr(optical.transformer, "validate", validate, raising=False)
+    workloads._load_model.cache_clear()
+    try:
+        wl = LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=2, tokens=8, weights_seed=5)
+        frame = optical.sweep(wl, {"adc.bits": [4, 10]}, seeds=2, out=tmp_path / "s",
+                              executor="serial", progress=False)
+    finally:
+        workloads._load_model.cache_clear()
+    assert calls[0] == ("load", "llama-3.1-8b", 5)
+    assert calls[1:] == [("validate", 2, 8, b, s) for b in (4, 10) for s in (0, 1)]
+    assert list(frame.columns[3:5]) == ["sqnr_db", "sqnr_db.q_proj"]
+    np.testing.assert_array_equal(frame["sqnr_db.q_proj"], frame["sqnr_db"] + 1)
+    assert frame["sqnr_db"].iloc[2] > frame["sqnr_db"].iloc[0]  # 10 bits beat 4
