@@ -368,9 +368,13 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _prepare(definition: SweepDefinition, out: Path) -> list[dict[str, Any]]:
+def _prepare(definition: SweepDefinition,
+             out: Path) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Create ``out`` with its manifest, or check the one there; returns the
-    points (the manifest's, so a resumed random sweep runs the same points)."""
+    points and the run ids by point and seed. Both come from the manifest once
+    it exists, so a resumed sweep runs the same points under the same ids even
+    if a newer version of the library adds config fields (with defaults that
+    keep the old behaviour)."""
     new = json.loads(json.dumps(definition.to_dict()))
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
@@ -379,12 +383,15 @@ def _prepare(definition: SweepDefinition, out: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
                              ". Use a new --out directory, or delete this one to start over.")
-        return [{p: _decode_value(p, v) for p, v in point.items()}
-                for point in manifest["points"]]
+        points = [{p: _decode_value(p, v) for p, v in point.items()}
+                  for point in manifest["points"]]
+        return points, manifest["run_ids"]
     if any(p.name != ".lock" for p in out.iterdir()):
         raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); choose "
                          "a new directory")
     points = definition.points()
+    run_ids = [[definition.run_id(config, seed) for seed in definition.seeds]
+               for config in definition.configs(points)]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": FORMAT,
@@ -395,9 +402,10 @@ def _prepare(definition: SweepDefinition, out: Path) -> list[dict[str, Any]]:
         "params": definition.paths,
         "points": _encode(points),
         "runs": len(points) * len(definition.seeds),
+        "run_ids": run_ids,
     }
     _atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-    return points
+    return points, run_ids
 
 
 @contextlib.contextmanager
@@ -454,7 +462,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         raise ValueError(f"out: {out} is a file, not a directory")
     out.mkdir(parents=True, exist_ok=True)
     with _lock(out):
-        points = _prepare(definition, out)
+        points, run_ids = _prepare(definition, out)
         configs = definition.configs(points)
         runs_dir = out / RUNS
         runs_dir.mkdir(exist_ok=True)
@@ -463,9 +471,8 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         done = {p.stem for p in runs_dir.glob("*.json")}
         tasks, total = [], 0
         for index, config in enumerate(configs):
-            for seed in definition.seeds:
+            for seed, run_id in zip(definition.seeds, run_ids[index], strict=True):
                 total += 1
-                run_id = definition.run_id(config, seed)
                 if run_id not in done:
                     tasks.append(Task(run_id, index, seed, definition.workload, config))
         runner, owned = make_executor(executor)
@@ -592,7 +599,9 @@ def load(out: str | os.PathLike) -> Any:
 def _frame(out: Path, pd: Any) -> Any:
     manifest = read_manifest(out)
     paths = list(manifest["params"])
-    records = [_read_json(p) for p in sorted((out / RUNS).glob("*.json"))]
+    expected = {run_id for ids in manifest["run_ids"] for run_id in ids}
+    records = [_read_json(out / RUNS / f"{run_id}.json") for run_id in sorted(expected)
+               if (out / RUNS / f"{run_id}.json").is_file()]
     records.sort(key=lambda r: (r["point"], r["seed"]))
     metric_names: dict[str, None] = {}
     for record in records:

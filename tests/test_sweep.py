@@ -314,3 +314,19 @@ def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys):
     optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "b", executor="serial",
                   progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_sweep_written_before_a_new_config_field_resumes_without_rerunning(tmp_path):
+    """A manifest from a version without the `mapping` section: the same
+    sweep, since the new field's default keeps the old behaviour."""
+    out = tmp_path / "s"
+    optical.sweep(WL, PARAMS, seeds=1, out=out, base=BASE, executor="serial", progress=False)
+    before = load(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["definition"]["base_config"]["mapping"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "runs" / "0123456789abcdef0123.json").write_text("stray file, not a run")
+    summary = execute(SweepDefinition.build(WL, PARAMS, seeds=1, base=BASE), out,
+                      executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (4, 0)
+    pd.testing.assert_frame_equal(load(out), before)
