@@ -163,8 +163,9 @@ class SweepDefinition:
         seeds : int (that many seeds, 0, 1, ...) or a sequence of seeds
         base : preset name or OpticalConfig
         samples : int, optional
-            Random sampling: this many points, each value drawn uniformly from
-            its list or :class:`Range`. Default: the full grid.
+            Random sampling: this many draws, each value drawn uniformly from
+            its list or :class:`Range` (integers for integer fields);
+            identical draws count as one point. Default: the full grid.
         sample_seed : int
             Seed of the random sampling.
         """
@@ -305,10 +306,13 @@ def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | R
 def _draw(rng: np.random.Generator, path: str, spec: tuple[Any, ...] | Range) -> Any:
     if not isinstance(spec, Range):
         return spec[int(rng.integers(len(spec)))]
+    integer = OpticalConfig.field_spec(path)["kind"] == "int"
+    if integer and not spec.log:
+        return _canonical(path, int(rng.integers(spec.lo, spec.hi, endpoint=True)))
     lo, hi = (math.log(spec.lo), math.log(spec.hi)) if spec.log else (spec.lo, spec.hi)
     value = float(rng.uniform(lo, hi))
     value = math.exp(value) if spec.log else value
-    if OpticalConfig.field_spec(path)["kind"] == "int":
+    if integer:
         value = int(min(max(round(value), spec.lo), spec.hi))
     return _canonical(path, value)
 

@@ -330,3 +330,17 @@ def test_sweep_written_before_a_new_config_field_resumes_without_rerunning(tmp_p
                       executor="serial", progress=False)
     assert (summary.already_done, summary.ran) == (4, 0)
     pd.testing.assert_frame_equal(load(out), before)
+
+
+def test_integer_range_draws_every_integer_uniformly():
+    from scipy import stats
+
+    params = {"adc.bits": Range(3, 6), "adc.headroom": Range(1.0, 8.0)}
+    points = SweepDefinition.build(WL, params, seeds=1, samples=2000, sample_seed=1).points()
+    assert len(points) == 2000  # the continuous headroom makes every draw distinct
+    bits = np.array([p["adc.bits"] for p in points])
+    counts = np.bincount(bits, minlength=7)
+    assert counts[:3].sum() == 0 and counts[3:].min() > 0  # both ends included
+    assert stats.chisquare(counts[3:]).pvalue > 0.01
+    headroom = np.array([p["adc.headroom"] for p in points])
+    assert stats.kstest(headroom, stats.uniform(1.0, 7.0).cdf).pvalue > 0.01
