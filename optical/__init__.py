@@ -24,6 +24,9 @@ from optical.config import (
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
+from optical.sweep import load as load_sweep
+from optical.sweep import sweep
+from optical.workloads import LayerWorkload, MatmulWorkload
 
 __version__ = "0.1.0"
 
@@ -34,9 +37,11 @@ __all__ = [
     "DetectorConfig",
     "EncodingConfig",
     "EnergyConfig",
+    "LayerWorkload",
     "MappingConfig",
     "MaskConfig",
     "MatmulStats",
+    "MatmulWorkload",
     "OpticalConfig",
     "OpticsConfig",
     "ProgrammedWeights",
@@ -45,9 +50,11 @@ __all__ = [
     "__version__",
     "core",
     "energy",
+    "load_sweep",
     "matmul",
     "metrics",
     "presets",
     "program",
     "schedule",
+    "sweep",
 ]
