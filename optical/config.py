@@ -114,6 +114,18 @@ def _check_value(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
     return value
 
 
+def check_value(path: str, value: Any) -> Any:
+    """Validate one value for the field at a dotted ``path`` on its own (not
+    against other fields); return it in canonical form.
+
+    Raises
+    ------
+    ValueError
+        Naming the path for an unknown path or an invalid value.
+    """
+    return _check_value(path, value, OpticalConfig.field_spec(path))
+
+
 def parse_value(path: str, text: str) -> Any:
     """Parse a command-line string (``"6"``, ``"inf"``, ``"none"``, ``"true"``)
     into a value of the kind the field at ``path`` holds.

@@ -57,7 +57,7 @@ from optical._executors import (
 )
 from optical._progress import progress_bar
 from optical._validation import check_seed
-from optical.config import OpticalConfig, _check_value
+from optical.config import OpticalConfig, check_value
 from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
 
 __all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "ProcessExecutor",
@@ -126,7 +126,7 @@ def _canonical(path: str, value: Any) -> Any:
     checked later, point by point."""
     if isinstance(value, np.generic):
         value = value.item()
-    return _check_value(path, value, OpticalConfig.field_spec(path))
+    return check_value(path, value)
 
 
 def _hash(data: Any, length: int = 20) -> str:
