@@ -7,9 +7,10 @@ import argparse
 import sys
 
 from optical.commands import config as config_command
+from optical.commands import validate as validate_command
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
-COMMANDS = [config_command]
+COMMANDS = [config_command, validate_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
