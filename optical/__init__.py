@@ -8,7 +8,7 @@
 True
 """
 
-from optical import core, metrics, presets
+from optical import core, metrics, presets, transformer
 from optical.config import (
     ADCConfig,
     CoreConfig,
@@ -47,4 +47,5 @@ __all__ = [
     "presets",
     "program",
     "schedule",
+    "transformer",
 ]

@@ -52,8 +52,11 @@ def test_layers_are_read_lazily(tmp_path, bf16_tensors, monkeypatch):
         return original(self, name, *args, **kwargs)
 
     monkeypatch.setattr(Checkpoint, "read", spy)
-    model.layer(2)
+    layer = model.layer(2)
     assert len(read) == 9 and all(name.startswith("model.layers.2.") for name in read)
+    assert model.layer(2) is layer and len(read) == 9  # the last layer is kept
+    model.layer(0)
+    assert len(read) == 18
 
 
 def test_missing_tensor_is_named(tmp_path, bf16_tensors):

@@ -84,6 +84,18 @@ def load_spec_model():
     return LlamaModel(Path("medium"), MEDIUM, None, seed=0)
 
 
+def test_hidden_state_structure_follows_the_model_seed():
+    from pathlib import Path
+
+    from optical.transformer.model import LlamaModel
+
+    model = LlamaModel(Path("medium"), MEDIUM, None, seed=7)
+    dims, _ = SyntheticLlama().massive(MEDIUM, 7)
+    for seed in (0, 1):  # the input's own seed changes the tokens, not the model's features
+        out = model.layer(1).reference(model.hidden_states(1, 16, seed=seed), dtype="float32")
+        assert np.abs(out[0, dims]).min() > 1e2
+
+
 def test_hidden_states_shapes_seeds_and_errors():
     h = llama_hidden_states(MEDIUM, 2, 16, seed=3)
     assert h.shape == (16, 512) and h.dtype == np.float32

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from optical._validation import check_seed
 from optical.config import OpticalConfig
@@ -28,7 +27,7 @@ from optical.transformer._engines import (
 from optical.transformer.numerics import check_dtype, softmax
 from optical.transformer.spec import ModelSpec
 
-__all__ = ["BertLayer", "embeddings", "mean_pool"]
+__all__ = ["BertLayer", "check_mask", "embeddings", "mean_pool"]
 
 #: Short name -> tensor name under ``encoder.layer.N.`` (weights; biases add ``.bias``).
 TENSORS = {
@@ -64,6 +63,9 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU, as BERT's ``hidden_act = "gelu"``."""
+    from scipy import special  # imported here: scipy.special is slow to import
+
     return (0.5 * x * (1.0 + special.erf(x / np.float32(np.sqrt(2.0))))).astype(np.float32)
 
 
@@ -142,7 +144,7 @@ class BertLayer:
         else:
             engine = ReferenceEngine(check_dtype(dtype))
         h3 = check_hidden(h, self.spec.hidden_size)
-        mask = _check_mask(mask, h3.shape[:2])
+        mask = check_mask(mask, h3.shape[:2])
         out = self.forward(h3, mask, engine)
         return engine.trace(out.reshape(h.shape))
 
@@ -178,7 +180,8 @@ class BertLayer:
         return out.reshape(batch, tokens, hidden)
 
 
-def _check_mask(mask: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+def check_mask(mask: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+    """A (batch, tokens) bool mask of real tokens; all True when None."""
     if mask is None:
         return np.ones(shape, dtype=bool)
     mask = np.asarray(mask)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +196,7 @@ class LlamaModel(_Model):
         the caller)."""
         layer = _check_layer_index(self.spec, layer)
         return synthetic.llama_hidden_states(self.spec, layer, tokens, check_seed(seed),
-                                             batch=batch)
+                                             model_seed=self.seed, batch=batch)
 
 
 class BertModel(_Model):
@@ -303,7 +303,9 @@ class BertModel(_Model):
 
     def encode(self, ids: np.ndarray, mask: np.ndarray | None = None, *,
                config: OpticalConfig | None = None, seed: int = 0,
-               layers: int | None = None) -> np.ndarray:
+               layers: int | None = None,
+               program_options: Mapping[str, Any] | None = None,
+               matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
         """Hidden states after ``layers`` encoder layers (all by default).
 
         Parameters
@@ -315,6 +317,8 @@ class BertModel(_Model):
         seed : int
         layers : int, optional
             Stop after this many layers.
+        program_options, matmul_options : mapping, optional
+            Passed to every ``optical.program`` / ``optical.matmul`` call.
         """
         ids = np.asarray(ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
@@ -325,19 +329,21 @@ class BertModel(_Model):
         if ids.shape[1] > max_positions:
             raise ValueError(f"ids: {ids.shape[1]} tokens exceed max_position_embeddings "
                              f"{max_positions}")
-        mask = bert._check_mask(mask, ids.shape)
+        mask = bert.check_mask(mask, ids.shape)
         seed = check_seed(seed)
         count = self.spec.num_layers if layers is None else layers
         h = bert.embeddings(ids, self.embedding_tables(), self.eps, ReferenceEngine("float32"))
         for index in range(count):
             layer = self.layer(index)
             engine = (ReferenceEngine("float32") if config is None
-                      else OpticalEngine(config, seed, index))
+                      else OpticalEngine(config, seed, index, program_options=program_options,
+                                         matmul_options=matmul_options))
             h = layer.forward(h, mask, engine)
         return h
 
     def embed(self, sentences: Sequence[str], config: OpticalConfig | None = None, *,
-              seed: int = 0) -> np.ndarray:
+              seed: int = 0, program_options: Mapping[str, Any] | None = None,
+              matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
         """Sentence embeddings: tokenise, encode, mean-pool, L2-normalise.
 
         Parameters
@@ -347,13 +353,17 @@ class BertModel(_Model):
             Run every encoder layer's weight matmuls optically (the embedding
             lookup and pooling stay digital); None: the float32 reference.
         seed : int
+        program_options, matmul_options : mapping, optional
+            Passed to every ``optical.program`` / ``optical.matmul`` call.
 
         Returns
         -------
         ndarray, float32, shape (len(sentences), hidden), unit rows
         """
         ids, mask = self.token_ids(sentences)
-        return mean_pool_f32(self.encode(ids, mask, config=config, seed=seed), mask)
+        hidden = self.encode(ids, mask, config=config, seed=seed,
+                             program_options=program_options, matmul_options=matmul_options)
+        return bert.mean_pool(hidden, mask)
 
     def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
                       batch: int | None = None) -> np.ndarray:
@@ -367,7 +377,3 @@ class BertModel(_Model):
         ids = rng.integers(low, self.spec.vocab_size, size=(batch or 1, tokens))
         h = self.encode(ids, layers=layer)
         return h if batch is not None else h[0]
-
-
-def mean_pool_f32(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return bert.mean_pool(h, mask).astype(np.float32)

@@ -32,14 +32,17 @@ def _round_bfloat16(x: np.ndarray) -> np.ndarray:
     carry into the exponent rounds up correctly, and infinities stay infinite.
     NaN payloads are kept NaN.
     """
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    keep_odd = (bits >> np.uint32(16)) & np.uint32(1)
-    with np.errstate(over="ignore"):
-        rounded = (bits + np.uint32(0x7FFF) + keep_odd) & np.uint32(0xFFFF0000)
-    out = rounded.view(np.float32)
+    bits = np.array(x, dtype=np.float32, copy=True).view(np.uint32)
+    carry = bits >> np.uint32(16)  # in place below: two arrays of x's size at most
+    carry &= np.uint32(1)
+    carry += np.uint32(0x7FFF)
+    bits += carry  # wraps only for NaN payloads, restored below
+    del carry
+    bits &= np.uint32(0xFFFF0000)
+    out = bits.view(np.float32)
     nan = np.isnan(x)
     if nan.any():
-        out = np.where(nan, np.float32(np.nan), out)
+        out[nan] = np.nan
     return out
 
 

@@ -188,9 +188,13 @@ def _plant_super_weight(weights: dict[str, np.ndarray], spec: ModelSpec, seed: i
 
 
 def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
-                        batch: int | None = None,
+                        model_seed: int | None = None, batch: int | None = None,
                         stats: SyntheticLlama = DEFAULT) -> np.ndarray:
     """A synthetic residual-stream input of layer ``layer`` (see the module doc).
+
+    ``model_seed`` (default ``seed``) is the seed of the synthetic weights: the
+    BOS direction, the outlier channels and the massive dimensions belong to
+    the model and come from it; the token noise comes from ``seed``.
 
     Returns
     -------
@@ -207,17 +211,18 @@ def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
                          f"layers (0..{spec.num_layers - 1})")
     hidden = spec.hidden_size
     rms = 0.05 + 0.3 * layer
+    structure = seed if model_seed is None else model_seed
     rng = _rng(seed, "hidden", layer, tokens, batch)
     shape = (batch or 1, tokens, hidden)
     h = rng.standard_normal(shape, dtype=np.float32)
     scale = np.full(hidden, rms, dtype=np.float32)
-    scale[stats.residual_outliers(spec, seed)] *= np.float32(stats.residual_outlier_scale)
+    scale[stats.residual_outliers(spec, structure)] *= np.float32(stats.residual_outlier_scale)
     h *= scale
-    u = stats.bos_direction(spec, seed)
+    u = stats.bos_direction(spec, structure)
     h[:, 0] += np.float32(8 * rms * math.sqrt(hidden)) * u
     super_layer, _ = stats.super_index(spec)
     if layer > super_layer and stats.massive_dims > 0:
-        dims, values = stats.massive(spec, seed)
+        dims, values = stats.massive(spec, structure)
         h[:, 0, dims] = values
     return h if batch is not None else h[0]
 

@@ -164,7 +164,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     batch : int
         Prompts of ``tokens`` tokens, processed together (weights programmed once).
     hidden : ndarray, float32, shape (batch, tokens, hidden), optional
-        The layer input; default: ``model.hidden_states(layer, tokens, seed=seed)``.
+        The layer input ((tokens, hidden) when batch is 1); default:
+        ``model.hidden_states(layer, tokens, seed=seed, batch=batch)``.
     dtype : {"float16", "bfloat16", "float32"}
         Reference dtype.
     local : bool
@@ -190,9 +191,12 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     block = model.layer(layer)
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
-    elif hidden.ndim != 3 or hidden.shape[:2] != (batch, tokens):
-        raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got "
-                         f"{getattr(hidden, 'shape', None)}")
+    else:
+        shape = getattr(hidden, "shape", None)
+        if shape is not None and len(shape) == 2 and batch == 1:
+            hidden = hidden[None]
+        if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
+            raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
 
     start = time.perf_counter()
     reference = block.trace(hidden, dtype=dtype)
