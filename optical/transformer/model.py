@@ -146,11 +146,15 @@ class _Model:
 class LlamaModel(_Model):
     """A Llama model directory (real checkpoint or synthetic weights).
 
-    >>> model = load("models/llama-3.1-8b")                  # doctest: +SKIP
-    >>> layer = model.layer(0)
-    >>> h = model.hidden_states(0, tokens=256)
-    >>> y16 = layer.reference(h, dtype="float16")
-    >>> y = layer.optical(h, optical.presets.get("iris-like"), seed=0)
+    Examples
+    --------
+    ::
+
+        model = load("models/llama-3.1-8b")
+        layer = model.layer(0)
+        h = model.hidden_states(0, tokens=256)
+        y16 = layer.reference(h, dtype="float16")
+        y = layer.optical(h, optical.presets.get("iris-like"), seed=0)
     """
 
     def __init__(self, directory: Path, spec: ModelSpec, checkpoint: Checkpoint | None,

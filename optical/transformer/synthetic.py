@@ -89,7 +89,9 @@ class SyntheticLlama:
     massive_range : (float, float)
         Range of their magnitudes on the first token.
     super_activation : float
-        The super channel's activation on the first token.
+        The super channel's activation on the first token that the gate and up
+        rows are sized for, assuming its normalised MLP input is all BOS
+        direction; the attention output dilutes that, so ~150-300 results.
     """
 
     weight_std: float = 0.02
