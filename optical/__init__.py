@@ -11,6 +11,7 @@ True
 from optical import core, metrics, presets
 from optical.config import (
     ADCConfig,
+    CalibrationConfig,
     CoreConfig,
     DACConfig,
     DetectorConfig,
@@ -19,6 +20,7 @@ from optical.config import (
     MaskConfig,
     OpticalConfig,
     OpticsConfig,
+    OutliersConfig,
     SourceConfig,
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
@@ -28,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ADCConfig",
+    "CalibrationConfig",
     "CoreConfig",
     "DACConfig",
     "DetectorConfig",
@@ -37,6 +40,7 @@ __all__ = [
     "MatmulStats",
     "OpticalConfig",
     "OpticsConfig",
+    "OutliersConfig",
     "ProgrammedWeights",
     "Schedule",
     "SourceConfig",

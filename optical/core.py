@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from optical import _rng
+from optical import _rng, outliers
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
@@ -91,11 +91,22 @@ class MatmulStats(Schedule):
         Mean photoelectrons per detector readout.
     clipped_fraction : float
         Fraction of ADC conversions that fell outside the window.
+    digital_channels : int
+        Input channels multiplied digitally (``outliers.policy``). With a
+        static bypass their mask rows are not programmed, and the counts above
+        are those of the optical part, ``schedule(tokens, K - digital_channels, N)``.
+    digital_macs : int
+        Multiply-accumulates done digitally, ``tokens * digital_channels * N``.
+    digital_mac_fraction : float
+        ``digital_channels / K``: the share of the logical matmul's MACs done digitally.
     """
 
     detected_photons: float = 0.0
     mean_photoelectrons: float = 0.0
     clipped_fraction: float = 0.0
+    digital_channels: int = 0
+    digital_macs: int = 0
+    digital_mac_fraction: float = 0.0
 
 
 def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
@@ -173,6 +184,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                         "cast one explicitly")
     if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
         raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    if programmed.bypass is not None:  # outlier channels run digitally, the rest optically
+        return outliers.bypass_matmul(
+            x, programmed, config, return_stats=return_stats,
+            optical=lambda xo, po: matmul(xo, po, config, seed=seed, return_stats=True,
+                                          chunk_tokens=chunk_tokens))
 
     x2 = x.reshape(-1, k)
     tokens = x2.shape[0]
