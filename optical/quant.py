@@ -27,9 +27,9 @@ from optical.physics import converters, encoding
 __all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "program"]
 
 #: Config paths that programming does not depend on: a programmed matrix may
-#: be used with configs that differ only in these. ``dac.scaling`` only while
-#: neither side uses a static input range and the ADC windows are not
-#: calibrated (both depend on how inputs are scaled).
+#: be used with configs that differ only in these. Not with calibrated ADC
+#: windows (set from DAC-quantised, scaled calibration readouts); not
+#: ``dac.scaling`` when either side uses a static input range.
 PROGRAM_INDEPENDENT = ("dac.bits", "dac.scaling")
 
 # Mean and variance of one pass's source levels when the normalised input is
@@ -132,7 +132,9 @@ class ProgrammedWeights:
         anything programming depends on, naming the differing paths."""
         free = set(PROGRAM_INDEPENDENT)
         static = "static" in (self.config.dac.scaling, config.dac.scaling)
-        if static or self.config.adc.full_scale == "calibrated":
+        if self.config.adc.full_scale == "calibrated":
+            free.clear()
+        elif static:
             free.discard("dac.scaling")
         if not static:
             free.add("dac.percentile")

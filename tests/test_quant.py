@@ -151,11 +151,12 @@ def test_enob_loss_widens_the_window(rng):
 
 
 @pytest.mark.parametrize("bits", [3, 5])
-def test_mse_window_is_near_the_brute_force_best(rng, bits):
-    """Skewed, heavy-tailed readouts: the chosen window's real quantisation
-    error is within 10% of the best window on a fine grid."""
+def test_mse_window_on_its_own_samples_is_near_the_brute_force_best(rng, bits):
+    """Skewed, heavy-tailed readouts, no smoothing: the chosen window's real
+    quantisation error on the samples is within 10% of the best window on a
+    fine grid."""
     samples = np.column_stack([rng.gamma(2.0, 1.0, 3000), rng.standard_t(3, 3000)])
-    lo, hi = calibration.mse_windows(samples, np.zeros(2), bits)
+    lo, hi = calibration.mse_windows(samples, np.zeros(2), bits, tails=False)
     for col in range(2):
         s = samples[:, col]
         grid = np.quantile(s, np.linspace(0, 1, 81))
@@ -165,13 +166,41 @@ def test_mse_window_is_near_the_brute_force_best(rng, bits):
         assert ours <= 1.10 * best, (col, ours, best)
 
 
+@pytest.mark.parametrize("bits", [6, 8])
+def test_window_with_fitted_tails_holds_new_readouts(bits):
+    """A window chosen from 512 samples must hold new readouts' tails. Over
+    four draws of Gaussian and of gamma samples, its error on 20 000 fresh
+    samples stays within 3x (4.8 dB; typically 1.2x to 2x) of the best window
+    for those (an oracle on a grid); the window fitted to the samples alone,
+    ending near the largest sample, loses 10x or more at 8 bits."""
+    worst, worst_raw = 0.0, 0.0
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        for sample in (rng.standard_normal, lambda n, rng=rng: rng.gamma(3.0, 1.0, n)):
+            fit, fresh = sample(512)[:, None], sample(20_000)
+
+            def error(a, b, fresh=fresh):
+                return np.mean((converters.adc_quantize(fresh, a, b, bits)[0] - fresh) ** 2)
+
+            tail = np.geomspace(1e-5, 0.05, 12)
+            best = min(error(a, b) for a in np.quantile(fresh, tail)
+                       for b in np.quantile(fresh, 1 - tail))
+            lo, hi = calibration.mse_windows(fit, np.zeros(1), bits)
+            raw_lo, raw_hi = calibration.mse_windows(fit, np.zeros(1), bits, tails=False)
+            worst = max(worst, error(lo[0], hi[0]) / best)
+            worst_raw = max(worst_raw, error(raw_lo[0], raw_hi[0]) / best)
+    assert worst < 3.0
+    if bits == 8:
+        assert worst_raw > 10.0
+
+
 def test_shared_window_is_the_window_of_the_pooled_readouts(rng):
     samples = rng.standard_normal((500, 6)) * np.array([1, 2, 3, 1, 1, 1]) + np.arange(6)
     groups = np.array([0, 0, 0, 1, 1, 1])
-    lo, hi = calibration.mse_windows(samples, np.zeros(6), 5, groups=groups)
+    lo, hi = calibration.mse_windows(samples, np.zeros(6), 5, groups=groups, tails=False)
     for g in range(2):
         pooled = samples[:, groups == g].reshape(-1, 1)
-        plo, phi = calibration.mse_windows(pooled, np.zeros(1), 5)
+        plo, phi = calibration.mse_windows(pooled, np.zeros(1), 5, tails=False)
         assert lo[g] == pytest.approx(plo[0], abs=1e-9)
         assert hi[g] == pytest.approx(phi[0], abs=1e-9)
 
@@ -184,15 +213,17 @@ def _adc_only(**changes):
 @pytest.mark.parametrize(("inputs", "weights", "balanced"),
                          [("offset", "split", True), ("split", "split", False),
                           ("offset", "offset", False)])
-def test_calibrated_windows_beat_any_rescaled_window_on_their_inputs(rng, inputs, weights,
+def test_calibrated_windows_are_near_the_best_rescaling_on_new_inputs(rng, inputs, weights,
                                                                       balanced):
-    """End to end: shrinking or widening every calibrated window about its
-    centre only loses accuracy on the calibration inputs themselves."""
+    """End to end, calibrated on one batch and evaluated on another: no
+    rescaling of every window about its centre gains more than 0.5 dB, and
+    the calibrated windows beat the uniform-input "rms" ones."""
+    cal = rng.standard_normal((512, 128))
     x = rng.standard_normal((400, 128))
     w = rng.standard_normal((128, 40))
     cfg = _adc_only(**{"adc.full_scale": "calibrated", "encoding.inputs": inputs,
                        "encoding.weights": weights, "detector.balanced": balanced})
-    pw = optical.program(w, cfg, calibration=x)
+    pw = optical.program(w, cfg, calibration=cal)
     exact = x @ w
 
     def sqnr(factor):
@@ -201,11 +232,11 @@ def test_calibrated_windows_beat_any_rescaled_window_on_their_inputs(rng, inputs
                                      adc_hi=centre + factor * half)
         return metrics.sqnr_db(exact, optical.matmul(x, scaled, cfg, seed=0))
 
-    best = sqnr(1.0)
+    ours = sqnr(1.0)
     for factor in (0.7, 0.85, 1.2, 1.5):
-        assert best > sqnr(factor) - 0.1, factor
+        assert ours > sqnr(factor) - 0.5, factor
     rms = optical.matmul(x, w, cfg.replace({"adc.full_scale": "rms"}), seed=0)
-    assert best > metrics.sqnr_db(exact, rms) + 1.0
+    assert ours > metrics.sqnr_db(exact, rms) + 1.0
 
 
 def test_calibrated_windows_account_for_noise(rng):
@@ -268,25 +299,25 @@ def test_programmed_matrix_refuses_configs_it_was_not_programmed_for(rng):
     w = rng.standard_normal((100, 40))
     cfg = _noisy(**{"adc.full_scale": "calibrated"})
     pw = optical.program(w, cfg, calibration=x)
-    optical.matmul(x, pw, cfg.replace({"dac.bits": 4}), seed=0)  # DAC bits: free
     for changes, path in [
+        # Calibrated windows were set for 6-bit, per-token scaled inputs.
+        ({"dac.bits": 4}, "dac.bits = 6 when programmed, 4 now"),
         ({"core.outputs": 16}, "core.outputs = 32 when programmed, 16 now"),
         ({"mask.bits": 4}, "mask.bits"),
         ({"mask.scaling": "per_tile"}, "mask.scaling"),
         ({"mask.compensate": True}, "mask.compensate"),
         ({"adc.window": "per_tile"}, "adc.window"),
         ({"adc.full_scale": "rms"}, "adc.full_scale"),
-        # Calibrated windows were set for per-token scaled inputs.
         ({"dac.scaling": "per_tensor"}, "dac.scaling"),
         ({"outliers.policy": "dynamic"}, "outliers.policy"),
         ({"calibration.max_tokens": 7}, "calibration.max_tokens"),
     ]:
         with pytest.raises(ValueError, match=path):
             optical.matmul(x, pw, cfg.replace(changes), seed=0)
-    # Without calibrated windows or a static range, input scaling is free.
+    # Without calibrated windows or a static range, the DAC settings are free.
     plain = optical.program(w, _noisy())
-    optical.matmul(x, plain, _noisy(**{"dac.scaling": "per_tensor", "dac.percentile": 50.0}),
-                   seed=0)
+    optical.matmul(x, plain, _noisy(**{"dac.scaling": "per_tensor", "dac.percentile": 50.0,
+                                       "dac.bits": 4}), seed=0)
     with pytest.raises(ValueError, match="dac.scaling"):
         optical.matmul(x, plain, _noisy(**{"dac.scaling": "static"}), seed=0)
     static = optical.program(w, _noisy(**{"dac.scaling": "static"}), calibration=x)
