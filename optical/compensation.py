@@ -2,30 +2,40 @@
 
 The light that reaches detector ``m`` from source ``i`` does not see the
 transmission ``T[i, m]`` alone: the source's light spreads over neighbouring
-mask rows, each mask pixel is lit by the local illumination envelope ``E``,
-and each column's light spreads over neighbouring detectors. Within one
-core-sized tile, with ``h`` the kernels' half-length,
+mask rows, each pixel is lit by the local illumination envelope, and each
+column's light spreads over neighbouring detectors. Program time knows that
+map ``F`` from the mask's transmissions (rails, K, N) to the effective ones
+the detectors see, tile by tile; :func:`pre_distort` inverts it.
 
-``T_eff[i, m] = sum_{d, e} row_kernel[h + d] col_kernel[h + e] E[i + d, m - e] T[i + d, m - e]``
+Any *optics* object serves that offers
 
-(zero outside the tile): a linear map ``F``, applied once per weight load.
-:class:`SeparableCoupling` is that map. :func:`pre_distort` chooses mask
-levels whose effective tile is closest to the intended one scaled by a gain
+- ``apply(t, tiling)``: the effective transmissions of mask transmissions
+  ``t`` of shape (rails, K, N) (linear or not, rails coupled or not);
+- ``diagonal(tiling)``: each pixel's self-coupling ``D``, the derivative of
+  its own effective transmission with respect to its transmission, an array
+  broadcastable to (rails, K, N).
+
+:class:`SeparableCoupling` is the linear, separable case (an envelope over the
+tile, a row kernel and a column kernel, rails independent); the lens physics
+supplies the full one.
+
+:func:`pre_distort` asks for the intended effective tile scaled by a gain
 ``g`` per (K-tile, column) (the digital side divides ``g`` out):
 
-- split weights: only the difference of the two rails reaches the result
-  (their common part cancels), so it solves ``F(d) = g (1 - t_min) v`` for the
-  rail difference ``d`` in ``[-(1 - t_min), 1 - t_min]`` and puts ``max(d, 0)``
-  on one rail and ``max(-d, 0)`` on the other: light leaking onto a zero
-  weight is cancelled through the other rail;
+- split weights: only the difference of the two rails reaches the result,
+  so it solves ``F(t)[+] - F(t)[-] = g (1 - t_min) v`` for a signed ``d`` in
+  ``[-(1 - t_min), 1 - t_min]`` with ``t+ = t_min + max(d, 0)`` and
+  ``t- = t_min + max(-d, 0)``: light leaking onto a zero weight is cancelled
+  through the other rail;
 - offset weights: it solves ``F(t) = t_min + (1 - t_min) (g v + 1) / 2`` for
   ``t`` in ``[t_min, 1]``; the mid-range pedestal must be reached by the
   dimmest pixel too, which costs more gain.
 
-:func:`solve` is projected Jacobi iteration, a contraction when each pixel
-keeps more of its own light than it receives from its neighbours;
-:func:`gain` is the largest ``g`` for which every pixel's target stays
-reachable even when its neighbours leak the most (or the least) light.
+Both by projected Jacobi iteration, ``x <- clip(x + residual / D)``, a
+contraction when each pixel keeps more of its own light than it receives
+from its neighbours. :func:`gain` is the largest ``g`` for which every
+pixel's target stays reachable even when its neighbours leak the most (or
+the least) light.
 """
 
 from __future__ import annotations
@@ -34,12 +44,16 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["SeparableCoupling", "gain", "solve"]
+__all__ = ["SeparableCoupling", "gain", "pre_distort"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SeparableCoupling:
-    """Envelope and crosstalk of the optics over one core-sized tile.
+    """Linear envelope and crosstalk over one core-sized tile, rails independent:
+
+    ``T_eff[i, m] = sum_{d, e} row_kernel[h + d] col_kernel[h + e] E[i + d, m - e] T[i + d, m - e]``
+
+    (``h`` the kernels' half-length; zero outside the tile).
 
     Attributes
     ----------
@@ -68,30 +82,23 @@ class SeparableCoupling:
                              "2 dimensions (tile rows, tile columns)")
         object.__setattr__(self, "envelope", envelope)
 
-    def diagonal(self, tile_k: int, tile_n: int) -> np.ndarray:
-        """Self-coupling of every pixel of a tile, shape (tile_k, tile_n)."""
-        centre = self.row_kernel[self.row_kernel.size // 2] * self.col_kernel[
-            self.col_kernel.size // 2]
-        return centre * np.broadcast_to(self.envelope, (tile_k, tile_n))
+    def diagonal(self, tiling) -> np.ndarray:
+        """Self-coupling of every pixel, shape (K, N)."""
+        centre = (self.row_kernel[self.row_kernel.size // 2]
+                  * self.col_kernel[self.col_kernel.size // 2])
+        env = np.broadcast_to(self.envelope, (tiling.tile_k, tiling.tile_n))
+        layout = (tiling.k_tiles, tiling.tile_k, tiling.n_tiles, tiling.tile_n)
+        return _from_tiles(np.broadcast_to(centre * env[:, None, :], layout), tiling)
 
     def apply(self, t: np.ndarray, tiling) -> np.ndarray:
         """Effective transmissions of mask transmissions ``t`` (..., K, N),
         tile by tile; same shape and dtype."""
-        return _from_tiles(self._apply_tiles(_to_tiles(t, tiling)), tiling)
-
-    def leakage(self, tile_k: int, tile_n: int) -> np.ndarray:
-        """Light each pixel of a tile receives from all its neighbours when
-        every pixel is fully open, shape (tile_k, tile_n)."""
-        full = self._apply_tiles(np.ones((1, tile_k, 1, tile_n)))[0, :, 0, :]
-        return full - self.diagonal(tile_k, tile_n)
-
-    def _apply_tiles(self, tiles: np.ndarray) -> np.ndarray:
-        """The map on arrays laid out as (..., k_tiles, tile_k, n_tiles, tile_n)."""
-        tile_k, tile_n = tiles.shape[-3], tiles.shape[-1]
-        env = np.broadcast_to(self.envelope, (tile_k, tile_n)).astype(tiles.dtype)
-        out = _correlate(tiles * env[:, None, :], self.row_kernel.astype(tiles.dtype), axis=-3,
+        tiles = _to_tiles(t, tiling)
+        env = np.broadcast_to(self.envelope, (tiling.tile_k, tiling.tile_n)).astype(t.dtype)
+        out = _correlate(tiles * env[:, None, :], self.row_kernel.astype(t.dtype), axis=-3,
                          sign=1)
-        return _correlate(out, self.col_kernel.astype(tiles.dtype), axis=-1, sign=-1)
+        out = _correlate(out, self.col_kernel.astype(t.dtype), axis=-1, sign=-1)
+        return _from_tiles(out, tiling)
 
 
 def _to_tiles(a: np.ndarray, tiling) -> np.ndarray:
@@ -125,22 +132,15 @@ def _correlate(a: np.ndarray, kernel: np.ndarray, axis: int, sign: int) -> np.nd
     return np.moveaxis(out, -1, axis)
 
 
-def _tile_field(field: np.ndarray, tiling) -> np.ndarray:
-    """A per-pixel field of one tile (tile_k, tile_n) laid over a (K, N) matrix."""
-    layout = (tiling.k_tiles, tiling.tile_k, tiling.n_tiles, tiling.tile_n)
-    return _from_tiles(np.broadcast_to(field[:, None, :], layout), tiling)
-
-
-def gain(coupling: SeparableCoupling, tiling, min_transmission: float,
-         scheme: str) -> np.ndarray:
+def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
     """Largest target scale of each K-tile column that every pixel can reach.
 
-    With self-coupling ``D`` and leakage ``L`` (from fully open neighbours)
-    per pixel: split weights need ``|d| <= 1 - t_min`` where
-    ``D d = g (1 - t_min) v - leak`` and ``|leak| <= L (1 - t_min)``, so
-    ``g <= D - L``; offset weights need the top target
-    ``t_min + (1 - t_min)(1 + g) / 2 <= D + L t_min`` (neighbours closed) and
-    the bottom one ``t_min + (1 - t_min)(1 - g) / 2 >= D t_min + L``
+    With self-coupling ``D`` and leakage ``L = |F(open) - D|`` (what all open
+    neighbours put on a pixel) per pixel: split weights need
+    ``|d| <= 1 - t_min`` where ``D d = g (1 - t_min) v - leak`` and
+    ``|leak| <= L (1 - t_min)``, so ``g <= D - L``; offset weights need the
+    top target ``t_min + (1 - t_min)(1 + g) / 2 <= D - L t_min`` (neighbours
+    closed) and the bottom one ``t_min + (1 - t_min)(1 - g) / 2 >= D t_min + L``
     (neighbours open). Shape (k_tiles, N), in (0, 1].
 
     Raises
@@ -149,20 +149,17 @@ def gain(coupling: SeparableCoupling, tiling, min_transmission: float,
         If no positive gain works (the optics lose or leak too much light).
     """
     t_min = min_transmission
-    diag = coupling.diagonal(tiling.tile_k, tiling.tile_n)
-    leak = coupling.leakage(tiling.tile_k, tiling.tile_n)
+    shape = (rails, tiling.k, tiling.n)
+    diag = np.broadcast_to(optics.diagonal(tiling), shape).astype(np.float64)
+    leak = np.abs(optics.apply(np.ones(shape), tiling) - diag)
     if scheme == "split":
         reach = diag - leak
     else:
-        top = 2 * (diag + leak * t_min - t_min) / (1 - t_min) - 1
+        top = 2 * (diag - leak * t_min - t_min) / (1 - t_min) - 1
         bottom = 1 - 2 * (diag * t_min + leak - t_min) / (1 - t_min)
         reach = np.minimum(top, bottom)
-    out = np.empty((tiling.k_tiles, tiling.n))
-    for kt in range(tiling.k_tiles):
-        rows = tiling.k_slice(kt).stop - tiling.k_slice(kt).start
-        for nt in range(tiling.n_tiles):
-            ns = tiling.n_slice(nt)
-            out[kt, ns] = reach[:rows, :ns.stop - ns.start].min(axis=0)
+    reach = reach.min(axis=0)
+    out = np.stack([reach[tiling.k_slice(i)].min(axis=0) for i in range(tiling.k_tiles)])
     if np.any(out <= 0):
         raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "
                          f"at which every weight can be reached with {scheme} weights and "
@@ -170,49 +167,46 @@ def gain(coupling: SeparableCoupling, tiling, min_transmission: float,
     return np.minimum(out, 1.0)
 
 
-def solve(target: np.ndarray, coupling: SeparableCoupling, tiling, lo: float, hi: float, *,
-          tol: float = 1e-6, max_iter: int = 200) -> np.ndarray:
-    """Values in ``[lo, hi]`` whose effective tile is closest to ``target``.
-
-    Projected Jacobi: ``t <- clip(t + (target - F(t)) / D, lo, hi)``, from
-    ``target / D``, until no value moves by more than ``tol``.
-
-    Parameters
-    ----------
-    target : ndarray, shape (..., K, N), dimensionless
-    coupling : SeparableCoupling
-    tiling : optical.quant.Tiling
-    lo, hi : float
-        The box the values must stay in.
-    tol : float
-    max_iter : int
-
-    Returns
-    -------
-    ndarray, shape and dtype of ``target``
-    """
-    dtype = target.dtype
-    inv = _tile_field(1.0 / coupling.diagonal(tiling.tile_k, tiling.tile_n), tiling).astype(dtype)
-    t = np.clip(target * inv, lo, hi).astype(dtype)
-    for _ in range(max_iter):
-        step = np.clip(t + (target - coupling.apply(t, tiling)) * inv, lo, hi)
-        moved = float(np.max(np.abs(step - t))) if step.size else 0.0
-        t = step
-        if moved < tol:
-            break
-    return t
-
-
-def pre_distort(v: np.ndarray, gain_rows: np.ndarray, coupling: SeparableCoupling, tiling,
-                min_transmission: float, scheme: str) -> np.ndarray:
+def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transmission: float,
+                scheme: str, *, tol: float = 1e-6, max_iter: int = 200) -> np.ndarray:
     """Mask levels (rails, K, N) in [0, 1], not yet quantised, whose effective
-    tile shows the normalised weights ``v`` times ``gain_rows`` (the gain of
-    each row's K-tile column, shape (K, N))."""
-    t_min = min_transmission
-    span = 1.0 - t_min
+    tile shows the normalised weights ``v`` (K, N) times ``gain_rows`` (the gain
+    of each row's K-tile column, shape (K, N)).
+
+    Iterates until no value moves by more than ``tol`` (at most ``max_iter`` times).
+    """
+    dtype = v.dtype
+    t_min = dtype.type(min_transmission)
+    span = 1 - t_min
+    n_rails = 2 if scheme == "split" else 1
+    diag = np.broadcast_to(optics.diagonal(tiling), (n_rails, *v.shape)).astype(dtype)
     if scheme == "split":
-        d = solve(v * gain_rows * v.dtype.type(span), coupling, tiling, -span, span)
-        return np.stack([np.maximum(d, 0), np.maximum(-d, 0)]) / v.dtype.type(span)
-    target = t_min + span * (v * gain_rows + 1) / 2
-    t = solve(target.astype(v.dtype), coupling, tiling, t_min, 1.0)
-    return ((t - t_min) / span)[None]
+        target = v * gain_rows * span
+
+        def mask(d):
+            return np.stack([t_min + np.maximum(d, 0), t_min + np.maximum(-d, 0)])
+
+        def step(d):
+            effective = optics.apply(mask(d), tiling)
+            # d > 0 drives the positive rail, d < 0 the negative one.
+            return (target - (effective[0] - effective[1])) / np.where(d >= 0, diag[0], diag[1])
+
+        x, lo, hi = target / diag[0], -span, span
+    else:
+        target = (t_min + span * (v * gain_rows + 1) / 2)[None]
+
+        def mask(t):
+            return t
+
+        def step(t):
+            return (target - optics.apply(t, tiling)) / diag
+
+        x, lo, hi = target / diag, t_min, dtype.type(1)
+    x = np.clip(x, lo, hi).astype(dtype)
+    for _ in range(max_iter):
+        moved = np.clip(x + step(x), lo, hi)
+        change = float(np.max(np.abs(moved - x))) if x.size else 0.0
+        x = moved
+        if change < tol:
+            break
+    return (mask(x) - t_min) / span

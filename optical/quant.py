@@ -172,11 +172,13 @@ def _per_row(values: np.ndarray, tiling: Tiling) -> np.ndarray:
                               for i in range(tiling.k_tiles)], axis=0)
 
 
-def _optics_map(config: OpticalConfig) -> compensation.SeparableCoupling | None:
-    """The envelope and crosstalk of the configured optics, or ``None`` for
-    ideal optics (each source lights exactly its row, each column reaches
-    exactly its detector). Integration point for the lens physics
-    (``optical.physics.crosstalk``): the optics section has no geometry yet."""
+def _optics_map(config: OpticalConfig):
+    """The envelope and crosstalk of the configured optics -- an object with
+    ``apply(t, tiling)`` and ``diagonal(tiling)`` (see
+    :mod:`optical.compensation`) -- or ``None`` for ideal optics (each source
+    lights exactly its row, each column reaches exactly its detector).
+    Integration point for the lens physics (``optical.physics.crosstalk``):
+    the optics section has no geometry yet."""
     return None
 
 
@@ -194,7 +196,7 @@ def _mask(v: np.ndarray, tiling: Tiling,
         if optics is not None:  # uncompensated: the digital side is unaware of the optics
             transmissions = optics.apply(transmissions, tiling)
         return transmissions, encoding.decode(levels, scheme), None
-    gain = compensation.gain(optics, tiling, t_min, scheme)
+    gain = compensation.gain(optics, tiling, t_min, scheme, encoding.n_rails(scheme))
     levels = converters.quantize_levels(compensation.pre_distort(
         v, _per_row(gain.astype(v.dtype), tiling), optics, tiling, t_min, scheme),
         config.mask.bits)
