@@ -8,7 +8,7 @@
 True
 """
 
-from optical import core, metrics, presets
+from optical import core, energy, metrics, presets
 from optical.config import (
     ADCConfig,
     CalibrationConfig,
@@ -16,6 +16,7 @@ from optical.config import (
     DACConfig,
     DetectorConfig,
     EncodingConfig,
+    EnergyConfig,
     MappingConfig,
     MaskConfig,
     OpticalConfig,
@@ -25,6 +26,9 @@ from optical.config import (
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
+from optical.sweep import load as load_sweep
+from optical.sweep import sweep
+from optical.workloads import LayerWorkload, MatmulWorkload
 
 __version__ = "0.1.0"
 
@@ -35,9 +39,12 @@ __all__ = [
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "EnergyConfig",
+    "LayerWorkload",
     "MappingConfig",
     "MaskConfig",
     "MatmulStats",
+    "MatmulWorkload",
     "OpticalConfig",
     "OpticsConfig",
     "OutliersConfig",
@@ -46,9 +53,12 @@ __all__ = [
     "SourceConfig",
     "__version__",
     "core",
+    "energy",
+    "load_sweep",
     "matmul",
     "metrics",
     "presets",
     "program",
     "schedule",
+    "sweep",
 ]

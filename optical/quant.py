@@ -138,7 +138,9 @@ class ProgrammedWeights:
             free.discard("dac.scaling")
         if not static:
             free.add("dac.percentile")
-        differing = [p for p in self.config.diff(config) if p not in free]
+        # The energy section prices the machine; it does not change the arithmetic.
+        differing = [p for p in self.config.diff(config)
+                     if p not in free and not p.startswith("energy.")]
         if differing:
             raise ValueError(
                 "programmed weights do not match this config (re-program them): "

@@ -299,6 +299,7 @@ def test_programmed_matrix_refuses_configs_it_was_not_programmed_for(rng):
     w = rng.standard_normal((100, 40))
     cfg = _noisy(**{"adc.full_scale": "calibrated"})
     pw = optical.program(w, cfg, calibration=x)
+    optical.matmul(x, pw, cfg.replace({"energy.cores": 4}), seed=0)  # prices, not arithmetic
     for changes, path in [
         # Calibrated windows were set for 6-bit, per-token scaled inputs.
         ({"dac.bits": 4}, "dac.bits = 6 when programmed, 4 now"),
