@@ -33,7 +33,7 @@ __all__ = ["check_inputs", "input_range", "mse_windows", "normalise", "readout_w
            "subsample"]
 
 #: Bins of a group's readout range; window ends are chosen among the bin edges.
-N_BINS = 512
+N_BINS = 256
 
 #: Readout noise below this fraction of every column's readout range is left
 #: out of the window choice (it widens the readouts' distribution by < 1 %).

@@ -152,7 +152,9 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     x : ndarray, shape (..., K), float32 or float64
     w : ndarray, shape (K, N), or ProgrammedWeights
         Raw weights are programmed on every call; pass the result of
-        :func:`optical.program` to program once and stream many inputs.
+        :func:`optical.program` to program once and stream many inputs (and
+        for the settings that need calibration inputs). With outlier
+        channels (``outliers.policy``) those rows are multiplied digitally.
     config : OpticalConfig
     seed : int
         Non-negative; the output is a function of (x, w, config, seed).

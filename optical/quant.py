@@ -24,7 +24,7 @@ from optical._validation import check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
 
-__all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "program"]
+__all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs", "program"]
 
 #: Config paths that programming does not depend on: a programmed matrix may
 #: be used with configs that differ only in these. Not with calibrated ADC
@@ -208,10 +208,16 @@ def _mask(v: np.ndarray, tiling: Tiling,
     return transmissions, weights, gain
 
 
+def calibration_needs(config: OpticalConfig) -> list[str]:
+    """The settings of ``config`` that need calibration inputs when weights are
+    programmed (``"adc.full_scale = 'calibrated'"``, ...); empty if none does."""
+    return [f"{path} = {config.get(path)!r}" for path, value in
+            (("dac.scaling", "static"), ("adc.full_scale", "calibrated"),
+             ("outliers.policy", "static")) if config.get(path) == value]
+
+
 def _calibration_inputs(calibration: object, k: int, config: OpticalConfig) -> np.ndarray | None:
-    needs = [f"{path} = {config.get(path)!r}" for path, value in
-             (("dac.scaling", "static"), ("adc.full_scale", "calibrated"),
-              ("outliers.policy", "static")) if config.get(path) == value]
+    needs = calibration_needs(config)
     if calibration is None:
         if needs:
             raise ValueError(f"{' and '.join(needs)} needs calibration inputs: program the "

@@ -353,6 +353,8 @@ def test_bad_calibration_inputs_are_refused_clearly(cal, error, match):
 ])
 def test_missing_calibration_names_the_setting_that_needs_it(changes, match):
     w = np.ones((6, 3))
+    assert optical.quant.calibration_needs(ideal(**changes)) == [match.split(" needs")[0]]
+    assert optical.quant.calibration_needs(ideal()) == []
     with pytest.raises(ValueError, match=match):
         optical.program(w, ideal(**changes))
     with pytest.raises(ValueError, match=match):  # raw weights are programmed per call
