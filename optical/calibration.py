@@ -138,9 +138,11 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
         for nt in range(tiling.n_tiles):
             ns = tiling.n_slice(nt)
             t = transmissions[:, ks, ns]
-            detected = np.matmul(a_mean.astype(t.dtype), t).astype(np.float64)  # (rails, cols)
+            # Mean detected light per rail and column, for the shot noise.
+            detected = np.stack([a_mean @ t_r for t_r in t]) if math.isfinite(p) else None
             for e in range(n_adc):
-                combined = np.tensordot(rails[e].astype(t.dtype), t, axes=1)
+                combined = sum(t[r] if g == 1 else g * t[r]
+                               for r, g in enumerate(rails[e].astype(t.dtype)) if g != 0)
                 samples = a @ combined  # (passes * n, cols), noise-free
                 noise_var = np.zeros(samples.shape[1])
                 if rin2 > 0:
