@@ -131,3 +131,21 @@ def test_static_channels_come_from_calibration_not_from_the_call(rng):
     _, dyn = optical.matmul(x, w, cfg.replace({"outliers.policy": "dynamic"}), seed=0,
                             return_stats=True)
     assert dyn.digital_channels == 1
+
+
+def test_pooled_stats_keep_the_digital_share_of_all_macs(rng):
+    """Per-head products are pooled by the transformer engine: the digital
+    share must be total digital MACs over total logical MACs, not a sum."""
+    from optical.transformer._engines import sum_stats
+
+    cfg = ideal(**{"outliers.policy": "dynamic", "outliers.threshold": None,
+                   "outliers.top_k": 2})
+    parts = []
+    for k, tokens in ((40, 3), (60, 5)):
+        x = rng.standard_normal((tokens, k))
+        parts.append(optical.matmul(x, rng.standard_normal((k, 7)), cfg, seed=0,
+                                    return_stats=True)[1])
+    pooled = sum_stats(parts)
+    assert pooled.digital_macs == 3 * 2 * 7 + 5 * 2 * 7
+    assert pooled.digital_mac_fraction == pytest.approx(pooled.digital_macs
+                                                        / (3 * 40 * 7 + 5 * 60 * 7))
