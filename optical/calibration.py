@@ -88,16 +88,22 @@ def input_range(cal: np.ndarray, percentile: float) -> float:
     return value if value > 0 else 1.0
 
 
-def normalise(cal: np.ndarray, config: OpticalConfig, static_range: float | None) -> np.ndarray:
+def normalise(cal: np.ndarray, config: OpticalConfig, static_range: float | None, *,
+              tensor_absmax: float | None = None) -> np.ndarray:
     """Calibration inputs scaled into [-1, 1] as :func:`optical.matmul` scales
-    inputs (per token, per tensor, or by the static range with clipping), float64."""
+    inputs (per token, per tensor, or by the static range with clipping), float64.
+
+    ``tensor_absmax``: the per-tensor scale when ``cal`` is a subsample of the
+    calibration batch (default: the abs-max of ``cal``)."""
     x = cal.astype(np.float64)
     if static_range is not None:
         return np.clip(x / static_range, -1.0, 1.0)
     if config.dac.scaling == "per_token":
         absmax = np.max(np.abs(x), axis=1, keepdims=True)
     else:
-        absmax = np.full((1, 1), np.max(np.abs(x)) if x.size else 0.0)
+        if tensor_absmax is None:
+            tensor_absmax = float(np.max(np.abs(x))) if x.size else 0.0
+        absmax = np.full((1, 1), tensor_absmax)
     return x / np.where(absmax > 0, absmax, 1.0)
 
 

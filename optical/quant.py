@@ -89,7 +89,8 @@ class ProgrammedWeights:
         digitally before the K-tiles' partial sums are added.
     weights : ndarray, shape (K, N)
         Normalised, quantised weights in [-1, 1] as the digital side believes
-        they are programmed (used to undo the encoding).
+        they are programmed (used to undo the encoding); with
+        ``mask.compensate``, the effective weights the light applies.
     weight_sums : ndarray, shape (k_tiles, N)
         Column sums of ``weights`` over each K-tile.
     transmissions : ndarray, shape (rails, K, N)
@@ -291,8 +292,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     if config.dac.scaling == "static":
         static_range = _calibration.input_range(cal, config.dac.percentile)
     if config.adc.full_scale == "calibrated":
-        xn = _calibration.subsample(_calibration.normalise(cal, config, static_range),
-                                    config.calibration.max_tokens)
+        xn = _calibration.normalise(_calibration.subsample(cal, config.calibration.max_tokens),
+                                    config, static_range, tensor_absmax=float(np.max(np.abs(cal))))
         lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
                                               config)
     else:
