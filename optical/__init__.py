@@ -11,6 +11,7 @@ True
 from optical import core, energy, metrics, presets, transformer
 from optical.config import (
     ADCConfig,
+    CalibrationConfig,
     CoreConfig,
     DACConfig,
     DetectorConfig,
@@ -20,6 +21,7 @@ from optical.config import (
     MaskConfig,
     OpticalConfig,
     OpticsConfig,
+    OutliersConfig,
     SourceConfig,
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
@@ -32,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ADCConfig",
+    "CalibrationConfig",
     "CoreConfig",
     "DACConfig",
     "DetectorConfig",
@@ -44,6 +47,7 @@ __all__ = [
     "MatmulWorkload",
     "OpticalConfig",
     "OpticsConfig",
+    "OutliersConfig",
     "ProgrammedWeights",
     "Schedule",
     "SourceConfig",

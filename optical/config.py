@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "ADCConfig",
+    "CalibrationConfig",
     "CoreConfig",
     "DACConfig",
     "DetectorConfig",
@@ -35,6 +36,7 @@ __all__ = [
     "MaskConfig",
     "OpticalConfig",
     "OpticsConfig",
+    "OutliersConfig",
     "SourceConfig",
 ]
 
@@ -223,14 +225,22 @@ class DACConfig(_Section):
     ----------
     bits : int or None
         Resolution; ``2**bits`` intensity levels over [0, 1]. ``None``: exact.
-    scaling : {"per_token", "per_tensor"}
+    scaling : {"per_token", "per_tensor", "static"}
         How inputs are scaled into the DAC range: by the absolute maximum of
-        each token's row (dynamic, per token) or of the whole input tensor.
+        each token's row (dynamic, per token), of the whole input tensor
+        (dynamic, per call), or by a static range fixed when the weights are
+        programmed from calibration inputs (``percentile``), with clipping.
+        "static" needs ``optical.program(w, config, calibration=x)``.
+    percentile : float, percent
+        With "static" scaling: the input full scale is this percentile of the
+        calibration inputs' absolute values (channels that bypass the optics
+        excluded); larger inputs clip.
     """
 
     _name: ClassVar[str] = "dac"
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
-    scaling: str = _choice("per_token", ("per_token", "per_tensor"))
+    scaling: str = _choice("per_token", ("per_token", "per_tensor", "static"))
+    percentile: float = _real(99.99, 0.0, 100.0, lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,16 +254,24 @@ class MaskConfig(_Section):
         [min_transmission, 1]. ``None``: continuous.
     contrast_ratio : float, dimensionless
         Ratio of full to minimum transmission (``inf``: a fully dark pixel).
-    scaling : {"per_column", "per_tensor"}
-        Weights are divided by the absolute maximum of each output column or
-        of the whole matrix before they are mapped to transmissions; the
-        scale is restored digitally.
+    scaling : {"per_column", "per_tensor", "per_tile", "per_tile_column"}
+        Weights are divided by an absolute maximum before they are mapped to
+        transmissions; the scale is restored digitally. Over each output
+        column, the whole matrix, each core-sized tile (K-tile x N-tile), or
+        each column of each K-tile.
+    compensate : bool
+        Pre-distort the mask so that the transmissions the light sees (after
+        the illumination envelope and crosstalk of the optics) are closest to
+        the intended ones within [min_transmission, 1]. No effect with ideal
+        optics.
     """
 
     _name: ClassVar[str] = "mask"
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
     contrast_ratio: float = _real(math.inf, 1.0, math.inf, lo_open=True)
-    scaling: str = _choice("per_column", ("per_column", "per_tensor"))
+    scaling: str = _choice("per_column", ("per_column", "per_tensor", "per_tile",
+                                          "per_tile_column"))
+    compensate: bool = _bool(False)
 
     @property
     def min_transmission(self) -> float:
@@ -316,20 +334,27 @@ class ADCConfig(_Section):
         Gaussian noise so that its total error variance is that of an ideal
         ``bits - enob_loss``-bit converter. Given as a loss so that sweeping
         ``adc.bits`` keeps the converter's quality. Ignored when ``bits`` is None.
-    full_scale : {"max", "rms"}
+    full_scale : {"max", "rms", "calibrated"}
         How each column's window is set when the tile is programmed: "max"
         spans every readout the programmed weights can produce (never clips);
         "rms" spans the mean +- ``headroom`` standard deviations of the readout
-        for inputs spread uniformly over the DAC range, noise included.
+        for inputs spread uniformly over the DAC range, noise included;
+        "calibrated" minimises the expected squared error, quantisation and
+        clipping together, over the readouts of calibration inputs, noise
+        included (needs ``optical.program(w, config, calibration=x)``).
     headroom : float, standard deviations
         Half-width of the "rms" window.
+    window : {"per_column", "per_tile"}
+        One window per column of each tile, or one shared by all the columns
+        of a tile (a common reference for the tile's converters).
     """
 
     _name: ClassVar[str] = "adc"
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
     enob_loss: float = _real(0.0, 0.0, MAX_BITS, hi_open=True)
-    full_scale: str = _choice("rms", ("max", "rms"))
+    full_scale: str = _choice("rms", ("max", "rms", "calibrated"))
     headroom: float = _real(4.0, 0.0, math.inf, lo_open=True, hi_open=True)
+    window: str = _choice("per_column", ("per_column", "per_tile"))
 
     def _check_consistency(self) -> None:
         if self.bits is not None and self.enob_loss >= self.bits:
@@ -396,6 +421,58 @@ class MappingConfig(_Section):
 
     _name: ClassVar[str] = "mapping"
     attention: str = _choice("digital", ("digital", "optical"))
+
+
+@dataclasses.dataclass(frozen=True)
+class OutliersConfig(_Section):
+    """Input channels that bypass the optics and are multiplied digitally
+    (an LLM.int8-style decomposition: ``x @ w = x[:, D] @ w[D] + x[:, O] @ w[O]``).
+
+    A channel's magnitude is its absolute maximum over the tokens considered;
+    it is an outlier when that exceeds ``threshold`` times the median channel
+    magnitude (nonzero channels), at most ``top_k`` of them, largest first.
+
+    Attributes
+    ----------
+    policy : {"none", "static", "dynamic"}
+        "static": the channels are chosen once from calibration inputs when
+        the weights are programmed, and their mask rows are not programmed (the
+        hardware choice). "dynamic": chosen in every call from that call's
+        inputs (all its tokens: the choice does not depend on chunking, but a
+        token's output depends on the batch it comes in); the whole matrix
+        stays on the mask and the outlier channels' sources are dark.
+    threshold : float or None, dimensionless
+        Ratio to the median channel magnitude; ``None``: rank only (``top_k``).
+    top_k : int or None
+        At most this many channels go digital; ``None``: no cap.
+    """
+
+    _name: ClassVar[str] = "outliers"
+    policy: str = _choice("none", ("none", "static", "dynamic"))
+    threshold: float | None = _real(6.0, 1.0, math.inf, hi_open=True, optional=True)
+    top_k: int | None = _int(None, 0, 1 << 30, optional=True)
+
+    def _check_consistency(self) -> None:
+        if self.policy != "none" and self.threshold is None and self.top_k is None:
+            raise ValueError(
+                f"outliers.policy: {self.policy!r} needs outliers.threshold or outliers.top_k "
+                "(both are None)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationConfig(_Section):
+    """How calibration inputs are used when weights are programmed.
+
+    Attributes
+    ----------
+    max_tokens : int
+        At most this many calibration tokens (rows, evenly spaced) are pushed
+        through the noise-free optical readouts that set calibrated ADC
+        windows; input ranges and outlier channels use every token.
+    """
+
+    _name: ClassVar[str] = "calibration"
+    max_tokens: int = _int(1024, 1, 1 << 24)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -495,6 +572,8 @@ _SECTIONS: dict[str, type[_Section]] = {
     "encoding": EncodingConfig,
     "core": CoreConfig,
     "mapping": MappingConfig,
+    "outliers": OutliersConfig,
+    "calibration": CalibrationConfig,
     "energy": EnergyConfig,
 }
 
@@ -517,6 +596,8 @@ class OpticalConfig:
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
     core: CoreConfig = dataclasses.field(default_factory=CoreConfig)
     mapping: MappingConfig = dataclasses.field(default_factory=MappingConfig)
+    outliers: OutliersConfig = dataclasses.field(default_factory=OutliersConfig)
+    calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
     energy: EnergyConfig = dataclasses.field(default_factory=EnergyConfig)
 
     def __post_init__(self) -> None:

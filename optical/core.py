@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from optical import _rng
+from optical import _rng, outliers
 from optical._gemm import row_block, rows_matmul
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
@@ -92,11 +92,22 @@ class MatmulStats(Schedule):
         Mean photoelectrons per detector readout.
     clipped_fraction : float
         Fraction of ADC conversions that fell outside the window.
+    digital_channels : int
+        Input channels multiplied digitally (``outliers.policy``). With a
+        static bypass their mask rows are not programmed, and the counts above
+        are those of the optical part, ``schedule(tokens, K - digital_channels, N)``.
+    digital_macs : int
+        Multiply-accumulates done digitally, ``tokens * digital_channels * N``.
+    digital_mac_fraction : float
+        ``digital_channels / K``: the share of the logical matmul's MACs done digitally.
     """
 
     detected_photons: float = 0.0
     mean_photoelectrons: float = 0.0
     clipped_fraction: float = 0.0
+    digital_channels: int = 0
+    digital_macs: int = 0
+    digital_mac_fraction: float = 0.0
 
 
 def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
@@ -142,7 +153,9 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     x : ndarray, shape (..., K), float32 or float64
     w : ndarray, shape (K, N), or ProgrammedWeights
         Raw weights are programmed on every call; pass the result of
-        :func:`optical.program` to program once and stream many inputs.
+        :func:`optical.program` to program once and stream many inputs (and
+        for the settings that need calibration inputs). With outlier
+        channels (``outliers.policy``) those rows are multiplied digitally.
     config : OpticalConfig
     seed : int
         Non-negative; the output is a function of (x, w, config, seed).
@@ -175,6 +188,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                         "cast one explicitly")
     if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
         raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    if programmed.bypass is not None:  # outlier channels run digitally, the rest optically
+        return outliers.bypass_matmul(
+            x, programmed, config, return_stats=return_stats,
+            optical=lambda xo, po: matmul(xo, po, config, seed=seed, return_stats=True,
+                                          chunk_tokens=chunk_tokens))
 
     x2 = x.reshape(-1, k)
     tokens = x2.shape[0]

@@ -69,6 +69,10 @@ def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
     counts["mean_photoelectrons"] = counts["detected_photons"] / readouts if readouts else 0.0
     clipped = sum(p.clipped_fraction * p.adc_conversions for p in parts)
     counts["clipped_fraction"] = clipped / adc if adc else 0.0
+    # Digital share of the logical MACs (tokens * K * N), pooled over the parts.
+    logical = sum(p.digital_macs / p.digital_mac_fraction if p.digital_mac_fraction else p.macs
+                  for p in parts)
+    counts["digital_mac_fraction"] = counts["digital_macs"] / logical if logical else 0.0
     return MatmulStats(**counts)
 
 
