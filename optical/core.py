@@ -35,7 +35,7 @@ from optical._gemm import row_block, rows_matmul
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
-from optical.quant import ProgrammedWeights, adc_rails, program
+from optical.quant import ProgrammedWeights, adc_rails, calibration_needs, program
 
 __all__ = ["MatmulStats", "Schedule", "matmul", "schedule"]
 
@@ -153,9 +153,13 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     x : ndarray, shape (..., K), float32 or float64
     w : ndarray, shape (K, N), or ProgrammedWeights
         Raw weights are programmed on every call; pass the result of
-        :func:`optical.program` to program once and stream many inputs (and
-        for the settings that need calibration inputs). With outlier
-        channels (``outliers.policy``) those rows are multiplied digitally.
+        :func:`optical.program` to program once and stream many inputs. With
+        raw weights, the settings that need calibration inputs (a static input
+        range, calibrated ADC windows, static outlier channels; see
+        :func:`optical.quant.calibration_needs`) are calibrated on ``x``
+        itself, an optimistic oracle: program with held-out calibration inputs
+        for the mapping a deployed machine would have. With outlier channels
+        (``outliers.policy``) those rows are multiplied digitally.
     config : OpticalConfig
     seed : int
         Non-negative; the output is a function of (x, w, config, seed).
@@ -178,7 +182,16 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         w.check_compatible(config)
         programmed = w
     else:
-        programmed = program(w, config)
+        w = check_float_array(w, "w", ndim=2)
+        if x.shape[-1] != w.shape[0]:
+            raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
+                             f"{x.shape}) but w has {w.shape[0]} rows")
+        if x.dtype != w.dtype:
+            raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {w.dtype}; "
+                            "cast one explicitly")
+        # Settings that need calibration inputs are calibrated on this call's own
+        # inputs: an oracle, the best calibration can do (held-out data: program()).
+        programmed = program(w, config, calibration=x if calibration_needs(config) else None)
     k, n = programmed.shape
     if x.shape[-1] != k:
         raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "

@@ -351,14 +351,18 @@ def test_bad_calibration_inputs_are_refused_clearly(cal, error, match):
     ({"dac.scaling": "static"}, "dac.scaling = 'static' needs calibration"),
     ({"outliers.policy": "static"}, "outliers.policy = 'static' needs calibration"),
 ])
-def test_missing_calibration_names_the_setting_that_needs_it(changes, match):
-    w = np.ones((6, 3))
-    assert optical.quant.calibration_needs(ideal(**changes)) == [match.split(" needs")[0]]
+def test_missing_calibration_names_the_setting_that_needs_it(rng, changes, match):
+    w = rng.standard_normal((6, 3))
+    cfg = ideal(**{"adc.bits": 6, **changes})
+    assert optical.quant.calibration_needs(cfg) == [match.split(" needs")[0]]
     assert optical.quant.calibration_needs(ideal()) == []
     with pytest.raises(ValueError, match=match):
-        optical.program(w, ideal(**changes))
-    with pytest.raises(ValueError, match=match):  # raw weights are programmed per call
-        optical.matmul(np.ones((2, 6)), w, ideal(**changes), seed=0)
+        optical.program(w, cfg)
+    # Raw weights given to matmul are calibrated on the call's own inputs.
+    x = rng.standard_normal((40, 6))
+    np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=0),
+                                  optical.matmul(x, optical.program(w, cfg, calibration=x), cfg,
+                                                 seed=0))
 
 
 def test_calibration_with_three_dimensions_is_flattened(rng):

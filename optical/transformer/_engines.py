@@ -27,7 +27,7 @@ import numpy as np
 
 from optical.config import OpticalConfig
 from optical.core import MatmulStats, matmul
-from optical.quant import program
+from optical.quant import calibration_needs, program
 from optical.transformer.numerics import round_to
 
 __all__ = ["LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden", "derive_seed",
@@ -150,13 +150,18 @@ class OpticalEngine(ReferenceEngine):
         Layer index, part of every derived seed.
     program_options, matmul_options : mapping, optional
         Passed to every :func:`optical.program` / :func:`optical.matmul` call:
-        the place where engine options (e.g. outlier handling, a backend)
-        reach the layer's matmuls.
+        the place where engine options (e.g. a backend) reach the layer's matmuls.
+    calibration : mapping of str to ndarray, optional
+        Held-out input rows of each weight matmul (by product name), used when
+        the config needs calibration (:func:`optical.quant.calibration_needs`).
+        A product without them (the attention products, whose operands are
+        activations) is calibrated on its own inputs: an oracle.
     """
 
     def __init__(self, config: OpticalConfig, seed: int, layer: int, *,
                  program_options: Mapping[str, Any] | None = None,
-                 matmul_options: Mapping[str, Any] | None = None) -> None:
+                 matmul_options: Mapping[str, Any] | None = None,
+                 calibration: Mapping[str, np.ndarray] | None = None) -> None:
         super().__init__("float32")
         if not isinstance(config, OpticalConfig):
             raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
@@ -165,9 +170,13 @@ class OpticalEngine(ReferenceEngine):
         self.layer = layer
         self.program_options = dict(program_options or {})
         self.matmul_options = dict(matmul_options or {})
+        self.calibration = dict(calibration or {})
 
     def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
-        programmed = program(np.ascontiguousarray(w_in_out), self.config, **self.program_options)
+        options = dict(self.program_options)
+        if "calibration" not in options and calibration_needs(self.config):
+            options["calibration"] = self.calibration.get(str(labels[0]), x)
+        programmed = program(np.ascontiguousarray(w_in_out), self.config, **options)
         return matmul(x, programmed, self.config, seed=derive_seed(self.seed, self.layer, *labels),
                       return_stats=True, **self.matmul_options)
 

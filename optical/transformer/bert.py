@@ -121,26 +121,29 @@ class BertLayer:
     def optical(self, h: np.ndarray, config: OpticalConfig, *, seed: int,
                 mask: np.ndarray | None = None, return_stats: bool = False,
                 program_options: Mapping[str, Any] | None = None,
-                matmul_options: Mapping[str, Any] | None = None
+                matmul_options: Mapping[str, Any] | None = None,
+                calibration: Mapping[str, np.ndarray] | None = None
                 ) -> np.ndarray | tuple[np.ndarray, dict[str, MatmulStats]]:
         """The layer with every weight matmul on the optical core; see
         :meth:`optical.transformer.LlamaLayer.optical`."""
         trace = self.trace(h, config=config, seed=seed, mask=mask,
-                           program_options=program_options, matmul_options=matmul_options)
+                           program_options=program_options, matmul_options=matmul_options,
+                           calibration=calibration)
         return (trace.output, trace.stats) if return_stats else trace.output
 
     def trace(self, h: np.ndarray, *, dtype: str | None = None,
               config: OpticalConfig | None = None, seed: int = 0,
               mask: np.ndarray | None = None,
               program_options: Mapping[str, Any] | None = None,
-              matmul_options: Mapping[str, Any] | None = None) -> LayerTrace:
+              matmul_options: Mapping[str, Any] | None = None,
+              calibration: Mapping[str, np.ndarray] | None = None) -> LayerTrace:
         """Run the layer, keeping every product's output; give ``dtype`` or ``config``."""
         if (dtype is None) == (config is None):
             raise ValueError("give exactly one of dtype (reference) or config (optical)")
         if config is not None:
             engine: ReferenceEngine = OpticalEngine(
                 config, check_seed(seed), self.index, program_options=program_options,
-                matmul_options=matmul_options)
+                matmul_options=matmul_options, calibration=calibration)
         else:
             engine = ReferenceEngine(check_dtype(dtype))
         h3 = check_hidden(h, self.spec.hidden_size)

@@ -119,7 +119,8 @@ class LlamaLayer:
     def optical(self, h: np.ndarray, config: OpticalConfig, *, seed: int,
                 return_stats: bool = False,
                 program_options: Mapping[str, Any] | None = None,
-                matmul_options: Mapping[str, Any] | None = None
+                matmul_options: Mapping[str, Any] | None = None,
+                calibration: Mapping[str, np.ndarray] | None = None
                 ) -> np.ndarray | tuple[np.ndarray, dict[str, MatmulStats]]:
         """The layer with every weight matmul on the optical core (digital ops in float32).
 
@@ -137,16 +138,21 @@ class LlamaLayer:
             Also return each product's :class:`optical.MatmulStats`.
         program_options, matmul_options : mapping, optional
             Extra keyword arguments for every ``optical.program`` /
-            ``optical.matmul`` call (engine options such as outlier handling).
+            ``optical.matmul`` call (engine options such as a backend).
+        calibration : mapping of str to ndarray, optional
+            Held-out input rows of each weight matmul, by product name, for
+            configs that need calibration; without them each product is
+            calibrated on its own inputs (an oracle).
         """
         trace = self.trace(h, config=config, seed=seed, program_options=program_options,
-                           matmul_options=matmul_options)
+                           matmul_options=matmul_options, calibration=calibration)
         return (trace.output, trace.stats) if return_stats else trace.output
 
     def trace(self, h: np.ndarray, *, dtype: str | None = None,
               config: OpticalConfig | None = None, seed: int = 0,
               program_options: Mapping[str, Any] | None = None,
-              matmul_options: Mapping[str, Any] | None = None) -> LayerTrace:
+              matmul_options: Mapping[str, Any] | None = None,
+              calibration: Mapping[str, np.ndarray] | None = None) -> LayerTrace:
         """Run the layer and keep every product's output (and optical stats).
 
         Give either ``dtype`` (a reference run) or ``config`` (an optical run).
@@ -156,7 +162,7 @@ class LlamaLayer:
         if config is not None:
             engine: ReferenceEngine = OpticalEngine(
                 config, check_seed(seed), self.index, program_options=program_options,
-                matmul_options=matmul_options)
+                matmul_options=matmul_options, calibration=calibration)
         else:
             engine = ReferenceEngine(check_dtype(dtype))
         h3 = check_hidden(h, self.spec.hidden_size)

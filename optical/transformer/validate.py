@@ -22,6 +22,8 @@ from optical import metrics
 from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
+from optical.quant import calibration_needs
+from optical.transformer._engines import derive_seed
 from optical.transformer.numerics import check_dtype
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
@@ -149,7 +151,8 @@ class ValidationReport:
 def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed: int = 0,
              batch: int = 1, hidden: np.ndarray | None = None, dtype: str = "float16",
              local: bool = False, program_options: Mapping[str, Any] | None = None,
-             matmul_options: Mapping[str, Any] | None = None) -> ValidationReport:
+             matmul_options: Mapping[str, Any] | None = None,
+             calibration_tokens: int | None = None) -> ValidationReport:
     """Compare one layer's optical prefill with its reference.
 
     Parameters
@@ -173,6 +176,13 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         float64 GEMM per product).
     program_options, matmul_options : mapping, optional
         Passed to every ``optical.program`` / ``optical.matmul`` call.
+    calibration_tokens : int, optional
+        When the config needs calibration (calibrated ADC windows, a static
+        input range, static outlier channels), each weight matmul is
+        calibrated on its inputs in a float32 reference run of a held-out
+        input of this many tokens (a different seed; default ``tokens``). The
+        attention products, whose operands are activations, calibrate on
+        their own inputs.
 
     Returns
     -------
@@ -198,11 +208,17 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
 
+    calibration = None
+    if calibration_needs(config):
+        held_out = model.hidden_states(layer, calibration_tokens or tokens,
+                                       seed=derive_seed(seed, "calibration"), batch=1)
+        calibration = block.trace(held_out, dtype="float32").inputs
+
     start = time.perf_counter()
     reference = block.trace(hidden, dtype=dtype)
     middle = time.perf_counter()
     run = block.trace(hidden, config=config, seed=seed, program_options=program_options,
-                      matmul_options=matmul_options)
+                      matmul_options=matmul_options, calibration=calibration)
     end = time.perf_counter()
 
     rows = []
