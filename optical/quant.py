@@ -16,7 +16,7 @@ import numpy as np
 
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
-from optical.physics import converters, encoding
+from optical.physics import converters, crosstalk, encoding
 
 __all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "program"]
 
@@ -158,6 +158,9 @@ def program(w: np.ndarray, config: OpticalConfig) -> ProgrammedWeights:
                                         config.mask.bits)
     weights = encoding.decode(levels, config.encoding.weights)
     transmissions = converters.transmission(levels, t_min)
+    # What the light sees: lens crosstalk and illumination within each tile
+    # (identity for ideal optics). The digital side keeps the nominal weights.
+    transmissions = crosstalk.effective_transmissions(transmissions, tiling, config)
     weight_sums = np.stack([weights[tiling.k_slice(i)].sum(axis=0)
                             for i in range(tiling.k_tiles)])
     lo, hi = _adc_windows(transmissions, tiling, config)
