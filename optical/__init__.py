@@ -8,13 +8,14 @@
 True
 """
 
-from optical import core, metrics, presets
+from optical import core, energy, metrics, presets
 from optical.config import (
     ADCConfig,
     CoreConfig,
     DACConfig,
     DetectorConfig,
     EncodingConfig,
+    EnergyConfig,
     MappingConfig,
     MaskConfig,
     OpticalConfig,
@@ -23,6 +24,9 @@ from optical.config import (
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
+from optical.sweep import load as load_sweep
+from optical.sweep import sweep
+from optical.workloads import LayerWorkload, MatmulWorkload
 
 __version__ = "0.1.0"
 
@@ -32,9 +36,12 @@ __all__ = [
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "EnergyConfig",
+    "LayerWorkload",
     "MappingConfig",
     "MaskConfig",
     "MatmulStats",
+    "MatmulWorkload",
     "OpticalConfig",
     "OpticsConfig",
     "ProgrammedWeights",
@@ -42,9 +49,12 @@ __all__ = [
     "SourceConfig",
     "__version__",
     "core",
+    "energy",
+    "load_sweep",
     "matmul",
     "metrics",
     "presets",
     "program",
     "schedule",
+    "sweep",
 ]

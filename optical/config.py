@@ -2,8 +2,9 @@
 
 An :class:`OpticalConfig` describes one free-space optical matrix-vector
 multiplier: its sources, input DAC, weight mask, optics, detectors, ADC, the
-encoding of signed values, the core size, and how transformer layers map onto
-it. Every field is reachable by a
+encoding of signed values, the core size, how transformer layers map onto
+it, and what its energy and time cost (``energy``, read by
+:mod:`optical.energy` only). Every field is reachable by a
 dotted path (``"adc.bits"``), which is how :meth:`OpticalConfig.replace`, the
 CLI (``--set adc.bits=6``) and sweeps (``--param adc.bits=4,6,8``) name it.
 
@@ -29,6 +30,7 @@ __all__ = [
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "EnergyConfig",
     "MappingConfig",
     "MaskConfig",
     "OpticalConfig",
@@ -110,6 +112,18 @@ def _check_value(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
     if math.isnan(value) or too_low or too_high:
         raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
     return value
+
+
+def check_value(path: str, value: Any) -> Any:
+    """Validate one value for the field at a dotted ``path`` on its own (not
+    against other fields); return it in canonical form.
+
+    Raises
+    ------
+    ValueError
+        Naming the path for an unknown path or an invalid value.
+    """
+    return _check_value(path, value, OpticalConfig.field_spec(path))
 
 
 def parse_value(path: str, text: str) -> Any:
@@ -436,6 +450,89 @@ class MappingConfig(_Section):
     attention: str = _choice("digital", ("digital", "optical"))
 
 
+@dataclasses.dataclass(frozen=True)
+class EnergyConfig(_Section):
+    """Energy and latency of the machine around the optics (read by
+    :mod:`optical.energy`; the emulated arithmetic does not depend on it).
+
+    Photon energy comes from ``source.wavelength``, photons per MAC from
+    ``source.photons_per_mac``, the quantum efficiency from
+    ``detector.quantum_efficiency`` and converter resolutions from ``dac.bits``
+    and ``adc.enob``. The defaults and their sources are listed in
+    docs/energy.md.
+
+    Attributes
+    ----------
+    laser_efficiency : float, W/W
+        Wall-plug efficiency of the sources: emitted optical power per
+        electrical power drawn.
+    optical_efficiency : float, W/W
+        Fraction of the emitted light that reaches the detectors through a
+        fully open mask pixel (lens, fill-factor and coupling losses).
+    source_mean_level : float, dimensionless
+        Mean emitted power relative to full scale during a pass: 1 for an
+        always-on source behind an intensity modulator; the mean drive level
+        (e.g. 0.5 for offset-encoded uniform inputs) for a directly modulated one.
+    walden_fom : float, J per conversion-step
+        Walden figure of merit ``P / (2**ENOB f_s)`` of the converters, used
+        for any converter whose energy is not given explicitly.
+    dac_energy : float or None, J per conversion
+        Energy of one DAC conversion; ``None``: ``walden_fom * 2**dac.bits``.
+    adc_energy : float or None, J per conversion
+        Energy of one ADC conversion; ``None``: ``walden_fom * 2**adc.enob``.
+    detector_energy : float, J per readout
+        Photodetector bias and transimpedance amplifier, per detector readout.
+    input_rate : float, Hz
+        Optical passes per second per core (the source modulation rate).
+    mask_refresh_rate : float, Hz
+        Weight-mask loads per second per core: a load takes ``1 / rate`` s.
+    mask_load_energy : float, J per load
+        Energy to write one core-sized tile onto the mask.
+    double_buffered_mask : bool
+        Whether a core can load its next mask while streaming through the
+        current one (the load time then hides behind streaming, and vice versa).
+    cores : int
+        Optical cores working in parallel. When there are at least as many
+        cores as weight tiles in the model, the weights stay resident: they
+        are loaded once, not per prefill.
+    dram_energy_per_byte : float, J/byte
+        Off-chip memory (DRAM/HBM) read energy: weights into the mask driver,
+        embeddings, the LM head.
+    sram_energy_per_byte : float, J/byte
+        On-chip memory access energy: activations, partial sums.
+    digital_energy_per_op : float, J/op
+        Energy of one digital arithmetic operation (add, multiply, compare,
+        exponential counted as one).
+    digital_ops_per_s : float, op/s
+        Throughput of the digital engine beside the optics.
+    static_power : float, W
+        Power each core draws whether or not it computes (controllers, mask
+        hold, thermal control), charged over the time to first token.
+    link_energy_per_byte : float, J/byte
+        Moving the KV cache from the optical prefill machine to a decode GPU.
+    """
+
+    _name: ClassVar[str] = "energy"
+    laser_efficiency: float = _real(0.3, 0.0, 1.0, lo_open=True)
+    optical_efficiency: float = _real(1.0, 0.0, 1.0, lo_open=True)
+    source_mean_level: float = _real(1.0, 0.0, 1.0, lo_open=True)
+    walden_fom: float = _real(25e-15, 0.0, math.inf, hi_open=True)
+    dac_energy: float | None = _real(None, 0.0, math.inf, hi_open=True, optional=True)
+    adc_energy: float | None = _real(None, 0.0, math.inf, hi_open=True, optional=True)
+    detector_energy: float = _real(1e-12, 0.0, math.inf, hi_open=True)
+    input_rate: float = _real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
+    mask_refresh_rate: float = _real(1e3, 0.0, math.inf, lo_open=True, hi_open=True)
+    mask_load_energy: float = _real(1e-3, 0.0, math.inf, hi_open=True)
+    double_buffered_mask: bool = _bool(False)
+    cores: int = _int(1, 1, 1 << 30)
+    dram_energy_per_byte: float = _real(31e-12, 0.0, math.inf, hi_open=True)
+    sram_energy_per_byte: float = _real(1.25e-12, 0.0, math.inf, hi_open=True)
+    digital_energy_per_op: float = _real(0.71e-12, 0.0, math.inf, hi_open=True)
+    digital_ops_per_s: float = _real(989e12, 0.0, math.inf, lo_open=True, hi_open=True)
+    static_power: float = _real(0.0, 0.0, math.inf, hi_open=True)
+    link_energy_per_byte: float = _real(8e-12, 0.0, math.inf, hi_open=True)
+
+
 # --------------------------------------------------------------------------- #
 # The whole machine
 # --------------------------------------------------------------------------- #
@@ -450,6 +547,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "encoding": EncodingConfig,
     "core": CoreConfig,
     "mapping": MappingConfig,
+    "energy": EnergyConfig,
 }
 
 
@@ -471,6 +569,7 @@ class OpticalConfig:
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
     core: CoreConfig = dataclasses.field(default_factory=CoreConfig)
     mapping: MappingConfig = dataclasses.field(default_factory=MappingConfig)
+    energy: EnergyConfig = dataclasses.field(default_factory=EnergyConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():

@@ -16,6 +16,7 @@ from optical.config import (
     DACConfig,
     DetectorConfig,
     EncodingConfig,
+    EnergyConfig,
     MaskConfig,
     OpticalConfig,
     OpticsConfig,
@@ -76,6 +77,21 @@ def iris_like() -> OpticalConfig:
       gives a nearest-row input coupling of 4.3e-4, a nearest-column output
       coupling of 3.4e-3 (-25 dB) and an illumination ripple of 2.6% from
       the aperture's Fresnel diffraction.
+    - energy (docs/energy.md lists every source): laser wall-plug efficiency
+      0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW); half the
+      emitted light reaches the detectors (an assumption: fill factor 0.9,
+      lens and coupling losses); converters at a Walden FOM of 25 fJ per
+      conversion-step (median of the Nyquist ADCs at 0.5-5 GS/s and ENOB 5-8
+      published at ISSCC/VLSI 2015-2025, Murmann's ADC survey), i.e. 6.4 pJ
+      per 8-bit DAC and 2.3 pJ per ADC conversion; 1 pJ per detector readout
+      (optical-link receivers: 0.17-2.3 pJ/bit); one core, 1 GS/s input rate,
+      1 kHz mask refresh (8-bit DMD patterns reach 1.9 kHz, LCoS SLMs
+      100-200 Hz) at 1 mJ per load (a DMD dissipates 0.25-1.3 W: TI
+      DLP4710, DLP470TP); 31 pJ/byte off-chip (HBM2, ~3.9 pJ/bit), 1.25
+      pJ/byte on-chip (Horowitz, ISSCC 2014: 10 pJ per 64-bit 8 kB SRAM
+      access); 0.71 pJ and 1/989e12 s per digital operation (an H100's 700 W
+      at 989 TFLOP/s dense BF16: digital work costs what it costs on the
+      GPU baseline); no static power; 1 pJ/bit for the KV-cache link.
 
     Sources: Lumai Iris Nova press release (2026); RIN and responsivity
     ranges from vendor data; Walden-FOM converter range (see docs/energy.md).
@@ -101,6 +117,13 @@ def iris_like() -> OpticalConfig:
             fan_in_focal_length=50e-3, fan_in_aperture=25.4e-3,
             defocus_waves=0.0, spherical_waves=0.0, beam_profile="flat_top",
             beam_waist=1.5e-6, kernel_radius=1),
+        energy=EnergyConfig(
+            laser_efficiency=0.3, optical_efficiency=0.5, source_mean_level=1.0,
+            walden_fom=25e-15, dac_energy=None, adc_energy=None, detector_energy=1e-12,
+            input_rate=bandwidth, mask_refresh_rate=1e3, mask_load_energy=1e-3,
+            double_buffered_mask=False, cores=1, dram_energy_per_byte=31e-12,
+            sram_energy_per_byte=1.25e-12, digital_energy_per_op=0.71e-12,
+            digital_ops_per_s=989e12, static_power=0.0, link_energy_per_byte=8e-12),
     )
 
 
