@@ -79,7 +79,7 @@ __all__ = [
 #: Least samples per pixel pitch on the 1-D grids the kernels are computed on.
 _SAMPLES_PER_PIXEL = 8
 #: Pixels on each side over which :attr:`Kernels.truncation` is assessed.
-_ASSESS_RADIUS = 32
+_ASSESS_RADIUS = 16
 #: Largest 1-D grid the kernel computation may use.
 _MAX_GRID = 1 << 21
 #: Elements per block of rows when applying the kernels (keeps passes in cache).
@@ -109,9 +109,13 @@ class Kernels:
         Fraction of one source's emitted power detected by one detector at
         the brightest column through an open mask (1 for ideal optics, whose
         losses are folded into ``photons_per_mac``).
+    throughput : float
+        Fraction of one source's emitted power detected by all the core's
+        detectors together through an open mask (fill factor, aperture and
+        diffraction losses; 1 for ideal optics).
     truncation : float
         Worst case (open mask) relative error of a detector's readout from
-        cutting the kernels at ``radius``, assessed out to 32 pixels.
+        cutting the kernels at ``radius``, assessed out to 16 pixels.
     ideal : bool
         True for ideal optics: :func:`effective_tile` is the identity.
     """
@@ -122,6 +126,7 @@ class Kernels:
     rails: int
     inputs: int
     efficiency: float = 1.0
+    throughput: float = 1.0
     truncation: float = 0.0
     ideal: bool = False
 
@@ -193,8 +198,13 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
     if not peak > 0:
         raise ValueError("optics: no light reaches the mask (the fan-out aperture misses it)")
     efficiency = float(c_kept.sum() * peak * m_norm)
+    m_rel = np.real(m_kept) / m_norm
+    v = np.pad(np.abs(env) / math.sqrt(peak), r)
+    shifted = np.stack([v[r + d:r + d + columns] for d in range(-r, r + 1)])
+    open_mask = np.einsum("dn,de,en->n", shifted, m_rel, shifted)
     return Kernels(c_kept / c_kept.sum(), m_kept / m_norm, env / math.sqrt(peak), rails,
-                   inputs, efficiency=efficiency, truncation=truncation)
+                   inputs, efficiency=efficiency,
+                   throughput=float(efficiency * open_mask.sum()), truncation=truncation)
 
 
 def _grid_size(extent: float, pitch: float) -> int:

@@ -153,8 +153,8 @@ def simulate_tile(transmissions: np.ndarray, config: OpticalConfig, *,
 
     power = np.empty((k, columns))
     for j in range(k):
-        field = _fan_out_y(optics, lam, dy, row_y[j], y, aberr, pupil_samples)[:, None] * envelope[None, :]
-        field = field * mask
+        source = _fan_out_y(optics, lam, dy, row_y[j], y, aberr, pupil_samples)
+        field = source[:, None] * envelope[None, :] * mask
         # Fan-in, x: two Fourier-transforming lenses around the pupil; the image
         # comes out inverted about the window centre, so it is flipped back.
         spectrum, du = propagation.lens_focus(field, wavelength=lam, pixel_pitch=dx,
