@@ -3,9 +3,9 @@
 Run:  python examples/crosstalk_vs_optics.py [--out crosstalk_vs_optics.png] [--points 12]
 
 Starting from the "iris-like" optics (850 nm, 10 um pixels at fill factor
-0.9, f = 50 mm, 25.4 mm apertures), sweeps the focal length of both lenses
-(at fixed aperture) and the aperture of both lenses (at fixed focal length),
-and plots what scalar diffraction predicts:
+0.9, f = 50 mm, a 50.8 mm fan-out and a 25.4 mm fan-in aperture), sweeps the
+focal length of both lenses (at fixed apertures) and the aperture of both
+lenses (at fixed focal length), and plots what scalar diffraction predicts:
 
 - nearest-neighbour input coupling (a source's light in the next mask row)
   and output coupling (a mask column's light on the next detector), in dB;
@@ -36,9 +36,9 @@ def sweep(points: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     base = optical.presets.get("iris-like")
     aperture = base.optics.fan_out_aperture
     focal = base.optics.fan_out_focal_length
-    # f/1 to f/8 at the base aperture (NA 0.5 to 0.06: the paraxial model's
-    # range), and f/16 to f/1 at the base focal length; below 20.5 mm the
-    # fan-out aperture no longer spans the mask's rail columns.
+    # Fan-out f/1 to f/8 (NA 0.5 to 0.06: the paraxial model's range), and
+    # f/16 to f/1 at the base focal length; below 20.5 mm the fan-out
+    # aperture no longer spans the mask's rail columns.
     focals = np.geomspace(aperture, 8 * aperture, points)
     apertures = np.geomspace(focal / 16, focal, points)
     out = {}

@@ -70,13 +70,16 @@ def iris_like() -> OpticalConfig:
     - offset-encoded inputs (one pass, as laser intensities), split weights.
     - optics (scalar diffraction, see ``optical.physics.crosstalk``): the
       reference sheet's 850 nm, 10 um mask pixels at fill factor 0.9 and
-      f = 50 mm fan-out and fan-in lenses; assumed here: 1-inch (25.4 mm)
-      clear apertures (NA 0.25), a flat-top line generator filling the fan-out
-      aperture (the 2 x 1024 interleaved rail columns span 20.5 mm), single-mode
-      sources of 1.5 um waist, no aberrations, kernels cut at 1 pixel. This
-      gives a nearest-row input coupling of 4.3e-4, a nearest-column output
-      coupling of 3.4e-3 (-25 dB) and an illumination ripple of 2.6% from
-      the aperture's Fresnel diffraction.
+      f = 50 mm fan-out and fan-in lenses. Assumed here: a 2-inch (50.8 mm,
+      f/1) fan-out lens, filled uniformly by a flat-top line generator, so that
+      the 2 x 1024 interleaved rail columns (20.5 mm) sit far from its edge (a
+      1-inch lens leaves a 2.6% Fresnel ripple at the pixel scale on the outer
+      columns); a 1-inch (25.4 mm, NA 0.25) fan-in pupil; single-mode sources
+      of 1.5 um waist; no aberrations; kernels cut at 1 pixel. This gives a
+      nearest-column output coupling of 3.4e-3 (-25 dB) with -8e-4
+      interference between neighbours, a negligible (2e-9) row coupling of
+      the well-resolved sources, a flat illumination, and 37% of each
+      source's light detected.
     - energy (docs/energy.md lists every source): laser wall-plug efficiency
       0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW); half the
       emitted light reaches the detectors (an assumption: fill factor 0.9,
@@ -113,7 +116,7 @@ def iris_like() -> OpticalConfig:
         core=CoreConfig(inputs=1024, outputs=1024),
         optics=OpticsConfig(
             model="diffraction", pixel_pitch=10e-6, fill_factor=0.9,
-            fan_out_focal_length=50e-3, fan_out_aperture=25.4e-3,
+            fan_out_focal_length=50e-3, fan_out_aperture=50.8e-3,
             fan_in_focal_length=50e-3, fan_in_aperture=25.4e-3,
             defocus_waves=0.0, spherical_waves=0.0, beam_profile="flat_top",
             beam_waist=1.5e-6, kernel_radius=1),

@@ -160,7 +160,8 @@ def program(w: np.ndarray, config: OpticalConfig) -> ProgrammedWeights:
     transmissions = converters.transmission(levels, t_min)
     # What the light sees: lens crosstalk and illumination within each tile
     # (identity for ideal optics). The digital side keeps the nominal weights.
-    transmissions = crosstalk.effective_transmissions(transmissions, tiling, config)
+    transmissions = crosstalk.effective_transmissions(transmissions, tiling, config,
+                                                      out=transmissions)
     weight_sums = np.stack([weights[tiling.k_slice(i)].sum(axis=0)
                             for i in range(tiling.k_tiles)])
     lo, hi = _adc_windows(transmissions, tiling, config)
