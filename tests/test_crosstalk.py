@@ -340,3 +340,11 @@ def test_row_blocks_and_in_place_output_give_the_same_map(monkeypatch, radius):
     np.testing.assert_allclose(inplace, whole, rtol=1e-6)
     with pytest.raises(ValueError, match="out: expected"):
         X.effective_transmissions(t, tiling, cfg, out=np.empty((2, 40, 30)))
+
+
+def test_cached_kernels_cannot_be_changed_by_a_caller():
+    kern = X.kernels(BASE)
+    with pytest.raises(ValueError, match="read-only"):
+        kern.input_coupling[0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        kern.envelope_field[:] = 0

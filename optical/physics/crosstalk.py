@@ -53,8 +53,14 @@ the absolute fraction of a source's power that reaches one such detector is
 Approximations of the fast path (tested against :mod:`optical.physics.fieldsim`):
 kernels are cut at ``optics.kernel_radius`` pixels (coherent ringing of a
 hard pupil decays only as 1/d, see :attr:`Kernels.truncation`); the envelope
-field is taken constant over each pixel (its pixel average); light does not
-cross tile edges; the fan-in optics vignette nothing.
+field is taken constant over each pixel (its pixel average) and enters the
+quadratic form through its modulus, ``e -> |e|``: its phase differences
+between pixels within the radius are neglected (exact for a flat-phase
+collimated beam; a beam with Fresnel ripples on the pixel scale, e.g. a
+strongly clipped one, breaks both); light does not cross tile edges; the
+fan-in optics vignette nothing. The kernels themselves are computed from the
+objects' exact spectra (band-limited images, exact quadrature), converged to
+about 1e-3 (the periodic window's wrap of the 1/d tails).
 """
 
 from __future__ import annotations
@@ -174,8 +180,10 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
              rails: int) -> Kernels:
     columns = rails * outputs
     if optics.model == "ideal":
-        return Kernels(np.ones(1), np.ones((1, 1), dtype=complex),
-                       np.ones(columns, dtype=complex), rails, inputs, ideal=True)
+        arrays = [np.ones(1), np.ones((1, 1), dtype=complex), np.ones(columns, dtype=complex)]
+        for a in arrays:
+            a.flags.writeable = False
+        return Kernels(*arrays, rails, inputs, ideal=True)
     p = optics.pixel_pitch
     if p <= wavelength:
         raise ValueError(f"optics.pixel_pitch: {p} m is not above source.wavelength = "
@@ -201,8 +209,10 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
     v = np.pad(np.abs(env) / math.sqrt(peak), r)
     shifted = np.stack([v[r + d:r + d + columns] for d in range(-r, r + 1)])
     open_mask = np.einsum("dn,de,en->n", shifted, m_rel, shifted)
-    return Kernels(c_kept / c_kept.sum(), m_kept / m_norm, env / math.sqrt(peak), rails,
-                   inputs, efficiency=efficiency,
+    arrays = [c_kept / c_kept.sum(), m_kept / m_norm, env / math.sqrt(peak)]
+    for a in arrays:  # shared through the cache: nobody may change them
+        a.flags.writeable = False
+    return Kernels(*arrays, rails, inputs, efficiency=efficiency,
                    throughput=float(efficiency * open_mask.sum()), truncation=truncation)
 
 

@@ -18,7 +18,11 @@ detected intensity on every detector:
 
 Sources are mutually incoherent, so each is simulated alone. Nothing here
 uses the kernels: the only shared code is :mod:`optical.physics.propagation`.
-It is slow (a few 2-D FFTs per source) and meant for cores of tens of pixels.
+Sampling: pixel edges along ``x`` are the rect low-passed at the grid's
+Nyquist frequency (their spectrum is exact where the pupil passes light),
+rows are area-weighted on a grid fine enough for the source mode, and each
+detector integrates with weights exact for the band-limited image. It is slow
+(a few 2-D FFTs per source) and meant for cores of tens of pixels.
 """
 
 from __future__ import annotations
