@@ -8,7 +8,7 @@
 True
 """
 
-from optical import core, energy, metrics, presets
+from optical import core, energy, metrics, presets, transformer
 from optical.config import (
     ADCConfig,
     CoreConfig,
@@ -57,4 +57,5 @@ __all__ = [
     "program",
     "schedule",
     "sweep",
+    "transformer",
 ]
