@@ -541,10 +541,13 @@ def _apply(t: np.ndarray, kern: Kernels, k_bounds: list[tuple[int, int]],
 
 
 def _taps(kernel: np.ndarray, dtype) -> list[tuple[int, object]]:
-    """``(shift, weight)`` of a centred kernel, the centre first, zeros dropped."""
+    """``(shift, weight)`` of a centred kernel, the centre first; taps below the
+    dtype's resolution relative to the centre change nothing and are dropped."""
     r = (kernel.size - 1) // 2
+    floor = np.finfo(dtype).eps / 2 * abs(kernel[r])
     taps = [(d, dtype.type(kernel[r + d])) for d in range(-r, r + 1)]
-    return sorted([tp for tp in taps if tp[1] != 0 or tp[0] == 0], key=lambda tp: tp[0] != 0)
+    return sorted([tp for tp in taps if abs(tp[1]) > floor or tp[0] == 0],
+                  key=lambda tp: tp[0] != 0)
 
 
 def _output_taps(m: np.ndarray, dtype) -> list[list[tuple[tuple[int, ...], object]]]:
