@@ -271,7 +271,8 @@ class OpticsConfig(_Section):
     ``"diffraction"`` the geometry sets, by scalar diffraction, the coupling of
     each source into neighbouring mask rows, of each mask column onto
     neighbouring detectors, and the illumination across the mask (see
-    :mod:`optical.physics.crosstalk` for the optical train).
+    :mod:`optical.physics.crosstalk` for the optical train). The geometry
+    defaults are those of the "iris-like" preset.
 
     Attributes
     ----------
@@ -304,7 +305,7 @@ class OpticsConfig(_Section):
     pixel_pitch: float = _real(10e-6, 0.0, 1e-2, lo_open=True)
     fill_factor: float = _real(0.9, 0.0, 1.0, lo_open=True)
     fan_out_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
-    fan_out_aperture: float = _real(25.4e-3, 0.0, 10.0, lo_open=True)
+    fan_out_aperture: float = _real(50.8e-3, 0.0, 10.0, lo_open=True)
     fan_in_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
     fan_in_aperture: float = _real(25.4e-3, 0.0, 10.0, lo_open=True)
     defocus_waves: float = _real(0.0, -100.0, 100.0)
