@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from optical import _rng
+from optical._gemm import row_block, rows_matmul
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
@@ -148,7 +149,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     return_stats : bool
         Also return a :class:`MatmulStats`.
     chunk_tokens : int, optional
-        Tokens processed at a time (memory bound); does not change the result.
+        Tokens processed at a time (memory bound; rounded up to a multiple of
+        the GEMM row block); does not change the result.
 
     Returns
     -------
@@ -181,15 +183,19 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         scale = input_scale(x2, config.dac.scaling)
     else:
         scale = np.full(tokens, programmed.input_range, dtype=x.dtype)
+    block = row_block(tokens)
     if chunk_tokens is None:
         rails = encoding.n_rails(config.encoding.weights)
         chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
+    # Chunks start on GEMM row-block boundaries so that every row meets the
+    # same GEMM whatever the chunking (see optical._gemm).
+    chunk_tokens = -(-chunk_tokens // block) * block
     totals = np.zeros(3)  # detected photons, readouts, clipped ADC conversions
     for start in range(0, tokens, chunk_tokens):
         stop = min(start + chunk_tokens, tokens)
         # Clipping only bites for a static input range: abs-max scaling is exact.
         xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
-        y[start:stop] = _accumulate(xn, start, tokens, programmed, config, seed, totals)
+        y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals)
     y *= scale[:, None]
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:
@@ -197,7 +203,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     return y, _stats(tokens, programmed, config, totals)
 
 
-def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
+def _accumulate(xn: np.ndarray, t0: int, block: int, pw: ProgrammedWeights,
                 config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
     """Sum over K-tiles of the decoded, rescaled readouts for a chunk of
     normalised inputs (the input scale is not yet applied)."""
@@ -226,7 +232,8 @@ def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
             part += dtype.type(in_const) * pw.weight_sums[kt][None, :]
         for s in range(n_in):
             a = levels[s]
-            a_sum = a.sum(axis=1, dtype=np.float64)[:, None]
+            # Cast first: a buffered casting sum groups rows by buffer, not by row.
+            a_sum = a.astype(np.float64).sum(axis=1)[:, None]
             pass_id = (tokens_idx * np.uint64(tiling.k_tiles) + np.uint64(kt)) \
                 * np.uint64(n_in) + np.uint64(s)  # (T, 1)
             for nt in range(tiling.n_tiles):
@@ -238,7 +245,8 @@ def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
                     rin_idx = (pass_id * np.uint64(tiling.n_tiles) + np.uint64(nt)) \
                         * np.uint64(tiling.tile_k) + rows
                     a_pass = a * noise.rin_factors(rin, seed=seed, index=rin_idx).astype(dtype)
-                mean = np.stack([a_pass @ pw.transmissions[r, ks, ns] for r in range(n_det)])
+                mean = np.stack([rows_matmul(a_pass, pw.transmissions[r, ks, ns], block)
+                                 for r in range(n_det)])
                 readout_base = pass_id * np.uint64(tiling.n) + cols  # (T, n)
                 det = _detect(mean, readout_base, n_det, p, config, seed, totals)
                 adc_in = np.einsum("er,rtn->etn", g, det)
