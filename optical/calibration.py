@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from optical._gemm import row_block, rows_matmul
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
@@ -134,6 +135,7 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
     n_adc = rails.shape[0]
     lo = np.empty((tiling.k_tiles, n_adc, tiling.n), dtype=transmissions.dtype)
     hi = np.empty_like(lo)
+    block = row_block(xn.shape[0] * encoding.n_rails(config.encoding.inputs))
     for kt in range(tiling.k_tiles):
         ks = tiling.k_slice(kt)
         # DAC levels of every pass, stacked: (passes * n, k).
@@ -145,14 +147,14 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
             ns = tiling.n_slice(nt)
             t = transmissions[:, ks, ns]
             # Mean detected light per rail and column, for the shot noise.
-            detected = np.stack([a_mean @ t_r for t_r in t]) if math.isfinite(p) else None
+            detected = np.stack([_vecmat(a_mean, t_r) for t_r in t]) if math.isfinite(p) else None
             for e in range(n_adc):
                 combined = sum(t[r] if g == 1 else g * t[r]
                                for r, g in enumerate(rails[e].astype(t.dtype)) if g != 0)
-                samples = a @ combined  # (passes * n, cols), noise-free
+                samples = rows_matmul(a, combined, block)  # (passes * n, cols), noise-free
                 noise_var = np.zeros(samples.shape[1])
                 if rin2 > 0:
-                    noise_var += rin2 * (a_sq @ np.square(combined, dtype=np.float64))
+                    noise_var += rin2 * _vecmat(a_sq, np.square(combined, dtype=np.float64))
                 if math.isfinite(p):
                     noise_var += np.square(rails[e]) @ detected / p
                     noise_var += np.square(rails[e]).sum() * det.dark_electrons / p**2
@@ -168,6 +170,11 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
                         w_lo, w_hi = w_lo[groups], w_hi[groups]
                 lo[kt, e, ns], hi[kt, e, ns] = w_lo, w_hi
     return lo, hi
+
+
+def _vecmat(v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``v @ m`` for a vector, reproducible whatever the BLAS threads."""
+    return rows_matmul(v[None, :].astype(m.dtype), m, row_block(1))[0]
 
 
 def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: float = 0.0, *,

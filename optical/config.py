@@ -283,11 +283,64 @@ class MaskConfig(_Section):
 class OpticsConfig(_Section):
     """Lens geometry between sources, mask and detectors.
 
-    Without geometry the optics are ideal: each source illuminates exactly its
-    mask row uniformly and each mask column reaches exactly its detector.
+    With ``model = "ideal"`` (the default) the optics are ideal: each source
+    illuminates exactly its mask row, uniformly, and each mask column reaches
+    exactly its detector; the geometry fields are then unused. With
+    ``"diffraction"`` the geometry sets, by scalar diffraction, the coupling of
+    each source into neighbouring mask rows, of each mask column onto
+    neighbouring detectors, and the illumination across the mask (see
+    :mod:`optical.physics.crosstalk` for the optical train). The geometry
+    defaults are those of the "iris-like" preset.
+
+    Attributes
+    ----------
+    model : {"ideal", "diffraction"}
+    pixel_pitch : float, m
+        Mask pixel pitch; sources and detectors are relayed 1:1 onto it.
+    fill_factor : float, dimensionless
+        Transmitting area fraction of a mask pixel (square aperture of side
+        ``sqrt(fill_factor) * pixel_pitch``; the gaps are opaque).
+    fan_out_focal_length, fan_out_aperture : float, m
+        Focal length and clear aperture (pupil width) of the fan-out optics.
+    fan_in_focal_length, fan_in_aperture : float, m
+        The same for the fan-in optics.
+    defocus_waves, spherical_waves : float, waves RMS
+        Defocus and primary spherical aberration (Zernike coefficients; their
+        1-D Legendre counterparts on the cylindrical pupils) of both relays.
+    beam_profile : {"flat_top", "gaussian"}
+        Fan-out beam along a row: "flat_top" fills the fan-out aperture
+        uniformly (a line generator); "gaussian" is the far field of the
+        source mode, of 1/e**2 radius ``wavelength * f / (pi * beam_waist)``.
+    beam_waist : float, m
+        1/e**2 intensity radius of each source's Gaussian mode.
+    kernel_radius : int, pixels
+        Neighbours kept on each side by the kernels applied to a programmed
+        tile; coupling further out is neglected (cost grows as its square).
     """
 
     _name: ClassVar[str] = "optics"
+    model: str = _choice("ideal", ("ideal", "diffraction"))
+    pixel_pitch: float = _real(10e-6, 0.0, 1e-2, lo_open=True)
+    fill_factor: float = _real(0.9, 0.0, 1.0, lo_open=True)
+    fan_out_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
+    fan_out_aperture: float = _real(50.8e-3, 0.0, 10.0, lo_open=True)
+    fan_in_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
+    fan_in_aperture: float = _real(25.4e-3, 0.0, 10.0, lo_open=True)
+    defocus_waves: float = _real(0.0, -100.0, 100.0)
+    spherical_waves: float = _real(0.0, -100.0, 100.0)
+    beam_profile: str = _choice("flat_top", ("flat_top", "gaussian"))
+    beam_waist: float = _real(1.5e-6, 0.0, 1e-2, lo_open=True)
+    kernel_radius: int = _int(1, 0, 64)
+
+    def _check_consistency(self) -> None:
+        for side in ("fan_out", "fan_in"):
+            aperture = getattr(self, f"{side}_aperture")
+            focal = getattr(self, f"{side}_focal_length")
+            if aperture >= 2 * focal:
+                raise ValueError(
+                    f"optics.{side}_aperture: {aperture} m gives a numerical aperture "
+                    f"{aperture / (2 * focal):.3g} >= 1 with optics.{side}_focal_length = "
+                    f"{focal} m; valid: aperture < 2 * focal length")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from optical import calibration as _calibration
 from optical import compensation, outliers
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
-from optical.physics import converters, encoding
+from optical.physics import converters, crosstalk, encoding
 
 __all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs", "program"]
 
@@ -175,14 +175,38 @@ def _per_row(values: np.ndarray, tiling: Tiling) -> np.ndarray:
                               for i in range(tiling.k_tiles)], axis=0)
 
 
-def _optics_map(config: OpticalConfig):
+def _optics_map(config: OpticalConfig) -> _LensOptics | None:
     """The envelope and crosstalk of the configured optics -- an object with
     ``apply(t, tiling)`` and ``diagonal(tiling)`` (see
     :mod:`optical.compensation`) -- or ``None`` for ideal optics (each source
-    lights exactly its row, each column reaches exactly its detector).
-    Integration point for the lens physics (``optical.physics.crosstalk``):
-    the optics section has no geometry yet."""
-    return None
+    lights exactly its row, each column reaches exactly its detector)."""
+    kern = crosstalk.kernels(config)
+    return None if kern.ideal else _LensOptics(config, kern)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _LensOptics:
+    """The lens physics (:mod:`optical.physics.crosstalk`) as the forward map
+    that compensation inverts."""
+
+    config: OpticalConfig
+    kernels: crosstalk.Kernels
+
+    def apply(self, t: np.ndarray, tiling: Tiling) -> np.ndarray:
+        return crosstalk.effective_transmissions(t, tiling, self.config)
+
+    def diagonal(self, tiling: Tiling) -> np.ndarray:
+        """Each pixel's self-coupling, shape (rails, 1, N): the centre of the
+        input kernel, times the centre of the output mutual intensity, times
+        the illumination of the pixel's physical column (rails interleaved,
+        every tile placed from the core's first output)."""
+        kern = self.kernels
+        centre = kern.radius
+        own = kern.input_coupling[centre] * np.real(kern.output_mutual[centre, centre])
+        local = np.concatenate([np.arange(s.stop - s.start)
+                                for s in map(tiling.n_slice, range(tiling.n_tiles))])
+        columns = kern.rails * local[None, :] + np.arange(kern.rails)[:, None]
+        return (own * kern.envelope[columns])[:, None, :]
 
 
 def _mask(v: np.ndarray, tiling: Tiling,

@@ -261,11 +261,16 @@ def test_programmed_weights_give_the_same_output(rng):
     x = rng.standard_normal((20, 100))
     w = rng.standard_normal((100, 40))
     cfg = _noisy_config()
-    programmed = optical.program(w, cfg)
+    # Raw weights under a calibrated mapping calibrate on the call's own inputs.
+    programmed = optical.program(w, cfg, calibration=x)
     np.testing.assert_array_equal(optical.matmul(x, programmed, cfg, seed=1),
                                   optical.matmul(x, w, cfg, seed=1))
-    # DAC settings do not touch the mask: the same programmed matrix serves.
-    optical.matmul(x, programmed, cfg.replace({"dac.bits": 4}), seed=1)
+    # Without calibration, DAC settings do not touch the mask: the same
+    # programmed matrix serves (calibrated windows depend on the DAC).
+    naive = cfg.replace({"adc.full_scale": "rms", "outliers.policy": "none"})
+    optical.matmul(x, optical.program(w, naive), naive.replace({"dac.bits": 4}), seed=1)
+    with pytest.raises(ValueError, match="dac.bits = 8 when programmed, 4 now"):
+        optical.matmul(x, programmed, cfg.replace({"dac.bits": 4}), seed=1)
     with pytest.raises(ValueError, match=r"core.inputs = 64 when programmed, 32 now"):
         optical.matmul(x, programmed, cfg.replace({"core.inputs": 32}), seed=1)
     with pytest.raises(ValueError, match="mask.bits"):

@@ -273,9 +273,11 @@ def test_calibration_is_deterministic_and_capped(rng):
 
 
 def _noisy(**changes):
+    """iris-like's physics, small, with the naive mapping (nothing calibrated)."""
     return optical.presets.get("iris-like").replace({
         "core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
-        "source.rin_db_per_hz": -120.0, "adc.bits": 6, "dac.bits": 6, **changes})
+        "source.rin_db_per_hz": -120.0, "adc.bits": 6, "dac.bits": 6,
+        "adc.full_scale": "rms", "outliers.policy": "none", "mask.compensate": False, **changes})
 
 
 @pytest.mark.parametrize("changes", [

@@ -175,7 +175,8 @@ def test_minilm_embeddings_match_an_independent_numpy_forward(minilm):
 @pytest.mark.slow
 def test_minilm_on_iris_like_keeps_the_pair_similarity_ranking(minilm, record_property):
     reference = minilm.embed(SENTENCES)
-    optical_embeddings = minilm.embed(SENTENCES, optical.presets.get("iris-like"), seed=0)
+    config = optical.presets.get("iris-like")
+    optical_embeddings = minilm.embed(SENTENCES, config, seed=0)
     cosines = np.sum(reference * optical_embeddings, axis=1)
     pairs = np.triu_indices(len(SENTENCES), 1)
     rank = stats.spearmanr((reference @ reference.T)[pairs],
@@ -185,10 +186,11 @@ def test_minilm_on_iris_like_keeps_the_pair_similarity_ranking(minilm, record_pr
     record_property("minilm_iris_like_pair_spearman", float(rank))
     print(f"\nall-MiniLM-L6-v2 on iris-like: embedding cosine to fp32 mean {cosines.mean():.4f}, "
           f"min {cosines.min():.4f}; Spearman of {len(pairs[0])} pair similarities {rank:.4f}")
-    # Measured (seeds 0-2): mean cosine 0.81-0.83, Spearman 0.80-0.85. Every
-    # sentence's optical embedding still retrieves its own fp32 embedding.
-    assert cosines.mean() > 0.6 and rank > 0.6
+    # Measured (seed 0, each product calibrated on its own inputs): mean cosine
+    # 0.984, Spearman 0.990; the naive mapping (rms ADC windows, no outlier
+    # bypass, no compensation) gave 0.50. Every sentence's optical embedding
+    # still retrieves its own fp32 embedding.
+    assert cosines.mean() > 0.95 and rank > 0.95
     retrieved = np.argmax(optical_embeddings @ reference.T, axis=1)
     np.testing.assert_array_equal(retrieved, np.arange(len(SENTENCES)))
-    np.testing.assert_array_equal(
-        minilm.embed(SENTENCES, optical.presets.get("iris-like"), seed=0), optical_embeddings)
+    np.testing.assert_array_equal(minilm.embed(SENTENCES, config, seed=0), optical_embeddings)

@@ -44,7 +44,8 @@ def test_ideal_preset_reproduces_the_float32_reference(tiny, attention):
 @pytest.mark.parametrize("attention", ["digital", "optical"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_stats_equal_layer_schedule(tiny, attention, batch):
-    cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": attention})
+    cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": attention,
+                        "outliers.policy": "none"})
     h = tiny.hidden_states(1, 10, batch=batch)
     _, stats = tiny.layer(1).optical(h, cfg, seed=0, return_stats=True)
     expected = layer_schedule(tiny.spec, 10, cfg, batch=batch)
@@ -52,6 +53,15 @@ def test_stats_equal_layer_schedule(tiny, attention, batch):
     for name, schedule in expected.items():
         counted = {f.name: getattr(stats[name], f.name) for f in dataclasses.fields(schedule)}
         assert counted == schedule.to_dict(), name
+    # With outlier channels bypassing the optics, each weight matmul's optical
+    # counts are those of the channels left on the mask.
+    bypass = cfg.replace({"outliers.policy": "static"})
+    _, stats = tiny.layer(1).optical(h, bypass, seed=0, return_stats=True)
+    for shape in tiny.spec.linear_shapes():
+        st = stats[shape.name]
+        left = optical.core.schedule(batch * 10, shape.in_features - st.digital_channels,
+                                     shape.out_features, bypass)
+        assert {k: getattr(st, k) for k in left.to_dict()} == left.to_dict(), shape.name
     if attention == "optical":
         # K^T and V of every prompt and KV head are loaded as masks (dynamic operands)
         assert stats["attention.scores"].weight_loads == batch * tiny.spec.num_kv_heads
@@ -95,29 +105,35 @@ ONE_B = ModelSpec.from_config({**TINY_LLAMA, "hidden_size": 2048, "intermediate_
                                "head_dim": 64, "num_hidden_layers": 4})
 
 
-def _down_proj_error(weights: dict, tokens: int = 32) -> tuple[float, float]:
+def _down_proj_error(weights: dict, config, tokens: int = 32) -> tuple[float, float]:
     """(SQNR dB, first-token error / median other-token error) of down_proj under
-    iris-like, on the input the reference layer feeds it."""
+    ``config``, on the input the reference layer feeds it."""
     model = LlamaModel(Path("1b"), ONE_B, None, seed=0)
     layer = LlamaLayer(ONE_B, 1, weights)
     act = layer.trace(model.hidden_states(1, tokens), dtype="float32").inputs["down_proj"]
     w = np.ascontiguousarray(weights["down_proj"].T)
     exact = act.astype(np.float64) @ w.astype(np.float64)
-    y = optical.matmul(act, w, IRIS, seed=1)
+    y = optical.matmul(act, w, config, seed=1)
     err = np.linalg.norm(y - exact, axis=1)
     return optical.metrics.sqnr_db(exact, y), err[0] / np.median(err[1:])
 
 
 @pytest.mark.slow
-def test_massive_activations_hurt_down_proj_of_the_super_layer():
+def test_massive_activations_hurt_down_proj_of_the_super_layer_unless_bypassed():
     # Without outlier handling the first token's super activation (~200) sets
     # its DAC range, so its other inputs quantise to zero and every readout's
     # error is scaled by it; the super weights set their mask columns' scale.
-    with_super = _down_proj_error(llama_layer_weights(ONE_B, 1, seed=0))
-    without = _down_proj_error(llama_layer_weights(ONE_B, 1, seed=0,
-                                                   stats=SyntheticLlama(massive_dims=0)))
+    naive = IRIS.replace({"outliers.policy": "none"})
+    weights = llama_layer_weights(ONE_B, 1, seed=0)
+    plain = llama_layer_weights(ONE_B, 1, seed=0, stats=SyntheticLlama(massive_dims=0))
+    with_super, without = _down_proj_error(weights, naive), _down_proj_error(plain, naive)
     # The first token's error is an order of magnitude above the others' (it
     # is not without the super weight); the whole-tensor SQNR drops although
     # the massive outputs themselves add signal energy.
     assert with_super[1] > 10 and without[1] < 3, (with_super, without)
     assert with_super[0] < without[0] - 1.5, (with_super, without)
+    # iris-like's outlier bypass (channels above 6x the median run digitally)
+    # takes the massive channels off the optics: the first token is no worse
+    # than the others and the matmul is no worse than without the super weight.
+    bypassed = _down_proj_error(weights, IRIS)
+    assert bypassed[1] < 3 and bypassed[0] > without[0] - 0.5, (bypassed, without)

@@ -15,6 +15,8 @@ from optical.transformer.validate import worst_row_sqnr_db
 from tests.transformer_helpers import TINY_LLAMA, write_model
 
 CFG = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+#: The same machine with nothing calibrated: every count is layer_schedule's.
+NAIVE = CFG.replace({"adc.full_scale": "rms", "outliers.policy": "none"})
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +24,31 @@ def tiny_dir(tmp_path_factory):
     return write_model(tmp_path_factory.mktemp("tiny"), TINY_LLAMA)
 
 
+def test_calibrated_machine_is_calibrated_on_a_held_out_input(tiny_dir):
+    """iris-like calibrates its ADC windows and outlier channels: validate does
+    it on each weight matmul's inputs in a float32 reference run of another
+    input (seeded apart), never on the input it scores."""
+    from optical.transformer._engines import derive_seed
+
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=2, tokens=12, config=CFG, seed=3,
+                                  calibration_tokens=20)
+    layer = model.layer(2)
+    held_out = model.hidden_states(2, 20, seed=derive_seed(3, "calibration"), batch=1)
+    calibration = layer.trace(held_out, dtype="float32").inputs
+    h = model.hidden_states(2, 12, seed=3, batch=1)
+    run = layer.trace(h, config=CFG, seed=3, calibration=calibration)
+    ref = layer.trace(h, dtype="float16")
+    for row in report.products:
+        assert row.sqnr_db == optical.metrics.sqnr_db(ref.products[row.name],
+                                                      run.products[row.name]), row.name
+    oracle = layer.trace(h, config=CFG, seed=3)  # calibrated on its own inputs
+    assert not np.array_equal(oracle.output, run.output)
+
+
 def test_report_metrics_and_counts(tiny_dir):
     model = transformer.load(tiny_dir)
-    report = transformer.validate(model, layer=2, tokens=12, config=CFG, seed=3, batch=2,
+    report = transformer.validate(model, layer=2, tokens=12, config=NAIVE, seed=3, batch=2,
                                   local=True)
     names = [r.name for r in report.products]
     assert names == ["q_proj", "k_proj", "v_proj", "attention.scores", "attention.values",
@@ -33,7 +57,7 @@ def test_report_metrics_and_counts(tiny_dir):
     h = model.hidden_states(2, 12, seed=3, batch=2)
     layer = model.layer(2)
     ref = layer.trace(h, dtype="float16")
-    run = layer.trace(h, config=CFG, seed=3)
+    run = layer.trace(h, config=NAIVE, seed=3)
     for row in report.products:
         assert row.sqnr_db == optical.metrics.sqnr_db(ref.products[row.name],
                                                       run.products[row.name])
@@ -44,7 +68,7 @@ def test_report_metrics_and_counts(tiny_dir):
     assert down.local_sqnr_db == pytest.approx(optical.metrics.sqnr_db(exact,
                                                                        run.products["down_proj"]))
     # counts: those of layer_schedule, summed in the totals
-    schedule = transformer.layer_schedule(model.spec, 12, CFG, batch=2)
+    schedule = transformer.layer_schedule(model.spec, 12, NAIVE, batch=2)
     for name, expected in schedule.items():
         stats = report.product(name).stats
         assert {f.name: getattr(stats, f.name) for f in dataclasses.fields(expected)} == \
