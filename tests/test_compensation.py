@@ -2,9 +2,10 @@
 map against an explicit dense matrix product, the solver against a known
 solution, the gain by hand, and the machine end to end.
 
-The lens physics that will supply the real envelope and kernels is built
-elsewhere; here the optics are a synthetic ``SeparableCoupling`` put in
-place of ``optical.quant._optics_map``, the point where program() asks for them.
+Most tests put a synthetic ``SeparableCoupling`` (or a nonlinear stand-in) in
+place of ``optical.quant._optics_map``, the point where program() asks for the
+optics; the last ones compensate the real lens physics
+(``optical.physics.crosstalk``).
 """
 
 import math
