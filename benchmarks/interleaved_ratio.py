@@ -26,7 +26,7 @@ def main(tokens: int = 512, k: int = 4096, n: int = 4096, rounds: int = 5) -> No
     x = rng.standard_normal((tokens, k), dtype=np.float32)
     w = rng.standard_normal((k, n), dtype=np.float32)
     cfg = optical.presets.get("iris-like")
-    pw = optical.program(w, cfg)
+    pw = optical.program(w, cfg, calibration=x[:256])
     mm = jax.jit(lambda a, b: a @ b)
     xj, wj = jnp.asarray(x), jnp.asarray(w)
     methods = {

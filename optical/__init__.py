@@ -8,43 +8,58 @@
 True
 """
 
-from optical import core, metrics, presets
+from optical import core, energy, metrics, presets, transformer
 from optical.config import (
     ADCConfig,
+    CalibrationConfig,
     CoreConfig,
     DACConfig,
     DetectorConfig,
     EncodingConfig,
+    EnergyConfig,
     MappingConfig,
     MaskConfig,
     OpticalConfig,
     OpticsConfig,
+    OutliersConfig,
     SourceConfig,
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
+from optical.sweep import load as load_sweep
+from optical.sweep import sweep
+from optical.workloads import LayerWorkload, MatmulWorkload
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ADCConfig",
+    "CalibrationConfig",
     "CoreConfig",
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "EnergyConfig",
+    "LayerWorkload",
     "MappingConfig",
     "MaskConfig",
     "MatmulStats",
+    "MatmulWorkload",
     "OpticalConfig",
     "OpticsConfig",
+    "OutliersConfig",
     "ProgrammedWeights",
     "Schedule",
     "SourceConfig",
     "__version__",
     "core",
+    "energy",
+    "load_sweep",
     "matmul",
     "metrics",
     "presets",
     "program",
     "schedule",
+    "sweep",
+    "transformer",
 ]

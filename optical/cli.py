@@ -7,9 +7,13 @@ import argparse
 import sys
 
 from optical.commands import config as config_command
+from optical.commands import energy as energy_command
+from optical.commands import plot as plot_command
+from optical.commands import sweep as sweep_command
+from optical.commands import validate as validate_command
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
-COMMANDS = [config_command]
+COMMANDS = [config_command, validate_command, sweep_command, plot_command, energy_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

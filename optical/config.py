@@ -2,8 +2,9 @@
 
 An :class:`OpticalConfig` describes one free-space optical matrix-vector
 multiplier: its sources, input DAC, weight mask, optics, detectors, ADC, the
-encoding of signed values, the core size, and how transformer layers map onto
-it. Every field is reachable by a
+encoding of signed values, the core size, how transformer layers map onto
+it, and what its energy and time cost (``energy``, read by
+:mod:`optical.energy` only). Every field is reachable by a
 dotted path (``"adc.bits"``), which is how :meth:`OpticalConfig.replace`, the
 CLI (``--set adc.bits=6``) and sweeps (``--param adc.bits=4,6,8``) name it.
 
@@ -25,14 +26,17 @@ from typing import Any, ClassVar
 
 __all__ = [
     "ADCConfig",
+    "CalibrationConfig",
     "CoreConfig",
     "DACConfig",
     "DetectorConfig",
     "EncodingConfig",
+    "EnergyConfig",
     "MappingConfig",
     "MaskConfig",
     "OpticalConfig",
     "OpticsConfig",
+    "OutliersConfig",
     "SourceConfig",
 ]
 
@@ -110,6 +114,18 @@ def _check_value(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
     if math.isnan(value) or too_low or too_high:
         raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
     return value
+
+
+def check_value(path: str, value: Any) -> Any:
+    """Validate one value for the field at a dotted ``path`` on its own (not
+    against other fields); return it in canonical form.
+
+    Raises
+    ------
+    ValueError
+        Naming the path for an unknown path or an invalid value.
+    """
+    return _check_value(path, value, OpticalConfig.field_spec(path))
 
 
 def parse_value(path: str, text: str) -> Any:
@@ -209,14 +225,22 @@ class DACConfig(_Section):
     ----------
     bits : int or None
         Resolution; ``2**bits`` intensity levels over [0, 1]. ``None``: exact.
-    scaling : {"per_token", "per_tensor"}
+    scaling : {"per_token", "per_tensor", "static"}
         How inputs are scaled into the DAC range: by the absolute maximum of
-        each token's row (dynamic, per token) or of the whole input tensor.
+        each token's row (dynamic, per token), of the whole input tensor
+        (dynamic, per call), or by a static range fixed when the weights are
+        programmed from calibration inputs (``percentile``), with clipping.
+        "static" needs ``optical.program(w, config, calibration=x)``.
+    percentile : float, percent
+        With "static" scaling: the input full scale is this percentile of the
+        calibration inputs' absolute values (channels that bypass the optics
+        excluded); larger inputs clip.
     """
 
     _name: ClassVar[str] = "dac"
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
-    scaling: str = _choice("per_token", ("per_token", "per_tensor"))
+    scaling: str = _choice("per_token", ("per_token", "per_tensor", "static"))
+    percentile: float = _real(99.99, 0.0, 100.0, lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,16 +254,24 @@ class MaskConfig(_Section):
         [min_transmission, 1]. ``None``: continuous.
     contrast_ratio : float, dimensionless
         Ratio of full to minimum transmission (``inf``: a fully dark pixel).
-    scaling : {"per_column", "per_tensor"}
-        Weights are divided by the absolute maximum of each output column or
-        of the whole matrix before they are mapped to transmissions; the
-        scale is restored digitally.
+    scaling : {"per_column", "per_tensor", "per_tile", "per_tile_column"}
+        Weights are divided by an absolute maximum before they are mapped to
+        transmissions; the scale is restored digitally. Over each output
+        column, the whole matrix, each core-sized tile (K-tile x N-tile), or
+        each column of each K-tile.
+    compensate : bool
+        Pre-distort the mask so that the transmissions the light sees (after
+        the illumination envelope and crosstalk of the optics) are closest to
+        the intended ones within [min_transmission, 1]. No effect with ideal
+        optics.
     """
 
     _name: ClassVar[str] = "mask"
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
     contrast_ratio: float = _real(math.inf, 1.0, math.inf, lo_open=True)
-    scaling: str = _choice("per_column", ("per_column", "per_tensor"))
+    scaling: str = _choice("per_column", ("per_column", "per_tensor", "per_tile",
+                                          "per_tile_column"))
+    compensate: bool = _bool(False)
 
     @property
     def min_transmission(self) -> float:
@@ -251,11 +283,64 @@ class MaskConfig(_Section):
 class OpticsConfig(_Section):
     """Lens geometry between sources, mask and detectors.
 
-    Without geometry the optics are ideal: each source illuminates exactly its
-    mask row uniformly and each mask column reaches exactly its detector.
+    With ``model = "ideal"`` (the default) the optics are ideal: each source
+    illuminates exactly its mask row, uniformly, and each mask column reaches
+    exactly its detector; the geometry fields are then unused. With
+    ``"diffraction"`` the geometry sets, by scalar diffraction, the coupling of
+    each source into neighbouring mask rows, of each mask column onto
+    neighbouring detectors, and the illumination across the mask (see
+    :mod:`optical.physics.crosstalk` for the optical train). The geometry
+    defaults are those of the "iris-like" preset.
+
+    Attributes
+    ----------
+    model : {"ideal", "diffraction"}
+    pixel_pitch : float, m
+        Mask pixel pitch; sources and detectors are relayed 1:1 onto it.
+    fill_factor : float, dimensionless
+        Transmitting area fraction of a mask pixel (square aperture of side
+        ``sqrt(fill_factor) * pixel_pitch``; the gaps are opaque).
+    fan_out_focal_length, fan_out_aperture : float, m
+        Focal length and clear aperture (pupil width) of the fan-out optics.
+    fan_in_focal_length, fan_in_aperture : float, m
+        The same for the fan-in optics.
+    defocus_waves, spherical_waves : float, waves RMS
+        Defocus and primary spherical aberration (Zernike coefficients; their
+        1-D Legendre counterparts on the cylindrical pupils) of both relays.
+    beam_profile : {"flat_top", "gaussian"}
+        Fan-out beam along a row: "flat_top" fills the fan-out aperture
+        uniformly (a line generator); "gaussian" is the far field of the
+        source mode, of 1/e**2 radius ``wavelength * f / (pi * beam_waist)``.
+    beam_waist : float, m
+        1/e**2 intensity radius of each source's Gaussian mode.
+    kernel_radius : int, pixels
+        Neighbours kept on each side by the kernels applied to a programmed
+        tile; coupling further out is neglected (cost grows as its square).
     """
 
     _name: ClassVar[str] = "optics"
+    model: str = _choice("ideal", ("ideal", "diffraction"))
+    pixel_pitch: float = _real(10e-6, 0.0, 1e-2, lo_open=True)
+    fill_factor: float = _real(0.9, 0.0, 1.0, lo_open=True)
+    fan_out_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
+    fan_out_aperture: float = _real(50.8e-3, 0.0, 10.0, lo_open=True)
+    fan_in_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
+    fan_in_aperture: float = _real(25.4e-3, 0.0, 10.0, lo_open=True)
+    defocus_waves: float = _real(0.0, -100.0, 100.0)
+    spherical_waves: float = _real(0.0, -100.0, 100.0)
+    beam_profile: str = _choice("flat_top", ("flat_top", "gaussian"))
+    beam_waist: float = _real(1.5e-6, 0.0, 1e-2, lo_open=True)
+    kernel_radius: int = _int(1, 0, 64)
+
+    def _check_consistency(self) -> None:
+        for side in ("fan_out", "fan_in"):
+            aperture = getattr(self, f"{side}_aperture")
+            focal = getattr(self, f"{side}_focal_length")
+            if aperture >= 2 * focal:
+                raise ValueError(
+                    f"optics.{side}_aperture: {aperture} m gives a numerical aperture "
+                    f"{aperture / (2 * focal):.3g} >= 1 with optics.{side}_focal_length = "
+                    f"{focal} m; valid: aperture < 2 * focal length")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,20 +387,27 @@ class ADCConfig(_Section):
         Gaussian noise so that its total error variance is that of an ideal
         ``bits - enob_loss``-bit converter. Given as a loss so that sweeping
         ``adc.bits`` keeps the converter's quality. Ignored when ``bits`` is None.
-    full_scale : {"max", "rms"}
+    full_scale : {"max", "rms", "calibrated"}
         How each column's window is set when the tile is programmed: "max"
         spans every readout the programmed weights can produce (never clips);
         "rms" spans the mean +- ``headroom`` standard deviations of the readout
-        for inputs spread uniformly over the DAC range, noise included.
+        for inputs spread uniformly over the DAC range, noise included;
+        "calibrated" minimises the expected squared error, quantisation and
+        clipping together, over the readouts of calibration inputs, noise
+        included (needs ``optical.program(w, config, calibration=x)``).
     headroom : float, standard deviations
         Half-width of the "rms" window.
+    window : {"per_column", "per_tile"}
+        One window per column of each tile, or one shared by all the columns
+        of a tile (a common reference for the tile's converters).
     """
 
     _name: ClassVar[str] = "adc"
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
     enob_loss: float = _real(0.0, 0.0, MAX_BITS, hi_open=True)
-    full_scale: str = _choice("rms", ("max", "rms"))
+    full_scale: str = _choice("rms", ("max", "rms", "calibrated"))
     headroom: float = _real(4.0, 0.0, math.inf, lo_open=True, hi_open=True)
+    window: str = _choice("per_column", ("per_column", "per_tile"))
 
     def _check_consistency(self) -> None:
         if self.bits is not None and self.enob_loss >= self.bits:
@@ -384,6 +476,141 @@ class MappingConfig(_Section):
     attention: str = _choice("digital", ("digital", "optical"))
 
 
+@dataclasses.dataclass(frozen=True)
+class OutliersConfig(_Section):
+    """Input channels that bypass the optics and are multiplied digitally
+    (an LLM.int8-style decomposition: ``x @ w = x[:, D] @ w[D] + x[:, O] @ w[O]``).
+
+    A channel's magnitude is its absolute maximum over the tokens considered;
+    it is an outlier when that exceeds ``threshold`` times the median channel
+    magnitude (nonzero channels), at most ``top_k`` of them, largest first.
+
+    Attributes
+    ----------
+    policy : {"none", "static", "dynamic"}
+        "static": the channels are chosen once from calibration inputs when
+        the weights are programmed, and their mask rows are not programmed (the
+        hardware choice). "dynamic": chosen in every call from that call's
+        inputs (all its tokens: the choice does not depend on chunking, but a
+        token's output depends on the batch it comes in); the whole matrix
+        stays on the mask and the outlier channels' sources are dark.
+    threshold : float or None, dimensionless
+        Ratio to the median channel magnitude; ``None``: rank only (``top_k``).
+    top_k : int or None
+        At most this many channels go digital; ``None``: no cap.
+    """
+
+    _name: ClassVar[str] = "outliers"
+    policy: str = _choice("none", ("none", "static", "dynamic"))
+    threshold: float | None = _real(6.0, 1.0, math.inf, hi_open=True, optional=True)
+    top_k: int | None = _int(None, 0, 1 << 30, optional=True)
+
+    def _check_consistency(self) -> None:
+        if self.policy != "none" and self.threshold is None and self.top_k is None:
+            raise ValueError(
+                f"outliers.policy: {self.policy!r} needs outliers.threshold or outliers.top_k "
+                "(both are None)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationConfig(_Section):
+    """How calibration inputs are used when weights are programmed.
+
+    Attributes
+    ----------
+    max_tokens : int
+        At most this many calibration tokens (rows, evenly spaced) are pushed
+        through the noise-free optical readouts that set calibrated ADC
+        windows; input ranges and outlier channels use every token.
+    """
+
+    _name: ClassVar[str] = "calibration"
+    max_tokens: int = _int(1024, 1, 1 << 24)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyConfig(_Section):
+    """Energy and latency of the machine around the optics (read by
+    :mod:`optical.energy`; the emulated arithmetic does not depend on it).
+
+    Photon energy comes from ``source.wavelength``, photons per MAC from
+    ``source.photons_per_mac``, the quantum efficiency from
+    ``detector.quantum_efficiency`` and converter resolutions from ``dac.bits``
+    and ``adc.enob``. The defaults and their sources are listed in
+    docs/energy.md.
+
+    Attributes
+    ----------
+    laser_efficiency : float, W/W
+        Wall-plug efficiency of the sources: emitted optical power per
+        electrical power drawn.
+    optical_efficiency : float, W/W
+        Fraction of the emitted light that reaches the detectors through a
+        fully open mask pixel (lens, fill-factor and coupling losses).
+    source_mean_level : float, dimensionless
+        Mean emitted power relative to full scale during a pass: 1 for an
+        always-on source behind an intensity modulator; the mean drive level
+        (e.g. 0.5 for offset-encoded uniform inputs) for a directly modulated one.
+    walden_fom : float, J per conversion-step
+        Walden figure of merit ``P / (2**ENOB f_s)`` of the converters, used
+        for any converter whose energy is not given explicitly.
+    dac_energy : float or None, J per conversion
+        Energy of one DAC conversion; ``None``: ``walden_fom * 2**dac.bits``.
+    adc_energy : float or None, J per conversion
+        Energy of one ADC conversion; ``None``: ``walden_fom * 2**adc.enob``.
+    detector_energy : float, J per readout
+        Photodetector bias and transimpedance amplifier, per detector readout.
+    input_rate : float, Hz
+        Optical passes per second per core (the source modulation rate).
+    mask_refresh_rate : float, Hz
+        Weight-mask loads per second per core: a load takes ``1 / rate`` s.
+    mask_load_energy : float, J per load
+        Energy to write one core-sized tile onto the mask.
+    double_buffered_mask : bool
+        Whether a core can load its next mask while streaming through the
+        current one (the load time then hides behind streaming, and vice versa).
+    cores : int
+        Optical cores working in parallel. When there are at least as many
+        cores as weight tiles in the model, the weights stay resident: they
+        are loaded once, not per prefill.
+    dram_energy_per_byte : float, J/byte
+        Off-chip memory (DRAM/HBM) read energy: weights into the mask driver,
+        embeddings, the LM head.
+    sram_energy_per_byte : float, J/byte
+        On-chip memory access energy: activations, partial sums.
+    digital_energy_per_op : float, J/op
+        Energy of one digital arithmetic operation (add, multiply, compare,
+        exponential counted as one).
+    digital_ops_per_s : float, op/s
+        Throughput of the digital engine beside the optics.
+    static_power : float, W
+        Power each core draws whether or not it computes (controllers, mask
+        hold, thermal control), charged over the time to first token.
+    link_energy_per_byte : float, J/byte
+        Moving the KV cache from the optical prefill machine to a decode GPU.
+    """
+
+    _name: ClassVar[str] = "energy"
+    laser_efficiency: float = _real(0.3, 0.0, 1.0, lo_open=True)
+    optical_efficiency: float = _real(1.0, 0.0, 1.0, lo_open=True)
+    source_mean_level: float = _real(1.0, 0.0, 1.0, lo_open=True)
+    walden_fom: float = _real(25e-15, 0.0, math.inf, hi_open=True)
+    dac_energy: float | None = _real(None, 0.0, math.inf, hi_open=True, optional=True)
+    adc_energy: float | None = _real(None, 0.0, math.inf, hi_open=True, optional=True)
+    detector_energy: float = _real(1e-12, 0.0, math.inf, hi_open=True)
+    input_rate: float = _real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
+    mask_refresh_rate: float = _real(1e3, 0.0, math.inf, lo_open=True, hi_open=True)
+    mask_load_energy: float = _real(1e-3, 0.0, math.inf, hi_open=True)
+    double_buffered_mask: bool = _bool(False)
+    cores: int = _int(1, 1, 1 << 30)
+    dram_energy_per_byte: float = _real(31e-12, 0.0, math.inf, hi_open=True)
+    sram_energy_per_byte: float = _real(1.25e-12, 0.0, math.inf, hi_open=True)
+    digital_energy_per_op: float = _real(0.71e-12, 0.0, math.inf, hi_open=True)
+    digital_ops_per_s: float = _real(989e12, 0.0, math.inf, lo_open=True, hi_open=True)
+    static_power: float = _real(0.0, 0.0, math.inf, hi_open=True)
+    link_energy_per_byte: float = _real(8e-12, 0.0, math.inf, hi_open=True)
+
+
 # --------------------------------------------------------------------------- #
 # The whole machine
 # --------------------------------------------------------------------------- #
@@ -398,6 +625,9 @@ _SECTIONS: dict[str, type[_Section]] = {
     "encoding": EncodingConfig,
     "core": CoreConfig,
     "mapping": MappingConfig,
+    "outliers": OutliersConfig,
+    "calibration": CalibrationConfig,
+    "energy": EnergyConfig,
 }
 
 
@@ -419,6 +649,9 @@ class OpticalConfig:
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
     core: CoreConfig = dataclasses.field(default_factory=CoreConfig)
     mapping: MappingConfig = dataclasses.field(default_factory=MappingConfig)
+    outliers: OutliersConfig = dataclasses.field(default_factory=OutliersConfig)
+    calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
+    energy: EnergyConfig = dataclasses.field(default_factory=EnergyConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():

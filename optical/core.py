@@ -30,11 +30,12 @@ import math
 
 import numpy as np
 
-from optical import _rng, kernels
+from optical import _rng, kernels, outliers
+from optical._gemm import row_block, rows_matmul
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
-from optical.quant import ProgrammedWeights, adc_rails, program
+from optical.quant import ProgrammedWeights, adc_rails, calibration_needs, program
 
 __all__ = ["MatmulStats", "Schedule", "matmul", "schedule"]
 
@@ -91,11 +92,22 @@ class MatmulStats(Schedule):
         Mean photoelectrons per detector readout.
     clipped_fraction : float
         Fraction of ADC conversions that fell outside the window.
+    digital_channels : int
+        Input channels multiplied digitally (``outliers.policy``). With a
+        static bypass their mask rows are not programmed, and the counts above
+        are those of the optical part, ``schedule(tokens, K - digital_channels, N)``.
+    digital_macs : int
+        Multiply-accumulates done digitally, ``tokens * digital_channels * N``.
+    digital_mac_fraction : float
+        ``digital_channels / K``: the share of the logical matmul's MACs done digitally.
     """
 
     detected_photons: float = 0.0
     mean_photoelectrons: float = 0.0
     clipped_fraction: float = 0.0
+    digital_channels: int = 0
+    digital_macs: int = 0
+    digital_mac_fraction: float = 0.0
 
 
 def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
@@ -142,15 +154,22 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     x : ndarray, shape (..., K), float32 or float64
     w : ndarray, shape (K, N), or ProgrammedWeights
         Raw weights are programmed on every call; pass the result of
-        :func:`optical.program` to program once and stream many inputs.
+        :func:`optical.program` to program once and stream many inputs. With
+        raw weights, the settings that need calibration inputs (a static input
+        range, calibrated ADC windows, static outlier channels; see
+        :func:`optical.quant.calibration_needs`) are calibrated on ``x``
+        itself, an optimistic oracle: program with held-out calibration inputs
+        for the mapping a deployed machine would have. With outlier channels
+        (``outliers.policy``) those rows are multiplied digitally.
     config : OpticalConfig
     seed : int
         Non-negative; the output is a function of (x, w, config, seed).
     return_stats : bool
         Also return a :class:`MatmulStats`.
     chunk_tokens : int, optional
-        Tokens processed at a time (memory bound); does not change the result.
-        The fast backends work in fixed blocks of tokens whatever it says.
+        Tokens processed at a time (memory bound; rounded up to a multiple of
+        the GEMM row block); does not change the result. The fast backends
+        work in fixed blocks of tokens whatever it says.
     backend : {"auto", "numpy", "numba", "jax"}
         Where it runs (see :mod:`optical.kernels`): "numpy" is the readable
         reference; "auto" takes "jax" for JAX arrays, else "numba" (or
@@ -179,7 +198,16 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         w.check_compatible(config)
         programmed = w
     else:
-        programmed = program(w, config)
+        w = check_float_array(w, "w", ndim=2)
+        if x.shape[-1] != w.shape[0]:
+            raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
+                             f"{x.shape}) but w has {w.shape[0]} rows")
+        if x.dtype != w.dtype:
+            raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {w.dtype}; "
+                            "cast one explicitly")
+        # Settings that need calibration inputs are calibrated on this call's own
+        # inputs: an oracle, the best calibration can do (held-out data: program()).
+        programmed = program(w, config, calibration=x if calibration_needs(config) else None)
     k, n = programmed.shape
     if x.shape[-1] != k:
         raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
@@ -191,6 +219,12 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
     if not isinstance(exact, bool):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
+    if programmed.bypass is not None:  # outlier channels run digitally, the rest optically
+        return outliers.bypass_matmul(
+            x, programmed, config, return_stats=return_stats,
+            optical=lambda xo, po: matmul(xo, po, config, seed=seed, return_stats=True,
+                                          chunk_tokens=chunk_tokens, backend=backend,
+                                          exact=exact))
 
     x2 = x.reshape(-1, k)
     tokens = x2.shape[0]
@@ -204,14 +238,18 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         y = numba_backend.accumulate(x2, scale, programmed, config, seed, totals, exact=exact)
     else:
         y = np.zeros((tokens, n), dtype=x.dtype)
+        block = row_block(tokens)
         if chunk_tokens is None:
             rails = encoding.n_rails(config.encoding.weights)
             chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
+        # Chunks start on GEMM row-block boundaries so that every row meets the
+        # same GEMM whatever the chunking (see optical._gemm).
+        chunk_tokens = -(-chunk_tokens // block) * block
         for start in range(0, tokens, chunk_tokens):
             stop = min(start + chunk_tokens, tokens)
             # Clipping only bites for a static input range: abs-max scaling is exact.
             xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
-            y[start:stop] = _accumulate(xn, start, tokens, programmed, config, seed, totals)
+            y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals)
     y *= scale[:, None]
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:
@@ -219,7 +257,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     return y, _stats(tokens, programmed, config, totals)
 
 
-def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
+def _accumulate(xn: np.ndarray, t0: int, block: int, pw: ProgrammedWeights,
                 config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
     """Sum over K-tiles of the decoded, rescaled readouts for a chunk of
     normalised inputs (the input scale is not yet applied)."""
@@ -248,7 +286,8 @@ def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
             part += dtype.type(in_const) * pw.weight_sums[kt][None, :]
         for s in range(n_in):
             a = levels[s]
-            a_sum = a.sum(axis=1, dtype=np.float64)[:, None]
+            # Cast first: a buffered casting sum groups rows by buffer, not by row.
+            a_sum = a.astype(np.float64).sum(axis=1)[:, None]
             pass_id = (tokens_idx * np.uint64(tiling.k_tiles) + np.uint64(kt)) \
                 * np.uint64(n_in) + np.uint64(s)  # (T, 1)
             for nt in range(tiling.n_tiles):
@@ -260,7 +299,8 @@ def _accumulate(xn: np.ndarray, t0: int, tokens: int, pw: ProgrammedWeights,
                     rin_idx = (pass_id * np.uint64(tiling.n_tiles) + np.uint64(nt)) \
                         * np.uint64(tiling.tile_k) + rows
                     a_pass = a * noise.rin_factors(rin, seed=seed, index=rin_idx).astype(dtype)
-                mean = np.stack([a_pass @ pw.transmissions[r, ks, ns] for r in range(n_det)])
+                mean = np.stack([rows_matmul(a_pass, pw.transmissions[r, ks, ns], block)
+                                 for r in range(n_det)])
                 readout_base = pass_id * np.uint64(tiling.n) + cols  # (T, n)
                 det = _detect(mean, readout_base, n_det, p, config, seed, totals)
                 adc_in = np.einsum("er,rtn->etn", g, det)

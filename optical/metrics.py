@@ -5,11 +5,13 @@ All metrics are computed in float64 over every element of the arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-__all__ = ["cosine", "max_abs_error", "relative_error", "sqnr_db"]
+__all__ = ["ColumnErrors", "column_errors", "cosine", "kl_divergence", "max_abs_error",
+           "relative_error", "sqnr_db"]
 
 
 def _pair(reference: object, test: object) -> tuple[np.ndarray, np.ndarray]:
@@ -66,3 +68,77 @@ def max_abs_error(reference: object, test: object) -> float:
     """Largest elementwise absolute difference."""
     ref, out = _pair(reference, test)
     return float(np.max(np.abs(ref - out)))
+
+
+def _log_softmax(logits: np.ndarray, axis: int) -> np.ndarray:
+    shifted = logits - np.max(logits, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1) -> float:
+    """Mean Kullback-Leibler divergence ``KL(softmax(reference) || softmax(test))``, nats.
+
+    The softmax runs along ``axis``; the divergence is averaged over every
+    other position (e.g. over tokens, for logits of shape (tokens, vocab)).
+    Computed in float64 from log-softmax (max-shifted), so large logits do
+    not overflow; 0 for identical distributions.
+    """
+    ref = np.asarray(reference_logits, dtype=np.float64)
+    out = np.asarray(test_logits, dtype=np.float64)
+    _pair(ref, out)
+    if not -ref.ndim <= axis < ref.ndim:
+        raise ValueError(f"axis: {axis} is out of range for arrays of shape {ref.shape}")
+    log_p = _log_softmax(ref, axis)
+    log_q = _log_softmax(out, axis)
+    kl = np.sum(np.exp(log_p) * (log_p - log_q), axis=axis)
+    return float(np.mean(np.maximum(kl, 0.0)))  # >= 0; rounding can leave -1e-17
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ColumnErrors:
+    """Per-output-column accuracy of a test result.
+
+    Attributes
+    ----------
+    sqnr_db : ndarray, shape (N,)
+        SQNR of each column (``inf`` where exact, ``-inf`` where the reference
+        column is zero and the test column is not).
+    relative_error : ndarray, shape (N,)
+        ``||ref[:, n] - test[:, n]|| / ||ref[:, n]||`` (0 where exact, ``inf``
+        where the reference column is zero and the test column is not).
+    """
+
+    sqnr_db: np.ndarray
+    relative_error: np.ndarray
+
+    @property
+    def worst_sqnr_db(self) -> float:
+        return float(np.min(self.sqnr_db))
+
+    @property
+    def median_sqnr_db(self) -> float:
+        return float(np.median(self.sqnr_db))
+
+    @property
+    def worst_column(self) -> int:
+        """Index of the column with the lowest SQNR (the first if tied)."""
+        return int(np.argmin(self.sqnr_db))
+
+
+def column_errors(reference: object, test: object) -> ColumnErrors:
+    """Error of every output column (the last axis; leading axes are samples)."""
+    ref = np.asarray(reference, dtype=np.float64)
+    out = np.asarray(test, dtype=np.float64)
+    _pair(ref, out)
+    if ref.ndim == 0:
+        raise ValueError("column_errors: expected arrays with a column axis, got scalars")
+    ref = ref.reshape(-1, ref.shape[-1])
+    out = out.reshape(-1, ref.shape[-1])
+    signal = np.sum(ref * ref, axis=0)
+    error = np.sum((ref - out) ** 2, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sqnr = np.where(error == 0, np.inf,
+                        np.where(signal == 0, -np.inf, 10.0 * np.log10(signal / error)))
+        rel = np.where(error == 0, 0.0,
+                       np.where(signal == 0, np.inf, np.sqrt(error / signal)))
+    return ColumnErrors(sqnr_db=sqnr, relative_error=rel)

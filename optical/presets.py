@@ -16,8 +16,11 @@ from optical.config import (
     DACConfig,
     DetectorConfig,
     EncodingConfig,
+    EnergyConfig,
     MaskConfig,
     OpticalConfig,
+    OpticsConfig,
+    OutliersConfig,
     SourceConfig,
 )
 from optical.physics.noise import ELEMENTARY_CHARGE, tia_noise_electrons
@@ -55,17 +58,54 @@ def iris_like() -> OpticalConfig:
 
     - source: 850 nm; RIN -150 dB/Hz (DFB lasers: -150 to -160 dB/Hz) over a
       1 GHz detection bandwidth (input rate 1 GS/s); 10**5 detected photons per
-      MAC (an assumption: the smallest count at which shot and TIA noise stay
-      below the 8-bit converters' error on a 4096-wide Gaussian layer; measure
-      other counts with a sweep over ``source.photons_per_mac``).
+      MAC (an assumption: on a 4096-wide Gaussian layer the shot and TIA noise
+      then cost about 4 dB against the converters' limit of 30 dB -- 26 dB at
+      1e5, 29 dB at 3e5, 13 dB at 1e4; sweep ``source.photons_per_mac`` for
+      others).
     - DAC 8 bits, per-token dynamic scaling.
     - mask 8 bits, contrast 50:1 (min transmission 0.02), per-column scaling.
     - detector: Si at 850 nm, responsivity 0.55 A/W (quantum efficiency 0.80);
       TIA noise 10 pA/sqrt(Hz) read once per ns (about 1974 electrons RMS);
       dark current 1 nA over 1 ns (6.2 electrons); Gaussian shot noise (counts
       are far above the Poisson regime); balanced detection of split weights.
-    - ADC 8 bits, ENOB 6.5 (1.5 bits lost), window +-4 sigma of a uniform-input readout.
+    - ADC 8 bits, ENOB 6.5 (1.5 bits lost).
     - offset-encoded inputs (one pass, as laser intensities), split weights.
+    - programmed as a deployed machine would be: each column's ADC window
+      calibrated on example inputs (``optical.program(w, cfg, calibration=x)``;
+      raw weights given to ``optical.matmul`` calibrate on the call's own
+      inputs), input channels above 6x the median channel magnitude bypass
+      the optics digitally (LLM.int8-style decomposition, chosen on the
+      calibration inputs), and the mask pre-distorted for the lens crosstalk
+      (``mask.compensate``). ``adc.full_scale="rms"``,
+      ``outliers.policy="none"`` and ``mask.compensate=False`` give the naive
+      mapping (see docs/quantisation.md for what each choice buys).
+    - optics (scalar diffraction, see ``optical.physics.crosstalk``): the
+      reference sheet's 850 nm, 10 um mask pixels at fill factor 0.9 and
+      f = 50 mm fan-out and fan-in lenses. Assumed here: a 2-inch (50.8 mm,
+      f/1) fan-out lens, filled uniformly by a flat-top line generator, so that
+      the 2 x 1024 interleaved rail columns (20.5 mm) sit far from its edge (a
+      1-inch lens leaves a 2.6% Fresnel ripple at the pixel scale on the outer
+      columns); a 1-inch (25.4 mm, NA 0.25) fan-in pupil; single-mode sources
+      of 1.5 um waist; no aberrations; kernels cut at 1 pixel. This gives a
+      nearest-column output coupling of 3.4e-3 (-25 dB) with -8e-4
+      interference between neighbours, a negligible (2e-9) row coupling of
+      the well-resolved sources, a flat illumination, and 37% of each
+      source's light detected.
+    - energy (docs/energy.md lists every source): laser wall-plug efficiency
+      0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW); half the
+      emitted light reaches the detectors (an assumption: fill factor 0.9,
+      lens and coupling losses); converters at a Walden FOM of 25 fJ per
+      conversion-step (median of the Nyquist ADCs at 0.5-5 GS/s and ENOB 5-8
+      published at ISSCC/VLSI 2015-2025, Murmann's ADC survey), i.e. 6.4 pJ
+      per 8-bit DAC and 2.3 pJ per ADC conversion; 1 pJ per detector readout
+      (optical-link receivers: 0.17-2.3 pJ/bit); one core, 1 GS/s input rate,
+      1 kHz mask refresh (8-bit DMD patterns reach 1.9 kHz, LCoS SLMs
+      100-200 Hz) at 1 mJ per load (a DMD dissipates 0.25-1.3 W: TI
+      DLP4710, DLP470TP); 31 pJ/byte off-chip (HBM2, ~3.9 pJ/bit), 1.25
+      pJ/byte on-chip (Horowitz, ISSCC 2014: 10 pJ per 64-bit 8 kB SRAM
+      access); 0.71 pJ and 1/989e12 s per digital operation (an H100's 700 W
+      at 989 TFLOP/s dense BF16: digital work costs what it costs on the
+      GPU baseline); no static power; 1 pJ/bit for the KV-cache link.
 
     Sources: Lumai Iris Nova press release (2026); RIN and responsivity
     ranges from vendor data; Walden-FOM converter range (see docs/energy.md).
@@ -76,15 +116,29 @@ def iris_like() -> OpticalConfig:
         source=SourceConfig(wavelength=wavelength, photons_per_mac=1e5,
                             rin_db_per_hz=-150.0, rin_bandwidth=bandwidth),
         dac=DACConfig(bits=8, scaling="per_token"),
-        mask=MaskConfig(bits=8, contrast_ratio=50.0, scaling="per_column"),
+        mask=MaskConfig(bits=8, contrast_ratio=50.0, scaling="per_column", compensate=True),
         detector=DetectorConfig(
             quantum_efficiency=_quantum_efficiency(0.55, wavelength),
             dark_electrons=1e-9 / bandwidth / ELEMENTARY_CHARGE,
             read_noise_electrons=tia_noise_electrons(10e-12, bandwidth),
             shot_noise="gaussian", balanced=True),
-        adc=ADCConfig(bits=8, enob_loss=1.5, full_scale="rms", headroom=4.0),
+        adc=ADCConfig(bits=8, enob_loss=1.5, full_scale="calibrated", window="per_column"),
         encoding=EncodingConfig(inputs="offset", weights="split"),
         core=CoreConfig(inputs=1024, outputs=1024),
+        outliers=OutliersConfig(policy="static", threshold=6.0),
+        optics=OpticsConfig(
+            model="diffraction", pixel_pitch=10e-6, fill_factor=0.9,
+            fan_out_focal_length=50e-3, fan_out_aperture=50.8e-3,
+            fan_in_focal_length=50e-3, fan_in_aperture=25.4e-3,
+            defocus_waves=0.0, spherical_waves=0.0, beam_profile="flat_top",
+            beam_waist=1.5e-6, kernel_radius=1),
+        energy=EnergyConfig(
+            laser_efficiency=0.3, optical_efficiency=0.5, source_mean_level=1.0,
+            walden_fom=25e-15, dac_energy=None, adc_energy=None, detector_energy=1e-12,
+            input_rate=bandwidth, mask_refresh_rate=1e3, mask_load_energy=1e-3,
+            double_buffered_mask=False, cores=1, dram_energy_per_byte=31e-12,
+            sram_energy_per_byte=1.25e-12, digital_energy_per_op=0.71e-12,
+            digital_ops_per_s=989e12, static_power=0.0, link_energy_per_byte=8e-12),
     )
 
 

@@ -1,10 +1,14 @@
 """Programming the mask: what is loaded on the hardware once per weight load.
 
 :func:`program` turns a weight matrix into :class:`ProgrammedWeights`: the
-per-column scales, the quantised mask transmissions of every rail (the
-physical, effective ones that the light sees), the weights the digital side
-believes it programmed, and the ADC window of every column of every K-tile.
-:func:`optical.matmul` streams inputs through it and does no weight work.
+weight scales (per tensor, column, tile or column of each K-tile), the
+quantised mask transmissions of every rail (the physical, effective ones that
+the light sees, pre-distorted for the optics' envelope and crosstalk if
+``mask.compensate``), the weights the digital side believes the light applies,
+the ADC window of every column of every K-tile, and -- from calibration inputs
+-- a static input range, calibrated ADC windows and the input channels that
+bypass the optics. :func:`optical.matmul` streams inputs through it and does
+no weight work.
 """
 
 from __future__ import annotations
@@ -14,14 +18,18 @@ import math
 
 import numpy as np
 
+from optical import calibration as _calibration
+from optical import compensation, outliers
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
-from optical.physics import converters, encoding
+from optical.physics import converters, crosstalk, encoding
 
-__all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "program"]
+__all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs", "program"]
 
 #: Config paths that programming does not depend on: a programmed matrix may
-#: be used with configs that differ only in these.
+#: be used with configs that differ only in these. Not with calibrated ADC
+#: windows (set from DAC-quantised, scaled calibration readouts); not
+#: ``dac.scaling`` when either side uses a static input range.
 PROGRAM_INDEPENDENT = ("dac.bits", "dac.scaling")
 
 # Mean and variance of one pass's source levels when the normalised input is
@@ -81,7 +89,8 @@ class ProgrammedWeights:
         digitally before the K-tiles' partial sums are added.
     weights : ndarray, shape (K, N)
         Normalised, quantised weights in [-1, 1] as the digital side believes
-        they are programmed (used to undo the encoding).
+        they are programmed (used to undo the encoding); with
+        ``mask.compensate``, the effective weights the light applies.
     weight_sums : ndarray, shape (k_tiles, N)
         Column sums of ``weights`` over each K-tile.
     transmissions : ndarray, shape (rails, K, N)
@@ -93,6 +102,10 @@ class ProgrammedWeights:
         A static input full scale (e.g. from calibration): inputs are divided
         by it and clipped to [-1, 1]. ``None``: ``dac.scaling`` decides
         (dynamic abs-max).
+    bypass : optical.outliers.DigitalBypass or None
+        Input channels multiplied digitally (``outliers.policy``). With a
+        static bypass the mask holds only the other rows: ``tiling`` and the
+        arrays above describe those, ``shape`` the whole matrix.
     """
 
     config: OpticalConfig
@@ -104,10 +117,12 @@ class ProgrammedWeights:
     adc_lo: np.ndarray
     adc_hi: np.ndarray
     input_range: float | None = None
+    bypass: outliers.DigitalBypass | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (self.tiling.k, self.tiling.n)
+        """(K, N) of the whole weight matrix, bypassed rows included."""
+        return (self.bypass.k if self.bypass is not None else self.tiling.k, self.tiling.n)
 
     @property
     def dtype(self) -> np.dtype:
@@ -116,7 +131,17 @@ class ProgrammedWeights:
     def check_compatible(self, config: OpticalConfig) -> None:
         """Raise ValueError if ``config`` differs from the programming config in
         anything programming depends on, naming the differing paths."""
-        differing = [p for p in self.config.diff(config) if p not in PROGRAM_INDEPENDENT]
+        free = set(PROGRAM_INDEPENDENT)
+        static = "static" in (self.config.dac.scaling, config.dac.scaling)
+        if self.config.adc.full_scale == "calibrated":
+            free.clear()
+        elif static:
+            free.discard("dac.scaling")
+        if not static:
+            free.add("dac.percentile")
+        # The energy section prices the machine; it does not change the arithmetic.
+        differing = [p for p in self.config.diff(config)
+                     if p not in free and not p.startswith("energy.")]
         if differing:
             raise ValueError(
                 "programmed weights do not match this config (re-program them): "
@@ -125,13 +150,110 @@ class ProgrammedWeights:
             )
 
 
-def _column_scale(w: np.ndarray, policy: str) -> np.ndarray:
-    absmax = np.max(np.abs(w), axis=0) if policy == "per_column" else np.full(
-        w.shape[1], np.max(np.abs(w)) if w.size else 0.0)
-    return np.where(absmax > 0, absmax, 1).astype(w.dtype)
+def _weight_scale(w: np.ndarray, tiling: Tiling, policy: str) -> np.ndarray:
+    """Abs-max weight scale of every column of every K-tile, shape (k_tiles, N)."""
+    def absmax(a: np.ndarray) -> np.ndarray:
+        return np.maximum(a.max(axis=0), -a.min(axis=0))
+
+    if policy in ("per_column", "per_tensor"):
+        per = absmax(w)[None, :]
+        if policy == "per_tensor":
+            per = np.full_like(per, per.max())
+        per = np.repeat(per, tiling.k_tiles, axis=0)
+    else:
+        per = np.stack([absmax(w[tiling.k_slice(i)]) for i in range(tiling.k_tiles)])
+        if policy == "per_tile":
+            for j in range(tiling.n_tiles):
+                ns = tiling.n_slice(j)
+                per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
+    return np.where(per > 0, per, 1).astype(w.dtype)
 
 
-def program(w: np.ndarray, config: OpticalConfig) -> ProgrammedWeights:
+def _per_row(values: np.ndarray, tiling: Tiling) -> np.ndarray:
+    """A (k_tiles, N) field expanded to the (K, N) rows of its K-tiles."""
+    return np.repeat(values, [tiling.k_slice(i).stop - tiling.k_slice(i).start
+                              for i in range(tiling.k_tiles)], axis=0)
+
+
+def _optics_map(config: OpticalConfig) -> _LensOptics | None:
+    """The envelope and crosstalk of the configured optics -- an object with
+    ``apply(t, tiling)`` and ``diagonal(tiling)`` (see
+    :mod:`optical.compensation`) -- or ``None`` for ideal optics (each source
+    lights exactly its row, each column reaches exactly its detector)."""
+    kern = crosstalk.kernels(config)
+    return None if kern.ideal else _LensOptics(config, kern)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _LensOptics:
+    """The lens physics (:mod:`optical.physics.crosstalk`) as the forward map
+    that compensation inverts."""
+
+    config: OpticalConfig
+    kernels: crosstalk.Kernels
+
+    def apply(self, t: np.ndarray, tiling: Tiling) -> np.ndarray:
+        return crosstalk.effective_transmissions(t, tiling, self.config)
+
+    def diagonal(self, tiling: Tiling) -> np.ndarray:
+        """Each pixel's self-coupling, shape (rails, 1, N): the centre of the
+        input kernel, times the centre of the output mutual intensity, times
+        the illumination of the pixel's physical column (rails interleaved,
+        every tile placed from the core's first output)."""
+        kern = self.kernels
+        centre = kern.radius
+        own = kern.input_coupling[centre] * np.real(kern.output_mutual[centre, centre])
+        local = np.concatenate([np.arange(s.stop - s.start)
+                                for s in map(tiling.n_slice, range(tiling.n_tiles))])
+        columns = kern.rails * local[None, :] + np.arange(kern.rails)[:, None]
+        return (own * kern.envelope[columns])[:, None, :]
+
+
+def _mask(v: np.ndarray, tiling: Tiling,
+          config: OpticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Physical transmissions (rails, K, N) of normalised weights ``v``, the
+    weights the digital side believes the light applies, and the gain per
+    (K-tile, column) that compensation divided the weights by (or None)."""
+    t_min = config.mask.min_transmission
+    scheme = config.encoding.weights
+    optics = _optics_map(config)
+    if optics is None or not config.mask.compensate:
+        levels = converters.quantize_levels(encoding.encode(v, scheme), config.mask.bits)
+        transmissions = converters.transmission(levels, t_min)
+        if optics is not None:  # uncompensated: the digital side is unaware of the optics
+            transmissions = optics.apply(transmissions, tiling)
+        return transmissions, encoding.decode(levels, scheme), None
+    gain = compensation.gain(optics, tiling, t_min, scheme, encoding.n_rails(scheme))
+    levels = converters.quantize_levels(compensation.pre_distort(
+        v, _per_row(gain.astype(v.dtype), tiling), optics, tiling, t_min, scheme),
+        config.mask.bits)
+    transmissions = optics.apply(converters.transmission(levels, t_min), tiling)
+    # The light applies the effective tile: the digital side knows it exactly.
+    weights = encoding.decode((transmissions - t_min) / (1 - t_min), scheme)
+    return transmissions, weights, gain
+
+
+def calibration_needs(config: OpticalConfig) -> list[str]:
+    """The settings of ``config`` that need calibration inputs when weights are
+    programmed (``"adc.full_scale = 'calibrated'"``, ...); empty if none does."""
+    return [f"{path} = {config.get(path)!r}" for path, value in
+            (("dac.scaling", "static"), ("adc.full_scale", "calibrated"),
+             ("outliers.policy", "static")) if config.get(path) == value]
+
+
+def _calibration_inputs(calibration: object, k: int, config: OpticalConfig) -> np.ndarray | None:
+    needs = calibration_needs(config)
+    if calibration is None:
+        if needs:
+            raise ValueError(f"{' and '.join(needs)} needs calibration inputs: program the "
+                             "weights with optical.program(w, config, calibration=x) and pass "
+                             "the result to optical.matmul")
+        return None
+    return _calibration.check_inputs(calibration, k)
+
+
+def program(w: np.ndarray, config: OpticalConfig, *,
+            calibration: np.ndarray | None = None) -> ProgrammedWeights:
     """Program a weight matrix onto the mask.
 
     Parameters
@@ -139,29 +261,82 @@ def program(w: np.ndarray, config: OpticalConfig) -> ProgrammedWeights:
     w : ndarray, shape (K, N), float32 or float64
         The weights, ``y = x @ w``.
     config : OpticalConfig
+    calibration : ndarray, shape (..., K), float32 or float64, optional
+        Representative inputs. Needed by a static input range
+        (``dac.scaling = "static"``), calibrated ADC windows
+        (``adc.full_scale = "calibrated"``) and static outlier channels
+        (``outliers.policy = "static"``); ignored otherwise. Nothing depends
+        on a noise seed.
 
     Returns
     -------
     ProgrammedWeights
+
+    Raises
+    ------
+    ValueError
+        Bad ``w`` or calibration inputs (wrong width, empty, NaN), calibration
+        inputs missing where the config needs them, or an outlier rule that
+        leaves no channel on the mask.
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     w = check_float_array(w, "w", ndim=2)
     if 0 in w.shape:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
+    cal = _calibration_inputs(calibration, w.shape[0], config)
+    bypass = None
+    if config.outliers.policy == "static":
+        channels = outliers.select_channels(outliers.channel_magnitude(cal), config.outliers)
+        if channels.size == w.shape[0]:
+            raise ValueError(f"outliers: outliers.threshold = {config.outliers.threshold}, "
+                             f"outliers.top_k = {config.outliers.top_k} send all {w.shape[0]} "
+                             "input channels to the digital side; nothing is left for the mask")
+        bypass = outliers.DigitalBypass.static(w, channels)
+        w = w[bypass.optical_channels]
+        cal = cal[:, bypass.optical_channels]
+    elif config.outliers.policy == "dynamic":
+        bypass = outliers.DigitalBypass.dynamic(w)
+        if cal is not None:
+            cal = cal.copy()
+            cal[:, outliers.select_channels(outliers.channel_magnitude(cal),
+                                            config.outliers)] = 0
     k, n = w.shape
     tiling = Tiling(k, n, config.core.inputs, config.core.outputs)
-    column_scale = _column_scale(w, config.mask.scaling)
-    scale = np.repeat(column_scale[None, :], tiling.k_tiles, axis=0)
-    t_min = config.mask.min_transmission
-    levels = converters.quantize_levels(encoding.encode(w / column_scale, config.encoding.weights),
-                                        config.mask.bits)
-    weights = encoding.decode(levels, config.encoding.weights)
-    transmissions = converters.transmission(levels, t_min)
+    scale = _weight_scale(w, tiling, config.mask.scaling)
+    v = np.empty_like(w)
+    for i in range(tiling.k_tiles):
+        v[tiling.k_slice(i)] = w[tiling.k_slice(i)] / scale[i]
+    transmissions, weights, gain = _mask(v, tiling, config)
+    if gain is not None:
+        scale = (scale / gain).astype(w.dtype)
     weight_sums = np.stack([weights[tiling.k_slice(i)].sum(axis=0)
                             for i in range(tiling.k_tiles)])
-    lo, hi = _adc_windows(transmissions, tiling, config)
-    return ProgrammedWeights(config, tiling, scale, weights, weight_sums, transmissions, lo, hi)
+    static_range = None
+    if config.dac.scaling == "static":
+        static_range = _calibration.input_range(cal, config.dac.percentile)
+    if config.adc.full_scale == "calibrated":
+        xn = _calibration.normalise(_calibration.subsample(cal, config.calibration.max_tokens),
+                                    config, static_range, tensor_absmax=float(np.max(np.abs(cal))))
+        lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
+                                              config)
+    else:
+        lo, hi = _adc_windows(transmissions, tiling, config)
+        if config.adc.window == "per_tile":
+            lo, hi = _share_windows(lo, hi, tiling)
+    return ProgrammedWeights(config, tiling, scale, weights, weight_sums, transmissions, lo, hi,
+                             input_range=static_range, bypass=bypass)
+
+
+def _share_windows(lo: np.ndarray, hi: np.ndarray,
+                   tiling: Tiling) -> tuple[np.ndarray, np.ndarray]:
+    """One window per tile: the union of its columns' windows."""
+    lo, hi = lo.copy(), hi.copy()
+    for j in range(tiling.n_tiles):
+        ns = tiling.n_slice(j)
+        lo[..., ns] = lo[..., ns].min(axis=-1, keepdims=True)
+        hi[..., ns] = hi[..., ns].max(axis=-1, keepdims=True)
+    return lo, hi
 
 
 def _adc_windows(transmissions: np.ndarray, tiling: Tiling,

@@ -1,5 +1,11 @@
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Timing deadlines make property tests flaky on a loaded 2-core machine; the
+# examples themselves are what is tested.
+settings.register_profile("optical", deadline=None)
+settings.load_profile("optical")
 
 #: Relative Frobenius error allowed for "exact to float rounding" results. The
 #: offset encodings subtract a large pedestal, which costs a few bits.

@@ -15,15 +15,42 @@ def _levels(u, bits):
     return np.round(np.clip(u, 0, 1) * top) / top
 
 
+def _weight_scales(w, cfg):
+    """Abs-max weight scale of each column of each K-tile, by mask.scaling."""
+    big_k, big_n = w.shape
+    k, n = cfg.core.inputs, cfg.core.outputs
+    scales = []
+    for k0 in range(0, big_k, k):
+        block = np.abs(w[k0:k0 + k])
+        if cfg.mask.scaling == "per_tensor":
+            s = np.full(big_n, np.abs(w).max())
+        elif cfg.mask.scaling == "per_column":
+            s = np.abs(w).max(axis=0)
+        elif cfg.mask.scaling == "per_tile_column":
+            s = block.max(axis=0)
+        else:  # per_tile: one scale per core-sized block
+            s = np.concatenate([np.full(block[:, n0:n0 + n].shape[1], block[:, n0:n0 + n].max())
+                                for n0 in range(0, big_n, n)])
+        scales.append(np.where(s > 0, s, 1.0))
+    return scales
+
+
+def _share(lo, hi, n):
+    """One ADC window per N-tile: the union of its columns' windows."""
+    lo, hi = lo.copy(), hi.copy()
+    for n0 in range(0, len(lo), n):
+        lo[n0:n0 + n], hi[n0:n0 + n] = lo[n0:n0 + n].min(), hi[n0:n0 + n].max()
+    return lo, hi
+
+
 def reference_matmul(x, w, cfg):
     x = np.asarray(x, np.float64).reshape(-1, w.shape[0])
     w = np.asarray(w, np.float64)
     big_k, big_n = w.shape
-    k = cfg.core.inputs  # N-tiling changes nothing without noise: windows are per column
+    k = cfg.core.inputs  # N-tiling matters only for shared (per-tile) scales and windows
     t_min = 1.0 / cfg.mask.contrast_ratio
-    wmax = np.abs(w).max(axis=0) if cfg.mask.scaling == "per_column" else np.full(big_n, np.abs(w).max())
-    sw = np.where(wmax > 0, wmax, 1.0)
-    v = w / sw
+    sw_tiles = _weight_scales(w, cfg)
+    v = np.concatenate([w[i * k:(i + 1) * k] / s for i, s in enumerate(sw_tiles)])
     if cfg.encoding.weights == "offset":
         u = [_levels((v + 1) / 2, cfg.mask.bits)]
         vq = 2 * u[0] - 1
@@ -46,9 +73,10 @@ def reference_matmul(x, w, cfg):
         xt = x[i] / sx[i]
         for k0 in range(0, big_k, k):
             rows = slice(k0, min(k0 + k, big_k))
+            sw = sw_tiles[k0 // k]
             if cfg.encoding.inputs == "offset":
                 passes = [(2.0, _levels((xt[rows] + 1) / 2, cfg.dac.bits))]
-                y[i] -= vq[rows].sum(axis=0)
+                y[i] -= vq[rows].sum(axis=0) * sw
             else:
                 passes = [(1.0, _levels(np.maximum(xt[rows], 0), cfg.dac.bits)),
                           (-1.0, _levels(np.maximum(-xt[rows], 0), cfg.dac.bits))]
@@ -66,6 +94,8 @@ def reference_matmul(x, w, cfg):
                             half = cfg.adc.headroom * np.sqrt(var * (g**2).sum(0))
                             lo = np.maximum(mu * g.sum(0) - half, floor)
                             hi = np.minimum(mu * g.sum(0) + half, ceil)
+                        if cfg.adc.window == "per_tile":
+                            lo, hi = _share(lo, hi, cfg.core.outputs)
                         top = 2**cfg.adc.bits - 1
                         step = (hi - lo) / top
                         code = np.clip(np.round((readout - lo) / np.where(step > 0, step, 1)), 0, top)
@@ -77,7 +107,7 @@ def reference_matmul(x, w, cfg):
                     dot = (digitised[0] - digitised[1]) / (1 - t_min)
                 else:
                     dot = 2 * (digitised[0] - t_min * a_sum) / (1 - t_min) - a_sum
-                y[i] += coeff * dot
-        y[i] *= sx[i] * sw
+                y[i] += coeff * dot * sw
+        y[i] *= sx[i]
     assert math.isinf(cfg.source.photons_per_mac)
     return y

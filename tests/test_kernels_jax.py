@@ -24,7 +24,8 @@ def ideal(**changes):
 
 def noisy(**changes):
     base = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
-            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0}
+            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
+            "adc.full_scale": "rms", "outliers.policy": "none"}
     return optical.presets.get("iris-like").replace({**base, **changes})
 
 

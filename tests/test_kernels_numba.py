@@ -26,7 +26,8 @@ def ideal(**changes):
 def noisy(**changes):
     """Every noise of the iris-like machine, strong enough to matter, small tiles."""
     base = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
-            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0}
+            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
+            "adc.full_scale": "rms", "outliers.policy": "none"}
     return optical.presets.get("iris-like").replace({**base, **changes})
 
 
@@ -129,6 +130,26 @@ def test_exact_mode_reproduces_the_reference_under_noise(rng, shot, dtype):
     assert st.clipped_fraction == pytest.approx(ref_stats.clipped_fraction, abs=0.002)
 
 
+def test_iris_like_as_deployed_runs_on_numba(rng):
+    """Calibrated ADC windows, static outlier bypass, lens crosstalk and
+    pre-distortion: everything lives in the programmed weights, which the
+    numba backend reads as the reference does."""
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    x[:, 7] *= 40  # an outlier channel for the bypass
+    w = rng.standard_normal((256, 96)).astype(np.float32)
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 128, "core.outputs": 64})
+    pw = optical.program(w, cfg, calibration=x[:32])
+    assert pw.bypass is not None
+    ref, ref_stats = optical.matmul(x, pw, cfg, seed=2, backend="numpy", return_stats=True)
+    y, st = optical.matmul(x, pw, cfg, seed=2, backend="numba", exact=True, return_stats=True)
+    close = np.isclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert close.mean() > 0.98
+    assert st.digital_channels == ref_stats.digital_channels > 0
+    fast = optical.matmul(x, pw, cfg, seed=2, backend="numba")
+    truth = x.astype(np.float64) @ w
+    assert abs(metrics.sqnr_db(truth, fast) - metrics.sqnr_db(truth, ref)) < 1.0
+
+
 def _samples(x, w, cfg, backend, seeds=30, copies=300, **kw):
     xs = np.broadcast_to(x, (copies, *x.shape)).copy()
     return np.concatenate([optical.matmul(xs, w, cfg, seed=s, backend=backend, **kw)
@@ -172,7 +193,9 @@ def test_fast_shot_noise_follows_the_poisson_law(rng):
 def test_low_rank_light_error(rng):
     """The one approximation: shot-noise std from low-rank factors of T+ + T-,
     against the exact product, for offset-encoded inputs (where it is used)."""
-    cfg = optical.presets.get("iris-like").replace({"core.inputs": 512, "core.outputs": 512})
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 512, "core.outputs": 512,
+                                                    "adc.full_scale": "rms",
+                                                    "outliers.policy": "none"})
     w = rng.standard_normal((512, 512)).astype(np.float32)
     pw = optical.program(w, cfg)
     tsum = pw.transmissions[0].astype(np.float64) + pw.transmissions[1]

@@ -29,12 +29,13 @@ def ideal(**changes):
 @pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
 @pytest.mark.parametrize(("tile_k", "tile_n"), [(1, 1), (7, 5), (64, 32), (300, 200), (1024, 1024)])
 def test_ideal_reproduces_matmul(rng, dtype, inputs, weights, tile_k, tile_n):
-    x = rng.standard_normal((2, 9, 300)).astype(dtype)
-    w = rng.standard_normal((300, 200)).astype(dtype)
+    k, n = (300, 200) if tile_k > 1 else (30, 20)  # 1 x 1 tiles: keep the tile count modest
+    x = rng.standard_normal((2, 9, k)).astype(dtype)
+    w = rng.standard_normal((k, n)).astype(dtype)
     cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
                    "core.inputs": tile_k, "core.outputs": tile_n})
     y = optical.matmul(x, w, cfg, seed=0)
-    assert y.dtype == dtype and y.shape == (2, 9, 200)
+    assert y.dtype == dtype and y.shape == (2, 9, n)
     exact = x.astype(np.float64) @ w.astype(np.float64)
     assert metrics.relative_error(exact, y) < EXACT_RTOL[dtype]
 
@@ -238,13 +239,20 @@ def _noisy_config():
         "detector.shot_noise": "poisson", "source.rin_db_per_hz": -120.0})
 
 
-def test_same_seed_same_output_whatever_the_chunking(rng):
-    x = rng.standard_normal((3, 50, 200)).astype(np.float32)
+@pytest.mark.parametrize("adc_bits", [8, None])
+def test_same_seed_same_output_whatever_the_chunking_and_blas_threads(rng, adc_bits):
+    """Without an ADC every last bit of every GEMM reaches the output, so this
+    also holds the engine to row-reproducible products (optical._gemm)."""
+    from threadpoolctl import threadpool_limits
+
+    x = rng.standard_normal((3, 110, 200)).astype(np.float32)
     w = rng.standard_normal((200, 90)).astype(np.float32)
-    cfg = _noisy_config()
+    cfg = _noisy_config().replace({"adc.bits": adc_bits})
     first = optical.matmul(x, w, cfg, seed=7)
-    for chunk in (1, 13, 64, 150, 10_000):
+    for chunk in (1, 13, 64, 150, 300, 10_000):
         np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=7, chunk_tokens=chunk), first)
+    with threadpool_limits(limits=1, user_api="blas"):
+        np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=7), first)
     other = optical.matmul(x, w, cfg, seed=8)
     assert np.mean(other != first) > 0.5
 
@@ -253,11 +261,16 @@ def test_programmed_weights_give_the_same_output(rng):
     x = rng.standard_normal((20, 100))
     w = rng.standard_normal((100, 40))
     cfg = _noisy_config()
-    programmed = optical.program(w, cfg)
+    # Raw weights under a calibrated mapping calibrate on the call's own inputs.
+    programmed = optical.program(w, cfg, calibration=x)
     np.testing.assert_array_equal(optical.matmul(x, programmed, cfg, seed=1),
                                   optical.matmul(x, w, cfg, seed=1))
-    # DAC settings do not touch the mask: the same programmed matrix serves.
-    optical.matmul(x, programmed, cfg.replace({"dac.bits": 4}), seed=1)
+    # Without calibration, DAC settings do not touch the mask: the same
+    # programmed matrix serves (calibrated windows depend on the DAC).
+    naive = cfg.replace({"adc.full_scale": "rms", "outliers.policy": "none"})
+    optical.matmul(x, optical.program(w, naive), naive.replace({"dac.bits": 4}), seed=1)
+    with pytest.raises(ValueError, match="dac.bits = 8 when programmed, 4 now"):
+        optical.matmul(x, programmed, cfg.replace({"dac.bits": 4}), seed=1)
     with pytest.raises(ValueError, match=r"core.inputs = 64 when programmed, 32 now"):
         optical.matmul(x, programmed, cfg.replace({"core.inputs": 32}), seed=1)
     with pytest.raises(ValueError, match="mask.bits"):

@@ -49,7 +49,13 @@ from optical import _rng
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.physics import encoding
-from optical.quant import _UNIFORM_INPUT_MOMENTS, ProgrammedWeights, adc_rails, program
+from optical.quant import (
+    _UNIFORM_INPUT_MOMENTS,
+    ProgrammedWeights,
+    adc_rails,
+    calibration_needs,
+    program,
+)
 
 __all__ = ["PARAMS", "matmul"]
 
@@ -112,7 +118,9 @@ def _static(shape: tuple[int, int], config: OpticalConfig, input_range: float | 
     poisson = config.detector.shot_noise == "poisson" and finite
     window_fields = {"source.photons_per_mac", "source.rin_db_per_hz", "source.rin_bandwidth",
                      "detector.dark_electrons", "detector.read_noise_electrons", "adc.headroom"}
-    windows = config.adc.full_scale if varied & window_fields else "programmed"
+    # Varied noise re-derives the rule-based windows; calibrated ones stay as programmed.
+    rule = config.adc.full_scale in ("max", "rms")
+    windows = config.adc.full_scale if rule and varied & window_fields else "programmed"
     # As in the numba backend: low-rank shot variance only for offset-encoded inputs.
     low_rank = (not (exact or poisson) and dec.balanced and finite
                 and config.encoding.inputs == "offset")
@@ -463,11 +471,24 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     elif traced_w:
         if w.ndim != 2:
             raise ValueError(f"w: expected 2 dimensions, got shape {w.shape}")
+        if calibration_needs(config):
+            raise ValueError(f"{' and '.join(calibration_needs(config))} needs calibration "
+                             "inputs: with a traced w, pass optical.program(w, config, "
+                             "calibration=...) instead")
         pw, shape, input_range = None, tuple(w.shape), None
     else:
         w_np = check_float_array(np.asarray(w), "w", ndim=2)
-        pw = program(w_np, config)
-        shape, input_range = pw.shape, None
+        if x.shape[-1] != w_np.shape[0]:
+            raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
+                             f"{x.shape}) but w has {w_np.shape[0]} rows")
+        # As optical.matmul: what needs calibration inputs is calibrated on x itself.
+        calibration = np.asarray(x).reshape(-1, w_np.shape[0]) \
+            if calibration_needs(config) and not isinstance(x, jax.core.Tracer) else None
+        pw = program(w_np, config, calibration=calibration)
+        shape, input_range = pw.shape, pw.input_range
+    if pw is not None and pw.bypass is not None:
+        raise ValueError("outliers.policy: the JAX backend does not run outlier bypass yet; "
+                         "use backend='numba' or 'numpy', or outliers.policy='none'")
     k, n = shape
     if x.shape[-1] != k:
         raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "

@@ -41,6 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 from optical import _rng
+from optical._gemm import row_block, rows_matmul
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.quant import ProgrammedWeights, adc_rails
@@ -174,8 +175,11 @@ def _gemm(plan: _Plan, light: np.ndarray, blocks: list, out: np.ndarray) -> np.n
     """Mean readouts (len(blocks), rows, nn) of ``light`` through the weight blocks."""
     if plan.engine == "xla":
         return np.asarray(_xla_gemm(len(blocks))(light, *blocks))
+    # Fixed row blocks, one BLAS thread each: OpenBLAS's last bits otherwise
+    # depend on its thread count (optical._gemm).
+    rows = row_block(light.shape[0])
     for i, block in enumerate(blocks):
-        np.matmul(light, block, out=out[i])
+        out[i] = rows_matmul(light, block, rows)
     view = out.view()
     view.flags.writeable = False
     return view

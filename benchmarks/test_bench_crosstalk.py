@@ -1,0 +1,55 @@
+"""Cost of the lens crosstalk: programming and the optical matmul with the
+iris-like optics on (scalar-diffraction kernels) against the same config with
+ideal optics, in the same run. The kernels act once per weight load, so the
+matmul pays them only through program()."""
+
+import numpy as np
+import pytest
+
+import optical
+from optical.physics import crosstalk
+
+PROGRAM_CASE = "program 4096x4096 iris-like"
+MATMUL_CASE = "matmul 512x4096@4096x4096 iris-like"
+
+
+@pytest.fixture(scope="module")
+def operands():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 4096), dtype=np.float32)
+    w = rng.standard_normal((4096, 4096), dtype=np.float32)
+    return x, w
+
+
+@pytest.fixture(scope="module")
+def configs():
+    on = optical.presets.get("iris-like")
+    assert on.optics.model == "diffraction"
+    crosstalk.kernels(on)  # computed once per configuration, outside the timing
+    return on, on.replace({"optics.model": "ideal"})
+
+
+def test_program_crosstalk_off(benchmark, operands, configs, record):
+    _, w = operands
+    benchmark.pedantic(lambda: optical.program(w, configs[1]), rounds=5, warmup_rounds=1)
+    record(PROGRAM_CASE, "baseline program, ideal optics", benchmark)
+
+
+def test_program_crosstalk_on(benchmark, operands, configs, record):
+    _, w = operands
+    benchmark.pedantic(lambda: optical.program(w, configs[0]), rounds=5, warmup_rounds=1)
+    record(PROGRAM_CASE, "program, diffraction optics", benchmark)
+
+
+def test_matmul_crosstalk_off(benchmark, operands, configs, record):
+    x, w = operands
+    benchmark.pedantic(lambda: optical.matmul(x, w, configs[1], seed=0), rounds=3,
+                       warmup_rounds=1)
+    record(MATMUL_CASE, "baseline matmul, ideal optics", benchmark)
+
+
+def test_matmul_crosstalk_on(benchmark, operands, configs, record):
+    x, w = operands
+    benchmark.pedantic(lambda: optical.matmul(x, w, configs[0], seed=0), rounds=3,
+                       warmup_rounds=1)
+    record(MATMUL_CASE, "matmul, diffraction optics", benchmark)

@@ -1,0 +1,84 @@
+"""Transformer layers: validate() against the fp32 reference forward of the same
+layer (same run), and the peak memory of a Llama-3.1-70B layer.
+
+Targets (issue 6): validating a Llama-3.1-8B layer at 512 tokens on iris-like
+takes at most 3x the fp32 reference forward; a 70B layer at 512 tokens runs in
+under 24 GB peak memory.
+"""
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import optical
+from optical import transformer
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+CASE = "llama-3.1-8b layer 0, 512 tokens"
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    model = transformer.load(MODELS / "llama-3.1-8b")
+    layer = model.layer(0)  # kept by the model: validate() reuses it
+    return model, layer, model.hidden_states(0, 512)
+
+
+def test_baseline_fp32_reference_forward(benchmark, llama8b, record):
+    _, layer, h = llama8b
+    benchmark.pedantic(lambda: layer.reference(h, dtype="float32"), rounds=3, warmup_rounds=1)
+    record(CASE, "baseline fp32 reference forward", benchmark)
+
+
+def test_fp16_reference_forward(benchmark, llama8b, record):
+    _, layer, h = llama8b
+    benchmark.pedantic(lambda: layer.reference(h, dtype="float16"), rounds=2, warmup_rounds=0)
+    record(CASE, "fp16 reference forward", benchmark)
+
+
+def test_validate_iris_like(benchmark, llama8b, record):
+    model, _, h = llama8b
+    cfg = optical.presets.get("iris-like")
+    benchmark.pedantic(lambda: transformer.validate(model, layer=0, tokens=512, config=cfg,
+                                                    hidden=h),
+                       rounds=1, warmup_rounds=0)
+    record(CASE, "validate, iris-like (target <= 3x)", benchmark)
+
+
+_PEAK_SCRIPT = """
+import json, resource, sys, time
+import optical
+from optical import transformer
+model = transformer.load(sys.argv[1])
+start = time.perf_counter()
+report = transformer.validate(model, layer=0, tokens=512, config=optical.presets.get("iris-like"))
+elapsed = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+print(json.dumps({"peak_rss_bytes": peak, "seconds": elapsed,
+                  "output_sqnr_db": report.output.sqnr_db}))
+"""
+
+
+def test_llama_70b_layer_peak_memory(benchmark):
+    """One 70B layer at 512 tokens, validated in a fresh process; its peak RSS."""
+    result = {}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(MODELS / "llama-3.1-70b")],
+                             capture_output=True, text=True, check=True)
+        result.update(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    benchmark.pedantic(run, rounds=1, warmup_rounds=0)
+    gib = result["peak_rss_bytes"] / 2**30
+    print(f"\nllama-3.1-70b layer 0, 512 tokens, iris-like: peak RSS {gib:.2f} GiB, "
+          f"validate {result['seconds']:.0f} s")
+    out = Path(".benchmarks")
+    out.mkdir(exist_ok=True)
+    (out / "memory.json").write_text(json.dumps({"llama-3.1-70b layer 0, 512 tokens": result},
+                                                indent=2))
+    assert result["peak_rss_bytes"] < 24e9
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss > 0

@@ -1,0 +1,268 @@
+"""Where the runs of a sweep execute: this process, local worker processes, or
+a Dask cluster.
+
+An executor gets the whole list of pending :class:`Task` s at once and yields
+``(task, outcome)`` as runs finish, in any order; ``outcome`` is the metrics
+dict or the exception the run raised. Getting the whole list lets an executor
+batch runs (a future in-process JAX executor can ``vmap`` the tasks that differ
+only in numeric parameters and seeds). Closing the generator early (an error,
+Ctrl-C, SIGTERM turned into SystemExit) cancels what has not started and stops
+the workers: the sweep keeps every run it already recorded.
+
+A run's result depends only on (workload, config, seed), whichever executor
+runs it.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures as cf
+import dataclasses
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from optical.config import OpticalConfig
+
+__all__ = ["DaskExecutor", "Executor", "ProcessExecutor", "SerialExecutor", "Task",
+           "evaluate", "make_executor"]
+
+#: Environment variables that size the thread pools of numerical libraries.
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One run: a workload at one point of the sweep with one seed."""
+
+    run_id: str
+    point: int
+    seed: int
+    workload: Any
+    config: OpticalConfig
+
+
+def evaluate(task: Task) -> dict[str, Any]:
+    """Run one task; returns its metrics and the seconds it took."""
+    start = time.perf_counter()
+    metrics = task.workload.run(task.config, task.seed)
+    if not isinstance(metrics, dict):
+        raise TypeError(f"{type(task.workload).__name__}.run returned "
+                        f"{type(metrics).__name__}, expected a dict of metrics")
+    return {"metrics": metrics, "elapsed_s": time.perf_counter() - start}
+
+
+Outcome = dict[str, Any] | BaseException
+
+
+class Executor(abc.ABC):
+    """Runs sweep tasks; see the module docstring for the contract."""
+
+    @abc.abstractmethod
+    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """Yield ``(task, outcome)`` for every task, as each finishes."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release the workers this executor started (not borrowed ones)."""
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class SerialExecutor(Executor):
+    """Every run in this process, one after another."""
+
+    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        for task in tasks:
+            try:
+                outcome: Outcome = evaluate(task)
+            except Exception as err:  # noqa: BLE001 - reported by the sweep with the task
+                outcome = err
+            yield task, outcome
+
+    def describe(self) -> str:
+        return "this process"
+
+
+def _init_worker(threads: int, parent_pid: int) -> None:
+    """Worker start-up: cap library thread pools, exit if the sweep dies."""
+    for var in _THREAD_VARS:
+        os.environ[var] = str(threads)
+    try:  # numpy's BLAS is loaded already: cap it at run time
+        import threadpoolctl
+    except ImportError:  # pragma: no cover - threadpoolctl ships in the sweep extra
+        pass
+    else:
+        global _LIMITS
+        _LIMITS = threadpoolctl.threadpool_limits(threads)
+
+    def watch() -> None:
+        # A SIGKILL of the sweep cannot stop its workers; they stop themselves.
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="optical-parent-watch", daemon=True).start()
+
+
+_LIMITS: Any = None
+
+
+class ProcessExecutor(Executor):
+    """Worker processes on this machine (``concurrent.futures``, spawn).
+
+    Parameters
+    ----------
+    jobs : int, optional
+        Worker processes; default: every core available to this process.
+        Each worker's BLAS/OpenMP pools get ``cores // jobs`` threads (at
+        least one), so the workers do not oversubscribe the cores.
+    """
+
+    def __init__(self, jobs: int | None = None) -> None:
+        cores = _available_cores()
+        if jobs is None:
+            jobs = cores
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"jobs: {jobs!r} must be a positive integer")
+        self.jobs = jobs
+        self.threads = max(1, cores // jobs)
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _get_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker, initargs=(self.threads, os.getpid()))
+        return self._pool
+
+    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        if not tasks:
+            return
+        pool = self._get_pool()
+        todo = iter(tasks)
+        window = 2 * self.jobs  # few queued runs: a cancel is immediate
+        running: dict[cf.Future, Task] = {}
+        finished = False
+        try:
+            while True:
+                while len(running) < window:
+                    task = next(todo, None)
+                    if task is None:
+                        break
+                    running[pool.submit(evaluate, task)] = task
+                if not running:
+                    break
+                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                for future in done:
+                    task = running.pop(future)
+                    err = future.exception()
+                    yield task, (err if err is not None else future.result())
+            finished = True
+        finally:
+            if not finished:
+                self._abort()
+
+    def _abort(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+        if terminate is not None:
+            terminate()
+            return
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def describe(self) -> str:
+        return f"{self.jobs} local worker process{'es' if self.jobs > 1 else ''}"
+
+
+class DaskExecutor(Executor):
+    """Runs on a Dask cluster through a ``dask.distributed.Client``.
+
+    Every pending run is submitted at once; the scheduler places them. The
+    workers need the same version of ``optical`` (a model workload also needs
+    its model directory at the same path). The client is borrowed: closing
+    this executor does not close it.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        if not tasks:
+            return
+        from distributed import as_completed
+
+        tag = uuid.uuid4().hex[:8]
+        by_key: dict[str, Task] = {}
+        futures = []
+        for task in tasks:
+            key = f"optical-run-{task.point}-{task.seed}-{task.run_id}-{tag}"
+            futures.append(self.client.submit(evaluate, task, key=key, retries=0))
+            by_key[key] = task
+        try:
+            for future in as_completed(futures):
+                task = by_key[future.key]
+                if future.status == "error":
+                    outcome: Outcome = future.exception()
+                else:
+                    outcome = future.result()
+                yield task, outcome
+                future.release()
+        finally:
+            self.client.cancel(futures)
+
+    def describe(self) -> str:
+        info = self.client.scheduler_info()
+        workers = info.get("workers", {})
+        threads = sum(int(w.get("nthreads", 1)) for w in workers.values())
+        return f"Dask cluster at {self.client.scheduler.address} ({len(workers)} workers, " \
+               f"{threads} threads)"
+
+
+def _available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _is_dask_client(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "distributed" and hasattr(obj, "submit")
+
+
+def make_executor(executor: Any) -> tuple[Executor, bool]:
+    """``(executor, owned)`` from the ``executor=`` argument of a sweep.
+
+    None: local processes on every core; an int: that many local processes
+    (1: in this process); "serial" / "processes"; a ``dask.distributed.Client``;
+    or an :class:`Executor`. ``owned``: the sweep closes it when done.
+    """
+    if executor is None or executor == "processes":
+        return ProcessExecutor(), True
+    if executor == "serial":
+        return SerialExecutor(), True
+    if isinstance(executor, Executor):
+        return executor, False
+    if isinstance(executor, int) and not isinstance(executor, bool):
+        if executor == 1:
+            return SerialExecutor(), True
+        return ProcessExecutor(executor), True
+    if _is_dask_client(executor):
+        return DaskExecutor(executor), False
+    raise TypeError(f"executor: {executor!r} is not valid; expected None, a number of jobs, "
+                    "'serial', 'processes', a dask.distributed.Client or an "
+                    "optical.sweep Executor")

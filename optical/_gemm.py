@@ -1,0 +1,142 @@
+"""Matrix products whose rows are bit-reproducible, whatever the chunking or
+the number of threads.
+
+An optimised BLAS does not promise that row ``i`` of ``a @ b`` comes out the
+same bits for every number of rows in ``a`` or of BLAS threads: OpenBLAS picks
+its blocking and its split of work by shape and thread count (measured here:
+most row counts and 1 vs 2 threads change the last bits). Downstream of an
+ADC a last-bit change can flip a code, so the emulator would depend on how its
+caller chunked the tokens.
+
+:func:`rows_matmul` therefore runs every product as independent GEMMs of
+exactly ``block`` rows (the last block zero-padded), each on one BLAS thread;
+blocks run concurrently on a small thread pool. A row's result then depends
+only on its own values, ``b``, ``block`` and its position inside its block,
+which callers fix by starting every chunk at a multiple of ``block``.
+``block`` itself depends only on the total number of tokens
+(:func:`row_block`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+__all__ = ["row_block", "rows_matmul"]
+
+#: Largest row block: big enough that packing the weight tile is amortised.
+ROW_BLOCK_MAX = 256
+_ALIGN = 16
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def row_block(tokens: int) -> int:
+    """The GEMM row block for a call with ``tokens`` rows in all."""
+    return min(ROW_BLOCK_MAX, max(_ALIGN, -(-tokens // _ALIGN) * _ALIGN))
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_workers(), thread_name_prefix="optical-gemm")
+        return _pool
+
+
+class _OneBlasThread:
+    """Holds every BLAS library at one thread while any emulator call is inside.
+
+    Reference-counted, so concurrent calls (a Dask worker's threads, say)
+    never restore the thread count under one another. threadpoolctl's own
+    ``limit`` is not used: for a pthreads OpenBLAS it silently ignores every
+    Python thread but the first that set a limit, which let concurrent calls
+    run multi-threaded (and change their last bits). BLAS calls made by other
+    code of the process meanwhile also run on one thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._libs: list = []
+        self._original: list[int | None] = []
+
+    @staticmethod
+    def _setter(lib):
+        # The OpenBLAS controller's plain setter skips the controlling-thread check.
+        return getattr(lib, "_real_set_num_threads", lib.set_num_threads)
+
+    def this_thread(self) -> None:
+        """Also limit the calling thread (per-thread OpenMP settings)."""
+        for lib in self._libs:
+            self._setter(lib)(1)
+
+    @property
+    def per_thread(self) -> bool:
+        """Whether some BLAS keeps its thread count per thread (OpenMP builds)."""
+        return any(getattr(lib, "threading_layer", None) == "openmp" for lib in self._libs)
+
+    def __enter__(self) -> _OneBlasThread:
+        with self._lock:
+            if self._depth == 0:
+                if not self._libs:
+                    from threadpoolctl import ThreadpoolController
+
+                    self._libs = [lib for lib in ThreadpoolController().lib_controllers
+                                  if lib.user_api == "blas"]
+                self._original = [lib.get_num_threads() for lib in self._libs]
+                self.this_thread()
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                for lib, threads in zip(self._libs, self._original, strict=True):
+                    if threads is not None:
+                        self._setter(lib)(threads)
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def rows_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
+    """``a @ b`` for 2-D ``a`` (M, k) and ``b`` (k, n), row-reproducible.
+
+    Rows are cut into blocks of ``block`` rows from the first row of ``a``;
+    the caller makes block boundaries fall at fixed global positions.
+    """
+    m = a.shape[0]
+    out = np.empty((m, b.shape[1]), dtype=np.result_type(a, b))
+    starts = range(0, m, block)
+
+    def one(start: int) -> None:
+        _ONE_BLAS_THREAD.this_thread()
+        rows = a[start:start + block]
+        if rows.shape[0] < block:
+            padded = np.zeros((block, a.shape[1]), dtype=a.dtype)
+            padded[:rows.shape[0]] = rows
+            rows = padded
+        out[start:start + block] = (rows @ b)[:min(block, m - start)]
+
+    with _ONE_BLAS_THREAD:
+        if len(starts) == 1 and not _ONE_BLAS_THREAD.per_thread:
+            one(0)
+        else:
+            # Per-thread BLAS settings (OpenMP builds) are changed only on the
+            # pool's own threads, never on the caller's.
+            for future in [_get_pool().submit(one, s) for s in starts]:
+                future.result()
+    return out

@@ -1,0 +1,40 @@
+"""Progress bars (tqdm) that can be switched off, for sweeps and long validations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["progress_bar"]
+
+
+class _Silent:
+    """Stands in for a tqdm bar when progress is off."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def progress_bar(total: int, *, desc: str, enabled: bool = True, initial: int = 0,
+                 unit: str = "run") -> Any:
+    """A tqdm bar on stderr, or a silent stand-in when ``enabled`` is False
+    (``--quiet``) or tqdm is not installed."""
+    if not enabled:
+        return _Silent()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm ships in the sweep extra
+        return _Silent()
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True,
+                smoothing=0.1)

@@ -1,0 +1,144 @@
+"""``optical energy``: what a prefill costs on the optical machine, component by
+component, against a GPU."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from optical.commands._common import (
+    add_config_options,
+    add_json_option,
+    config_from_args,
+    write_json,
+)
+from optical.energy import compare, model, workload
+from optical.energy import gpu as gpu_model
+from optical.transformer.spec import read_spec
+
+EXAMPLES = """examples:
+  optical energy --model models/llama-3.1-8b --prompt-tokens 2048 --preset iris-like
+  optical energy --model models/llama-3.1-70b --prompt-tokens 2048 --gpu h200 \\
+      --set energy.cores=64 --batch 8 --json energy.json --plot energy.png
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a positive finite number")
+    return value
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "energy", help="energy and time to first token of a prefill, optical vs GPU",
+        description=__doc__.split("\n\n")[0].replace("\n", " "), epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path, metavar="DIR",
+                        help="model directory with a config.json")
+    parser.add_argument("--prompt-tokens", type=_positive_int, default=2048, metavar="N",
+                        help="tokens per prompt (default 2048)")
+    parser.add_argument("--batch", type=_positive_int, default=1,
+                        help="prompts prefilled together, i.e. per weight load (default 1)")
+    parser.add_argument("--gpu", default="h100", choices=sorted(gpu_model.GPUS),
+                        help="GPU baseline (default h100)")
+    parser.add_argument("--gpu-utilization", type=_positive_float, default=None, metavar="U",
+                        help="achieved fraction of the GPU's peak FLOP/s (default 0.5)")
+    parser.add_argument("--output-tokens", type=_positive_int, default=256, metavar="N",
+                        help="tokens generated per request, for the disaggregated estimate "
+                             "(default 256)")
+    parser.add_argument("--requests-per-s", type=_positive_float, default=1.0, metavar="R",
+                        help="request rate of the disaggregated estimate (default 1)")
+    parser.add_argument("--plot", type=Path, metavar="PATH",
+                        help="write a stacked-bar figure (needs matplotlib)")
+    add_config_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def _table(report: model.PrefillEnergy) -> list[str]:
+    tokens = report.batch * report.tokens
+    total = report.total
+    lines = [f"  {'component':18s} {'J (batch)':>11s} {'J/token':>11s} {'share':>7s}"]
+    for name in model.COMPONENTS:
+        value = report.components[name]
+        share = value / total if total > 0 else 0.0
+        lines.append(f"  {name:18s} {value:11.4g} {value / tokens:11.4g} {share:7.1%}")
+    lines.append(f"  {'total':18s} {total:11.4g} {report.per_token:11.4g} {1:7.1%}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    spec = read_spec(args.model)
+    gpu = gpu_model.get_gpu(args.gpu)
+    if args.gpu_utilization is not None:
+        if args.gpu_utilization > 1:
+            raise ValueError(f"--gpu-utilization: {args.gpu_utilization} is out of range; "
+                             "valid: (0, 1]")
+        gpu = gpu.replace(compute_utilization=args.gpu_utilization)
+    name = Path(args.model).name
+    opt = model.prefill(spec, args.prompt_tokens, cfg, batch=args.batch, model=name)
+    ref = gpu_model.prefill(spec, args.prompt_tokens, gpu, batch=args.batch)
+    comparison = compare.compare(spec, args.prompt_tokens, cfg, gpu, batch=args.batch)
+    work = workload.Workload(args.prompt_tokens, args.output_tokens, args.requests_per_s)
+    split = workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
+
+    e = cfg.energy
+    print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, preset "
+          f"{args.preset}, {e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
+    print("optical prefill")
+    for line in _table(opt):
+        print(line)
+    t = opt.time
+    print(f"  time: mask loads {t['mask_load']:.4g} s + streaming {t['streaming']:.4g} s + "
+          f"digital {t['digital']:.4g} s = TTFT {opt.ttft:.4g} s; "
+          f"{opt.throughput:.4g} tokens/s")
+    resident = "resident" if opt.weights_resident else "reloaded every prefill"
+    print(f"  weight tiles: {opt.counts['weight_tiles']} ({resident}); "
+          f"{opt.counts['rows_per_weight_load']} rows per weight load")
+    print(f"GPU: {gpu.name} x{ref.gpus}, {gpu.compute_utilization:.0%} of peak, "
+          f"{'compute' if ref.compute_bound else 'memory'}-bound: {ref.flops:.4g} FLOP, "
+          f"{ref.bytes:.4g} B")
+    print(f"  energy {ref.energy:.4g} J ({ref.per_token:.4g} J/token), TTFT {ref.time:.4g} s")
+    be_p = comparison["break_even_photons_per_mac"]
+    be_b = comparison["break_even_batch"]
+    print(f"GPU / optical: energy {comparison['energy_ratio_gpu_over_optical']:.3g}x, "
+          f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x; break-even at "
+          f"{'no' if be_p is None else f'{be_p:.3g}'} photons/MAC and batch "
+          f"{'(none)' if be_b is None else be_b}")
+    per = split["energy_per_request_j"]
+    print(f"disaggregated ({args.output_tokens} output tokens, {args.requests_per_s:g} "
+          f"requests/s): J/request all-GPU {per['all_gpu']['total']:.4g}, optical prefill + "
+          f"GPU decode {per['disaggregated']['total']:.4g} ({split['ratio']:.3g}x); GPUs "
+          f"{split['gpus']['all_gpu']} vs {split['gpus']['disaggregated']} + "
+          f"{split['optical_machines']} optical machine(s)")
+
+    result: dict[str, Any] = {
+        "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
+        "preset": args.preset, "config": cfg.to_dict(),
+        "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
+        "disaggregated": split,
+    }
+    if args.plot is not None:
+        from optical.energy.plot import plot_breakdown
+
+        result["plot"] = str(plot_breakdown(opt, ref, args.plot))
+        print(f"plot: {args.plot}")
+    write_json(args.json_path, result)
+    return 0

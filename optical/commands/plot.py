@@ -1,0 +1,111 @@
+"""``optical plot``: plot a sweep's results as PNG and SVG."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from optical.commands._common import add_json_option, write_json
+from optical.config import parse_value
+
+EXAMPLES = """examples:
+  # SQNR against ADC bits, one line per photons-per-MAC value (mean +- std over seeds)
+  optical plot runs/adc --x adc.bits --y sqnr_db --hue source.photons_per_mac
+
+  # a heatmap of SQNR over two parameters
+  optical plot runs/adc --kind heatmap --x adc.bits --y source.photons_per_mac --z sqnr_db
+
+  # per-matmul SQNR of a layer sweep, at one point
+  optical plot runs/llama --kind bars --y sqnr_db --hue adc.bits --where dac.bits=8
+
+Other swept parameters must be held fixed with --where PATH=VALUE (or be the --hue).
+Writes DIR/plots/<name>.png and .svg unless --output STEM is given.
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plot", help="plot a sweep (PNG and SVG)",
+        description=__doc__.split("\n")[0].split(": ", 1)[1], epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dir", type=Path, metavar="DIR", help="a sweep's --out directory")
+    parser.add_argument("--kind", choices=("line", "heatmap", "bars"), default="line",
+                        help="line (default): --y against --x; heatmap: --z over --x and "
+                             "--y; bars: per-matmul --y of a layer sweep")
+    parser.add_argument("--x", metavar="PATH", help="swept parameter on the x axis")
+    parser.add_argument("--y", metavar="NAME",
+                        help="metric (line, bars) or second parameter (heatmap)")
+    parser.add_argument("--z", metavar="METRIC", help="metric of a heatmap")
+    parser.add_argument("--hue", metavar="PATH", help="swept parameter drawn as separate "
+                        "lines or bar groups")
+    parser.add_argument("--where", action="append", default=[], metavar="PATH=VALUE",
+                        help="hold a swept parameter at one value (repeatable)")
+    parser.add_argument("--output", type=Path, metavar="STEM",
+                        help="write STEM.png, STEM.svg (default DIR/plots/<name>)")
+    parser.add_argument("--formats", default="png,svg", metavar="LIST",
+                        help="comma-separated file formats (default png,svg)")
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def _where(items: list[str]) -> dict[str, Any]:
+    where: dict[str, Any] = {}
+    for item in items:
+        path, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--where {item!r}: expected PATH=VALUE, e.g. adc.bits=8")
+        try:
+            where[path.strip()] = parse_value(path.strip(), text)
+        except ValueError as err:
+            raise ValueError(f"--where {item!r}: {err}") from None
+    return where
+
+
+def _need(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        if getattr(args, name) is None:
+            raise ValueError(f"--kind {args.kind} needs --{name}")
+
+
+def make_figure(frame: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    """The figure the options ask for, and a file name for it."""
+    from optical import plots
+
+    where = _where(args.where)
+    if args.kind == "line":
+        _need(args, "x", "y")
+        fig = plots.line(frame, args.x, args.y, hue=args.hue, where=where)
+        name = f"{args.y}-vs-{args.x}" + (f"-by-{args.hue}" if args.hue else "")
+    elif args.kind == "heatmap":
+        _need(args, "x", "y", "z")
+        fig = plots.heatmap(frame, args.x, args.y, args.z, where=where)
+        name = f"{args.z}-over-{args.x}-{args.y}"
+    else:
+        metric = args.y or "sqnr_db"
+        fig = plots.matmul_bars(frame, metric, hue=args.hue, where=where)
+        name = f"{metric}-per-matmul" + (f"-by-{args.hue}" if args.hue else "")
+    for path, value in where.items():
+        name += f"-{path}={value}"
+    return fig, re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)
+
+
+def run(args: argparse.Namespace) -> int:
+    from optical import plots
+    from optical.sweep import load
+
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    for fmt in formats:
+        if fmt not in ("png", "svg", "pdf"):
+            raise ValueError(f"--formats: {fmt!r} is not valid; valid: png, svg, pdf")
+    frame = load(args.sweep_dir)
+    fig, name = make_figure(frame, args)
+    stem = args.output or args.sweep_dir / "plots" / name
+    paths = plots.save(fig, stem, formats)
+    if str(args.json_path) != "-":
+        for path in paths:
+            print(path)
+    write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
+                                "runs": len(frame)})
+    return 0

@@ -1,0 +1,200 @@
+"""``optical sweep``: run a parameter sweep (resumable), locally or on Dask."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from optical.commands._common import add_config_options, add_json_option, write_json
+from optical.config import parse_value
+
+EXAMPLES = """examples:
+  # ADC bits x photons per MAC on a synthetic 512x4096x4096 matmul, 3 seeds, all cores
+  optical sweep --matmul 512x4096x4096 --param adc.bits=4,6,8 \\
+      --param source.photons_per_mac=10,100,1000 --seeds 3 --out runs/adc
+
+  # the same sweep on a Dask cluster
+  optical sweep --matmul 512x4096x4096 --param adc.bits=4,6,8 \\
+      --param source.photons_per_mac=10,100,1000 --seeds 3 --out runs/adc \\
+      --scheduler tcp://10.0.0.5:8786
+
+  # one layer of a model, precision of the converters
+  optical sweep --model models/llama-3.1-8b --layer 0 --tokens 512 \\
+      --param adc.bits=4,6,8 --param dac.bits=4,6,8 --seeds 2 --out runs/llama
+
+  # 50 random points, photons per MAC log-uniform in [10, 1e5]
+  optical sweep --matmul 64x1024x1024 --param source.photons_per_mac=10:1e5:log \\
+      --param adc.bits=4,6,8 --samples 50 --out runs/random
+
+  # resume an interrupted (or finish a finished) sweep from its manifest
+  optical sweep --out runs/adc
+
+Re-running a sweep skips the runs already in --out; a different sweep in the same
+--out is refused. Results: DIR/results.parquet, one row per point and seed.
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "sweep", help="sweep config parameters x seeds (resumable; local cores or Dask)",
+        description=__doc__.split("\n")[0].split(": ", 1)[1], epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = parser.add_argument_group("workload (omit to resume the sweep in --out)")
+    which = what.add_mutually_exclusive_group()
+    which.add_argument("--matmul", metavar="TxKxN",
+                       help="a synthetic (T, K) @ (K, N) matmul, e.g. 512x4096x4096")
+    which.add_argument("--model", metavar="DIR", help="a model directory (config.json)")
+    what.add_argument("--layer", type=int, default=0, help="layer of --model (default 0)")
+    what.add_argument("--tokens", type=int, default=512,
+                      help="prompt tokens of --model's prefill (default 512)")
+    what.add_argument("--weights-seed", type=int, default=0,
+                      help="seed of --model's synthetic weights (default 0)")
+    what.add_argument("--inputs", choices=("gaussian", "uniform", "laplace"),
+                      default="gaussian", help="input distribution of --matmul")
+    what.add_argument("--outlier-channels", type=int, default=0, metavar="N",
+                      help="input channels of --matmul scaled by --outlier-scale (default 0)")
+    what.add_argument("--outlier-scale", type=float, default=20.0, metavar="X")
+    what.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    what.add_argument("--data-seed", type=int, default=0,
+                      help="seed of --matmul's data (independent of the noise seeds)")
+
+    grid = parser.add_argument_group("parameters")
+    grid.add_argument("--param", action="append", default=[], metavar="PATH=VALUES",
+                      help="a dotted config path and its values, e.g. adc.bits=4,6,8 "
+                           "(repeatable; the grid is their product); LO:HI or LO:HI:log "
+                           "draws from a range with --samples")
+    grid.add_argument("--seeds", type=int, default=1, metavar="N",
+                      help="noise seeds 0..N-1 at every point (default 1)")
+    grid.add_argument("--samples", type=int, metavar="N",
+                      help="N random points instead of the grid")
+    grid.add_argument("--sample-seed", type=int, default=0, metavar="S")
+    add_config_options(parser)
+    parser.set_defaults(preset=None)  # None: not given (resume), iris-like when starting
+
+    run = parser.add_argument_group("execution")
+    run.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="directory of the sweep (created; resumed if it holds this sweep)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=int, metavar="N",
+                       help="local worker processes (default: every core; 1: this process)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on the Dask cluster at ADDRESS (e.g. tcp://host:8786)")
+    run.add_argument("--format", choices=("parquet", "csv"), default="parquet",
+                     help="format of DIR/results.* (default parquet)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    add_json_option(parser)
+    parser.set_defaults(run=run_command)
+
+
+def parse_param(item: str) -> tuple[str, Any]:
+    """``"adc.bits=4,6,8"`` -> ``("adc.bits", [4, 6, 8])``; ``"p=10:1e5:log"`` ->
+    a Range. ValueError names the option, the path and the bad value."""
+    from optical.sweep import Range
+
+    path, sep, text = item.partition("=")
+    path = path.strip()
+    if not sep or not path or not text.strip():
+        raise ValueError(f"--param {item!r}: expected PATH=VALUES, e.g. adc.bits=4,6,8")
+    try:
+        if ":" in text:
+            parts = [p.strip() for p in text.split(":")]
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "log"):
+                raise ValueError(f"{path}: range {text!r} must be LO:HI or LO:HI:log")
+            lo, hi = parse_value(path, parts[0]), parse_value(path, parts[1])
+            return path, Range(lo, hi, log=len(parts) == 3)
+        return path, [parse_value(path, v) for v in text.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--param {item!r}: {err}") from None
+
+
+def _definition(args: argparse.Namespace) -> Any:
+    """The sweep definition the options give, or None when only --out is given."""
+    from optical.commands._common import config_from_args
+    from optical.sweep import SweepDefinition
+    from optical.workloads import LayerWorkload, MatmulWorkload
+
+    if args.matmul is None and args.model is None:
+        if args.param or args.overrides or args.preset is not None or args.samples:
+            raise ValueError("give a workload (--matmul TxKxN or --model DIR) with --param, "
+                             "or only --out DIR to resume the sweep there")
+        return None
+    params: dict[str, Any] = {}
+    for item in args.param:
+        path, values = parse_param(item)
+        if path in params:
+            raise ValueError(f"--param {item!r}: {path} is given twice")
+        params[path] = values
+    if args.preset is None:
+        args.preset = "iris-like"
+    base = config_from_args(args)
+    if args.matmul is not None:
+        workload: Any = MatmulWorkload.from_shape(
+            args.matmul, inputs=args.inputs, outlier_channels=args.outlier_channels,
+            outlier_scale=args.outlier_scale, dtype=args.dtype, data_seed=args.data_seed)
+    else:
+        workload = LayerWorkload(args.model, layer=args.layer, tokens=args.tokens,
+                                 weights_seed=args.weights_seed)
+    return SweepDefinition.build(workload, params, seeds=args.seeds, base=base,
+                                 samples=args.samples, sample_seed=args.sample_seed)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from optical.sweep import SweepDefinition, SweepError, execute, read_manifest, sigterm_as_exit
+
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
+    definition = _definition(args)
+    if definition is None:
+        definition = SweepDefinition.from_dict(read_manifest(args.out)["definition"])
+    client = None
+    if args.scheduler is not None:
+        from distributed import Client
+
+        client = Client(args.scheduler, timeout="20s")
+        executor: Any = client
+    else:
+        executor = args.jobs
+    try:
+        with sigterm_as_exit():
+            summary = execute(definition, args.out, executor=executor,
+                              progress=not args.quiet, results_format=args.format)
+    except KeyboardInterrupt:
+        print(f"optical sweep: interrupted; finished runs are kept in {args.out}; run "
+              f"`optical sweep --out {args.out}` to resume", file=sys.stderr)
+        return 130
+    except SweepError as err:
+        print(f"optical sweep: error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if client is not None:
+            client.close()
+    if not args.quiet and str(args.json_path) != "-":  # '-': stdout is the JSON
+        print(f"{args.out}: {summary.runs} runs ({summary.already_done} already done, "
+              f"{summary.ran} run now on {summary.executor})")
+        _print_table(summary.results_path, definition.paths)
+        print(f"results: {summary.results_path}")
+    write_json(args.json_path, summary.to_dict())
+    return 0
+
+
+def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:
+    """Mean and spread of ``metric`` over seeds at each point."""
+    from optical.sweep import load
+
+    frame = load(results.parent)
+    if metric not in frame.columns or frame.empty:
+        return
+    keys = paths or ["point"]
+    grouped = frame.groupby(keys, sort=False, dropna=False)[metric]
+    stats = grouped.agg(["mean", "std", "count"]).reset_index()
+    header = " ".join(f"{k:>24s}" for k in keys) + f" {metric + ' mean':>14s} {'std':>8s} {'n':>3s}"
+    print(header)
+    for row in stats.itertuples(index=False):
+        values = list(row)
+        mean, std, count = values[-3:]
+        std_text = "" if not math.isfinite(std) else f"{std:8.3f}"
+        print(" ".join(f"{v!s:>24s}" for v in values[:-3]) +
+              f" {mean:14.3f} {std_text:>8s} {count:3d}")

@@ -1,0 +1,65 @@
+"""``optical validate``: one transformer layer's prefill on the optical core vs fp16."""
+
+from __future__ import annotations
+
+import argparse
+
+from optical.commands._common import (
+    add_config_options,
+    add_json_option,
+    config_from_args,
+    write_json,
+)
+
+EXAMPLES = """examples:
+  optical validate --model models/llama-3.1-8b --layer 0 --tokens 256
+  optical validate --model models/llama-3.2-1b --layer 1 --tokens 128 --set adc.bits=6 --local
+  optical validate --model models/all-minilm-l6-v2 --tokens 64 --preset ideal --json r.json
+
+A model directory without *.safetensors gets synthetic weights at the real
+shapes (outlier channels, a super weight in layer 1, massive activations on
+the first token from layer 2 on); the layer input is a synthetic residual
+stream (Llama) or embedded random token ids (BERT).
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="accuracy of one layer's prefill on the optical core vs fp16",
+        description="Accuracy of one transformer layer's prefill on the optical core against "
+                    "the fp16 reference: SQNR, cosine and relative error of every product, and "
+                    "the passes, mask loads and conversions each took.", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, metavar="DIR",
+                        help="model directory with config.json (and optionally *.safetensors)")
+    parser.add_argument("--layer", type=int, default=0, help="layer index (default 0)")
+    parser.add_argument("--tokens", type=int, default=256, help="prompt length (default 256)")
+    parser.add_argument("--batch", type=int, default=1, help="prompts per run (default 1)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the synthetic weights, input and noise (default 0)")
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"),
+                        help="reference dtype (default float16)")
+    parser.add_argument("--local", action="store_true",
+                        help="also report each matmul's error on its own inputs (one more "
+                             "float64 GEMM per matmul)")
+    add_config_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from optical.transformer import load, validate
+
+    config = config_from_args(args)
+    for name in ("tokens", "batch"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
+    model = load(args.model, seed=args.seed)
+    report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
+                      batch=args.batch, dtype=args.dtype, local=args.local)
+    print(report.table(preset=args.preset + (" + " + ", ".join(args.overrides)
+                                             if args.overrides else "")))
+    data = report.to_dict()
+    data["preset"], data["overrides"] = args.preset, list(args.overrides)
+    write_json(args.json_path, data)
+    return 0

@@ -1,0 +1,212 @@
+"""Pre-distortion of the mask for a known illumination envelope and crosstalk.
+
+The light that reaches detector ``m`` from source ``i`` does not see the
+transmission ``T[i, m]`` alone: the source's light spreads over neighbouring
+mask rows, each pixel is lit by the local illumination envelope, and each
+column's light spreads over neighbouring detectors. Program time knows that
+map ``F`` from the mask's transmissions (rails, K, N) to the effective ones
+the detectors see, tile by tile; :func:`pre_distort` inverts it.
+
+Any *optics* object serves that offers
+
+- ``apply(t, tiling)``: the effective transmissions of mask transmissions
+  ``t`` of shape (rails, K, N) (linear or not, rails coupled or not);
+- ``diagonal(tiling)``: each pixel's self-coupling ``D``, the derivative of
+  its own effective transmission with respect to its transmission, an array
+  broadcastable to (rails, K, N).
+
+:class:`SeparableCoupling` is the linear, separable case (an envelope over the
+tile, a row kernel and a column kernel, rails independent); the lens physics
+supplies the full one.
+
+:func:`pre_distort` asks for the intended effective tile scaled by a gain
+``g`` per (K-tile, column) (the digital side divides ``g`` out):
+
+- split weights: only the difference of the two rails reaches the result,
+  so it solves ``F(t)[+] - F(t)[-] = g (1 - t_min) v`` for a signed ``d`` in
+  ``[-(1 - t_min), 1 - t_min]`` with ``t+ = t_min + max(d, 0)`` and
+  ``t- = t_min + max(-d, 0)``: light leaking onto a zero weight is cancelled
+  through the other rail;
+- offset weights: it solves ``F(t) = t_min + (1 - t_min) (g v + 1) / 2`` for
+  ``t`` in ``[t_min, 1]``; the mid-range pedestal must be reached by the
+  dimmest pixel too, which costs more gain.
+
+Both by projected Jacobi iteration, ``x <- clip(x + residual / D)``, a
+contraction when each pixel keeps more of its own light than it receives
+from its neighbours. :func:`gain` is the largest ``g`` for which every
+pixel's target stays reachable even when its neighbours leak the most (or
+the least) light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["SeparableCoupling", "gain", "pre_distort"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SeparableCoupling:
+    """Linear envelope and crosstalk over one core-sized tile, rails independent:
+
+    ``T_eff[i, m] = sum_{d, e} row_kernel[h + d] col_kernel[h + e] E[i + d, m - e] T[i + d, m - e]``
+
+    (``h`` the kernels' half-length; zero outside the tile).
+
+    Attributes
+    ----------
+    envelope : ndarray, shape (tile_k, tile_n) or broadcastable, dimensionless
+        Relative illumination of each mask pixel of a tile (1 = nominal).
+    row_kernel : ndarray, shape (2h + 1,), dimensionless
+        ``row_kernel[h + d]``: fraction of a source's light on mask row ``i + d``.
+    col_kernel : ndarray, shape (2h + 1,), dimensionless
+        ``col_kernel[h + e]``: fraction of a mask column's light on detector ``m + e``.
+    """
+
+    envelope: np.ndarray
+    row_kernel: np.ndarray
+    col_kernel: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("row_kernel", "col_kernel"):
+            kernel = np.asarray(getattr(self, name), dtype=np.float64)
+            if kernel.ndim != 1 or kernel.size % 2 == 0 or np.any(kernel < 0):
+                raise ValueError(f"{name}: expected a 1-D non-negative kernel of odd length, "
+                                 f"got {kernel!r}")
+            object.__setattr__(self, name, kernel)
+        envelope = np.asarray(self.envelope, dtype=np.float64)
+        if envelope.ndim > 2 or np.any(envelope < 0) or not np.isfinite(envelope).all():
+            raise ValueError("envelope: expected finite non-negative values of at most "
+                             "2 dimensions (tile rows, tile columns)")
+        object.__setattr__(self, "envelope", envelope)
+
+    def diagonal(self, tiling) -> np.ndarray:
+        """Self-coupling of every pixel, shape (K, N)."""
+        centre = (self.row_kernel[self.row_kernel.size // 2]
+                  * self.col_kernel[self.col_kernel.size // 2])
+        env = np.broadcast_to(self.envelope, (tiling.tile_k, tiling.tile_n))
+        layout = (tiling.k_tiles, tiling.tile_k, tiling.n_tiles, tiling.tile_n)
+        return _from_tiles(np.broadcast_to(centre * env[:, None, :], layout), tiling)
+
+    def apply(self, t: np.ndarray, tiling) -> np.ndarray:
+        """Effective transmissions of mask transmissions ``t`` (..., K, N),
+        tile by tile; same shape and dtype."""
+        tiles = _to_tiles(t, tiling)
+        env = np.broadcast_to(self.envelope, (tiling.tile_k, tiling.tile_n)).astype(t.dtype)
+        out = _correlate(tiles * env[:, None, :], self.row_kernel.astype(t.dtype), axis=-3,
+                         sign=1)
+        out = _correlate(out, self.col_kernel.astype(t.dtype), axis=-1, sign=-1)
+        return _from_tiles(out, tiling)
+
+
+def _to_tiles(a: np.ndarray, tiling) -> np.ndarray:
+    """(..., K, N) -> zero-padded (..., k_tiles, tile_k, n_tiles, tile_n)."""
+    lead = a.shape[:-2]
+    padded = np.zeros((*lead, tiling.k_tiles * tiling.tile_k, tiling.n_tiles * tiling.tile_n),
+                      dtype=a.dtype)
+    padded[..., :tiling.k, :tiling.n] = a
+    return padded.reshape(*lead, tiling.k_tiles, tiling.tile_k, tiling.n_tiles, tiling.tile_n)
+
+
+def _from_tiles(tiles: np.ndarray, tiling) -> np.ndarray:
+    """Inverse of :func:`_to_tiles` (padding dropped)."""
+    lead = tiles.shape[:-4]
+    padded = tiles.reshape(*lead, tiling.k_tiles * tiling.tile_k, tiling.n_tiles * tiling.tile_n)
+    return np.ascontiguousarray(padded[..., :tiling.k, :tiling.n])
+
+
+def _correlate(a: np.ndarray, kernel: np.ndarray, axis: int, sign: int) -> np.ndarray:
+    """``out[i] = sum_d kernel[h + d] a[i + sign * d]`` along ``axis``, zero outside."""
+    h = kernel.size // 2
+    a = np.moveaxis(a, axis, -1)
+    out = kernel[h] * a
+    size = a.shape[-1]
+    for d in range(1, min(h, size - 1) + 1):
+        # out[i] gets a[i + d] with weight `ahead` and a[i - d] with weight `behind`.
+        ahead, behind = ((kernel[h + d], kernel[h - d]) if sign > 0
+                         else (kernel[h - d], kernel[h + d]))
+        out[..., :size - d] += ahead * a[..., d:]
+        out[..., d:] += behind * a[..., :size - d]
+    return np.moveaxis(out, -1, axis)
+
+
+def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
+    """Largest target scale of each K-tile column that every pixel can reach.
+
+    With self-coupling ``D`` and leakage ``L = |F(open) - D|`` (what all open
+    neighbours put on a pixel) per pixel: split weights need
+    ``|d| <= 1 - t_min`` where ``D d = g (1 - t_min) v - leak`` and
+    ``|leak| <= L (1 - t_min)``, so ``g <= D - L``; offset weights need the
+    top target ``t_min + (1 - t_min)(1 + g) / 2 <= D - L t_min`` (neighbours
+    closed) and the bottom one ``t_min + (1 - t_min)(1 - g) / 2 >= D t_min + L``
+    (neighbours open). Shape (k_tiles, N), in (0, 1].
+
+    Raises
+    ------
+    ValueError
+        If no positive gain works (the optics lose or leak too much light).
+    """
+    t_min = min_transmission
+    shape = (rails, tiling.k, tiling.n)
+    diag = np.broadcast_to(optics.diagonal(tiling), shape).astype(np.float64)
+    leak = np.abs(optics.apply(np.ones(shape), tiling) - diag)
+    if scheme == "split":
+        reach = diag - leak
+    else:
+        top = 2 * (diag - leak * t_min - t_min) / (1 - t_min) - 1
+        bottom = 1 - 2 * (diag * t_min + leak - t_min) / (1 - t_min)
+        reach = np.minimum(top, bottom)
+    reach = reach.min(axis=0)
+    out = np.stack([reach[tiling.k_slice(i)].min(axis=0) for i in range(tiling.k_tiles)])
+    if np.any(out <= 0):
+        raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "
+                         f"at which every weight can be reached with {scheme} weights and "
+                         f"min_transmission {t_min}; reduce the crosstalk or turn compensation off")
+    return np.minimum(out, 1.0)
+
+
+def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transmission: float,
+                scheme: str, *, tol: float = 1e-6, max_iter: int = 200) -> np.ndarray:
+    """Mask levels (rails, K, N) in [0, 1], not yet quantised, whose effective
+    tile shows the normalised weights ``v`` (K, N) times ``gain_rows`` (the gain
+    of each row's K-tile column, shape (K, N)).
+
+    Iterates until no value moves by more than ``tol`` (at most ``max_iter`` times).
+    """
+    dtype = v.dtype
+    t_min = dtype.type(min_transmission)
+    span = 1 - t_min
+    n_rails = 2 if scheme == "split" else 1
+    diag = np.broadcast_to(optics.diagonal(tiling), (n_rails, *v.shape)).astype(dtype)
+    if scheme == "split":
+        target = v * gain_rows * span
+
+        def mask(d):
+            return np.stack([t_min + np.maximum(d, 0), t_min + np.maximum(-d, 0)])
+
+        def step(d):
+            effective = optics.apply(mask(d), tiling)
+            # d > 0 drives the positive rail, d < 0 the negative one.
+            return (target - (effective[0] - effective[1])) / np.where(d >= 0, diag[0], diag[1])
+
+        x, lo, hi = target / diag[0], -span, span
+    else:
+        target = (t_min + span * (v * gain_rows + 1) / 2)[None]
+
+        def mask(t):
+            return t
+
+        def step(t):
+            return (target - optics.apply(t, tiling)) / diag
+
+        x, lo, hi = target / diag, t_min, dtype.type(1)
+    x = np.clip(x, lo, hi).astype(dtype)
+    for _ in range(max_iter):
+        moved = np.clip(x + step(x), lo, hi)
+        change = float(np.max(np.abs(moved - x))) if x.size else 0.0
+        x = moved
+        if change < tol:
+            break
+    return (mask(x) - t_min) / span

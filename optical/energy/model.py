@@ -1,0 +1,397 @@
+"""Energy and latency of an optical prefill, component by component.
+
+Every term is a count times a cost. The counts come from
+:func:`optical.transformer.layer_schedule` (optics) and
+:mod:`optical.energy.counts` (digital work and memory); the costs from the
+config's ``energy`` section and its source, DAC, ADC and detector sections:
+
+==================  ======================================================================
+component           energy
+==================  ======================================================================
+laser               source activations (DAC conversions) x fan-out pixels
+                    (``core.outputs`` x weight rails) x ``photons_per_mac`` x h c / lambda
+                    x ``source_mean_level`` / (quantum efficiency x ``optical_efficiency``
+                    x ``laser_efficiency``)
+dac                 DAC conversions x (``dac_energy`` or ``walden_fom * 2**dac.bits``)
+adc                 ADC conversions x (``adc_energy`` or ``walden_fom * 2**adc.enob``)
+detector            detector readouts x ``detector_energy``
+mask_load           weight loads x ``mask_load_energy``
+weight_memory       mask bytes of weight loads x ``dram_energy_per_byte``, plus the
+                    embedding and LM-head reads
+activation_memory   on-chip bytes (activations, partial sums, activation masks)
+                    x ``sram_energy_per_byte``
+digital             digital operations x ``digital_energy_per_op``
+static              ``static_power`` x ``cores`` x time to first token
+==================  ======================================================================
+
+``photons_per_mac`` counts *detected* photons at full-scale input and full
+transmission; every source lights a whole row of the mask (all its columns
+and weight rails) whatever the weights are, so the emitted light per pass is
+fixed by the fan-out, not by the data.
+
+Latency. A core streams ``input_rate`` passes per second and loads a mask in
+``t_load = 1 / mask_refresh_rate`` s. Each weight tile is loaded once per
+prefill (per batch), so its load is amortised only over the ``batch *
+tokens`` rows that stream through it. Matmuls run one after another (each
+needs the previous one's output); the tiles of one matmul run in parallel on
+the cores. Weight masks do not depend on the data, so idle cores load the
+next matmuls' tiles ahead of time (ideal prefetching); masks made of
+activations (optical attention) can only be loaded once their data exist.
+The optical time is then the larger of the two classic bounds of a parallel
+schedule: the work (every tile's load and stream, in core-seconds) over the
+cores, and the span (the chain of matmuls: one initial load, then each
+matmul's rounds of streaming, plus the loads of activation masks). A greedy
+scheduler is within a factor two of this (Graham's bound). When the cores can
+hold every weight tile of the model (``cores >= tiles``) the weights stay
+resident: nothing is loaded per prefill and the time is the span. The
+digital work runs after the optics at ``digital_ops_per_s`` (no overlap: an
+upper bound).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from optical.config import OpticalConfig
+from optical.core import Schedule
+from optical.energy import counts
+from optical.physics import encoding
+from optical.transformer.schedule import layer_schedule
+from optical.transformer.spec import ModelSpec
+
+__all__ = [
+    "COMPONENTS",
+    "PrefillEnergy",
+    "conversion_energies",
+    "laser_energy_per_activation",
+    "matmul_energy",
+    "matmul_time",
+    "photon_energy",
+    "prefill",
+]
+
+PLANCK = 6.62607015e-34  # J s (exact, SI 2019)
+LIGHT_SPEED = 299792458.0  # m / s (exact)
+
+#: Schedule counts summed over a prefill's matmuls and layers in reports.
+_SUMMED = ("passes", "weight_loads", "dac_conversions", "adc_conversions",
+           "detector_readouts", "macs")
+
+#: Energy components, in the order reports and plots list them.
+COMPONENTS = ("laser", "dac", "adc", "detector", "mask_load", "weight_memory",
+              "activation_memory", "digital", "static")
+
+
+def photon_energy(wavelength: float) -> float:
+    """Energy of one photon, ``h c / lambda``.
+
+    Parameters
+    ----------
+    wavelength : float, m
+
+    Returns
+    -------
+    float, J
+    """
+    if not wavelength > 0:
+        raise ValueError(f"wavelength: {wavelength} must be > 0 m")
+    return PLANCK * LIGHT_SPEED / wavelength
+
+
+def laser_energy_per_activation(config: OpticalConfig) -> float:
+    """Electrical energy of one source lighting its mask row for one pass.
+
+    Returns
+    -------
+    float, J
+        ``core.outputs * weight_rails * photons_per_mac * h c / lambda *
+        source_mean_level / (quantum_efficiency * optical_efficiency *
+        laser_efficiency)``.
+
+    Raises
+    ------
+    ValueError
+        If ``source.photons_per_mac`` is infinite (the ideal source).
+    """
+    p = config.source.photons_per_mac
+    if not math.isfinite(p):
+        raise ValueError("source.photons_per_mac is inf: the ideal source has no finite "
+                         "energy; set source.photons_per_mac (e.g. --set "
+                         "source.photons_per_mac=1e4)")
+    e = config.energy
+    fan_out = config.core.outputs * encoding.n_rails(config.encoding.weights)
+    detected = fan_out * p * photon_energy(config.source.wavelength) * e.source_mean_level
+    return detected / (config.detector.quantum_efficiency * e.optical_efficiency
+                       * e.laser_efficiency)
+
+
+def conversion_energies(config: OpticalConfig) -> tuple[float, float]:
+    """Energy of one DAC and one ADC conversion, J.
+
+    An explicit ``energy.dac_energy`` / ``energy.adc_energy`` wins; otherwise
+    the Walden figure of merit times ``2**dac.bits`` / ``2**adc.enob``.
+
+    Raises
+    ------
+    ValueError
+        If a converter is ideal (``bits`` None) and has no explicit energy.
+    """
+    e = config.energy
+    values = []
+    for name, explicit, bits in (("dac", e.dac_energy, config.dac.bits),
+                                 ("adc", e.adc_energy, config.adc.enob)):
+        if explicit is not None:
+            values.append(explicit)
+        elif bits is None:
+            raise ValueError(f"{name}.bits is None: an ideal converter has no finite energy; "
+                             f"set {name}.bits or energy.{name}_energy")
+        else:
+            values.append(e.walden_fom * 2.0 ** bits)
+    return values[0], values[1]
+
+
+def matmul_energy(s: Schedule, config: OpticalConfig, *, resident: bool = False,
+                  mask_source: str = "dram") -> dict[str, float]:
+    """Energy of one optical matmul by component (no ``static``), J.
+
+    Parameters
+    ----------
+    s : Schedule
+        As counted by :func:`optical.core.schedule` or ``layer_schedule``.
+    config : OpticalConfig
+    resident : bool
+        Whether the weights are already on the mask (no load, no weight read).
+    mask_source : {"dram", "sram"}
+        Where the mask data comes from: weights from off-chip memory,
+        activations (attention's K and V) from on-chip memory.
+    """
+    if mask_source not in ("dram", "sram"):
+        raise ValueError(f"mask_source: {mask_source!r} is not valid; valid: 'dram', 'sram'")
+    e = config.energy
+    out = dict.fromkeys(COMPONENTS[:-1], 0.0)
+    out["laser"] = s.dac_conversions * laser_energy_per_activation(config)
+    dac, adc = conversion_energies(config)
+    work = counts.matmul_work(s, config)
+    out["dac"] = s.dac_conversions * dac
+    out["adc"] = s.adc_conversions * adc
+    out["detector"] = s.detector_readouts * e.detector_energy
+    out["activation_memory"] = work.sram_bytes * e.sram_energy_per_byte
+    out["digital"] = work.ops * e.digital_energy_per_op
+    if not resident:
+        out["mask_load"] = s.weight_loads * e.mask_load_energy
+        mask = counts.mask_bytes(s, config)
+        if mask_source == "sram":
+            out["activation_memory"] += mask * e.sram_energy_per_byte
+        else:
+            out["weight_memory"] = mask * e.dram_energy_per_byte
+    return out
+
+
+def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: bool = False,
+                activation: bool = False) -> dict[str, float]:
+    """Work and span of one optical matmul on ``cores`` cores.
+
+    Parameters
+    ----------
+    s : Schedule
+    config : OpticalConfig
+    cores : int
+        Cores its tiles are spread over.
+    resident : bool
+        Whether its masks are already loaded (nothing to load).
+    activation : bool
+        Whether its masks hold activations: they are loaded only once the
+        data exist, so the loads lie on the span.
+
+    Returns
+    -------
+    dict
+        ``work`` (core-seconds: every tile's load and stream; with a
+        double-buffered mask, the longer of the two), ``span`` (s: its rounds
+        of ``cores`` tiles, each streaming ``passes / weight_loads`` passes,
+        plus their loads for activation masks) and ``streaming`` (s: the
+        streaming part of the span).
+    """
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"cores: {cores!r} must be a positive integer")
+    if s.weight_loads == 0 or s.passes == 0:
+        return {"work": 0.0, "span": 0.0, "streaming": 0.0}
+    e = config.energy
+    stream = s.passes / s.weight_loads / e.input_rate
+    load = 0.0 if resident else 1.0 / e.mask_refresh_rate
+    per_tile = max(load, stream) if e.double_buffered_mask else load + stream
+    rounds = -(-s.weight_loads // cores)
+    streaming = rounds * stream
+    span = streaming + (rounds * load if activation else 0.0)
+    return {"work": s.weight_loads * per_tile, "span": span, "streaming": streaming}
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillEnergy:
+    """Energy and time of one batched prefill on the optical machine.
+
+    Attributes
+    ----------
+    model : str
+    tokens, batch : int
+        ``batch`` prompts of ``tokens`` tokens, prefilled together.
+    components : dict of str to float, J
+        Energy of the whole batch by component (see :data:`COMPONENTS`).
+    by_matmul : dict of str to dict of str to float, J
+        Energy of each matmul name summed over the layers, by component.
+    digital : dict of str to float, J
+        Energy of each item of digital work (its operations and memory
+        traffic) over the whole prefill, the optical matmuls' decoding
+        included as ``"decode"``: a view across ``components``.
+    time : dict of str to float, s
+        ``streaming`` (the chain of matmuls' streaming), ``mask_load`` (the
+        rest of the optical time: loads that prefetching cannot hide) and
+        ``digital``; they add up to the TTFT.
+    counts : dict of str to int
+        Totals over the layers: the schedule counts (passes, weight loads,
+        conversions, readouts, MACs), bytes written to masks, digital
+        operations and their on- and off-chip bytes, weight tiles of the
+        model, rows streamed per weight load.
+    schedule : dict of str to Schedule
+        One layer's schedule, the counts the report was computed from.
+    num_layers : int
+    weights_resident : bool
+    """
+
+    model: str
+    tokens: int
+    batch: int
+    components: Mapping[str, float]
+    by_matmul: Mapping[str, Mapping[str, float]]
+    digital: Mapping[str, float]
+    time: Mapping[str, float]
+    counts: Mapping[str, int]
+    schedule: Mapping[str, Schedule]
+    num_layers: int
+    weights_resident: bool
+
+    @property
+    def total(self) -> float:
+        """Energy of the whole batch, J."""
+        return float(sum(self.components.values()))
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token of every request of the batch, s."""
+        return float(sum(self.time.values()))
+
+    @property
+    def per_token(self) -> float:
+        """Energy per prompt token, J."""
+        return self.total / (self.batch * self.tokens)
+
+    @property
+    def per_request(self) -> float:
+        """Energy per prefill request, J."""
+        return self.total / self.batch
+
+    @property
+    def throughput(self) -> float:
+        """Prompt tokens per second of one machine, tokens/s."""
+        return self.batch * self.tokens / self.ttft if self.ttft > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "energy_j": {"total": self.total, "per_token": self.per_token,
+                         "per_request": self.per_request,
+                         "components": dict(self.components),
+                         "by_matmul": {k: dict(v) for k, v in self.by_matmul.items()},
+                         "digital": dict(self.digital)},
+            "ttft_s": self.ttft,
+            "time_s": dict(self.time),
+            "throughput_tokens_per_s": self.throughput,
+            "weights_resident": self.weights_resident,
+            "counts": dict(self.counts),
+            "schedule": {"num_layers": self.num_layers,
+                         "per_layer": {k: v.to_dict() for k, v in self.schedule.items()}},
+        }
+
+
+def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int = 1,
+            model: str = "") -> PrefillEnergy:
+    """Energy and time to first token of prefilling ``batch`` prompts of
+    ``tokens`` tokens on the optical machine described by ``config``.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        From :func:`optical.transformer.read_spec`.
+    tokens, batch : int
+    config : OpticalConfig
+    model : str
+        A name for the report.
+
+    Raises
+    ------
+    ValueError
+        For non-positive counts, an infinite ``photons_per_mac``, ideal
+        converters without an explicit energy, or an unquantised mask.
+    """
+    if not isinstance(config, OpticalConfig):
+        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    counts._check_counts(tokens, batch)
+    e = config.energy
+    layers = spec.num_layers
+    schedules = layer_schedule(spec, tokens, config, batch=batch)
+    linear = {n: s for n, s in schedules.items() if n not in counts.ACTIVATION_MASKS}
+    tiles = layers * sum(s.weight_loads for s in linear.values())
+    resident = e.cores >= tiles
+    spare = max(1, e.cores - tiles) if resident else e.cores
+
+    components = dict.fromkeys(COMPONENTS, 0.0)
+    by_matmul: dict[str, dict[str, float]] = {}
+    work = span = streaming = 0.0  # per layer
+    totals = dict.fromkeys((*_SUMMED, "mask_bytes"), 0)
+    for name, s in schedules.items():
+        activation = name in counts.ACTIVATION_MASKS
+        loaded = activation or not resident
+        parts = matmul_energy(s, config, resident=not loaded,
+                              mask_source="sram" if activation else "dram")
+        by_matmul[name] = {k: v * layers for k, v in parts.items()}
+        for k, v in parts.items():
+            components[k] += v * layers
+        t = matmul_time(s, config, cores=spare if activation else e.cores,
+                        resident=not loaded, activation=activation)
+        work, span, streaming = work + t["work"], span + t["span"], streaming + t["streaming"]
+        for k in _SUMMED:
+            totals[k] += getattr(s, k) * layers
+        if loaded:
+            totals["mask_bytes"] += counts.mask_bytes(s, config) * layers
+
+    # Digital work: the optical matmuls' decoding (already in the matmul
+    # components above) and everything else (added here).
+    items = {"decode": layers * counts.sum_work(
+        {n: counts.matmul_work(s, config) for n, s in schedules.items()})}
+    items.update({name: w * layers for name, w in counts.layer_work(
+        spec, tokens, batch=batch, attention=config.mapping.attention).items()})
+    items.update(counts.head_work(spec, tokens, batch=batch))
+    digital = {name: w.ops * e.digital_energy_per_op + w.sram_bytes * e.sram_energy_per_byte
+               + w.dram_bytes * e.dram_energy_per_byte for name, w in items.items()}
+    rest = counts.sum_work({n: w for n, w in items.items() if n != "decode"})
+    components["digital"] += rest.ops * e.digital_energy_per_op
+    components["activation_memory"] += rest.sram_bytes * e.sram_energy_per_byte
+    components["weight_memory"] += rest.dram_bytes * e.dram_energy_per_byte
+    all_work = counts.sum_work(items)
+    first_load = 0.0 if resident else 1.0 / e.mask_refresh_rate
+    if resident:
+        optics = layers * span
+    else:
+        optics = max(layers * work / e.cores, first_load + layers * span)
+    time = {"mask_load": optics - layers * streaming, "streaming": layers * streaming,
+            "digital": all_work.ops / e.digital_ops_per_s}
+    components["static"] = e.static_power * e.cores * sum(time.values())
+    totals.update(digital_ops=all_work.ops, sram_bytes=all_work.sram_bytes,
+                  dram_bytes=all_work.dram_bytes, weight_tiles=tiles,
+                  rows_per_weight_load=batch * tokens)
+    return PrefillEnergy(model=model, tokens=tokens, batch=batch, components=components,
+                         by_matmul=by_matmul, digital=digital, time=time, counts=totals,
+                         schedule=dict(schedules), num_layers=layers,
+                         weights_resident=resident)

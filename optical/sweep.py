@@ -1,0 +1,658 @@
+"""Parameter sweeps: a grid (or random sample) of config values x seeds, run on
+local processes or a Dask cluster, resumable, ending in a tidy DataFrame.
+
+>>> import optical
+>>> wl = optical.MatmulWorkload(tokens=16, k=64, n=32)
+>>> df = optical.sweep(wl, {"adc.bits": [4, 6, 8]}, seeds=2, out="runs/adc",
+...                    executor="serial", progress=False)            # doctest: +SKIP
+>>> df.groupby("adc.bits")["sqnr_db"].mean()                          # doctest: +SKIP
+
+On disk, ``out/`` holds:
+
+- ``manifest.json``: the sweep definition (workload, base config, parameters,
+  seeds, sampling), its hash, the list of points, the library version;
+- ``runs/<run_id>.json``: one file per finished (point, seed), written
+  atomically (temporary file + ``os.replace``) the moment the run finishes,
+  with the point's values, its metrics, its full config, the seed, the
+  library version and the run time;
+- ``results.parquet`` (or ``.csv``): every run as one table, rewritten when a
+  sweep call completes.
+
+A run is identified by a hash of (workload, full config, seed). Re-running the
+same sweep skips the runs already on disk, so a killed sweep loses only the
+runs in flight; a sweep whose definition differs from the manifest's is
+refused with the list of what changed. :func:`load` reads the runs back.
+
+The module is light to import: pandas, tqdm and the executors' dependencies
+(the ``sweep`` extra) are imported when a sweep runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import itertools
+import json
+import math
+import numbers
+import os
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optical import presets
+from optical._executors import (
+    DaskExecutor,
+    Executor,
+    ProcessExecutor,
+    SerialExecutor,
+    Task,
+    make_executor,
+)
+from optical._progress import progress_bar
+from optical._validation import check_seed
+from optical.config import OpticalConfig, check_value
+from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
+
+__all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "ProcessExecutor",
+           "Range", "SerialExecutor",
+           "SweepDefinition", "SweepError", "SweepSummary", "execute", "load", "resume",
+           "sweep"]
+
+FORMAT = "optical-sweep/1"
+MANIFEST = "manifest.json"
+RUNS = "runs"
+#: Columns that describe a run rather than measure it.
+META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
+
+
+class SweepError(RuntimeError):
+    """A run of the sweep failed; the runs finished before it are kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """A continuous range of values for random sampling: uniform in [lo, hi]
+    (in log space when ``log``); integers for integer fields."""
+
+    lo: float
+    hi: float
+    log: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"range": [self.lo, self.hi], "log": self.log}
+
+
+# --------------------------------------------------------------------------- #
+# Definition
+# --------------------------------------------------------------------------- #
+
+
+def _version() -> str:
+    from optical import __version__
+
+    return __version__
+
+
+def _encode(value: Any) -> Any:
+    """JSON-safe value: non-finite floats as "inf", "-inf", "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
+    if isinstance(value, np.generic):
+        return _encode(value.item())
+    return value
+
+
+def _decode_value(path: str, value: Any) -> Any:
+    """Inverse of :func:`_encode` for the value of a config field."""
+    if isinstance(value, str) and OpticalConfig.field_spec(path)["kind"] == "real":
+        return float(value)
+    return value
+
+
+def _canonical(path: str, value: Any) -> Any:
+    """The value as the config stores it (ints of real fields become floats);
+    ValueError names the path and the value. Combinations of fields are
+    checked later, point by point."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return check_value(path, value)
+
+
+def _hash(data: Any, length: int = 20) -> str:
+    text = json.dumps(_encode(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepDefinition:
+    """What a sweep runs: a workload, a base config, values of dotted config
+    paths (a grid, or ``samples`` random points), and seeds.
+
+    Build it with :meth:`build`, which validates everything before any run.
+    """
+
+    workload: Any
+    base: OpticalConfig
+    params: tuple[tuple[str, tuple[Any, ...] | Range], ...]
+    seeds: tuple[int, ...]
+    samples: int | None = None
+    sample_seed: int = 0
+
+    @classmethod
+    def build(cls, workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int],
+              base: str | OpticalConfig = "iris-like", samples: int | None = None,
+              sample_seed: int = 0) -> SweepDefinition:
+        """Validate a sweep definition; every error names the offending input.
+
+        Parameters
+        ----------
+        workload : MatmulWorkload, LayerWorkload or any object with
+            ``run(config, seed) -> dict`` and ``to_dict()``
+        params : mapping of dotted path to a sequence of values or a Range
+        seeds : int (that many seeds, 0, 1, ...) or a sequence of seeds
+        base : preset name or OpticalConfig
+        samples : int, optional
+            Random sampling: this many draws, each value drawn uniformly from
+            its list or :class:`Range` (integers for integer fields);
+            identical draws count as one point. Default: the full grid.
+        sample_seed : int
+            Seed of the random sampling.
+        """
+        for attr in ("run", "to_dict"):
+            if not callable(getattr(workload, attr, None)):
+                raise TypeError(f"workload: {type(workload).__name__} has no {attr}() method")
+        if isinstance(base, str):
+            base = presets.get(base)
+        if not isinstance(base, OpticalConfig):
+            raise TypeError(f"base: expected a preset name or an OpticalConfig, got "
+                            f"{type(base).__name__}")
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params: expected a mapping of dotted paths to values, got "
+                            f"{type(params).__name__}")
+        if samples is not None and (isinstance(samples, bool) or
+                                    not isinstance(samples, numbers.Integral) or samples < 1):
+            raise ValueError(f"samples: {samples!r} must be a positive integer")
+        canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
+        for path, values in params.items():
+            canonical.append((path, _check_param(path, values, random=samples is not None)))
+        definition = cls(workload=workload, base=base, params=tuple(canonical),
+                         seeds=_check_seeds(seeds), samples=None if samples is None
+                         else int(samples), sample_seed=check_seed(sample_seed))
+        definition.configs()  # every point's config is valid, or ValueError now
+        return definition
+
+    @property
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.params]
+
+    def points(self) -> list[dict[str, Any]]:
+        """The parameter values of every point, in run order."""
+        if self.samples is None:
+            grid = itertools.product(*(values for _, values in self.params))
+            return [dict(zip(self.paths, combo, strict=True)) for combo in grid]
+        rng = np.random.default_rng(self.sample_seed)
+        points: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for _ in range(self.samples):
+            point = {path: _draw(rng, path, spec) for path, spec in self.params}
+            key = _hash(point)
+            if key not in seen:  # identical draws are one point
+                seen.add(key)
+                points.append(point)
+        return points
+
+    def configs(self, points: Sequence[Mapping[str, Any]] | None = None) -> list[OpticalConfig]:
+        """The full config of every point; ValueError names a point that
+        makes an invalid combination."""
+        configs = []
+        for point in self.points() if points is None else points:
+            try:
+                configs.append(self.base.replace(point))
+            except ValueError as err:
+                raise ValueError(f"point {_describe_point(point)}: {err}") from None
+        return configs
+
+    def to_dict(self) -> dict[str, Any]:
+        params = {path: spec.to_dict() if isinstance(spec, Range) else list(spec)
+                  for path, spec in self.params}
+        return _encode({
+            "workload": self.workload.to_dict(),
+            "base_config": json.loads(self.base.to_json()),
+            "params": params,
+            "sampling": "grid" if self.samples is None else "random",
+            "samples": self.samples,
+            "sample_seed": self.sample_seed,
+            "seeds": list(self.seeds),
+        })
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], workload: Any = None) -> SweepDefinition:
+        """Inverse of :meth:`to_dict`; ``workload`` overrides a custom one."""
+        if workload is None:
+            workload = workload_from_dict(data["workload"])
+        base = OpticalConfig.from_dict(data["base_config"])
+        params: dict[str, Any] = {}
+        for path, spec in data["params"].items():
+            if isinstance(spec, Mapping):
+                lo, hi = spec["range"]
+                params[path] = Range(_decode_value(path, lo), _decode_value(path, hi),
+                                     bool(spec.get("log", False)))
+            else:
+                params[path] = [_decode_value(path, v) for v in spec]
+        return cls.build(workload, params, seeds=data["seeds"], base=base,
+                         samples=data.get("samples"), sample_seed=data.get("sample_seed", 0))
+
+    @property
+    def hash(self) -> str:
+        return _hash(self.to_dict())
+
+    def run_id(self, config: OpticalConfig, seed: int) -> str:
+        """Stable identity of one run: a hash of (workload, full config, seed)."""
+        return _hash({"workload": self.workload.to_dict(),
+                      "config": json.loads(config.to_json()), "seed": seed})
+
+
+def _check_seeds(seeds: Any) -> tuple[int, ...]:
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds: {seeds} must be a positive number of seeds")
+        return tuple(range(int(seeds)))
+    if isinstance(seeds, str) or not isinstance(seeds, Sequence) or not seeds:
+        raise ValueError(f"seeds: {seeds!r} must be a positive count or a non-empty "
+                         "sequence of seeds")
+    checked = tuple(check_seed(s) for s in seeds)
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"seeds: {list(checked)} repeats a seed")
+    return checked
+
+
+def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | Range:
+    spec = OpticalConfig.field_spec(path)  # ValueError: unknown config path
+    if isinstance(values, Range):
+        if not random:
+            raise ValueError(f"{path}: a Range needs random sampling (samples=N); give a "
+                             "list of values for a grid")
+        if spec["kind"] not in ("int", "real"):
+            raise ValueError(f"{path}: a Range needs a numeric field, not a {spec['kind']}")
+        lo, hi = _canonical(path, values.lo), _canonical(path, values.hi)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"{path}: range [{values.lo}, {values.hi}] must be finite with "
+                             "lo < hi")
+        if values.log and lo <= 0:
+            raise ValueError(f"{path}: a log range needs lo > 0, got {values.lo}")
+        return Range(lo, hi, bool(values.log))
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        values = [values]
+    if len(values) == 0:
+        raise ValueError(f"{path}: no values given")
+    checked = tuple(_canonical(path, v) for v in values)
+    for i, value in enumerate(checked):
+        if value in checked[:i]:
+            raise ValueError(f"{path}: value {value!r} is given twice")
+    return checked
+
+
+def _draw(rng: np.random.Generator, path: str, spec: tuple[Any, ...] | Range) -> Any:
+    if not isinstance(spec, Range):
+        return spec[int(rng.integers(len(spec)))]
+    integer = OpticalConfig.field_spec(path)["kind"] == "int"
+    if integer and not spec.log:
+        return _canonical(path, int(rng.integers(spec.lo, spec.hi, endpoint=True)))
+    lo, hi = (math.log(spec.lo), math.log(spec.hi)) if spec.log else (spec.lo, spec.hi)
+    value = float(rng.uniform(lo, hi))
+    value = math.exp(value) if spec.log else value
+    if integer:
+        value = int(min(max(round(value), spec.lo), spec.hi))
+    return _canonical(path, value)
+
+
+def _describe_point(point: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in point.items()) or "(base config)"
+
+
+# --------------------------------------------------------------------------- #
+# Manifest and run files
+# --------------------------------------------------------------------------- #
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader (or a kill) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); delete it to re-run it") from None
+
+
+def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of the sweep in ``out``; FileNotFoundError if there is none."""
+    path = Path(out) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{out}: no sweep here ({MANIFEST} not found)")
+    manifest = _read_json(path)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: not an optical sweep manifest (expected format {FORMAT!r})")
+    return manifest
+
+
+def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between two definitions, one line each."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key == "base_config":
+            cfg_a, cfg_b = OpticalConfig.from_dict(a), OpticalConfig.from_dict(b)
+            lines += [f"base config {p}: {cfg_a.get(p)!r} -> {cfg_b.get(p)!r}"
+                      for p in cfg_a.diff(cfg_b)]
+        elif isinstance(a, Mapping) and isinstance(b, Mapping):
+            for sub in sorted(set(a) | set(b), key=str):
+                if a.get(sub) != b.get(sub):
+                    lines.append(f"{key} {sub}: {a.get(sub, '(none)')!r} -> "
+                                 f"{b.get(sub, '(none)')!r}")
+        else:
+            lines.append(f"{key}: {a!r} -> {b!r}")
+    return lines
+
+
+def _prepare(definition: SweepDefinition,
+             out: Path) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Create ``out`` with its manifest, or check the one there; returns the
+    points and the run ids by point and seed. Both come from the manifest once
+    it exists, so a resumed sweep runs the same points under the same ids even
+    if a newer version of the library adds config fields (with defaults that
+    keep the old behaviour)."""
+    new = json.loads(json.dumps(definition.to_dict()))
+    if (out / MANIFEST).exists():
+        manifest = read_manifest(out)
+        changed = _changes(manifest["definition"], new)
+        if changed:
+            raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
+                             "Changed: " + "; ".join(changed) +
+                             ". Use a new --out directory, or delete this one to start over.")
+        points = [{p: _decode_value(p, v) for p, v in point.items()}
+                  for point in manifest["points"]]
+        return points, manifest["run_ids"]
+    if any(p.name != ".lock" for p in out.iterdir()):
+        raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); choose "
+                         "a new directory")
+    points = definition.points()
+    run_ids = [[definition.run_id(config, seed) for seed in definition.seeds]
+               for config in definition.configs(points)]
+    (out / RUNS).mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "format": FORMAT,
+        "optical_version": _version(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "definition": new,
+        "definition_hash": definition.hash,
+        "params": definition.paths,
+        "points": _encode(points),
+        "runs": len(points) * len(definition.seeds),
+        "run_ids": run_ids,
+    }
+    _atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return points, run_ids
+
+
+@contextlib.contextmanager
+def _lock(out: Path) -> Iterator[None]:
+    """Refuse a second sweep process on the same directory (Unix)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(out / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{out}: another sweep is running on this directory") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- #
+# Running
+# --------------------------------------------------------------------------- #
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSummary:
+    """What one call of :func:`execute` did."""
+
+    out: Path
+    runs: int
+    already_done: int
+    ran: int
+    executor: str
+    results_path: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["out"], data["results_path"] = str(self.out), str(self.results_path)
+        return data
+
+
+def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: Any = None,
+            progress: bool = True, results_format: str = "parquet") -> SweepSummary:
+    """Run every run of ``definition`` not yet in ``out``; see :func:`sweep`."""
+    if results_format not in ("parquet", "csv"):
+        raise ValueError(f"results_format: {results_format!r} is not valid; valid: parquet, csv")
+    pd = _require("pandas")
+    if results_format == "parquet":
+        _require("pyarrow")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {out} is a file, not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    with _lock(out):
+        points, run_ids = _prepare(definition, out)
+        configs = definition.configs(points)
+        runs_dir = out / RUNS
+        runs_dir.mkdir(exist_ok=True)
+        for stale in runs_dir.glob(".*.tmp"):  # left by a kill mid-write
+            stale.unlink(missing_ok=True)
+        done = {p.stem for p in runs_dir.glob("*.json")}
+        tasks, total = [], 0
+        for index, config in enumerate(configs):
+            for seed, run_id in zip(definition.seeds, run_ids[index], strict=True):
+                total += 1
+                if run_id not in done:
+                    tasks.append(Task(run_id, index, seed, definition.workload, config))
+        runner, owned = make_executor(executor)
+        label = getattr(definition.workload, "label", type(definition.workload).__name__)
+        finished = total - len(tasks)
+        bar = progress_bar(total, desc=label, enabled=progress, initial=finished)
+        version = _version()
+        try:
+            with contextlib.closing(runner.run(tasks)) as outcomes:
+                for task, outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise SweepError(
+                            f"run failed at point {_describe_point(points[task.point])}, seed "
+                            f"{task.seed}: {type(outcome).__name__}: {outcome}. The "
+                            f"{finished} runs finished so far are kept in {out}."
+                        ) from outcome
+                    _write_run(runs_dir, task, points[task.point], outcome, version)
+                    finished += 1
+                    bar.update(1)
+        finally:
+            bar.close()
+            description = runner.describe()
+            if owned:
+                runner.close()
+        frame = _frame(out, pd)
+        results = out / f"results.{results_format}"
+        tmp = results.with_name(f".{results.name}.{os.getpid()}.tmp")
+        if results_format == "parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+        os.replace(tmp, results)
+    return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),
+                        executor=description, results_path=results)
+
+
+def _write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Mapping[str, Any],
+               version: str) -> None:
+    record = {
+        "run_id": task.run_id,
+        "point": task.point,
+        "seed": task.seed,
+        "params": point,
+        "metrics": outcome["metrics"],
+        "elapsed_s": outcome["elapsed_s"],
+        "optical_version": version,
+        "config": json.loads(task.config.to_json()),
+    }
+    _atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(_encode(record)) + "\n")
+
+
+def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int],
+          out: str | os.PathLike, executor: Any = None, base: str | OpticalConfig = "iris-like",
+          samples: int | None = None, sample_seed: int = 0, progress: bool = True,
+          results_format: str = "parquet") -> Any:
+    """Run ``workload`` at every point of a parameter sweep, for every seed.
+
+    Parameters
+    ----------
+    workload : MatmulWorkload, LayerWorkload, or any object with
+        ``run(config, seed) -> dict of metrics`` and ``to_dict()``
+    params : mapping of str to sequence or Range
+        Dotted config paths and their values: ``{"adc.bits": [4, 6, 8]}``.
+        The grid is their product (the first path varies slowest).
+    seeds : int or sequence of int
+        Noise seeds run at every point (an int ``n`` means 0 .. n-1).
+    out : path
+        Directory of the sweep. Re-running the same sweep resumes it: runs
+        already there are skipped. A different sweep there is refused.
+    executor : None, int, "serial", "processes", dask.distributed.Client or Executor
+        None: worker processes on every core; an int: that many (1: this
+        process); a Dask client: its cluster.
+    base : str or OpticalConfig
+        The config the parameters change (a preset name or a config).
+    samples, sample_seed : int, optional
+        Draw ``samples`` random points instead of the grid; lists are then
+        sampled uniformly, and :class:`Range` s continuously.
+    progress : bool
+        Show a progress bar (tqdm, on stderr).
+    results_format : {"parquet", "csv"}
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (point, seed), sorted: ``point``, ``seed``, one column per
+        swept path, one per metric, then ``run_id``, ``elapsed_s``,
+        ``optical_version`` and ``config`` (the run's full config as JSON).
+
+    Raises
+    ------
+    ValueError
+        An unknown path, an invalid value or combination, or a different
+        sweep already in ``out`` -- before any run starts.
+    SweepError
+        A run failed; the runs finished before it are kept.
+
+    Notes
+    -----
+    Local worker processes are started with "spawn": a script that calls
+    ``sweep`` must guard its main code with ``if __name__ == "__main__":``.
+    """
+    definition = SweepDefinition.build(workload, params, seeds=seeds, base=base,
+                                       samples=samples, sample_seed=sample_seed)
+    execute(definition, out, executor=executor, progress=progress,
+            results_format=results_format)
+    return load(out)
+
+
+def resume(out: str | os.PathLike, *, workload: Any = None, executor: Any = None,
+           progress: bool = True, results_format: str = "parquet") -> SweepSummary:
+    """Finish the sweep in ``out`` from its manifest (``workload`` for a
+    custom workload that the manifest cannot rebuild)."""
+    definition = SweepDefinition.from_dict(read_manifest(out)["definition"], workload)
+    return execute(definition, out, executor=executor, progress=progress,
+                   results_format=results_format)
+
+
+def load(out: str | os.PathLike) -> Any:
+    """Every finished run of the sweep in ``out`` as a tidy DataFrame (see
+    :func:`sweep` for the columns), sorted by point and seed."""
+    return _frame(Path(out), _require("pandas"))
+
+
+def _frame(out: Path, pd: Any) -> Any:
+    manifest = read_manifest(out)
+    paths = list(manifest["params"])
+    expected = {run_id for ids in manifest["run_ids"] for run_id in ids}
+    records = [_read_json(out / RUNS / f"{run_id}.json") for run_id in sorted(expected)
+               if (out / RUNS / f"{run_id}.json").is_file()]
+    records.sort(key=lambda r: (r["point"], r["seed"]))
+    metric_names: dict[str, None] = {}
+    for record in records:
+        metric_names.update(dict.fromkeys(record["metrics"]))
+    columns: dict[str, Any] = {
+        "point": pd.Series([r["point"] for r in records], dtype="int64"),
+        "seed": pd.Series([r["seed"] for r in records], dtype="int64"),
+    }
+    for path in paths:
+        values = [_decode_value(path, r["params"][path]) for r in records]
+        columns[path] = pd.Series(values, dtype=object if None in values else None)
+    for name in metric_names:
+        values = [r["metrics"].get(name, math.nan) for r in records]
+        columns[name] = pd.Series([float(v) if isinstance(v, str) else v for v in values],
+                                  dtype=None if values else "float64")
+    columns["run_id"] = pd.Series([r["run_id"] for r in records], dtype=object)
+    columns["elapsed_s"] = pd.Series([r["elapsed_s"] for r in records], dtype="float64")
+    columns["optical_version"] = pd.Series([r["optical_version"] for r in records], dtype=object)
+    columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
+                                  dtype=object)
+    frame = pd.DataFrame(columns)
+    frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names)}
+    return frame
+
+
+def _require(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"sweeps need {module!r}: pip install 'optical[sweep]'") from None
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit in the main thread, so a terminated sweep
+    stops its workers and keeps its finished runs (used by the CLI)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

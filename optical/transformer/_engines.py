@@ -1,0 +1,214 @@
+"""Where a layer's products run: the digital reference, or the optical core.
+
+A layer's forward pass is written once (``llama.py``, ``bert.py``) against an
+engine that supplies the products and the rounding of the digital ops:
+
+- :class:`ReferenceEngine` rounds every op's result to the model dtype
+  (float32 numpy GEMMs on dtype-representable operands, as torch does on the
+  CPU for half types);
+- :class:`OpticalEngine` runs each weight matmul through :func:`optical.matmul`
+  (each weight programmed once per call, then freed) and the digital ops in
+  float32; with ``mapping.attention == "optical"`` it also runs ``Q K^T`` and
+  ``P V`` optically, programming ``K^T`` and ``V`` of every prompt and KV head
+  as masks (dynamic operands: each is a mask load).
+
+Both record each product's output (for validation) and the optical engine
+each product's :class:`optical.MatmulStats`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from optical.config import OpticalConfig
+from optical.core import MatmulStats, matmul
+from optical.quant import calibration_needs, program
+from optical.transformer.numerics import round_to
+
+__all__ = ["LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden", "derive_seed",
+           "sum_stats"]
+
+
+def derive_seed(seed: int, *labels: object) -> int:
+    """A seed in [0, 2**63) that depends only on ``seed`` and ``labels``:
+    every product of every layer gets its own noise."""
+    text = "/".join(str(v) for v in (seed, *labels)).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+
+
+def check_hidden(h: object, hidden: int) -> np.ndarray:
+    """A layer input as (batch, tokens, hidden): float32, finite, right width."""
+    if not isinstance(h, np.ndarray):
+        raise TypeError(f"h: expected a numpy.ndarray, got {type(h).__name__}")
+    if h.dtype != np.float32:
+        raise TypeError(f"h: dtype {h.dtype} is not supported; pass float32 hidden states "
+                        "(nothing is cast silently)")
+    if h.ndim not in (2, 3) or h.shape[-1] != hidden or 0 in h.shape:
+        raise ValueError(f"h: expected shape (tokens, {hidden}) or (batch, tokens, {hidden}), "
+                         f"got {h.shape}")
+    if not np.isfinite(h).all():
+        raise ValueError("h: contains NaN or infinite values")
+    return h if h.ndim == 3 else h[None]
+
+
+def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
+    """Stats of several matmuls of one kind run back to back (e.g. one per head):
+    counts add; tile counts are those of one matmul; photons and clipping are
+    pooled over all readouts and conversions."""
+    first = parts[0]
+    counts = {f.name: sum(getattr(p, f.name) for p in parts)
+              for f in dataclasses.fields(MatmulStats)}
+    for name in ("k_tiles", "n_tiles", "input_passes"):
+        counts[name] = getattr(first, name)
+    readouts, adc = counts["detector_readouts"], counts["adc_conversions"]
+    counts["mean_photoelectrons"] = counts["detected_photons"] / readouts if readouts else 0.0
+    clipped = sum(p.clipped_fraction * p.adc_conversions for p in parts)
+    counts["clipped_fraction"] = clipped / adc if adc else 0.0
+    # Digital share of the logical MACs (tokens * K * N), pooled over the parts.
+    logical = sum(p.digital_macs / p.digital_mac_fraction if p.digital_mac_fraction else p.macs
+                  for p in parts)
+    counts["digital_mac_fraction"] = counts["digital_macs"] / logical if logical else 0.0
+    return MatmulStats(**counts)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTrace:
+    """One run of a layer.
+
+    Attributes
+    ----------
+    output : ndarray, float32
+        The layer's output, shaped like its input.
+    products : dict of str to ndarray
+        The output of every product, in execution order (weight matmuls as
+        (rows, out_features); ``attention.scores`` after scaling, with masked
+        entries set to 0; ``attention.values`` as (batch, heads, tokens, head_dim)).
+    stats : dict of str to MatmulStats
+        What each optical product did on the hardware (empty for a reference run).
+    inputs : dict of str to ndarray
+        The input rows of every weight matmul, as it received them.
+    """
+
+    output: np.ndarray
+    products: dict[str, np.ndarray]
+    stats: dict[str, MatmulStats]
+    inputs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+class ReferenceEngine:
+    """Digital products, every op's result rounded to ``dtype``."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+        self.products: dict[str, np.ndarray] = {}
+        self.stats: dict[str, MatmulStats] = {}
+        self.inputs: dict[str, np.ndarray] = {}
+
+    def round(self, x: np.ndarray) -> np.ndarray:
+        return round_to(x, self.dtype)
+
+    def record(self, name: str, value: np.ndarray) -> None:
+        self.products[name] = value
+
+    def trace(self, output: np.ndarray) -> LayerTrace:
+        return LayerTrace(output, self.products, self.stats, self.inputs)
+
+    def linear(self, name: str, x: np.ndarray, w: np.ndarray,
+               bias: np.ndarray | None = None) -> np.ndarray:
+        """``x @ w.T (+ bias)``, rounded once (torch's addmm)."""
+        self.inputs[name] = x
+        y = x @ self.round(w).T
+        if bias is not None:
+            y += self.round(bias)
+        y = self.round(y)
+        self.record(name, y)
+        return y
+
+    def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """``q @ k^T`` per (prompt, KV head): (B, KV, G*T, d) x (B, KV, T, d) -> (B, KV, G*T, T)."""
+        return self.round(q @ k.swapaxes(-1, -2))
+
+    def values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``p @ v`` per (prompt, KV head): (B, KV, G*T, T) x (B, KV, T, d) -> (B, KV, G*T, d)."""
+        return self.round(p @ v)
+
+
+class OpticalEngine(ReferenceEngine):
+    """Products on the optical core, digital ops in float32.
+
+    Parameters
+    ----------
+    config : OpticalConfig
+    seed : int
+        The call's seed; each product gets ``derive_seed(seed, layer, name, ...)``.
+    layer : int
+        Layer index, part of every derived seed.
+    program_options, matmul_options : mapping, optional
+        Passed to every :func:`optical.program` / :func:`optical.matmul` call:
+        the place where engine options (e.g. a backend) reach the layer's matmuls.
+    calibration : mapping of str to ndarray, optional
+        Held-out input rows of each weight matmul (by product name), used when
+        the config needs calibration (:func:`optical.quant.calibration_needs`).
+        A product without them (the attention products, whose operands are
+        activations) is calibrated on its own inputs: an oracle.
+    """
+
+    def __init__(self, config: OpticalConfig, seed: int, layer: int, *,
+                 program_options: Mapping[str, Any] | None = None,
+                 matmul_options: Mapping[str, Any] | None = None,
+                 calibration: Mapping[str, np.ndarray] | None = None) -> None:
+        super().__init__("float32")
+        if not isinstance(config, OpticalConfig):
+            raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+        self.config = config
+        self.seed = seed
+        self.layer = layer
+        self.program_options = dict(program_options or {})
+        self.matmul_options = dict(matmul_options or {})
+        self.calibration = dict(calibration or {})
+
+    def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
+        options = dict(self.program_options)
+        if "calibration" not in options and calibration_needs(self.config):
+            options["calibration"] = self.calibration.get(str(labels[0]), x)
+        programmed = program(np.ascontiguousarray(w_in_out), self.config, **options)
+        return matmul(x, programmed, self.config, seed=derive_seed(self.seed, self.layer, *labels),
+                      return_stats=True, **self.matmul_options)
+
+    def linear(self, name: str, x: np.ndarray, w: np.ndarray,
+               bias: np.ndarray | None = None) -> np.ndarray:
+        self.inputs[name] = x
+        y, stats = self._matmul(x, w.T, name)  # HF stores [out, in]: program W.T
+        if bias is not None:
+            y += bias
+        self.stats[name] = stats
+        self.record(name, y)
+        return y
+
+    def _per_head(self, name: str, a: np.ndarray, b: np.ndarray, transpose_b: bool) -> np.ndarray:
+        batch, kv_heads = a.shape[:2]
+        out = np.empty((batch, kv_heads, a.shape[2], b.shape[2] if transpose_b else b.shape[3]),
+                       dtype=np.float32)
+        parts = []
+        for i in range(batch):
+            for j in range(kv_heads):
+                operand = b[i, j].T if transpose_b else b[i, j]
+                out[i, j], stats = self._matmul(np.ascontiguousarray(a[i, j]), operand, name, i, j)
+                parts.append(stats)
+        self.stats[name] = sum_stats(parts)
+        return out
+
+    def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+        if self.config.mapping.attention == "digital":
+            return q @ k.swapaxes(-1, -2)
+        return self._per_head("attention.scores", q, k, transpose_b=True)
+
+    def values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
+        if self.config.mapping.attention == "digital":
+            return p @ v
+        return self._per_head("attention.values", p, v, transpose_b=False)

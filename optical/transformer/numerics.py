@@ -1,0 +1,72 @@
+"""Low-precision numerics of the references: rounding float32 arrays to fp16 / bf16.
+
+The references compute in float32 numpy and round each op's result to the
+model dtype, which is what PyTorch does on the CPU for half types (each
+kernel computes in float32 and rounds its output once). Arrays stay float32
+holding dtype-representable values, so every GEMM runs in BLAS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["DTYPES", "check_dtype", "round_to", "softmax"]
+
+#: Reference dtypes, by the names torch and Hugging Face use.
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def check_dtype(dtype: str) -> str:
+    """The canonical name of a reference dtype; ValueError for anything else."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: {dtype!r} is not a reference dtype; valid: "
+                         f"{', '.join(repr(d) for d in DTYPES)}")
+    return dtype
+
+
+def _round_bfloat16(x: np.ndarray) -> np.ndarray:
+    """Round float32 to the nearest bfloat16 (ties to even), kept as float32.
+
+    bfloat16 is float32 with the low 16 mantissa bits cut; rounding adds half
+    an ulp (minus one when the kept last bit is even) before the cut, so a
+    carry into the exponent rounds up correctly, and infinities stay infinite.
+    NaN payloads are kept NaN.
+    """
+    bits = np.array(x, dtype=np.float32, copy=True).view(np.uint32)
+    carry = bits >> np.uint32(16)  # in place below: two arrays of x's size at most
+    carry &= np.uint32(1)
+    carry += np.uint32(0x7FFF)
+    bits += carry  # wraps only for NaN payloads, restored below
+    del carry
+    bits &= np.uint32(0xFFFF0000)
+    out = bits.view(np.float32)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = np.nan
+    return out
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` (float32) rounded to ``dtype`` and returned as float32.
+
+    Parameters
+    ----------
+    x : ndarray, float32
+    dtype : {"float32", "float16", "bfloat16"}
+        ``"float32"`` returns ``x`` itself; fp16 overflows to inf as in torch.
+    """
+    if dtype == "float32":
+        return x
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    if dtype == "bfloat16":
+        return _round_bfloat16(x)
+    raise ValueError(f"dtype: {dtype!r} is not a reference dtype")
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis in the dtype of ``s`` (float32 for the
+    references); ``-inf`` entries get probability 0."""
+    e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)

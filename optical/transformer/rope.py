@@ -1,0 +1,106 @@
+"""Rotary position embeddings as Hugging Face Llama checkpoints need them.
+
+HF checkpoints hold q/k projections whose rows the conversion script
+permuted so that RoPE rotates the pair (i, i + d/2) of each head ("rotate
+half"), not the interleaved pair (2i, 2i + 1) of Meta's original code.
+Llama 3.1 and 3.2 scale the frequencies ("llama3" rope type): wavelengths
+shorter than ``original_max_position_embeddings / high_freq_factor`` are
+kept, those longer than ``original_max_position_embeddings /
+low_freq_factor`` are divided by ``factor``, and those between are blended.
+Tables are computed in float32, as Hugging Face does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["apply_rope", "inverse_frequencies", "rope_settings", "rope_tables", "rotate_half"]
+
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings")
+
+
+def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] | None, str]:
+    """(theta, scaling, key) from a ``config.json``: transformers < 5 writes
+    ``rope_theta`` and ``rope_scaling``; transformers >= 5 writes both in
+    ``rope_parameters``. ``key`` names the config key, for error messages."""
+    params = config.get("rope_parameters")
+    if isinstance(params, Mapping):
+        return float(params.get("rope_theta", config.get("rope_theta", 10000.0))), params, \
+            "rope_parameters"
+    return float(config.get("rope_theta", 10000.0)), config.get("rope_scaling"), "rope_scaling"
+
+
+def inverse_frequencies(head_dim: int, theta: float,
+                        scaling: Mapping[str, Any] | None = None, *,
+                        key: str = "rope_scaling") -> np.ndarray:
+    """Inverse frequencies ``theta ** (-2i / head_dim)``, i < head_dim / 2, float32,
+    with llama3 scaling applied when ``scaling`` (the config's ``rope_scaling``) says so.
+
+    Raises
+    ------
+    ValueError
+        For an odd head_dim, a rope type other than "default" / "llama3", or a
+        missing llama3 key (named as ``<key>.<field>``).
+    """
+    if head_dim % 2:
+        raise ValueError(f"head_dim: {head_dim} must be even for rotary embeddings")
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / np.power(np.float32(theta), exponents)).astype(np.float32)
+    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if scaling is None or rope_type == "default":
+        return inv_freq
+    if rope_type != "llama3":
+        raise ValueError(f"{key}.rope_type: {rope_type!r} is not supported; "
+                         "supported: 'default', 'llama3'")
+    for field in _LLAMA3_KEYS:
+        if field not in scaling:
+            raise ValueError(f"{key}.{field}: missing for rope_type 'llama3'")
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    old_context = float(scaling["original_max_position_embeddings"])
+    if not high > low:
+        raise ValueError(f"{key}.high_freq_factor: {high} must exceed "
+                         f"low_freq_factor {low}")
+    wavelength = np.float32(2 * math.pi) / inv_freq
+    scaled = np.where(wavelength > old_context / low, inv_freq / np.float32(factor), inv_freq)
+    smooth = (old_context / wavelength - low) / (high - low)
+    blended = (1 - smooth) * scaled / np.float32(factor) + smooth * scaled
+    medium = ~(wavelength < old_context / high) & ~(wavelength > old_context / low)
+    return np.where(medium, blended, scaled).astype(np.float32)
+
+
+def rope_tables(positions: np.ndarray, inv_freq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) tables of shape (len(positions), head_dim), float32.
+
+    Each frequency appears twice (``cat(freqs, freqs)``), for the rotate-half
+    pairing.
+    """
+    freqs = positions.astype(np.float32)[:, None] * inv_freq[None, :]
+    angles = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(angles), np.sin(angles)
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """``cat(-x2, x1)`` over the last axis, where ``x = cat(x1, x2)``."""
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rnd=None) -> np.ndarray:
+    """``x * cos + rotate_half(x) * sin``; ``rnd`` rounds each op's result.
+
+    Parameters
+    ----------
+    x : ndarray, shape (..., tokens, head_dim)
+    cos, sin : ndarray, shape (tokens, head_dim)
+    rnd : callable, optional
+        Rounding to the model dtype after each op (identity if omitted).
+    """
+    if rnd is None:
+        return x * cos + rotate_half(x) * sin
+    return rnd(rnd(x * cos) + rnd(rotate_half(x) * sin))

@@ -1,0 +1,267 @@
+"""How accurate is one layer's prefill on the optical core, against the fp16 reference?
+
+:func:`validate` runs a layer twice on the same input -- the reference with
+Hugging Face numerics in ``dtype`` (fp16 by default) and the optical run --
+and compares every product and the layer output: SQNR, cosine and relative
+error, plus the passes, mask loads and conversions each product took (the
+counts the energy model reads; they equal :func:`layer_schedule`'s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optical import metrics
+from optical._validation import check_seed
+from optical.config import OpticalConfig
+from optical.core import MatmulStats
+from optical.quant import calibration_needs
+from optical.transformer._engines import derive_seed
+from optical.transformer.numerics import check_dtype
+
+__all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
+
+#: Counts summed over a layer's optical products.
+COUNTS = ("passes", "weight_loads", "dac_conversions", "adc_conversions", "detector_readouts",
+          "macs")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProductReport:
+    """Accuracy of one product (or of the layer output) against the reference.
+
+    Attributes
+    ----------
+    name : str
+    optical : bool
+        Whether it ran on the optical core (False: digital, its error is the
+        error propagated from upstream).
+    sqnr_db, cosine, relative_error : float
+        Against the reference run's same tensor (errors accumulate along the layer).
+    worst_token_sqnr_db : float or None
+        The lowest SQNR of one token's output row (weight matmuls and layer
+        output; None for the attention products, whose early query rows hold
+        a handful of entries). Whole-tensor SQNR is dominated by the largest
+        entries, so a token whose own features are lost next to a massive
+        activation shows here, not there.
+    local_sqnr_db : float or None
+        With ``local=True``: the optical product against the exact float64
+        product of the same inputs it received: the hardware's own error,
+        without what came from upstream.
+    stats : MatmulStats or None
+        What it did on the hardware.
+    """
+
+    name: str
+    optical: bool
+    sqnr_db: float
+    cosine: float
+    relative_error: float
+    worst_token_sqnr_db: float | None
+    local_sqnr_db: float | None = None
+    stats: MatmulStats | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["stats"] = None if self.stats is None else self.stats.to_dict()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationReport:
+    """The result of :func:`validate`; :meth:`table` renders it, :meth:`to_dict` serialises it."""
+
+    model: str
+    architecture: str
+    weights: str
+    layer: int
+    tokens: int
+    batch: int
+    seed: int
+    reference_dtype: str
+    config: OpticalConfig
+    products: tuple[ProductReport, ...]
+    output: ProductReport
+    totals: dict[str, float]
+    timings: dict[str, float]
+
+    def product(self, name: str) -> ProductReport:
+        """The row of product ``name`` (``"down_proj"``, ``"attention.scores"``, ...)."""
+        for row in self.products:
+            if row.name == name:
+                return row
+        raise KeyError(f"no product {name!r}; products: "
+                       f"{', '.join(r.name for r in self.products)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "architecture": self.architecture, "weights": self.weights,
+            "layer": self.layer, "tokens": self.tokens, "batch": self.batch, "seed": self.seed,
+            "reference_dtype": self.reference_dtype, "config": self.config.to_dict(),
+            "products": [p.to_dict() for p in self.products], "output": self.output.to_dict(),
+            "totals": dict(self.totals), "timings": dict(self.timings),
+        }
+
+    def table(self, preset: str | None = None) -> str:
+        """A plain-text table: one row per product, then the layer output and totals."""
+        hardware = preset or "custom config"
+        lines = [
+            f"{self.model} layer {self.layer}: {self.tokens} tokens x {self.batch} prompt(s), "
+            f"weights {self.weights}",
+            f"hardware {hardware}; reference {self.reference_dtype} (Hugging Face numerics); "
+            f"seed {self.seed}",
+            "",
+        ]
+        local = any(p.local_sqnr_db is not None for p in self.products)
+        header = (f"{'product':18s} {'runs on':8s} {'SQNR dB':>8s} {'cosine':>9s} "
+                  f"{'rel.err':>9s} {'worst tok':>9s}" + (f" {'local dB':>8s}" if local else "")
+                  + f" {'passes':>12s} {'mask loads':>10s} {'DAC conv':>12s} {'ADC conv':>12s}"
+                  f" {'clipped':>8s}")
+        lines += [header, "-" * len(header)]
+        for row in (*self.products, self.output):
+            text = (f"{row.name:18s} {('optical' if row.optical else 'digital'):8s} "
+                    f"{row.sqnr_db:8.2f} {row.cosine:9.6f} {row.relative_error:9.2e} ")
+            text += (" " * 9 if row.worst_token_sqnr_db is None
+                     else f"{row.worst_token_sqnr_db:9.2f}")
+            if local:
+                text += f" {row.local_sqnr_db:8.2f}" if row.local_sqnr_db is not None else " " * 9
+            if row.stats is not None:
+                s = row.stats
+                text += (f" {s.passes:12d} {s.weight_loads:10d} {s.dac_conversions:12d} "
+                         f"{s.adc_conversions:12d} {s.clipped_fraction:8.2%}")
+            lines.append(text)
+        t = self.totals
+        pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + (9 if local else 0)
+        lines.append(f"{'total (optical)':{pad}s} {int(t['passes']):12d} "
+                     f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
+                     f"{int(t['adc_conversions']):12d}")
+        lines += ["", f"optical MACs {int(t['macs']):d}; "
+                      f"reference {self.timings['reference_s']:.2f} s,"
+                      f" optical {self.timings['optical_s']:.2f} s"]
+        return "\n".join(lines)
+
+
+def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed: int = 0,
+             batch: int = 1, hidden: np.ndarray | None = None, dtype: str = "float16",
+             local: bool = False, program_options: Mapping[str, Any] | None = None,
+             matmul_options: Mapping[str, Any] | None = None,
+             calibration_tokens: int | None = None) -> ValidationReport:
+    """Compare one layer's optical prefill with its reference.
+
+    Parameters
+    ----------
+    model : LlamaModel, BertModel, or path of a model directory
+    layer : int
+    tokens : int
+        Prompt length (positions 0..tokens-1).
+    config : OpticalConfig
+    seed : int
+        Seed of the synthetic input and of the optical noise.
+    batch : int
+        Prompts of ``tokens`` tokens, processed together (weights programmed once).
+    hidden : ndarray, float32, shape (batch, tokens, hidden), optional
+        The layer input ((tokens, hidden) when batch is 1); default:
+        ``model.hidden_states(layer, tokens, seed=seed, batch=batch)``.
+    dtype : {"float16", "bfloat16", "float32"}
+        Reference dtype.
+    local : bool
+        Also compute each optical product's error on its own inputs (one extra
+        float64 GEMM per product).
+    program_options, matmul_options : mapping, optional
+        Passed to every ``optical.program`` / ``optical.matmul`` call.
+    calibration_tokens : int, optional
+        When the config needs calibration (calibrated ADC windows, a static
+        input range, static outlier channels), each weight matmul is
+        calibrated on its inputs in a float32 reference run of a held-out
+        input of this many tokens (a different seed; default ``tokens``). The
+        attention products, whose operands are activations, calibrate on
+        their own inputs.
+
+    Returns
+    -------
+    ValidationReport
+    """
+    from optical.transformer.model import load
+
+    if isinstance(model, str | Path):
+        model = load(model, seed=seed)
+    if not isinstance(config, OpticalConfig):
+        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    seed = check_seed(seed)
+    dtype = check_dtype(dtype)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch: {batch!r} must be a positive integer")
+    block = model.layer(layer)
+    if hidden is None:
+        hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
+    else:
+        shape = getattr(hidden, "shape", None)
+        if shape is not None and len(shape) == 2 and batch == 1:
+            hidden = hidden[None]
+        if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
+            raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
+
+    calibration = None
+    if calibration_needs(config):
+        held_out = model.hidden_states(layer, calibration_tokens or tokens,
+                                       seed=derive_seed(seed, "calibration"), batch=1)
+        calibration = block.trace(held_out, dtype="float32").inputs
+
+    start = time.perf_counter()
+    reference = block.trace(hidden, dtype=dtype)
+    middle = time.perf_counter()
+    run = block.trace(hidden, config=config, seed=seed, program_options=program_options,
+                      matmul_options=matmul_options, calibration=calibration)
+    end = time.perf_counter()
+
+    rows = []
+    for name, value in run.products.items():
+        ref = reference.products[name]
+        local_db = None
+        if local and name in run.inputs:
+            local_db = metrics.sqnr_db(_exact_linear(block, name, run.inputs[name]), value)
+        rows.append(_compare(name, name in run.stats, ref, value, local_db, run.stats.get(name)))
+    output = _compare("layer output", False, reference.output, run.output)
+    totals: dict[str, float] = {k: sum(getattr(s, k) for s in run.stats.values())
+                                for k in COUNTS}
+    photons = [s.detected_photons for s in run.stats.values()]
+    totals["detected_photons"] = math.fsum(photons) if photons else 0.0
+    return ValidationReport(
+        model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
+        layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
+        config=config, products=tuple(rows), output=output, totals=totals,
+        timings={"reference_s": middle - start, "optical_s": end - middle})
+
+
+def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    """Lowest SQNR (dB) of one row (last axis) among rows whose reference is not zero."""
+    ref = np.asarray(reference, dtype=np.float64).reshape(-1, reference.shape[-1])
+    err = ref - np.asarray(test, dtype=np.float64).reshape(ref.shape)
+    signal, noise = np.einsum("ij,ij->i", ref, ref), np.einsum("ij,ij->i", err, err)
+    keep = signal > 0
+    if not keep.any():
+        return math.inf if not err.any() else -math.inf
+    with np.errstate(divide="ignore"):
+        return float(np.min(10 * np.log10(signal[keep] / noise[keep])))
+
+
+def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray,
+             local_db: float | None = None, stats: MatmulStats | None = None) -> ProductReport:
+    worst = None if name.startswith("attention.") else worst_row_sqnr_db(reference, test)
+    return ProductReport(name, on_core, metrics.sqnr_db(reference, test),
+                         metrics.cosine(reference, test), metrics.relative_error(reference, test),
+                         worst, local_db, stats)
+
+
+def _exact_linear(block: Any, name: str, x: np.ndarray) -> np.ndarray:
+    """The float64 product ``x @ W.T (+ bias)`` of weight matmul ``name``."""
+    y = x.astype(np.float64) @ block.weights[name].T.astype(np.float64)
+    bias = block.weights.get(name + ".bias")
+    return y if bias is None else y + bias

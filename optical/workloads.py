@@ -1,0 +1,313 @@
+"""What a sweep measures at each point: small, frozen, picklable workloads.
+
+A workload is any object with ``run(config, seed) -> dict[str, float]`` (the
+metrics of one run) and ``to_dict()`` (a JSON description for the sweep's
+manifest, with a ``"kind"`` key). Its result must depend only on
+(workload, config, seed), so that a run gives the same numbers in this
+process, in a worker process and on a Dask cluster.
+
+>>> import optical
+>>> wl = optical.MatmulWorkload(tokens=16, k=64, n=32)
+>>> m = wl.run(optical.presets.get("ideal"), seed=0)
+>>> m["sqnr_db"] > 100
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from optical import metrics
+from optical.config import OpticalConfig
+
+__all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "workload_from_dict"]
+
+_INPUTS = ("gaussian", "uniform", "laplace")
+_DTYPES = ("float32", "float64")
+
+
+def _positive_int(name: str, value: Any, *, zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
+            value < (0 if zero else 1):
+        kind = "non-negative" if zero else "positive"
+        raise ValueError(f"{name}: {value!r} must be a {kind} integer")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulWorkload:
+    """A synthetic ``(tokens, k) @ (k, n)`` matmul against its exact result.
+
+    The data are seeded by ``data_seed`` alone, independently of the noise
+    seed of each run, so every run of a sweep multiplies the same matrices.
+
+    Attributes
+    ----------
+    tokens, k, n : int
+        The shape: ``tokens`` input vectors of ``k`` features, ``n`` outputs.
+    inputs : {"gaussian", "uniform", "laplace"}
+        Distribution of the inputs: standard normal, uniform on [-1, 1], or
+        Laplace with unit variance (heavier tails, like activations).
+    outlier_channels : int
+        Input channels (columns of x, the same for every token, chosen by
+        ``data_seed``) multiplied by ``outlier_scale``: the few large
+        activation channels that make per-token scaling hard in real LLMs.
+    outlier_scale : float
+        Factor applied to the outlier channels.
+    dtype : {"float32", "float64"}
+    data_seed : int
+        Seed of the inputs and the weights (standard normal / sqrt(k)).
+    """
+
+    kind: ClassVar[str] = "matmul"
+    tokens: int
+    k: int
+    n: int
+    inputs: str = "gaussian"
+    outlier_channels: int = 0
+    outlier_scale: float = 20.0
+    dtype: str = "float32"
+    data_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "k", "n"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if self.inputs not in _INPUTS:
+            raise ValueError(f"inputs: {self.inputs!r} is not valid; valid: {', '.join(_INPUTS)}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype: {self.dtype!r} is not valid; valid: {', '.join(_DTYPES)}")
+        channels = _positive_int("outlier_channels", self.outlier_channels, zero=True)
+        if channels > self.k:
+            raise ValueError(f"outlier_channels: {channels} exceeds k = {self.k}")
+        object.__setattr__(self, "outlier_channels", channels)
+        scale = self.outlier_scale
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or \
+                not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"outlier_scale: {scale!r} must be a positive finite number")
+        object.__setattr__(self, "outlier_scale", float(scale))
+        object.__setattr__(self, "data_seed", _positive_int("data_seed", self.data_seed,
+                                                            zero=True))
+
+    @classmethod
+    def from_shape(cls, shape: str, **kwargs: Any) -> MatmulWorkload:
+        """From a ``"TxKxN"`` string, e.g. ``"512x4096x4096"``."""
+        match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*", shape)
+        if not match:
+            raise ValueError(f"matmul shape {shape!r}: expected TxKxN, e.g. 16x64x32")
+        tokens, k, n = (int(g) for g in match.groups())
+        return cls(tokens=tokens, k=k, n=n, **kwargs)
+
+    @property
+    def label(self) -> str:
+        return f"matmul {self.tokens}x{self.k}x{self.n}"
+
+    def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(x, w, exact)``: inputs, weights, and ``x @ w`` in float64."""
+        return _matmul_data(self)
+
+    def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
+        """Metrics of one optical matmul: accuracy against the exact product
+        (``sqnr_db``, ``cosine``, ``relative_error``, ``max_abs_error``) and
+        the counts of :class:`optical.MatmulStats` (passes, conversions,
+        detected photons, ``clipped_fraction``, ...)."""
+        from optical.core import matmul
+
+        x, w, exact = self.data()
+        y, stats = matmul(x, w, config, seed=seed, return_stats=True)
+        result: dict[str, float] = {
+            "sqnr_db": metrics.sqnr_db(exact, y),
+            "cosine": metrics.cosine(exact, y),
+            "relative_error": metrics.relative_error(exact, y),
+            "max_abs_error": metrics.max_abs_error(exact, y),
+        }
+        result.update(stats.to_dict())
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+@functools.lru_cache(maxsize=4)
+def _matmul_data(wl: MatmulWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # Cached per process: a worker running many points of one sweep makes its
+    # data once. Two independent streams, so the weights do not change when
+    # the input statistics do.
+    x_seq, w_seq = np.random.SeedSequence([wl.data_seed, 0x5357]).spawn(2)
+    rx, rw = np.random.default_rng(x_seq), np.random.default_rng(w_seq)
+    shape = (wl.tokens, wl.k)
+    if wl.inputs == "gaussian":
+        x = rx.standard_normal(shape)
+    elif wl.inputs == "uniform":
+        x = rx.uniform(-1.0, 1.0, shape)
+    else:
+        x = rx.laplace(0.0, 1.0 / math.sqrt(2.0), shape)
+    if wl.outlier_channels:
+        channels = rx.choice(wl.k, size=wl.outlier_channels, replace=False)
+        x[:, channels] *= wl.outlier_scale
+    w = rw.standard_normal((wl.k, wl.n)) / math.sqrt(wl.k)
+    x, w = x.astype(wl.dtype), w.astype(wl.dtype)
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    for a in (x, w, exact):
+        a.setflags(write=False)
+    return x, w, exact
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWorkload:
+    """One transformer layer's prefill on the optical core against its fp
+    reference, through ``optical.transformer.validate``.
+
+    Attributes
+    ----------
+    model_dir : str
+        A model directory (``config.json``, optional ``*.safetensors``); kept
+        as an absolute path so a sweep resumes from any working directory.
+    layer : int
+        Layer index.
+    tokens : int
+        Prompt tokens of the prefill.
+    weights_seed : int
+        Seed of the synthetic weights of a directory without weights.
+
+    The metrics are the validation report flattened by :func:`flatten_report`:
+    the layer output's ``sqnr_db``, ``cosine``, ... and each matmul's as
+    ``sqnr_db.down_proj`` and so on.
+    """
+
+    kind: ClassVar[str] = "layer"
+    model_dir: str
+    layer: int
+    tokens: int
+    weights_seed: int = 0
+
+    def __post_init__(self) -> None:
+        from optical.transformer.spec import read_spec
+
+        path = Path(self.model_dir).expanduser().resolve()
+        spec = read_spec(path)  # FileNotFoundError / ValueError name the directory
+        object.__setattr__(self, "model_dir", str(path))
+        layer = _positive_int("layer", self.layer, zero=True)
+        if layer >= spec.num_layers:
+            raise ValueError(f"layer: {layer} is out of range; {path.name} has layers "
+                             f"0..{spec.num_layers - 1}")
+        object.__setattr__(self, "layer", layer)
+        object.__setattr__(self, "tokens", _positive_int("tokens", self.tokens))
+        object.__setattr__(self, "weights_seed",
+                           _positive_int("weights_seed", self.weights_seed, zero=True))
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.model_dir).name} layer {self.layer}, {self.tokens} tokens"
+
+    def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
+        from optical import transformer
+
+        validate = getattr(transformer, "validate", None)
+        if validate is None:
+            raise NotImplementedError("optical.transformer.validate is not available in this "
+                                      "version of optical: layer sweeps need it")
+        model = _load_model(self.model_dir, self.weights_seed)
+        report = validate(model, layer=self.layer, tokens=self.tokens, config=config, seed=seed)
+        return flatten_report(report)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+@functools.lru_cache(maxsize=1)
+def _load_model(model_dir: str, weights_seed: int) -> Any:
+    from optical import transformer
+
+    return transformer.load(model_dir, seed=weights_seed)
+
+
+#: Keys under which a validation report may hold the layer output's metrics;
+#: those become the plain metric names (``sqnr_db``).
+_OUTPUT_KEYS = ("output", "layer_output", "layer")
+
+
+def flatten_report(report: Any) -> dict[str, float]:
+    """Flatten a validation report into ``{metric column: number}``.
+
+    Numbers at the top level, or under ``output`` / ``layer_output`` /
+    ``layer``, keep their names (the layer output: ``sqnr_db``). A mapping of
+    names to metric mappings (per matmul) gives ``metric.name`` columns
+    (``sqnr_db.down_proj``); so does a list of metric mappings each with a
+    ``"name"``. Any other mapping of numbers gives ``key.metric``. Anything
+    not a number (strings, arrays, ``None``) is left out.
+
+    The report may be a mapping, a dataclass, or have ``to_dict()``.
+    """
+    data = _as_mapping(report)
+    if data is None:
+        raise TypeError(f"cannot flatten a report of type {type(report).__name__}")
+    flat: dict[str, float] = {}
+    for key, value in data.items():
+        key = str(key)
+        if _is_number(value):
+            flat[key] = _number(value)
+            continue
+        if isinstance(value, list | tuple) and value and all(
+                (m := _as_mapping(v)) is not None and "name" in m for v in value):
+            value = {str(_as_mapping(v)["name"]): v for v in value}
+        sub = _as_mapping(value)
+        if sub is None:
+            continue
+        for name, inner in sub.items():
+            inner_map = _as_mapping(inner)
+            if key in _OUTPUT_KEYS and _is_number(inner):
+                flat[str(name)] = _number(inner)
+            elif _is_number(inner):
+                flat[f"{key}.{name}"] = _number(inner)
+            elif inner_map is not None:
+                for metric, number in inner_map.items():
+                    if _is_number(number):
+                        flat[f"{metric}.{name}"] = _number(number)
+    return flat
+
+
+def _as_mapping(obj: Any) -> Mapping[str, Any] | None:
+    if isinstance(obj, Mapping):
+        return obj
+    if hasattr(obj, "to_dict") and callable(obj.to_dict):
+        result = obj.to_dict()
+        return result if isinstance(result, Mapping) else None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return False
+    return isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0
+                                                and value.dtype.kind in "iuf")
+
+
+def _number(value: Any) -> float | int:
+    value = value.item() if isinstance(value, np.ndarray | np.generic) else value
+    return value if isinstance(value, int) else float(value)
+
+
+_WORKLOADS: dict[str, type] = {"matmul": MatmulWorkload, "layer": LayerWorkload}
+
+
+def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkload:
+    """Inverse of ``to_dict()`` for the built-in workloads."""
+    fields = dict(data)
+    kind = fields.pop("kind", None)
+    if kind not in _WORKLOADS:
+        raise ValueError(f"workload kind {kind!r} is not known; valid: {', '.join(_WORKLOADS)}")
+    try:
+        return _WORKLOADS[kind](**fields)
+    except TypeError as err:
+        raise ValueError(f"{kind} workload: {err}") from None

@@ -1,0 +1,292 @@
+"""The optical energy model against hand calculations on tiny schedules and models."""
+
+import math
+
+import pytest
+
+import optical
+from optical.energy import counts, model
+from optical.transformer import ModelSpec, read_spec
+
+H_PLANCK = 6.62607015e-34
+C_LIGHT = 299792458.0
+
+
+def tiny_config(**changes):
+    """A 4 x 4 core with every energy figure set to a round number."""
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 4, "core.outputs": 4, "source.photons_per_mac": 1000.0,
+        "detector.quantum_efficiency": 0.8, "dac.bits": 8, "adc.bits": 8, "adc.enob_loss": 1.5,
+        "mask.bits": 8, "encoding.inputs": "offset", "encoding.weights": "split",
+        "detector.balanced": True,
+        "energy.laser_efficiency": 0.25, "energy.optical_efficiency": 0.5,
+        "energy.source_mean_level": 1.0, "energy.walden_fom": 20e-15,
+        "energy.detector_energy": 1e-12, "energy.mask_load_energy": 2e-3,
+        "energy.dram_energy_per_byte": 30e-12, "energy.sram_energy_per_byte": 1e-12,
+        "energy.digital_energy_per_op": 0.5e-12, "energy.input_rate": 1e9,
+        "energy.mask_refresh_rate": 1e3, "energy.cores": 1, "energy.static_power": 0.0,
+        "energy.dac_energy": None, "energy.adc_energy": None,
+    })
+    return cfg.replace(changes)
+
+
+def test_each_term_of_a_tiny_matmul_matches_a_hand_count():
+    # (3 x 5) @ (5 x 7) on a 4 x 4 core, offset inputs, split balanced weights:
+    # 2 K-tiles x 2 N-tiles, one pass per tile per token.
+    cfg = tiny_config()
+    s = optical.schedule(3, 5, 7, cfg)
+    assert (s.passes, s.weight_loads, s.dac_conversions, s.adc_conversions,
+            s.detector_readouts) == (12, 4, 30, 42, 84)
+    got = model.matmul_energy(s, cfg)
+    photon = H_PLANCK * C_LIGHT / 850e-9
+    # 30 source activations, each lighting 4 columns x 2 rails at 1000 detected
+    # photons per pixel; detected -> emitted (0.8), optics (0.5), wall plug (0.25).
+    assert got["laser"] == pytest.approx(30 * 4 * 2 * 1000 * photon / (0.8 * 0.5 * 0.25))
+    assert got["dac"] == pytest.approx(30 * 20e-15 * 2**8)
+    assert got["adc"] == pytest.approx(42 * 20e-15 * 2**6.5)
+    assert got["detector"] == pytest.approx(84 * 1e-12)
+    assert got["mask_load"] == pytest.approx(4 * 2e-3)
+    # 5 x 7 weights x 2 rails x 8 bits.
+    assert got["weight_memory"] == pytest.approx(70 * 30e-12)
+    # Inputs read per N-tile (3 x 5 x 2 x 2 B) + fp32 partial sum read and
+    # written per ADC conversion (42 x 8 B) + outputs written (3 x 7 x 2 B).
+    assert got["activation_memory"] == pytest.approx((60 + 336 + 42) * 1e-12)
+    # 3 per ADC conversion + weight scale per (row, K-tile, column) + input
+    # scale per output + 2 per input element.
+    assert got["digital"] == pytest.approx((3 * 42 + 3 * 2 * 7 + 3 * 7 + 2 * 3 * 5) * 0.5e-12)
+    resident = model.matmul_energy(s, cfg, resident=True)
+    assert resident["mask_load"] == resident["weight_memory"] == 0.0
+    assert resident["laser"] == got["laser"]
+
+
+def test_explicit_converter_energies_and_source_level_override_the_defaults():
+    cfg = tiny_config(**{"energy.dac_energy": 3e-12, "energy.adc_energy": 5e-12,
+                         "energy.source_mean_level": 0.5})
+    s = optical.schedule(3, 5, 7, cfg)
+    got, base = model.matmul_energy(s, cfg), model.matmul_energy(s, tiny_config())
+    assert got["dac"] == pytest.approx(30 * 3e-12)
+    assert got["adc"] == pytest.approx(42 * 5e-12)
+    assert got["laser"] == pytest.approx(0.5 * base["laser"])
+
+
+def test_per_rail_detection_doubles_the_adc_term():
+    cfg = tiny_config(**{"detector.balanced": False})
+    s = optical.schedule(3, 5, 7, cfg)
+    assert s.adc_conversions == 84
+    assert model.matmul_energy(s, cfg)["adc"] == pytest.approx(84 * 20e-15 * 2**6.5)
+
+
+def test_photon_energy():
+    assert model.photon_energy(850e-9) == pytest.approx(2.337e-19, rel=1e-3)
+    assert model.photon_energy(1550e-9) == pytest.approx(1.2816e-19, rel=1e-3)
+    with pytest.raises(ValueError, match="wavelength"):
+        model.photon_energy(0.0)
+
+
+@pytest.mark.parametrize("double_buffered", [False, True])
+def test_matmul_work_and_span_by_hand(double_buffered):
+    # 8 weight loads over 3 cores: 3 rounds; each load streams 100 passes at 1 GHz.
+    cfg = tiny_config(**{"energy.double_buffered_mask": double_buffered})
+    s = optical.schedule(100, 8, 16, cfg)
+    assert (s.weight_loads, s.passes) == (8, 800)
+    t = model.matmul_time(s, cfg, cores=3)
+    per_tile = max(1e-3, 100e-9) if double_buffered else 1e-3 + 100e-9
+    assert t["work"] == pytest.approx(8 * per_tile)
+    assert t["span"] == t["streaming"] == pytest.approx(3 * 100e-9)
+    # Activation masks are loaded on the span, round by round.
+    assert model.matmul_time(s, cfg, cores=3, activation=True)["span"] == pytest.approx(
+        3 * (1e-3 + 100e-9))
+    resident = model.matmul_time(s, cfg, cores=8, resident=True)
+    assert resident == {"work": pytest.approx(8 * 100e-9), "span": pytest.approx(100e-9),
+                        "streaming": pytest.approx(100e-9)}
+    with pytest.raises(ValueError, match="cores"):
+        model.matmul_time(s, cfg, cores=0)
+
+
+@pytest.mark.parametrize(("cores", "bound"), [(1, "work"), (64, "work"), (6655, "span")])
+def test_prefill_time_is_the_larger_of_work_over_cores_and_span(cores, bound):
+    # Llama 3.1 8B, 2048 tokens, 1024 x 1024 cores: 208 weight tiles per layer
+    # in 7 matmuls of 16, 4, 4, 16, 56, 56, 56 tiles; each tile streams 2048
+    # passes at 1 GHz and loads in 1 ms.
+    spec = read_spec("models/llama-3.1-8b")
+    rep = model.prefill(spec, 2048, optical.presets.get("iris-like").replace(
+        {"energy.cores": cores}))
+    assert rep.counts["weight_tiles"] == 32 * 208 and not rep.weights_resident
+    stream = 2048e-9
+    work = 32 * 208 * (1e-3 + stream) / cores
+    rounds = sum(-(-tiles // cores) for tiles in (16, 4, 4, 16, 56, 56, 56))
+    span = 1e-3 + 32 * rounds * stream
+    assert rep.time["mask_load"] + rep.time["streaming"] == pytest.approx(max(work, span))
+    assert (work >= span) == (bound == "work")
+    assert rep.time["streaming"] == pytest.approx(32 * rounds * stream)
+
+
+TINY = ModelSpec.from_config({
+    "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+    "head_dim": 4, "vocab_size": 10, "tie_word_embeddings": False})
+
+
+def test_layer_and_head_work_of_a_tiny_llama_match_a_hand_count():
+    # H 8, I 16, q 8, kv 4, heads 2; 2 prompts of 3 tokens: 6 rows, context 3.
+    work = counts.layer_work(TINY, 3, batch=2)
+    ops = {k: w.ops for k, w in work.items()}
+    assert ops == {"norms": 2 * 4 * 8 * 6, "rope": 3 * 12 * 6,
+                   "attention.products": 4 * 3 * 8 * 6, "softmax": 6 * 36,
+                   "mlp_activation": 5 * 16 * 6, "residual": 2 * 8 * 6}
+    sram = {k: w.sram_bytes for k, w in work.items()}
+    assert sram == {"norms": 2 * 2 * 8 * 6 * 2, "rope": 2 * 12 * 6 * 2,
+                    "attention.products": (2 * 8 * 6 + 2 * 4 * 3 * 2) * 2,
+                    "softmax": 4 * 36 * 2, "mlp_activation": 3 * 16 * 6 * 2,
+                    "residual": 6 * 8 * 6 * 2}
+    optical_attention = counts.layer_work(TINY, 3, batch=2, attention="optical")
+    assert "attention.products" not in optical_attention
+    assert optical_attention["softmax"].sram_bytes == 2 * 36 * 2
+    head = counts.head_work(TINY, 3, batch=2)
+    assert head["embedding"].dram_bytes == 6 * 8 * 2
+    assert head["lm_head"].ops == 2 * (4 * 8 + 2 * 10 * 8)
+    assert head["lm_head"].dram_bytes == 10 * 8 * 2
+
+
+def test_prefill_total_is_the_sum_of_independently_counted_parts():
+    cfg = tiny_config()
+    rep = model.prefill(TINY, 3, cfg, batch=2)
+    e = cfg.energy
+    matmuls = sum(sum(parts.values()) for parts in rep.by_matmul.values())
+    others = {**{k: w * TINY.num_layers for k, w in counts.layer_work(TINY, 3, batch=2).items()},
+              **counts.head_work(TINY, 3, batch=2)}
+    digital = sum(w.ops * e.digital_energy_per_op + w.sram_bytes * e.sram_energy_per_byte
+                  + w.dram_bytes * e.dram_energy_per_byte for w in others.values())
+    assert rep.total == pytest.approx(matmuls + digital + rep.components["static"], rel=1e-12)
+    assert rep.total == pytest.approx(sum(rep.components.values()), rel=1e-12)
+    assert rep.ttft == pytest.approx(sum(rep.time.values()))
+    assert rep.per_token == pytest.approx(rep.total / 6)
+    assert rep.per_request == pytest.approx(rep.total / 2)
+    # 7 linear matmuls per layer, each loaded once per prefill on the one core.
+    layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
+    assert rep.counts["weight_loads"] == 2 * sum(s.weight_loads for s in layer.values())
+    assert rep.components["mask_load"] == pytest.approx(rep.counts["weight_loads"] * 2e-3)
+    assert rep.time["mask_load"] == pytest.approx(rep.counts["weight_loads"] * 1e-3)
+
+
+def test_static_power_is_charged_over_the_ttft_on_every_core():
+    cfg = tiny_config(**{"energy.static_power": 2.0, "energy.cores": 3})
+    rep = model.prefill(TINY, 3, cfg)
+    assert rep.components["static"] == pytest.approx(2.0 * 3 * rep.ttft)
+
+
+def test_weights_stay_resident_when_the_cores_hold_every_tile():
+    cfg = tiny_config()
+    tiles = model.prefill(TINY, 3, cfg).counts["weight_tiles"]
+    assert tiles == 2 * sum(s.weight_loads for s in
+                            optical.transformer.layer_schedule(TINY, 3, cfg).values())
+    below = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles - 1}))
+    at = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles}))
+    assert not below.weights_resident and at.weights_resident
+    assert below.components["mask_load"] > 0 and at.components["mask_load"] == 0
+    assert at.time["mask_load"] == 0 and at.counts["mask_bytes"] == 0
+    # Every tile streams at once: the streaming time is one tile's per matmul.
+    assert at.time["streaming"] == pytest.approx(2 * 7 * 3 / 1e9)
+
+
+def test_optical_attention_loads_activation_masks_from_sram():
+    cfg = tiny_config(**{"mapping.attention": "optical"})
+    rep = model.prefill(TINY, 3, cfg)
+    for name in ("attention.scores", "attention.values"):
+        assert rep.by_matmul[name]["weight_memory"] == 0.0
+        assert rep.by_matmul[name]["mask_load"] > 0
+    assert "attention.products" not in rep.digital
+
+
+@pytest.fixture(scope="module")
+def llama_8b():
+    return read_spec("models/llama-3.1-8b")
+
+
+def test_doubling_the_prompt_doubles_the_linear_layer_terms(llama_8b):
+    cfg = optical.presets.get("iris-like")
+    one, two = (model.prefill(llama_8b, t, cfg) for t in (256, 512))
+    linear = [s.name for s in llama_8b.linear_shapes()]
+    for name in linear:
+        for part in ("laser", "dac", "adc", "detector", "activation_memory", "digital"):
+            assert two.by_matmul[name][part] == pytest.approx(2 * one.by_matmul[name][part],
+                                                              rel=1e-12), (name, part)
+        # The weights are loaded once per prefill whatever its length.
+        for part in ("mask_load", "weight_memory"):
+            assert two.by_matmul[name][part] == one.by_matmul[name][part]
+    # Digital attention operations grow with the square of the prompt.
+    assert (counts.layer_work(llama_8b, 512)["attention.products"].ops
+            == 4 * counts.layer_work(llama_8b, 256)["attention.products"].ops)
+
+
+def test_70b_over_8b_energy_per_token_is_the_linear_mac_ratio_when_optics_dominates(llama_8b):
+    # Bright sources and resident weights: the laser term dominates.
+    cfg = optical.presets.get("iris-like").replace({"source.photons_per_mac": 1e7,
+                                                    "energy.cores": 1 << 20})
+    big = read_spec("models/llama-3.1-70b")
+    small_rep, big_rep = (model.prefill(s, 512, cfg) for s in (llama_8b, big))
+    for rep in (small_rep, big_rep):
+        assert rep.weights_resident
+        assert rep.components["laser"] / rep.total > 0.9
+    mac_ratio = (big.num_layers * big.linear_macs_per_token()
+                 / (llama_8b.num_layers * llama_8b.linear_macs_per_token()))
+    assert mac_ratio == pytest.approx(9.81, abs=0.01)
+    assert big_rep.per_token / small_rep.per_token == pytest.approx(mac_ratio, rel=0.10)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"source.photons_per_mac": math.inf}, "source.photons_per_mac is inf"),
+    ({"dac.bits": None}, "dac.bits is None"),
+    ({"adc.bits": None}, "adc.bits is None"),
+    ({"mask.bits": None}, "mask.bits is None"),
+])
+def test_unpriceable_configs_are_refused_naming_the_field(changes, message):
+    with pytest.raises(ValueError, match=message):
+        model.prefill(TINY, 3, tiny_config(**changes))
+
+
+def test_ideal_converters_with_explicit_energies_are_priced():
+    cfg = tiny_config(**{"dac.bits": None, "adc.bits": None, "energy.dac_energy": 1e-12,
+                         "energy.adc_energy": 2e-12})
+    assert model.conversion_energies(cfg) == (1e-12, 2e-12)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"tokens": 0}, "tokens: 0 must be a positive integer"),
+    ({"tokens": 2.5}, "tokens"),
+    ({"batch": 0}, "batch: 0 must be a positive integer"),
+])
+def test_bad_counts_are_refused(kwargs, message):
+    args = {"tokens": 3, "batch": 1, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        model.prefill(TINY, args["tokens"], tiny_config(), batch=args["batch"])
+
+
+def test_a_schedule_from_another_config_is_refused():
+    s = optical.schedule(3, 5, 7, tiny_config())
+    with pytest.raises(ValueError, match="not consistent with this config|do not match"):
+        model.matmul_energy(s, tiny_config(**{"core.inputs": 2}))
+    with pytest.raises(ValueError, match="input_passes"):
+        model.matmul_energy(s, tiny_config(**{"encoding.inputs": "split"}))
+    with pytest.raises(ValueError, match="mask_source"):
+        model.matmul_energy(s, tiny_config(), mask_source="hbm")
+    with pytest.raises(TypeError, match="OpticalConfig"):
+        model.prefill(TINY, 3, {"core.inputs": 4})
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("energy.laser_efficiency", 0.0), ("energy.laser_efficiency", 1.5),
+    ("energy.optical_efficiency", -0.1), ("energy.cores", 0), ("energy.input_rate", 0.0),
+    ("energy.mask_refresh_rate", math.inf), ("energy.walden_fom", -1e-15),
+    ("energy.dac_energy", -1.0), ("energy.double_buffered_mask", 1),
+])
+def test_energy_fields_are_validated(path, value):
+    with pytest.raises(ValueError, match=path.replace(".", r"\.")):
+        optical.presets.get("iris-like").replace({path: value})
+
+
+def test_bert_is_priced_too():
+    spec = read_spec("models/all-minilm-l6-v2")
+    rep = model.prefill(spec, 128, optical.presets.get("iris-like"))
+    assert "pooling" in rep.digital and "bias" in rep.digital and "rope" not in rep.digital
+    assert rep.total > 0 and rep.ttft > 0

@@ -1,0 +1,170 @@
+"""The GPU baseline and the disaggregated estimate against hand calculations."""
+
+import math
+
+import pytest
+
+import optical
+from optical.energy import counts, gpu, workload
+from optical.transformer import ModelSpec, read_spec
+
+TINY = ModelSpec.from_config({
+    "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+    "head_dim": 4, "vocab_size": 10, "tie_word_embeddings": False})
+
+SLOW_GPU = gpu.GPUSpec(name="toy", peak_flops=1e4, memory_bandwidth=1e3, power=100.0,
+                       memory=1e6, compute_utilization=0.5, bandwidth_utilization=0.8)
+
+
+def test_datasheet_presets():
+    h100, h200 = gpu.get_gpu("h100"), gpu.get_gpu("H200")
+    assert (h100.peak_flops, h100.memory_bandwidth, h100.power, h100.memory) == (
+        989e12, 3.35e12, 700.0, 80e9)
+    assert (h200.peak_flops, h200.memory_bandwidth, h200.power, h200.memory) == (
+        989e12, 4.8e12, 700.0, 141e9)
+    assert h100.energy_per_flop == pytest.approx(700 / (989e12 * 0.5))
+    with pytest.raises(ValueError, match="unknown gpu 'a100'; valid: h100, h200"):
+        gpu.get_gpu("a100")
+
+
+def test_prefill_flops_bytes_time_and_energy_by_hand():
+    # 2 prompts x 3 tokens; linear weights per layer 576, 2 layers; embedding
+    # and LM head 10 x 8 each. Element-wise and attention operations per layer
+    # 1968 (see test_energy's hand count); LM head 2 x (4*8 + 2*10*8).
+    rep = gpu.prefill(TINY, 3, SLOW_GPU, batch=2)
+    assert counts.weight_count(TINY) == {"linear": 1152, "embedding": 80, "lm_head": 80}
+    assert rep.flops == 2 * 6 * 1152 + 2 * 1968 + 2 * (32 + 160)
+    # Weights 1152 x 2 B; per layer the unfused activations (2112 B without the
+    # softmax's on-chip scores) and linear inputs/outputs (128 x 6 rows x 2 B);
+    # embedding rows (96 B) and LM head (160 B); KV cache 2 x 96 B.
+    assert rep.bytes == 1152 * 2 + 2 * (2112 + 1536) + 96 + 160 + 2 * 96
+    assert rep.gpus == 1
+    assert not rep.compute_bound
+    assert rep.time == pytest.approx(rep.bytes / (1e3 * 0.8))
+    assert rep.energy == pytest.approx(100.0 * rep.time)
+    assert rep.per_token == pytest.approx(rep.energy / 6)
+
+
+def test_a_model_larger_than_one_gpu_is_split_with_the_same_energy():
+    small = SLOW_GPU.replace(memory=1000.0)
+    one, split = gpu.prefill(TINY, 3, SLOW_GPU, batch=2), gpu.prefill(TINY, 3, small, batch=2)
+    # (1152 + 80 + 80) x 2 B of weights + 192 B of KV cache over 1000 B GPUs.
+    assert split.gpus == math.ceil((2624 + 192) / 1000) == 3
+    assert split.time == pytest.approx(one.time / 3)
+    assert split.energy == pytest.approx(one.energy)
+
+
+def test_llama_70b_needs_two_gpus_and_is_compute_bound_at_2048_tokens():
+    spec = read_spec("models/llama-3.1-70b")
+    for name in ("h100", "h200"):
+        rep = gpu.prefill(spec, 2048, gpu.get_gpu(name))
+        assert rep.gpus == 2 and rep.compute_bound
+        # About 2 x 70e9 x 2048 FLOPs at half of 989 TFLOP/s on 2 GPUs.
+        assert rep.time == pytest.approx(2 * 70.6e9 * 2048 / (989e12 * 0.5) / 2, rel=0.1)
+
+
+def test_decode_step_reads_the_weights_once_and_each_kv_cache():
+    one = gpu.decode_step(TINY, 5, 1, SLOW_GPU)
+    four = gpu.decode_step(TINY, 5, 4, SLOW_GPU)
+    assert four.flops == 4 * one.flops
+    per_sequence = four.bytes - one.bytes
+    assert per_sequence % 3 == 0
+    weights = (1152 + 80) * 2  # linear + LM head; embedding rows are per sequence
+    assert one.bytes == weights + per_sequence // 3
+    assert gpu.kv_cache_bytes(TINY, 5) == 2 * 2 * 4 * 5 * 2
+
+
+@pytest.mark.parametrize(("field", "value"), [("peak_flops", 0.0), ("power", math.inf),
+                                              ("compute_utilization", 1.5),
+                                              ("bandwidth_utilization", 0.0)])
+def test_bad_gpu_specs_are_refused(field, value):
+    with pytest.raises(ValueError, match=f"gpu.{field}"):
+        SLOW_GPU.replace(**{field: value})
+
+
+@pytest.fixture(scope="module")
+def llama_8b():
+    return read_spec("models/llama-3.1-8b")
+
+
+@pytest.mark.parametrize("rate", [0.05, 1.0, 20.0, 400.0])
+def test_decode_concurrency_obeys_littles_law(llama_8b, rate):
+    work = workload.Workload(prompt_tokens=1024, output_tokens=256, requests_per_s=rate)
+    h100 = gpu.get_gpu("h100")
+    out = workload.disaggregated(llama_8b, work, optical.presets.get("iris-like"), h100)
+    d = out["decode"]
+    b = d["concurrent_sequences"]
+    assert b == pytest.approx(rate / d["instances"] * 256 * d["step_time_s"], rel=1e-9)
+    assert b <= d["max_sequences_per_instance"]
+    assert d["energy_per_output_token_j"] == pytest.approx(
+        d["gpus_per_instance"] * 700.0 * d["step_time_s"] / max(1.0, b), rel=1e-9)
+    # The step is never faster than reading the linear and LM-head weights once.
+    w = counts.weight_count(llama_8b)
+    weights_time = (w["linear"] + w["lm_head"]) * 2 / (3.35e12 * 0.8) / d["gpus_per_instance"]
+    assert d["step_time_s"] >= weights_time * 0.999
+
+
+def test_more_load_needs_more_decode_instances(llama_8b):
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    instances = [workload.disaggregated(llama_8b, workload.Workload(1024, 256, r), cfg,
+                                        h100)["decode"]["instances"]
+                 for r in (1.0, 100.0, 2000.0)]
+    assert instances[0] == 1 and instances[0] <= instances[1] < instances[2]
+
+
+def test_disaggregated_energy_is_made_of_its_parts(llama_8b):
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    work = workload.Workload(2048, 128, 2.0)
+    out = workload.disaggregated(llama_8b, work, cfg, h100, prefill_batch=2)
+    per = out["energy_per_request_j"]
+    opt = optical.energy.prefill(llama_8b, 2048, cfg, batch=2)
+    ref = gpu.prefill(llama_8b, 2048, h100, batch=2)
+    assert per["all_gpu"]["prefill"] == pytest.approx(ref.per_request)
+    assert per["disaggregated"]["prefill"] == pytest.approx(opt.per_request)
+    assert per["disaggregated"]["kv_transfer"] == pytest.approx(
+        gpu.kv_cache_bytes(llama_8b, 2048) * cfg.energy.link_energy_per_byte)
+    assert per["all_gpu"]["decode"] == per["disaggregated"]["decode"] == pytest.approx(
+        128 * out["decode"]["energy_per_output_token_j"])
+    for key in ("all_gpu", "disaggregated"):
+        parts = {k: v for k, v in per[key].items() if k != "total"}
+        assert per[key]["total"] == pytest.approx(sum(parts.values()))
+        assert out["power_w"][key] == pytest.approx(2.0 * per[key]["total"])
+    assert out["ratio"] == pytest.approx(per["all_gpu"]["total"] / per["disaggregated"]["total"])
+    assert out["optical_machines"] == math.ceil(1.0 * opt.ttft)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((0, 10, 1.0), "prompt_tokens"), ((10, -1, 1.0), "output_tokens"),
+    ((10, 10, 0.0), "requests_per_s"), ((10, 10, math.nan), "requests_per_s"),
+])
+def test_bad_workloads_are_refused(args, message):
+    with pytest.raises(ValueError, match=message):
+        workload.Workload(*args)
+
+
+def test_break_even_photons_equalises_the_energies(llama_8b):
+    from optical.energy import compare
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    p = compare.break_even_photons(llama_8b, 512, cfg, h100)
+    assert p is not None and p > cfg.source.photons_per_mac
+    at = optical.energy.prefill(llama_8b, 512, cfg.replace({"source.photons_per_mac": p}))
+    assert at.total == pytest.approx(gpu.prefill(llama_8b, 512, h100).energy, rel=1e-9)
+    # Loading every mask at 1 J costs more than the whole GPU prefill: no photon
+    # count breaks even.
+    assert compare.break_even_photons(
+        llama_8b, 512, cfg.replace({"energy.mask_load_energy": 1.0}), h100) is None
+
+
+def test_break_even_batch_is_the_first_batch_where_optics_wins(llama_8b):
+    from optical.energy import compare
+    cfg = optical.presets.get("iris-like").replace({"energy.mask_load_energy": 20e-3})
+    h100 = gpu.get_gpu("h100")
+    b = compare.break_even_batch(llama_8b, 128, cfg, h100)
+    assert b is not None and b > 1
+
+    def ratio(batch):
+        return (optical.energy.prefill(llama_8b, 128, cfg, batch=batch).per_token
+                / gpu.prefill(llama_8b, 128, h100, batch=batch).per_token)
+
+    assert ratio(b) <= 1 < ratio(b - 1)

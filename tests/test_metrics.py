@@ -1,0 +1,73 @@
+"""KL divergence of softmaxed outputs and per-column errors, against hand calculations."""
+
+import math
+
+import numpy as np
+import pytest
+
+from optical import metrics
+
+
+def test_kl_divergence_of_a_two_class_softmax_by_hand():
+    # softmax([0, ln 2]) = (1/3, 2/3); softmax([0, 0]) = (1/2, 1/2).
+    ref = np.array([[0.0, math.log(2.0)]])
+    test = np.array([[0.0, 0.0]])
+    hand = (1 / 3) * math.log((1 / 3) / (1 / 2)) + (2 / 3) * math.log((2 / 3) / (1 / 2))
+    assert metrics.kl_divergence(ref, test) == pytest.approx(hand, rel=1e-12)
+    # Not symmetric: the reverse direction has its own value.
+    reverse = 0.5 * math.log(0.5 / (1 / 3)) + 0.5 * math.log(0.5 / (2 / 3))
+    assert metrics.kl_divergence(test, ref) == pytest.approx(reverse, rel=1e-12)
+
+
+def test_kl_divergence_is_mean_over_rows_shift_invariant_and_stable():
+    ref = np.array([[0.0, math.log(2.0)], [1.0, 1.0]])
+    test = np.array([[0.0, 0.0], [1.0, 1.0]])  # second row identical: KL 0
+    one = metrics.kl_divergence(ref[:1], test[:1])
+    assert metrics.kl_divergence(ref, test) == pytest.approx(one / 2, rel=1e-12)
+    # Softmax ignores a constant per row; huge logits must not overflow.
+    big = metrics.kl_divergence(ref + 1e4, test - 3e4)
+    assert big == pytest.approx(one / 2, rel=1e-9)
+    assert metrics.kl_divergence(ref, ref) == 0.0
+    # The softmax axis is selectable: transposed logits with axis=0.
+    assert metrics.kl_divergence(ref.T, test.T, axis=0) == pytest.approx(one / 2, rel=1e-12)
+
+
+def test_kl_divergence_matches_a_direct_float64_sum(rng):
+    ref = rng.standard_normal((7, 50)) * 3
+    test = ref + 0.1 * rng.standard_normal((7, 50))
+    p = np.exp(ref) / np.exp(ref).sum(axis=1, keepdims=True)
+    q = np.exp(test) / np.exp(test).sum(axis=1, keepdims=True)
+    direct = np.mean(np.sum(p * np.log(p / q), axis=1))
+    assert metrics.kl_divergence(ref, test) == pytest.approx(direct, rel=1e-10)
+
+
+def test_kl_divergence_bad_input():
+    with pytest.raises(ValueError, match="shape mismatch"):
+        metrics.kl_divergence(np.zeros((2, 3)), np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="axis: 2 is out of range"):
+        metrics.kl_divergence(np.zeros((2, 3)), np.zeros((2, 3)), axis=2)
+    with pytest.raises(ValueError, match="NaN"):
+        metrics.kl_divergence(np.array([[np.nan, 0.0]]), np.zeros((1, 2)))
+
+
+def test_column_errors_by_hand():
+    ref = np.array([[1.0, 2.0, 1.0], [3.0, 4.0, 0.0]])
+    test = np.array([[1.0, 2.5, 2.0], [3.0, 4.0, 0.0]])
+    ce = metrics.column_errors(ref, test)
+    # col 0 exact; col 1: 20 / 0.25; col 2: 1 / 1.
+    np.testing.assert_allclose(ce.sqnr_db, [math.inf, 10 * math.log10(80.0), 0.0])
+    np.testing.assert_allclose(ce.relative_error, [0.0, math.sqrt(0.25 / 20), 1.0])
+    assert ce.worst_sqnr_db == 0.0 and ce.worst_column == 2
+    assert ce.median_sqnr_db == pytest.approx(10 * math.log10(80.0))
+    # Leading axes are samples: a (2, 1, 3) array gives the same columns.
+    again = metrics.column_errors(ref[:, None, :], test[:, None, :])
+    np.testing.assert_array_equal(again.sqnr_db, ce.sqnr_db)
+    # The total SQNR weighs columns by their energy; per-column values do not.
+    assert metrics.sqnr_db(ref, test) == pytest.approx(10 * math.log10(31 / 1.25))
+
+
+def test_column_errors_zero_reference_column():
+    ce = metrics.column_errors(np.array([[0.0, 1.0]]), np.array([[0.5, 1.0]]))
+    assert ce.sqnr_db[0] == -math.inf and ce.relative_error[0] == math.inf
+    with pytest.raises(ValueError, match="column axis"):
+        metrics.column_errors(np.float64(1.0), np.float64(1.0))

@@ -1,0 +1,152 @@
+"""Outlier channels that bypass the optics: the rule by hand, the decomposition
+against an explicit split of the product, and the counts."""
+
+import numpy as np
+import pytest
+
+import optical
+from optical import metrics
+from optical.config import OutliersConfig
+from optical.outliers import select_channels
+
+from .conftest import EXACT_RTOL
+
+
+def ideal(**changes):
+    return optical.presets.get("ideal").replace(changes)
+
+
+def _noisy(**changes):
+    return optical.presets.get("iris-like").replace({
+        "core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
+        "source.rin_db_per_hz": -120.0, "adc.bits": 6, "dac.bits": 6, **changes})
+
+
+def _activations(rng, tokens, k, channels=(3, 50, 77), scales=(20.0, 60.0, 100.0)):
+    x = rng.standard_normal((tokens, k))
+    x[:, list(channels)] *= scales
+    return x
+
+
+@pytest.mark.parametrize(("threshold", "top_k", "expect"), [
+    (6.0, None, [3, 5]),    # median of nonzero magnitudes is 1: 10 and 50 exceed 6
+    (6.0, 1, [5]),          # capped: the largest only
+    (20.0, None, [5]),
+    (None, 2, [3, 5]),      # rank only
+    (None, 0, []),
+    (100.0, None, []),
+])
+def test_select_channels_by_hand(threshold, top_k, expect):
+    magnitude = np.array([1.0, 1.0, 0.0, 10.0, 1.0, 50.0, 1.0])
+    rule = OutliersConfig(policy="static", threshold=threshold, top_k=top_k)
+    np.testing.assert_array_equal(select_channels(magnitude, rule), expect)
+
+
+def test_select_channels_ties_go_to_the_lower_index():
+    rule = OutliersConfig(policy="static", threshold=None, top_k=2)
+    np.testing.assert_array_equal(select_channels(np.array([5.0, 1.0, 5.0, 5.0]), rule), [0, 2])
+    zero = OutliersConfig(policy="static", threshold=2.0)
+    assert select_channels(np.zeros(4), zero).size == 0
+
+
+def test_outlier_rule_needs_a_threshold_or_top_k():
+    with pytest.raises(ValueError, match="outliers.policy: 'static' needs outliers.threshold"):
+        ideal().replace({"outliers.policy": "static", "outliers.threshold": None})
+    with pytest.raises(ValueError, match="outliers.threshold: 0.5 is out of range"):
+        ideal().replace({"outliers.threshold": 0.5})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("policy", ["static", "dynamic"])
+def test_bypass_is_exact_in_the_ideal_limit_and_counted(rng, dtype, policy):
+    k, n = 100, 70
+    x = _activations(rng, 30, k).astype(dtype)
+    w = rng.standard_normal((k, n)).astype(dtype)
+    cfg = ideal(**{"outliers.policy": policy, "core.inputs": 30, "core.outputs": 32})
+    pw = optical.program(w, cfg, calibration=_activations(rng, 200, k).astype(dtype))
+    assert pw.shape == (k, n)
+    y, st = optical.matmul(x.reshape(3, 10, k), pw, cfg, seed=0, return_stats=True)
+    assert y.dtype == dtype and y.shape == (3, 10, n)
+    assert metrics.relative_error(x.astype(np.float64) @ w, y.reshape(30, n)) < EXACT_RTOL[dtype]
+    assert st.digital_channels == 3
+    assert st.digital_macs == 30 * 3 * n
+    assert st.digital_mac_fraction == pytest.approx(3 / k)
+    # Static: the bypassed rows are not on the mask; dynamic: the mask holds all.
+    rows = k - 3 if policy == "static" else k
+    assert pw.tiling.k == rows
+    counted = optical.core.schedule(30, rows, n, cfg).to_dict()
+    assert {key: st.to_dict()[key] for key in counted} == counted
+
+
+def test_static_bypass_is_the_explicit_decomposition_under_noise(rng):
+    """y = x[:, D] @ w[D] + optical(x[:, O], w[O]) with the same seed."""
+    k = 120
+    cal = _activations(rng, 300, k)
+    x = _activations(rng, 40, k)
+    w = rng.standard_normal((k, 50))
+    cfg = _noisy(**{"outliers.policy": "static", "outliers.threshold": 8.0})
+    y = optical.matmul(x, optical.program(w, cfg, calibration=cal), cfg, seed=5)
+    digital = [3, 50, 77]
+    keep = np.setdiff1d(np.arange(k), digital)
+    plain = cfg.replace({"outliers.policy": "none"})
+    rest = optical.program(w[keep], plain, calibration=cal[:, keep])
+    expect = x[:, digital] @ w[digital] + optical.matmul(x[:, keep], rest, plain, seed=5)
+    np.testing.assert_allclose(y, expect, rtol=1e-12, atol=1e-12)
+
+
+def test_dynamic_bypass_is_the_explicit_decomposition_whatever_the_chunking(rng):
+    k = 120
+    x = _activations(rng, 40, k)
+    w = rng.standard_normal((k, 50))
+    cfg = _noisy(**{"outliers.policy": "dynamic", "outliers.top_k": 3})
+    y = optical.matmul(x, w, cfg, seed=5)
+    digital = [3, 50, 77]
+    dark = x.copy()
+    dark[:, digital] = 0
+    expect = x[:, digital] @ w[digital] + optical.matmul(
+        dark, w, cfg.replace({"outliers.policy": "none"}), seed=5)
+    np.testing.assert_allclose(y, expect, rtol=1e-12, atol=1e-12)
+    for chunk in (1, 7, 40):
+        np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=5, chunk_tokens=chunk), y)
+
+
+def test_bypass_that_takes_every_channel_is_refused(rng):
+    cfg = ideal(**{"outliers.policy": "static", "outliers.threshold": None, "outliers.top_k": 8})
+    with pytest.raises(ValueError, match="send all 8 input channels to the digital side"):
+        optical.program(np.ones((8, 2)), cfg, calibration=rng.standard_normal((4, 8)))
+
+
+def test_static_channels_come_from_calibration_not_from_the_call(rng):
+    """A channel that is large only in the call stays optical (static policy)."""
+    k = 64
+    cal = rng.standard_normal((100, k))
+    cal[:, 5] *= 50
+    x = rng.standard_normal((10, k))
+    x[:, 9] *= 50
+    w = rng.standard_normal((k, 4))
+    cfg = ideal(**{"outliers.policy": "static"})
+    pw = optical.program(w, cfg, calibration=cal)
+    np.testing.assert_array_equal(pw.bypass.channels, [5])
+    _, st = optical.matmul(x, pw, cfg, seed=0, return_stats=True)
+    assert st.digital_channels == 1
+    _, dyn = optical.matmul(x, w, cfg.replace({"outliers.policy": "dynamic"}), seed=0,
+                            return_stats=True)
+    assert dyn.digital_channels == 1
+
+
+def test_pooled_stats_keep_the_digital_share_of_all_macs(rng):
+    """Per-head products are pooled by the transformer engine: the digital
+    share must be total digital MACs over total logical MACs, not a sum."""
+    from optical.transformer._engines import sum_stats
+
+    cfg = ideal(**{"outliers.policy": "dynamic", "outliers.threshold": None,
+                   "outliers.top_k": 2})
+    parts = []
+    for k, tokens in ((40, 3), (60, 5)):
+        x = rng.standard_normal((tokens, k))
+        parts.append(optical.matmul(x, rng.standard_normal((k, 7)), cfg, seed=0,
+                                    return_stats=True)[1])
+    pooled = sum_stats(parts)
+    assert pooled.digital_macs == 3 * 2 * 7 + 5 * 2 * 7
+    assert pooled.digital_mac_fraction == pytest.approx(pooled.digital_macs
+                                                        / (3 * 40 * 7 + 5 * 60 * 7))

@@ -1,0 +1,83 @@
+"""Photons per MAC against dot-product width, measured with the emulator.
+
+Shot noise gives an output noise variance ~ d / p. With coherent (non-zero
+mean) operands the signal grows ~ d, so the photons per MAC for a fixed SNR
+fall as 1/d (Anderson et al., Optical Transformers, 2024); with zero-mean
+operands the signal grows ~ sqrt(d) and the photon count is flat.
+"""
+
+import pytest
+
+import optical
+from optical.energy import photons
+
+WIDTHS = (64, 128, 256, 512, 1024)
+
+
+@pytest.fixture(scope="module")
+def coherent():
+    return photons.photon_scaling(WIDTHS, operands="coherent", tokens=32, outputs=64, seed=0)
+
+
+@pytest.fixture(scope="module")
+def zero_mean():
+    return photons.photon_scaling(WIDTHS, operands="zero_mean", tokens=32, outputs=64, seed=0)
+
+
+def test_coherent_photons_per_mac_fall_as_one_over_width(coherent):
+    assert coherent.photons_exponent == pytest.approx(-1.0, abs=0.1)
+    # The laser energy per MAC is proportional to the photon count.
+    assert coherent.energy_exponent == pytest.approx(coherent.photons_exponent, abs=1e-9)
+    assert all(a.photons_per_mac > b.photons_per_mac
+               for a, b in zip(coherent.requirements, coherent.requirements[1:], strict=False))
+
+
+def test_zero_mean_photons_per_mac_do_not_depend_on_width(zero_mean):
+    assert abs(zero_mean.photons_exponent) < 0.1
+
+
+def test_snr_rises_ten_db_per_decade_of_photons(coherent, zero_mean):
+    # Shot noise alone: SNR proportional to photons.
+    for req in coherent.requirements + zero_mean.requirements:
+        assert req.snr_slope_db_per_decade == pytest.approx(10.0, abs=0.3)
+
+
+@pytest.mark.parametrize(("operands", "expected"), [
+    # SNR = d p / 24 (signal (d/4)^2 plus its spread, noise 1.5 d / p) and p / 9.
+    ("coherent", 2400 / 1024 / (1 + 0.0486 * 16 / 1024)),
+    ("zero_mean", 900.0),
+])
+def test_required_photons_match_the_shot_noise_formula_at_large_width(operands, expected):
+    req = photons.required_photons(1024, operands=operands, tokens=64, outputs=64, seed=1)
+    assert req.photons_per_mac == pytest.approx(expected, rel=0.1)
+    # Measuring again at the solution gives the target.
+    snr = photons.output_snr_db(1024, req.photons_per_mac, operands=operands, tokens=64,
+                                outputs=64, seed=1)
+    assert snr == pytest.approx(20.0, abs=0.2)
+
+
+def test_the_law_holds_when_read_noise_dominates_too():
+    # Read noise (fixed electrons per readout) against a signal ~ d p: SNR ~ d p,
+    # rising 20 dB per decade of photons, and again p* ~ 1/d.
+    cfg = optical.presets.get("ideal").replace({"detector.read_noise_electrons": 300.0})
+    result = photons.photon_scaling((64, 256, 1024), operands="coherent", tokens=32,
+                                    config=cfg)
+    assert result.photons_exponent == pytest.approx(-1.0, abs=0.1)
+    for req in result.requirements:
+        assert req.snr_slope_db_per_decade == pytest.approx(19.0, abs=1.0)
+
+
+def test_a_converter_floor_is_reported_not_extrapolated():
+    cfg = optical.presets.get("ideal").replace({"adc.bits": 3})
+    with pytest.raises(ValueError, match="not reachable|not reached"):
+        photons.required_photons(64, target_snr_db=40.0, tokens=8, outputs=16, config=cfg)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"operands": "gaussian"}, "operands: 'gaussian' is not valid"),
+    ({"tokens": 0}, "tokens"),
+    ({"target_snr_db": float("inf")}, "target_snr_db"),
+])
+def test_bad_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        photons.required_photons(16, **kwargs)

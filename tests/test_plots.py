@@ -1,0 +1,121 @@
+"""Plots of sweep tables: what is drawn equals the seed averages computed here."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("matplotlib")
+
+from optical import plots  # noqa: E402
+
+
+def data_lines(ax):
+    """The data line of each errorbar series (not its caps)."""
+    return [container.lines[0] for container in ax.containers]
+
+
+def frame_of(rows, params):
+    frame = pd.DataFrame(rows)
+    frame.attrs["sweep"] = {"params": params}
+    return frame
+
+
+@pytest.fixture
+def grid():
+    rng = np.random.default_rng(0)
+    rows = []
+    for bits in (4, 6, 8):
+        for photons in (10.0, 1e3, 1e5):
+            for seed in range(3):
+                rows.append({"point": 0, "seed": seed, "adc.bits": bits,
+                             "source.photons_per_mac": photons,
+                             "sqnr_db": 6.0 * bits + math.log10(photons) + rng.normal()})
+    return frame_of(rows, ["adc.bits", "source.photons_per_mac"])
+
+
+def test_line_draws_seed_means_per_hue(grid):
+    fig = plots.line(grid, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db")
+    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["10", "1000", "100000"]
+    expected = grid.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
+    for line, photons in zip(data_lines(ax), (10.0, 1e3, 1e5), strict=True):
+        np.testing.assert_array_equal(line.get_xdata(), [4, 6, 8])
+        np.testing.assert_allclose(line.get_ydata(), expected[photons].to_numpy(), rtol=1e-12)
+    assert ax.get_xscale() == "linear"
+
+
+def test_log_axis_for_decades_and_where(grid):
+    fig = plots.line(grid, "source.photons_per_mac", "sqnr_db", where={"adc.bits": 6})
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and "adc.bits=6" in ax.get_title()
+    means = grid[grid["adc.bits"] == 6].groupby("source.photons_per_mac")["sqnr_db"].mean()
+    np.testing.assert_allclose(data_lines(ax)[0].get_ydata(), means.to_numpy(), rtol=1e-12)
+
+
+def test_a_varying_parameter_is_never_averaged_silently(grid):
+    with pytest.raises(ValueError, match=r"parameter source.photons_per_mac also varies"):
+        plots.line(grid, "adc.bits", "sqnr_db")
+    with pytest.raises(ValueError, match="no runs match"):
+        plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 7.0})
+    with pytest.raises(ValueError, match="hue 'adc.bits' is the x parameter"):
+        plots.line(grid, "adc.bits", "sqnr_db", hue="adc.bits")
+
+
+def test_categorical_axis_for_none_and_inf():
+    rows = [{"seed": s, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": float(i)}
+            for i, (b, p) in enumerate([(None, math.inf), (8, math.inf), (None, 1e4), (8, 1e4)])
+            for s in range(2)]
+    frame = frame_of(rows, ["adc.bits", "source.photons_per_mac"])
+    frame["adc.bits"] = pd.Series([r["adc.bits"] for r in rows], dtype=object)
+    fig = plots.line(frame, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "None"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["10000", "inf"]
+    np.testing.assert_array_equal(data_lines(ax)[0].get_ydata(), [3.0, 2.0])
+
+
+def test_heatmap_cells_are_seed_means_with_blanks(grid):
+    partial = grid[~((grid["adc.bits"] == 8) & (grid["source.photons_per_mac"] == 10.0))]
+    fig = plots.heatmap(partial, "adc.bits", "source.photons_per_mac", "sqnr_db")
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "source.photons_per_mac")
+    assert fig.axes[1].get_ylabel() == "sqnr_db"
+    image = ax.get_images()[0].get_array()
+    expected = partial.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
+    assert image.mask[0, 2]  # (photons 10, 8 bits): not run
+    np.testing.assert_allclose(image[1, 0], expected[(1e3, 4)], rtol=1e-12)
+    assert len(ax.texts) == 8
+
+
+def test_matmul_bars():
+    rows = []
+    for bits in (6, 8):
+        for seed in range(2):
+            rows.append({"seed": seed, "adc.bits": bits, "sqnr_db": 20.0 + bits + seed,
+                         "sqnr_db.q_proj": 30.0 + bits, "sqnr_db.down_proj": 10.0 + bits + seed,
+                         "cosine.q_proj": 0.9})
+    frame = frame_of(rows, ["adc.bits"])
+    fig = plots.matmul_bars(frame, "sqnr_db", hue="adc.bits")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["q_proj", "down_proj", "layer output"]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == [36.0, 16.5, 26.5, 38.0, 18.5, 28.5]
+    assert ax.get_ylabel() == "sqnr_db"
+    with pytest.raises(ValueError, match="parameter adc.bits also varies"):
+        plots.matmul_bars(frame)
+
+
+def test_save_png_svg_without_pyplot(grid, tmp_path):
+    had_pyplot = "matplotlib.pyplot" in sys.modules
+    fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
+    paths = plots.save(fig, tmp_path / "sub" / "fig")
+    assert [p.name for p in paths] == ["fig.png", "fig.svg"]
+    assert paths[0].read_bytes()[:4] == b"\x89PNG" and paths[0].stat().st_size > 1000
+    assert "<svg" in paths[1].read_text()
+    if not had_pyplot:
+        assert "matplotlib.pyplot" not in sys.modules

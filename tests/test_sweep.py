@@ -1,0 +1,346 @@
+"""Sweeps: definition and validation, results against direct runs, resume,
+refusal of a changed sweep, executors agreeing bit for bit."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+import optical
+from optical.sweep import (
+    Range,
+    SweepDefinition,
+    SweepError,
+    _lock,
+    execute,
+    load,
+    read_manifest,
+    resume,
+)
+
+pd = pytest.importorskip("pandas")
+
+WL = optical.MatmulWorkload(tokens=16, k=64, n=32)
+PARAMS = {"adc.bits": [4, 8], "source.photons_per_mac": [1e4, 1e6]}
+# K = 64 fits one K-tile of the 1024-input core; give it several tiles so the
+# sweep exercises the tiled path.
+BASE = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+
+
+def metric_frame(frame):
+    """The columns that must not depend on where or when a run executed."""
+    return frame.drop(columns=["elapsed_s"]).reset_index(drop=True)
+
+
+def test_grid_rows_are_the_direct_runs(tmp_path):
+    frame = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "s", base=BASE,
+                          executor="serial", progress=False)
+    assert len(frame) == 4 * 2
+    assert list(frame.columns[:4]) == ["point", "seed", "adc.bits", "source.photons_per_mac"]
+    # the first path varies slowest, seeds fastest
+    assert frame["adc.bits"].tolist() == [4, 4, 4, 4, 8, 8, 8, 8]
+    assert frame["source.photons_per_mac"].tolist() == [1e4, 1e4, 1e6, 1e6] * 2
+    assert frame["seed"].tolist() == [0, 1] * 4
+    x, w, _ = WL.data()
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    for _, row in frame.iterrows():
+        cfg = BASE.replace({"adc.bits": row["adc.bits"],
+                            "source.photons_per_mac": row["source.photons_per_mac"]})
+        assert optical.OpticalConfig.from_json(row["config"]) == cfg
+        y, stats = optical.matmul(x, w, cfg, seed=int(row["seed"]), return_stats=True)
+        assert row["sqnr_db"] == optical.metrics.sqnr_db(exact, y)
+        assert row["cosine"] == optical.metrics.cosine(exact, y)
+        assert row["relative_error"] == optical.metrics.relative_error(exact, y)
+        assert row["clipped_fraction"] == stats.clipped_fraction
+        assert row["passes"] == stats.passes == optical.core.schedule(16, 64, 32, cfg).passes
+        assert row["optical_version"] == optical.__version__
+    # more photons and more bits: a better result (averaged over seeds)
+    mean = frame.groupby(["adc.bits", "source.photons_per_mac"])["sqnr_db"].mean()
+    assert mean[(8, 1e6)] > mean[(4, 1e6)] and mean[(8, 1e6)] > mean[(8, 1e4)]
+
+
+def test_noise_seeds_differ_but_data_do_not(tmp_path):
+    frame = optical.sweep(WL, {"adc.bits": [8]}, seeds=[3, 7], out=tmp_path / "s",
+                          base=BASE, executor="serial", progress=False)
+    assert frame["seed"].tolist() == [3, 7]
+    assert frame["sqnr_db"].iloc[0] != frame["sqnr_db"].iloc[1]
+    x1, w1, _ = WL.data()
+    x2, w2, _ = dataclasses.replace(WL).data()
+    assert np.array_equal(x1, x2) and np.array_equal(w1, w2)
+
+
+def test_rerun_skips_finished_runs_and_keeps_their_files(tmp_path):
+    out = tmp_path / "s"
+    definition = SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
+    first = execute(definition, out, executor="serial", progress=False)
+    assert (first.runs, first.already_done, first.ran) == (8, 0, 8)
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    before = load(out)
+    second = execute(definition, out, executor="serial", progress=False)
+    assert (second.runs, second.already_done, second.ran) == (8, 8, 0)
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")} == stamps
+    pd.testing.assert_frame_equal(load(out), before)
+    assert pd.read_parquet(out / "results.parquet").shape == before.shape
+
+
+@dataclasses.dataclass(frozen=True)
+class Interruptible:
+    """Like WL, but raises KeyboardInterrupt (Ctrl-C) at its ``stop_after``-th
+    run in this process; its identity (to_dict) ignores that."""
+
+    inner: optical.MatmulWorkload
+    stop_after: int | None = dataclasses.field(default=None, compare=False)
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    label = "interruptible"
+
+    def run(self, config, seed):
+        self.calls.append(seed)
+        if self.stop_after is not None and len(self.calls) > self.stop_after:
+            raise KeyboardInterrupt
+        return self.inner.run(config, seed)
+
+    def to_dict(self):
+        return self.inner.to_dict()
+
+
+def test_interrupted_sweep_keeps_finished_runs_and_completes_each_run_once(tmp_path):
+    out = tmp_path / "s"
+    with pytest.raises(KeyboardInterrupt):
+        optical.sweep(Interruptible(WL, stop_after=3), PARAMS, seeds=2, out=out, base=BASE,
+                      executor="serial", progress=False)
+    assert len(load(out)) == 3
+    (out / "runs" / ".half-written.json.1.2.tmp").write_text("{")  # as a kill mid-write
+    again = Interruptible(WL)
+    summary = resume(out, workload=again, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran, len(again.calls)) == (3, 5, 5)
+    frame = load(out)
+    assert len(frame) == 8 and not frame.duplicated(["point", "seed"]).any()
+    assert not list((out / "runs").glob(".*.tmp"))
+    whole = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "whole", base=BASE,
+                          executor="serial", progress=False)
+    pd.testing.assert_frame_equal(metric_frame(frame), metric_frame(whole))
+
+
+def test_failed_run_names_its_point_and_keeps_the_others(tmp_path):
+    class Fails(Interruptible):
+        def run(self, config, seed):
+            if config.adc.bits == 8:
+                raise RuntimeError("detector on fire")
+            return self.inner.run(config, seed)
+
+    out = tmp_path / "s"
+    with pytest.raises(SweepError, match=r"adc.bits=8.*seed 0: RuntimeError: detector on fire"):
+        optical.sweep(Fails(WL), PARAMS, seeds=2, out=out, base=BASE, executor="serial",
+                      progress=False)
+    assert sorted(load(out)["adc.bits"]) == [4, 4, 4, 4]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"params": {"adc.bits": [4, 6], "source.photons_per_mac": [1e4, 1e6]}},
+     r"params adc.bits: \[4, 8\] -> \[4, 6\]"),
+    ({"seeds": 3}, r"seeds: \[0, 1\] -> \[0, 1, 2\]"),
+    ({"base": BASE.replace({"adc.headroom": 3.0})}, r"base config adc.headroom: 4.0 -> 3.0"),
+    ({"workload": optical.MatmulWorkload(16, 64, 32, inputs="laplace")},
+     r"workload inputs: 'gaussian' -> 'laplace'"),
+])
+def test_changed_sweep_is_refused_naming_the_change(tmp_path, change, message):
+    out = tmp_path / "s"
+    kwargs = {"workload": WL, "params": PARAMS, "seeds": 2, "base": BASE} | change
+    optical.sweep(WL, PARAMS, seeds=2, out=out, base=BASE, executor="serial", progress=False)
+    files = sorted(p.name for p in (out / "runs").iterdir())
+    manifest = (out / "manifest.json").read_text()
+    with pytest.raises(ValueError, match="holds a different sweep") as info:
+        optical.sweep(kwargs.pop("workload"), kwargs.pop("params"), out=out,
+                      executor="serial", progress=False, **kwargs)
+    assert info.match(message)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == files
+    assert (out / "manifest.json").read_text() == manifest
+
+
+@pytest.mark.parametrize(("params", "kwargs", "message"), [
+    ({"adc.bitz": [4]}, {}, "unknown config path 'adc.bitz'"),
+    ({"adc.bits": [4, 0]}, {}, "adc.bits: 0 is out of range"),
+    ({"adc.bits": ["6"]}, {}, "adc.bits: '6' is not an integer"),
+    ({"encoding.inputs": ["offset", "both"]}, {}, "encoding.inputs: 'both' is not valid"),
+    ({"adc.bits": []}, {}, "adc.bits: no values given"),
+    ({"adc.bits": [4, 4]}, {}, "adc.bits: value 4 is given twice"),
+    ({"adc.bits": [2, 8], "adc.enob_loss": [0.0, 3.0]}, {},
+     r"point adc.bits=2, adc.enob_loss=3.0: adc.enob_loss"),
+    ({"adc.bits": Range(2, 8)}, {}, "a Range needs random sampling"),
+    ({"encoding.inputs": Range(0, 1)}, {"samples": 3}, "a Range needs a numeric field"),
+    ({"source.photons_per_mac": Range(0.0, 10.0, log=True)}, {"samples": 3},
+     "source.photons_per_mac: 0.0 is out of range"),
+    ({"adc.bits": [4]}, {"seeds": 0}, "seeds: 0 must be a positive number"),
+    ({"adc.bits": [4]}, {"seeds": [1, 1]}, "repeats a seed"),
+    ({"adc.bits": [4]}, {"samples": 0}, "samples: 0 must be a positive integer"),
+])
+def test_bad_definition_fails_before_any_work(tmp_path, params, kwargs, message):
+    out = tmp_path / "never"
+    kwargs = {"seeds": 1} | kwargs
+    with pytest.raises(ValueError, match=message):
+        optical.sweep(WL, params, out=out, executor="serial", progress=False, **kwargs)
+    assert not out.exists()
+
+
+def test_out_must_be_a_sweep_or_empty(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        optical.sweep(WL, {}, seeds=1, out=tmp_path / "file", executor="serial",
+                      progress=False)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty and holds no sweep"):
+        optical.sweep(WL, {}, seeds=1, out=tmp_path / "other", executor="serial",
+                      progress=False)
+    with pytest.raises(FileNotFoundError, match="no sweep here"):
+        load(tmp_path / "missing")
+
+
+def test_second_sweep_on_the_same_directory_is_refused(tmp_path):
+    out = tmp_path / "s"
+    out.mkdir()
+    with _lock(out), pytest.raises(ValueError, match="another sweep is running"):
+        optical.sweep(WL, {}, seeds=1, out=out, executor="serial", progress=False)
+
+
+def test_corrupt_run_file_is_named(tmp_path):
+    out = tmp_path / "s"
+    optical.sweep(WL, {}, seeds=1, out=out, executor="serial", progress=False)
+    run = next((out / "runs").glob("*.json"))
+    run.write_text('{"run_id": ')
+    with pytest.raises(ValueError, match=run.name):
+        load(out)
+
+
+def test_random_sampling_draws_in_range_and_resumes_the_same_points(tmp_path):
+    params = {"source.photons_per_mac": Range(10.0, 1e5, log=True),
+              "adc.bits": Range(3, 9), "encoding.inputs": ["offset", "split"]}
+    definition = SweepDefinition.build(WL, params, seeds=1, base=BASE, samples=40,
+                                       sample_seed=5)
+    points = definition.points()
+    assert points == SweepDefinition.build(WL, params, seeds=1, base=BASE, samples=40,
+                                           sample_seed=5).points()
+    assert points != SweepDefinition.build(WL, params, seeds=1, base=BASE, samples=40,
+                                           sample_seed=6).points()
+    photons = np.array([p["source.photons_per_mac"] for p in points])
+    bits = [p["adc.bits"] for p in points]
+    assert np.all((photons >= 10) & (photons <= 1e5))
+    # log-uniform: log10 spread over the 4 decades, not bunched in the top one
+    assert np.mean(np.log10(photons) < 3) > 0.25
+    assert all(isinstance(b, int) and 3 <= b <= 9 for b in bits) and len(set(bits)) > 3
+    assert {p["encoding.inputs"] for p in points} == {"offset", "split"}
+    out = tmp_path / "r"
+    small = SweepDefinition.build(WL, params, seeds=1, base=BASE, samples=4, sample_seed=5)
+    execute(small, out, executor="serial", progress=False)
+    manifest = read_manifest(out)
+    assert manifest["definition"]["sampling"] == "random"
+    assert manifest["points"] == json.loads(json.dumps(small.points()))
+    frame = load(out)
+    assert frame["source.photons_per_mac"].tolist() == [p["source.photons_per_mac"]
+                                                        for p in small.points()]
+    again = resume(out, executor="serial", progress=False)
+    assert again.ran == 0 and again.already_done == 4
+
+
+def test_infinite_and_none_values_round_trip(tmp_path):
+    params = {"source.photons_per_mac": [math.inf, 1e5], "adc.bits": [None, 8]}
+    frame = optical.sweep(WL, params, seeds=1, out=tmp_path / "s", base=BASE,
+                          executor="serial", progress=False)
+    assert frame["source.photons_per_mac"].tolist() == [math.inf, math.inf, 1e5, 1e5]
+    assert frame["adc.bits"].tolist() == [None, 8, None, 8]
+    assert read_manifest(tmp_path / "s")["points"][0] == {
+        "source.photons_per_mac": "inf", "adc.bits": None}
+    again = resume(tmp_path / "s", executor="serial", progress=False)
+    assert again.ran == 0
+
+
+def test_local_processes_give_the_serial_results(tmp_path):
+    serial = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "serial", base=BASE,
+                           executor="serial", progress=False)
+    procs = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "procs", base=BASE,
+                          executor=2, progress=False)
+    pd.testing.assert_frame_equal(metric_frame(procs), metric_frame(serial))
+
+
+def test_dask_threads_cluster_gives_the_serial_results(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    serial = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "serial", base=BASE,
+                           executor="serial", progress=False)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        frame = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "dask", base=BASE,
+                              executor=client, progress=False)
+    pd.testing.assert_frame_equal(metric_frame(frame), metric_frame(serial))
+
+
+@pytest.mark.slow
+def test_dask_process_cluster_gives_the_local_process_results(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    procs = optical.sweep(WL, PARAMS, seeds=3, out=tmp_path / "procs", base=BASE,
+                          executor=2, progress=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        frame = optical.sweep(WL, PARAMS, seeds=3, out=tmp_path / "dask", base=BASE,
+                              executor=client, progress=False)
+        # interrupted here, finished on the cluster: only the missing runs run there
+        out = tmp_path / "half"
+        with pytest.raises(KeyboardInterrupt):
+            optical.sweep(Interruptible(WL, stop_after=5), PARAMS, seeds=3, out=out,
+                          base=BASE, executor="serial", progress=False)
+        definition = SweepDefinition.build(WL, PARAMS, seeds=3, base=BASE)
+        summary = execute(definition, out, executor=client, progress=False)
+        assert (summary.already_done, summary.ran) == (5, 7)
+        assert "Dask cluster" in summary.executor
+    pd.testing.assert_frame_equal(metric_frame(load(out)), metric_frame(procs))
+    pd.testing.assert_frame_equal(metric_frame(frame), metric_frame(procs))
+
+
+def test_executor_argument_is_checked(tmp_path):
+    with pytest.raises(TypeError, match="executor: 'threads' is not valid"):
+        optical.sweep(WL, {}, seeds=1, out=tmp_path / "s", executor="threads",
+                      progress=False)
+    with pytest.raises(ValueError, match="jobs: 0 must be a positive integer"):
+        optical.sweep(WL, {}, seeds=1, out=tmp_path / "t", executor=0, progress=False)
+
+
+def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys):
+    optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "a", executor="serial")
+    assert "2/2" in capsys.readouterr().err
+    optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "b", executor="serial",
+                  progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_sweep_written_before_a_new_config_field_resumes_without_rerunning(tmp_path):
+    """A manifest from a version without the `mapping` section: the same
+    sweep, since the new field's default keeps the old behaviour."""
+    out = tmp_path / "s"
+    optical.sweep(WL, PARAMS, seeds=1, out=out, base=BASE, executor="serial", progress=False)
+    before = load(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["definition"]["base_config"]["mapping"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "runs" / "0123456789abcdef0123.json").write_text("stray file, not a run")
+    summary = execute(SweepDefinition.build(WL, PARAMS, seeds=1, base=BASE), out,
+                      executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (4, 0)
+    pd.testing.assert_frame_equal(load(out), before)
+
+
+def test_integer_range_draws_every_integer_uniformly():
+    from scipy import stats
+
+    params = {"adc.bits": Range(3, 6), "adc.headroom": Range(1.0, 8.0)}
+    points = SweepDefinition.build(WL, params, seeds=1, samples=2000, sample_seed=1).points()
+    assert len(points) == 2000  # the continuous headroom makes every draw distinct
+    bits = np.array([p["adc.bits"] for p in points])
+    counts = np.bincount(bits, minlength=7)
+    assert counts[:3].sum() == 0 and counts[3:].min() > 0  # both ends included
+    assert stats.chisquare(counts[3:]).pvalue > 0.01
+    headroom = np.array([p["adc.headroom"] for p in points])
+    assert stats.kstest(headroom, stats.uniform(1.0, 7.0).cdf).pvalue > 0.01

@@ -1,0 +1,222 @@
+"""``optical sweep`` and ``optical plot``: end to end, resume, bad options,
+SIGTERM mid-sweep."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import optical
+from optical.cli import build_parser, main
+from optical.sweep import load
+
+pd = pytest.importorskip("pandas")
+
+SWEEP = ["sweep", "--matmul", "16x64x32", "--param", "adc.bits=4,8",
+         "--param", "source.photons_per_mac=1e4,1e6", "--seeds", "2",
+         "--set", "core.inputs=32", "--jobs", "1", "--quiet"]
+
+
+def test_sweep_then_resume_from_the_manifest_alone(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out), "--json", str(tmp_path / "a.json")]) == 0
+    first = json.loads((tmp_path / "a.json").read_text())
+    assert (first["runs"], first["already_done"], first["ran"]) == (8, 0, 8)
+    frame = load(out)
+    assert frame["adc.bits"].tolist() == [4, 4, 4, 4, 8, 8, 8, 8]
+    cfg = optical.OpticalConfig.from_json(frame["config"].iloc[-1])
+    assert cfg == optical.presets.get("iris-like").replace(
+        {"core.inputs": 32, "adc.bits": 8, "source.photons_per_mac": 1e6})
+    capsys.readouterr()
+    assert main(["sweep", "--out", str(out), "--json", "-"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (second["already_done"], second["ran"]) == (8, 0)
+    # the whole command again is the same sweep: resumed too
+    assert main([*SWEEP, "--out", str(out)]) == 0
+
+
+def test_summary_table_and_progress(tmp_path, capsys):
+    argv = [a for a in SWEEP if a != "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "s")]) == 0
+    captured = capsys.readouterr()
+    assert "8 runs (0 already done, 8 run now on this process)" in captured.out
+    assert "sqnr_db mean" in captured.out and "8/8" in captured.err
+
+
+def test_csv_results(tmp_path):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out), "--format", "csv"]) == 0
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == 8 and {"adc.bits", "seed", "sqnr_db", "config"} <= set(table.columns)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--param", "adc.bitz=4,6"], "--param 'adc.bitz=4,6': unknown config path 'adc.bitz'"),
+    (["--param", "adc.bits=4,six"], "--param 'adc.bits=4,six': adc.bits: cannot parse 'six'"),
+    (["--param", "adc.bits=4,0"], "--param 'adc.bits=4,0': adc.bits: 0 is out of range"),
+    (["--param", "adc.bits"], "--param 'adc.bits': expected PATH=VALUES"),
+    (["--param", "adc.bits=4", "--param", "adc.bits=6"], "adc.bits is given twice"),
+    (["--param", "source.photons_per_mac=1:10:cubic"], "must be LO:HI or LO:HI:log"),
+    (["--param", "adc.bits=4", "--set", "adc.enob_loss=5"],
+     "point adc.bits=4: adc.enob_loss: 5.0 leaves no effective bits"),
+    (["--matmul", "16x64"], "matmul shape '16x64': expected TxKxN"),
+    (["--model", "nowhere", "--param", "adc.bits=4"], "no config.json in model directory"),
+    (["--matmul", "4x4x4", "--jobs", "0"], "--jobs: 0 must be a positive integer"),
+    (["--param", "adc.bits=4"], "give a workload (--matmul TxKxN or --model DIR)"),
+])
+def test_malformed_options_fail_before_any_work(tmp_path, capsys, extra, message):
+    out = tmp_path / "never"
+    argv = ["sweep", "--out", str(out), "--quiet", *extra]
+    if "--matmul" not in extra and "--model" not in extra and "give a workload" not in message:
+        argv += ["--matmul", "4x8x4"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_resume_needs_a_sweep(tmp_path, capsys):
+    assert main(["sweep", "--out", str(tmp_path / "none")]) == 2
+    assert "no sweep here" in capsys.readouterr().err
+
+
+def test_changed_sweep_is_refused(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    changed = [a.replace("adc.bits=4,8", "adc.bits=4,6,8") for a in SWEEP]
+    assert main([*changed, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a different sweep" in err and "adc.bits: [4, 8] -> [4, 6, 8]" in err
+
+
+def test_failed_run_exits_1_and_keeps_finished_runs(tmp_path, capsys, monkeypatch):
+    from optical import workloads
+
+    real = workloads.MatmulWorkload.run
+
+    def flaky(self, config, seed):
+        if config.adc.bits == 8:
+            raise FloatingPointError("overflow in the ADC")
+        return real(self, config, seed)
+
+    monkeypatch.setattr(workloads.MatmulWorkload, "run", flaky)
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 1
+    assert "FloatingPointError: overflow in the ADC" in capsys.readouterr().err
+    assert len(load(out)) == 4
+
+
+def test_sweep_on_a_dask_scheduler(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    argv = [a for a in SWEEP if a not in ("--jobs", "1")]
+    assert main([*argv, "--out", str(tmp_path / "local")]) == 0
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:
+        assert main([*argv, "--out", str(tmp_path / "dask"), "--scheduler",
+                     cluster.scheduler_address, "--json", str(tmp_path / "d.json")]) == 0
+    assert "Dask cluster" in json.loads((tmp_path / "d.json").read_text())["executor"]
+    local, dask = load(tmp_path / "local"), load(tmp_path / "dask")
+    pd.testing.assert_frame_equal(local.drop(columns="elapsed_s"), dask.drop(columns="elapsed_s"))
+
+
+def test_every_command_has_help_with_examples(capsys):
+    parser = build_parser()
+    for command in ("config", "sweep", "plot"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        text = capsys.readouterr().out
+        assert "--json" in text
+        if command != "config":
+            assert "examples:" in text and f"optical {command} " in text
+
+
+def test_plot_writes_labelled_png_and_svg(tmp_path):
+    from optical.commands.plot import make_figure
+
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    argv = ["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db",
+            "--hue", "source.photons_per_mac", "--json", str(tmp_path / "p.json")]
+    assert main(argv) == 0
+    files = [tmp_path / f for f in json.loads((tmp_path / "p.json").read_text())["files"]]
+    png, svg = files
+    assert png.suffix == ".png" and png.stat().st_size > 1000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    fig, name = make_figure(load(out), build_parser().parse_args(argv))
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db")
+    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac"
+    assert png.name == name + ".png"
+
+
+def test_plot_heatmap_and_where(tmp_path):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    stem = tmp_path / "heat"
+    assert main(["plot", str(out), "--kind", "heatmap", "--x", "adc.bits", "--y",
+                 "source.photons_per_mac", "--z", "cosine", "--output", str(stem),
+                 "--formats", "png"]) == 0
+    assert (tmp_path / "heat.png").stat().st_size > 1000
+    assert not (tmp_path / "heat.svg").exists()
+    assert main(["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+                 "source.photons_per_mac=1e6"]) == 0
+    assert list((out / "plots").glob("sqnr_db-vs-adc.bits-source.photons_per_mac=1000000.0.png"))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--x", "adc.bits", "--y", "sqnr_db"], "parameter source.photons_per_mac also varies"),
+    (["--x", "adc.bit", "--y", "sqnr_db"], "x 'adc.bit' is not a swept parameter"),
+    (["--x", "adc.bits", "--y", "sqnr"], "y 'sqnr' is not a metric of this sweep"),
+    (["--x", "adc.bits"], "--kind line needs --y"),
+    (["--x", "adc.bits", "--y", "sqnr_db", "--where", "source.photons_per_mac=5"],
+     "where source.photons_per_mac=5.0: no runs match"),
+    (["--kind", "bars"], "no per-matmul columns sqnr_db.<matmul>"),
+    (["--x", "adc.bits", "--y", "sqnr_db", "--formats", "gif"], "--formats: 'gif' is not valid"),
+])
+def test_bad_plot_options_are_named(tmp_path, capsys, extra, message):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (out / "plots").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
+    """SIGTERM to a running `optical sweep`: it stops, keeps what finished, and
+    the same command finishes the rest, each (point, seed) exactly once."""
+    out = tmp_path / "s"
+    argv = ["sweep", "--matmul", "64x1024x512", "--param", "adc.bits=4,6,8",
+            "--param", "source.photons_per_mac=1e4,1e5,1e6,1e7", "--seeds", "5",
+            "--out", str(out), "--jobs", "2", "--quiet"]
+    total = 3 * 4 * 5
+    process = subprocess.Popen([sys.executable, "-m", "optical.cli", *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runs = out / "runs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if runs.is_dir() and len(list(runs.glob("*.json"))) >= 4:
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr.decode()
+    kept = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
+    assert 4 <= len(kept) < total
+    assert not list(runs.glob(".*.tmp"))
+
+    assert main([*argv, "--json", str(tmp_path / "r.json")]) == 0
+    summary = json.loads((tmp_path / "r.json").read_text())
+    assert (summary["already_done"], summary["ran"]) == (len(kept), total - len(kept))
+    frame = load(out)
+    assert len(frame) == total and not frame.duplicated(["point", "seed"]).any()
+    assert sorted(frame["run_id"]) == sorted(p.stem for p in runs.glob("*.json"))
+    assert {n: (runs / n).stat().st_mtime_ns for n in kept} == kept
+    assert os.path.getsize(out / "results.parquet") > 0

@@ -1,0 +1,146 @@
+"""Loading model directories: real checkpoints (bf16, sharded), lazily, with named errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from optical import transformer
+from optical.transformer import Checkpoint
+from tests.transformer_helpers import TINY_LLAMA, llama_shapes, random_llama_tensors, write_model
+
+pytest.importorskip("safetensors")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+@pytest.fixture
+def bf16_tensors():
+    return random_llama_tensors(TINY_LLAMA, seed=1, dtype=ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_bf16_checkpoint_loads_back_bit_exactly(tmp_path, bf16_tensors, shards):
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors, shards=shards))
+    assert model.checkpoint is not None and "checkpoint" in model.weights_source
+    for index in range(TINY_LLAMA["num_hidden_layers"]):
+        layer = model.layer(index)
+        for short, name in (("q_proj", "self_attn.q_proj.weight"),
+                            ("down_proj", "mlp.down_proj.weight"),
+                            ("post_attention_layernorm", "post_attention_layernorm.weight")):
+            stored = bf16_tensors[f"model.layers.{index}.{name}"]
+            assert layer.weights[short].dtype == np.float32
+            # bf16 -> float32 is exact: the bits are the stored bits shifted up
+            np.testing.assert_array_equal(layer.weights[short].view(np.uint32) >> 16,
+                                          stored.view(np.uint16).astype(np.uint32))
+
+
+def test_unprefixed_layer_names_and_float16_storage(tmp_path):
+    tensors = {k.removeprefix("model."): v.astype(np.float16)
+               for k, v in random_llama_tensors(TINY_LLAMA, seed=2).items()}
+    layer = transformer.load(write_model(tmp_path, TINY_LLAMA, tensors)).layer(1)
+    np.testing.assert_array_equal(layer.weights["up_proj"],
+                                  tensors["layers.1.mlp.up_proj.weight"].astype(np.float32))
+
+
+def test_layers_are_read_lazily(tmp_path, bf16_tensors, monkeypatch):
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors))
+    read = []
+    original = Checkpoint.read
+
+    def spy(self, name, *args, **kwargs):
+        read.append(name)
+        return original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "read", spy)
+    layer = model.layer(2)
+    assert len(read) == 9 and all(name.startswith("model.layers.2.") for name in read)
+    assert model.layer(2) is layer and len(read) == 9  # the last layer is kept
+    model.layer(0)
+    assert len(read) == 18
+
+
+def test_missing_tensor_is_named(tmp_path, bf16_tensors):
+    del bf16_tensors["model.layers.1.mlp.up_proj.weight"]
+    with pytest.raises(ValueError, match=r"tensor 'model.layers.1.mlp.up_proj.weight' is missing"):
+        transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors))
+
+
+def test_no_layer_tensors_at_all_is_named(tmp_path):
+    write_model(tmp_path, TINY_LLAMA, {"lm_head.weight": np.zeros((4, 4), np.float32)})
+    with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.q_proj.weight' is missing"):
+        transformer.load(tmp_path)
+
+
+def test_shape_contradicting_config_is_named(tmp_path, bf16_tensors):
+    name = "model.layers.0.mlp.gate_proj.weight"
+    bf16_tensors[name] = bf16_tensors[name][:-1]
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors))
+    with pytest.raises(ValueError, match=rf"tensor '{name}' has shape \(159, 64\).*config.json "
+                                         r"\(hidden_size 64, intermediate_size 160"):
+        model.layer(0)
+    model.layer(1)  # the other layers are fine
+
+
+def test_integer_and_non_finite_tensors_are_named(tmp_path, bf16_tensors):
+    name = "model.layers.0.input_layernorm.weight"
+    bf16_tensors[name] = np.ones(64, dtype=np.int32)
+    with pytest.raises(TypeError, match=rf"tensor '{name}' has dtype I32"):
+        transformer.load(write_model(tmp_path / "int", TINY_LLAMA, bf16_tensors)).layer(0)
+    bf16_tensors[name] = np.full(64, np.nan, dtype=np.float32)
+    with pytest.raises(ValueError, match=rf"tensor '{name}'.*NaN"):
+        transformer.load(write_model(tmp_path / "nan", TINY_LLAMA, bf16_tensors)).layer(0)
+
+
+def test_bad_index_and_pickles(tmp_path, bf16_tensors):
+    directory = write_model(tmp_path / "sharded", TINY_LLAMA, bf16_tensors, shards=2)
+    (directory / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model-00002-of-00002.safetensors, which is missing"):
+        transformer.load(directory)
+    pickles = write_model(tmp_path / "pickles", TINY_LLAMA)
+    (pickles / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(ValueError, match="pytorch_model.bin but no \\*.safetensors"):
+        transformer.load(pickles)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"model_type": "mistral"}, "unknown architecture model_type='mistral'"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+    ({"attention_bias": True}, "attention_bias=true is not supported"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+     "rope_scaling.rope_type: 'yarn' is not supported"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+     "rope_scaling.low_freq_factor: missing"),
+    ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads 3"),
+])
+def test_unsupported_configs_name_the_key(tmp_path, change, message):
+    write_model(tmp_path, {**TINY_LLAMA, **change})
+    with pytest.raises(ValueError, match=message):
+        transformer.load(tmp_path)
+
+
+def test_missing_directory_and_config(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        transformer.load(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        transformer.load(tmp_path)
+
+
+def test_without_checkpoint_weights_are_synthetic_at_the_real_shapes(tmp_path):
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA), seed=4)
+    assert model.checkpoint is None and model.weights_source == "synthetic (seed 4)"
+    layer = model.layer(0)
+    shapes = {k.split(".")[-2] if "proj" in k else k.split(".")[0]: v
+              for k, v in llama_shapes(TINY_LLAMA).items()}
+    for short, shape in shapes.items():
+        assert layer.weights[short].shape == shape
+
+
+def test_bundled_model_directories_load(tmp_path):
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parent.parent / "models"
+    for name in ("llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"):
+        model = transformer.load(models / name)
+        assert model.spec.architecture == "llama" and model.checkpoint is None
+    config = json.loads((models / "llama-3.1-8b" / "config.json").read_text())
+    assert config["rope_scaling"]["rope_type"] == "llama3"

@@ -1,0 +1,215 @@
+"""The reference Llama layer against independent implementations: Hugging Face's
+LlamaDecoderLayer (torch, when installed) and a float64 numpy re-derivation."""
+
+import math
+
+import numpy as np
+import pytest
+
+import optical
+from optical import transformer
+from optical.transformer.numerics import round_to
+from optical.transformer.rope import inverse_frequencies, rope_settings
+from tests.transformer_helpers import (
+    TINY_LLAMA,
+    llama3_inv_freq64,
+    llama_layer64,
+    random_llama_tensors,
+    write_model,
+)
+
+# --------------------------------------------------------------------------- #
+# rounding and RoPE
+# --------------------------------------------------------------------------- #
+
+def test_bfloat16_rounding_matches_ml_dtypes_including_ties_and_overflow(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = (rng.standard_normal(200_000) * np.exp(rng.uniform(-40, 40, 200_000))).astype(np.float32)
+    ties = ((rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)
+             & np.uint32(0xFFFF0000)) | np.uint32(0x8000)).view(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 3.4e38, -3.4e38, 1e-45],
+                       dtype=np.float32)
+    for values in (x, ties[np.isfinite(ties)], special):
+        expected = values.astype(ml_dtypes.bfloat16).astype(np.float32)
+        np.testing.assert_array_equal(round_to(values, "bfloat16"), expected)
+
+
+def test_float16_rounding_is_numpys_half():
+    x = np.array([1 / 3, 70000.0, -1e-8, 2.0**-24 * 1.5], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(round_to(x, "float16"), expected)
+    assert np.isinf(expected[1])
+    assert round_to(x, "float32") is x
+    with pytest.raises(ValueError, match="float8"):
+        round_to(x, "float8")
+
+
+def test_llama3_frequencies_match_metas_apply_scaling_in_all_three_bands():
+    scaling = TINY_LLAMA["rope_scaling"]
+    for head_dim in (16, 64, 128):
+        ours = inverse_frequencies(head_dim, 500000.0, scaling)
+        expected = llama3_inv_freq64(head_dim, 500000.0, scaling)
+        np.testing.assert_allclose(ours, expected, rtol=2e-6)
+        wavelength = 2 * math.pi * 500000.0 ** (np.arange(0, head_dim, 2) / head_dim)
+        # unchanged (< 2048), scaled (> 8192) and blended bands are all present
+        assert (wavelength < 2048).any() and (wavelength > 8192).any()
+        assert ((wavelength > 2048) & (wavelength < 8192)).any()
+    plain = inverse_frequencies(16, 10000.0, None)
+    np.testing.assert_allclose(plain, 10000.0 ** (-np.arange(0, 16, 2) / 16), rtol=2e-6)
+
+
+def test_rope_settings_read_both_config_styles():
+    old = {"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    new = {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 500000.0}}
+    assert rope_settings(old)[0] == rope_settings(new)[0] == 500000.0
+    assert rope_settings(old)[1]["factor"] == rope_settings(new)[1]["factor"] == 8.0
+    with pytest.raises(ValueError, match=r"rope_scaling.rope_type: 'yarn' is not supported"):
+        inverse_frequencies(16, 1e4, {"rope_type": "yarn"})
+    with pytest.raises(ValueError, match=r"rope_parameters.low_freq_factor: missing"):
+        inverse_frequencies(16, 1e4, {"rope_type": "llama3", "factor": 8.0,
+                                       "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 8192},
+                            key="rope_parameters")
+
+
+# --------------------------------------------------------------------------- #
+# the layer against a float64 re-derivation
+# --------------------------------------------------------------------------- #
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    pytest.importorskip("safetensors")
+    tensors = random_llama_tensors(TINY_LLAMA, seed=3)
+    directory = write_model(tmp_path_factory.mktemp("tiny-llama"), TINY_LLAMA, tensors)
+    return transformer.load(directory), tensors
+
+
+def test_float32_reference_matches_float64_rederivation(tiny):
+    model, tensors = tiny
+    h = np.random.default_rng(5).standard_normal((2, 48, 64)).astype(np.float32)
+    for index in (0, 2):
+        layer = model.layer(index)
+        ours = layer.reference(h, dtype="float32")
+        prefix = f"model.layers.{index}."
+        w = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        for b in range(2):
+            expected = llama_layer64(h[b], w, TINY_LLAMA)
+            assert optical.metrics.relative_error(expected, ours[b]) < 1e-4
+        # a 2-D input is the batch-of-one case
+        np.testing.assert_allclose(layer.reference(h[1], dtype="float32"), ours[1],
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_causality_later_tokens_do_not_change_earlier_outputs(tiny):
+    model, _ = tiny
+    h = np.random.default_rng(6).standard_normal((20, 64)).astype(np.float32)
+    layer = model.layer(1)
+    full = layer.reference(h, dtype="float32")
+    np.testing.assert_allclose(layer.reference(h[:7], dtype="float32"), full[:7],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_reference_outputs_are_dtype_representable(tiny):
+    model, _ = tiny
+    h = np.random.default_rng(7).standard_normal((16, 64)).astype(np.float32)
+    for dtype in ("float16", "bfloat16"):
+        out = model.layer(0).reference(h, dtype=dtype)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(round_to(out, dtype), out)
+
+
+def test_bad_layer_inputs_are_named(tiny):
+    model, _ = tiny
+    layer = model.layer(0)
+    h = np.zeros((4, 64), dtype=np.float32)
+    with pytest.raises(TypeError, match="h: dtype float64"):
+        layer.reference(h.astype(np.float64))
+    with pytest.raises(ValueError, match=r"h: expected shape \(tokens, 64\)"):
+        layer.reference(np.zeros((4, 63), dtype=np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        layer.reference(np.full((4, 64), np.nan, dtype=np.float32))
+    with pytest.raises(ValueError, match="dtype: 'float8'"):
+        layer.reference(h, dtype="float8")
+    with pytest.raises(ValueError, match="exactly one of dtype"):
+        layer.trace(h)
+    with pytest.raises(ValueError, match="layer: 3 is out of range"):
+        model.layer(3)
+
+
+# --------------------------------------------------------------------------- #
+# the layer against Hugging Face transformers
+# --------------------------------------------------------------------------- #
+
+# Importing torch and transformers alone takes ~10 s here: these run in CI (`make test`).
+
+@pytest.fixture(scope="module")
+def hf_llama(tmp_path_factory):
+    pytest.importorskip("safetensors")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    kwargs = {k: v for k, v in TINY_LLAMA.items()
+              if k not in ("architectures", "model_type", "torch_dtype")}
+    config = transformers.LlamaConfig(**kwargs, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:  # HF initialises norms to 1; make them matter
+                param.copy_(1 + 0.2 * torch.randn_like(param))
+    directory = tmp_path_factory.mktemp("hf-llama")
+    model.save_pretrained(directory)
+    return torch, model, transformer.load(directory)
+
+
+def _hf_layer_output(torch, model, index, h, dtype):
+    layer = model.model.layers[index].to(dtype)
+    try:
+        batch, tokens = h.shape[:2]
+        x = torch.from_numpy(h).to(dtype)
+        positions = torch.arange(tokens)[None].expand(batch, tokens)
+        cos, sin = model.model.rotary_emb(x, positions)
+        mask = torch.full((tokens, tokens), torch.finfo(dtype).min).triu(1)[None, None].to(dtype)
+        with torch.no_grad():
+            out = layer(x, attention_mask=mask, position_ids=positions,
+                        position_embeddings=(cos, sin))
+        out = out[0] if isinstance(out, tuple) else out
+        return out.float().numpy()
+    finally:
+        layer.float()
+
+
+@pytest.mark.slow
+def test_matches_hugging_face_llama_decoder_layer(hf_llama):
+    torch, model, ours = hf_llama
+    h = np.random.default_rng(11).standard_normal((2, 40, 64)).astype(np.float32)
+    layer = ours.layer(1)
+    hf = {name: _hf_layer_output(torch, model, 1, h, getattr(torch, name))
+          for name in ("float32", "float16", "bfloat16")}
+    mine = {name: layer.reference(h, dtype=name) for name in hf}
+    assert optical.metrics.relative_error(hf["float32"], mine["float32"]) < 1e-4
+    # In half precision we reproduce HF's rounding, not just its maths: our
+    # distance to HF fp16 is a small fraction of fp16's own distance to fp32.
+    for name, eps in (("float16", 2.0**-11), ("bfloat16", 2.0**-8)):
+        own_error = optical.metrics.relative_error(hf["float32"], hf[name])
+        ours_vs_hf = optical.metrics.relative_error(hf[name], mine[name])
+        assert ours_vs_hf < eps
+        assert ours_vs_hf < 0.5 * own_error, (name, ours_vs_hf, own_error)
+    assert optical.metrics.relative_error(hf["float16"], mine["float16"]) < 1e-5
+
+
+@pytest.mark.slow
+def test_bf16_hf_checkpoint_loads_bit_exactly(hf_llama, tmp_path):
+    torch, model, _ = hf_llama
+    bf16 = model.to(torch.bfloat16)
+    try:
+        bf16.save_pretrained(tmp_path)
+        layer = transformer.load(tmp_path).layer(2)
+        state = bf16.state_dict()
+        for short, name in (("down_proj", "mlp.down_proj.weight"),
+                            ("q_proj", "self_attn.q_proj.weight"),
+                            ("input_layernorm", "input_layernorm.weight")):
+            expected = state[f"model.layers.2.{name}"].float().numpy()
+            np.testing.assert_array_equal(layer.weights[short], expected)
+    finally:
+        model.float()

@@ -1,0 +1,117 @@
+"""Synthetic Llama weights and hidden states: seeded, realistic statistics, massive activations."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from optical.transformer import SyntheticLlama, load
+from optical.transformer.numerics import round_to
+from optical.transformer.spec import ModelSpec
+from optical.transformer.synthetic import llama_hidden_states, llama_layer_weights
+from tests.transformer_helpers import TINY_LLAMA
+
+# Wide enough for the statistics to be measurable, small enough to be quick.
+MEDIUM = ModelSpec.from_config({**TINY_LLAMA, "hidden_size": 512, "intermediate_size": 1376,
+                                "num_attention_heads": 8, "num_key_value_heads": 2,
+                                "head_dim": 64, "num_hidden_layers": 4})
+
+
+@pytest.fixture(scope="module")
+def medium_weights():
+    return {i: llama_layer_weights(MEDIUM, i, seed=0) for i in (0, 1)}
+
+
+def test_weights_are_seeded_per_seed_layer_and_name(medium_weights):
+    again = llama_layer_weights(MEDIUM, 1, seed=0)
+    for name, w in medium_weights[1].items():
+        np.testing.assert_array_equal(again[name], w)
+    other_seed = llama_layer_weights(MEDIUM, 1, seed=1)
+    assert not np.array_equal(other_seed["q_proj"], medium_weights[1]["q_proj"])
+    # different layers and different tensors of one layer are not copies
+    assert not np.array_equal(medium_weights[0]["q_proj"], medium_weights[1]["q_proj"])
+    assert not np.array_equal(medium_weights[0]["gate_proj"], medium_weights[0]["up_proj"])
+
+
+def test_weight_statistics_are_llama_like(medium_weights):
+    for name, w in medium_weights[0].items():
+        if w.ndim == 1:
+            assert 0.6 < w.mean() < 1.4  # norm weights
+            continue
+        np.testing.assert_array_equal(round_to(w, "bfloat16"), w)  # stored as bf16
+        expected_std = 0.02 * np.sqrt(4096 / w.shape[1])
+        column_std = np.median(w.std(axis=0))
+        assert 0.9 * expected_std < column_std < 1.1 * expected_std, name
+        # heavier tails than a Gaussian (Tukey h = 0.1: kurtosis 5.5)
+        assert stats.kurtosis(w.ravel(), fisher=False) > 4.0, name
+        # a few input channels with ~4x the typical weights
+        ratio = w.std(axis=0) / np.median(w.std(axis=0))
+        assert 2 <= np.count_nonzero(ratio > 3) <= 8, name
+
+
+def test_super_weight_is_planted_in_layer_one_down_proj(medium_weights):
+    stats_ = SyntheticLlama()
+    layer, channel = stats_.super_index(MEDIUM)
+    assert layer == 1 and channel == 2427 * 1376 // 14336
+    dims, values = stats_.massive(MEDIUM, 0)
+    down = medium_weights[1]["down_proj"]
+    typical = np.median(np.abs(down))
+    assert np.all(np.abs(down[dims, channel]) > 50 * typical)
+    others = np.abs(down).ravel()
+    others = np.delete(others, np.ravel_multi_index((dims, [channel] * len(dims)), down.shape))
+    assert others.max() < np.abs(down[dims, channel]).min()  # the largest entries
+    assert np.abs(medium_weights[0]["down_proj"]).max() < np.abs(down[dims, channel]).min()
+
+
+def test_massive_activations_appear_on_the_first_token_from_the_super_layer():
+    model = load_spec_model()
+    dims, _ = SyntheticLlama().massive(MEDIUM, 0)
+    h1 = model.hidden_states(1, 32)
+    out = model.layer(1).reference(h1, dtype="float32")
+    first, rest = np.abs(out[0]), np.abs(out[1:])
+    assert 1e2 <= first[dims].min() and first[dims].max() <= 2e3
+    assert rest.max() < 30 and np.delete(first, dims).max() < 0.2 * first[dims].min()
+    # ... and the synthetic input of later layers carries them
+    h2 = model.hidden_states(2, 32)
+    assert np.abs(h2[0, dims]).min() >= 1e2 and np.abs(h2[1:]).max() < 30
+    assert np.abs(h1).max() < 30  # not before the super layer
+
+
+def load_spec_model():
+    from pathlib import Path
+
+    from optical.transformer.model import LlamaModel
+
+    return LlamaModel(Path("medium"), MEDIUM, None, seed=0)
+
+
+def test_hidden_state_structure_follows_the_model_seed():
+    from pathlib import Path
+
+    from optical.transformer.model import LlamaModel
+
+    model = LlamaModel(Path("medium"), MEDIUM, None, seed=7)
+    dims, _ = SyntheticLlama().massive(MEDIUM, 7)
+    for seed in (0, 1):  # the input's own seed changes the tokens, not the model's features
+        out = model.layer(1).reference(model.hidden_states(1, 16, seed=seed), dtype="float32")
+        assert np.abs(out[0, dims]).min() > 1e2
+
+
+def test_hidden_states_shapes_seeds_and_errors():
+    h = llama_hidden_states(MEDIUM, 2, 16, seed=3)
+    assert h.shape == (16, 512) and h.dtype == np.float32
+    np.testing.assert_array_equal(llama_hidden_states(MEDIUM, 2, 16, seed=3), h)
+    assert llama_hidden_states(MEDIUM, 2, 16, seed=3, batch=2).shape == (2, 16, 512)
+    assert not np.array_equal(llama_hidden_states(MEDIUM, 2, 16, seed=4), h)
+    with pytest.raises(ValueError, match="tokens"):
+        llama_hidden_states(MEDIUM, 2, 0, seed=3)
+    with pytest.raises(ValueError, match="layer: 9 is out of range"):
+        llama_hidden_states(MEDIUM, 9, 4, seed=3)
+
+
+def test_real_shapes_of_the_bundled_models_without_building_earlier_layers():
+    from pathlib import Path
+
+    model = load(Path(__file__).resolve().parent.parent / "models" / "llama-3.2-1b")
+    layer = model.layer(15)  # the last layer alone
+    assert layer.weights["down_proj"].shape == (2048, 8192)
+    assert layer.weights["k_proj"].shape == (512, 2048)

@@ -1,0 +1,129 @@
+"""validate(): the report's numbers against metrics computed here, its counts
+against layer_schedule, and the ``optical validate`` command."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+import optical
+from optical import transformer
+from optical.cli import main
+from optical.transformer.validate import worst_row_sqnr_db
+from tests.transformer_helpers import TINY_LLAMA, write_model
+
+CFG = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+#: The same machine with nothing calibrated: every count is layer_schedule's.
+NAIVE = CFG.replace({"adc.full_scale": "rms", "outliers.policy": "none"})
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("tiny"), TINY_LLAMA)
+
+
+def test_calibrated_machine_is_calibrated_on_a_held_out_input(tiny_dir):
+    """iris-like calibrates its ADC windows and outlier channels: validate does
+    it on each weight matmul's inputs in a float32 reference run of another
+    input (seeded apart), never on the input it scores."""
+    from optical.transformer._engines import derive_seed
+
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=2, tokens=12, config=CFG, seed=3,
+                                  calibration_tokens=20)
+    layer = model.layer(2)
+    held_out = model.hidden_states(2, 20, seed=derive_seed(3, "calibration"), batch=1)
+    calibration = layer.trace(held_out, dtype="float32").inputs
+    h = model.hidden_states(2, 12, seed=3, batch=1)
+    run = layer.trace(h, config=CFG, seed=3, calibration=calibration)
+    ref = layer.trace(h, dtype="float16")
+    for row in report.products:
+        assert row.sqnr_db == optical.metrics.sqnr_db(ref.products[row.name],
+                                                      run.products[row.name]), row.name
+    oracle = layer.trace(h, config=CFG, seed=3)  # calibrated on its own inputs
+    assert not np.array_equal(oracle.output, run.output)
+
+
+def test_report_metrics_and_counts(tiny_dir):
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=2, tokens=12, config=NAIVE, seed=3, batch=2,
+                                  local=True)
+    names = [r.name for r in report.products]
+    assert names == ["q_proj", "k_proj", "v_proj", "attention.scores", "attention.values",
+                     "o_proj", "gate_proj", "up_proj", "down_proj"]
+    # the numbers are those of the two runs, recomputed here
+    h = model.hidden_states(2, 12, seed=3, batch=2)
+    layer = model.layer(2)
+    ref = layer.trace(h, dtype="float16")
+    run = layer.trace(h, config=NAIVE, seed=3)
+    for row in report.products:
+        assert row.sqnr_db == optical.metrics.sqnr_db(ref.products[row.name],
+                                                      run.products[row.name])
+    assert report.output.cosine == optical.metrics.cosine(ref.output, run.output)
+    down = report.product("down_proj")
+    x = run.inputs["down_proj"].astype(np.float64)
+    exact = x @ layer.weights["down_proj"].T.astype(np.float64)
+    assert down.local_sqnr_db == pytest.approx(optical.metrics.sqnr_db(exact,
+                                                                       run.products["down_proj"]))
+    # counts: those of layer_schedule, summed in the totals
+    schedule = transformer.layer_schedule(model.spec, 12, NAIVE, batch=2)
+    for name, expected in schedule.items():
+        stats = report.product(name).stats
+        assert {f.name: getattr(stats, f.name) for f in dataclasses.fields(expected)} == \
+            expected.to_dict()
+    assert report.totals["passes"] == sum(s.passes for s in schedule.values())
+    assert report.totals["weight_loads"] == sum(s.weight_loads for s in schedule.values())
+    assert report.product("attention.scores").stats is None  # digital by default
+    text = report.table("iris-like")
+    assert "down_proj" in text and "layer output" in text and "iris-like" in text
+    json.dumps(report.to_dict(), default=str)
+
+
+def test_worst_row_sqnr_is_the_minimum_over_rows():
+    ref = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
+    test = np.array([[1.1, 0.0], [0.0, 2.0], [0.5, 0.0]])
+    assert worst_row_sqnr_db(ref, test) == pytest.approx(10 * math.log10(1 / 0.01))
+    assert worst_row_sqnr_db(ref, ref) == math.inf
+
+
+def test_validate_errors(tiny_dir):
+    model = transformer.load(tiny_dir)
+    with pytest.raises(TypeError, match="config: expected an OpticalConfig"):
+        transformer.validate(model, layer=0, tokens=4, config="iris-like")
+    with pytest.raises(ValueError, match="layer: 7 is out of range"):
+        transformer.validate(model, layer=7, tokens=4, config=CFG)
+    with pytest.raises(ValueError, match="hidden: expected shape"):
+        transformer.validate(model, layer=0, tokens=4, config=CFG,
+                             hidden=np.zeros((1, 5, 64), np.float32))
+    with pytest.raises(ValueError, match="tokens"):
+        transformer.validate(model, layer=0, tokens=0, config=CFG)
+
+
+def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    argv = ["validate", "--model", str(tiny_dir), "--layer", "1", "--tokens", "8",
+            "--preset", "iris-like", "--set", "core.inputs=48", "--set", "adc.bits=6",
+            "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "q_proj" in printed and "layer output" in printed and "adc.bits=6" in printed
+    data = json.loads(out.read_text())
+    assert data["layer"] == 1 and data["tokens"] == 8 and data["config"]["adc"]["bits"] == 6
+    assert [p["name"] for p in data["products"]][:3] == ["q_proj", "k_proj", "v_proj"]
+    # q_proj 64 -> 64 on a 48-input core: 8 tokens x 2 K-tiles x 1 N-tile, one input pass
+    assert data["products"][0]["stats"]["passes"] == 8 * 2 * 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "no/such/dir"], "no such model directory"),
+    (["--layer", "9"], "layer: 9 is out of range"),
+    (["--tokens", "0"], "--tokens: 0 must be a positive integer"),
+    (["--set", "mapping.attention=maybe"], "mapping.attention"),
+])
+def test_cli_validate_bad_input_is_one_clear_line(tiny_dir, argv, message, capsys):
+    base = ["validate", "--model", str(tiny_dir), "--tokens", "4"]
+    assert main(base + argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -1,0 +1,181 @@
+"""Sweep workloads: the synthetic matmul's data and metrics, the model layer's
+contract with optical.transformer.validate, report flattening."""
+
+import dataclasses
+import math
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+import optical
+import optical.transformer
+from optical.workloads import LayerWorkload, MatmulWorkload, flatten_report, workload_from_dict
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+def test_from_shape_and_round_trip():
+    wl = MatmulWorkload.from_shape("16x64x32", inputs="laplace", outlier_channels=2)
+    assert (wl.tokens, wl.k, wl.n) == (16, 64, 32)
+    assert workload_from_dict(wl.to_dict()) == wl
+    assert pickle.loads(pickle.dumps(wl)) == wl and hash(wl) == hash(dataclasses.replace(wl))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"tokens": 0, "k": 4, "n": 4}, "tokens: 0 must be a positive integer"),
+    ({"tokens": 2, "k": 4.0, "n": 4}, "k: 4.0 must be a positive integer"),
+    ({"tokens": 2, "k": 4, "n": 4, "inputs": "cauchy"}, "inputs: 'cauchy' is not valid"),
+    ({"tokens": 2, "k": 4, "n": 4, "dtype": "float16"}, "dtype: 'float16' is not valid"),
+    ({"tokens": 2, "k": 4, "n": 4, "outlier_channels": 5}, "outlier_channels: 5 exceeds k"),
+    ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": math.nan}, "outlier_scale: nan"),
+    ({"tokens": 2, "k": 4, "n": 4, "data_seed": -1}, "data_seed: -1 must be a non-negative"),
+])
+def test_bad_matmul_workload_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MatmulWorkload(**kwargs)
+
+
+def test_bad_shape_string_is_named():
+    with pytest.raises(ValueError, match="matmul shape '16x64': expected TxKxN"):
+        MatmulWorkload.from_shape("16x64")
+
+
+@pytest.mark.parametrize(("inputs", "distribution"), [
+    ("gaussian", scipy_stats.norm()),
+    ("uniform", scipy_stats.uniform(-1, 2)),
+    ("laplace", scipy_stats.laplace(scale=1 / math.sqrt(2))),
+])
+def test_input_statistics(inputs, distribution):
+    x, w, exact = MatmulWorkload(64, 128, 16, inputs=inputs, data_seed=3).data()
+    assert scipy_stats.kstest(x.ravel(), distribution.cdf).pvalue > 0.01
+    # weights: standard normal / sqrt(k), the same whatever the inputs
+    assert scipy_stats.kstest(w.ravel() * math.sqrt(128), "norm").pvalue > 0.01
+    assert x.dtype == w.dtype == np.float32 and exact.dtype == np.float64
+    np.testing.assert_array_equal(exact, x.astype(np.float64) @ w.astype(np.float64))
+
+
+def test_outlier_channels_are_whole_columns_scaled():
+    plain = MatmulWorkload(256, 64, 8, data_seed=1)
+    spiky = dataclasses.replace(plain, outlier_channels=3, outlier_scale=50.0)
+    x0, w0, _ = plain.data()
+    x1, w1, _ = spiky.data()
+    np.testing.assert_array_equal(w0, w1)
+    ratio = np.abs(x1 / x0)
+    scaled = np.flatnonzero(np.all(np.isclose(ratio, 50.0), axis=0))
+    assert len(scaled) == 3
+    rest = np.setdiff1d(np.arange(64), scaled)
+    np.testing.assert_array_equal(x1[:, rest], x0[:, rest])
+
+
+def test_ideal_run_is_exact_and_counts_match_the_schedule():
+    wl = MatmulWorkload(8, 48, 24, dtype="float64")
+    cfg = optical.presets.get("ideal").replace({"core.inputs": 16, "core.outputs": 8})
+    metrics = wl.run(cfg, seed=0)
+    assert metrics["sqnr_db"] > 200 and metrics["relative_error"] < 1e-10
+    assert metrics["clipped_fraction"] == 0.0
+    counts = optical.core.schedule(8, 48, 24, cfg).to_dict()
+    assert {k: metrics[k] for k in counts} == counts
+
+
+def test_run_depends_on_seed_only_through_noise():
+    wl = MatmulWorkload(16, 64, 32)
+    cfg = optical.presets.get("iris-like")
+    assert wl.run(cfg, 1) == wl.run(cfg, 1)
+    assert wl.run(cfg, 1)["sqnr_db"] != wl.run(cfg, 2)["sqnr_db"]
+
+
+def test_layer_workload_checks_its_model_directory(tmp_path):
+    wl = LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=31, tokens=4)
+    assert Path(wl.model_dir).is_absolute() and workload_from_dict(wl.to_dict()) == wl
+    with pytest.raises(ValueError, match="layer: 32 is out of range; llama-3.1-8b has layers 0..31"):
+        LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=32, tokens=4)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        LayerWorkload(str(tmp_path), layer=0, tokens=4)
+    with pytest.raises(ValueError, match="tokens: 0 must be a positive integer"):
+        LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=0, tokens=0)
+
+
+def test_layer_sweep_through_validate(tmp_path):
+    if not hasattr(optical.transformer, "validate"):
+        pytest.skip("optical.transformer.validate is not available yet")
+    wl = LayerWorkload(str(MODELS / "all-minilm-l6-v2"), layer=0, tokens=8)
+    frame = optical.sweep(wl, {"adc.bits": [6, 10]}, seeds=1, out=tmp_path / "s",
+                          executor="serial", progress=False)
+    per_matmul = [c for c in frame.columns if c.startswith("sqnr_db.")]
+    assert "sqnr_db" in frame.columns and len(per_matmul) >= 4
+    # more ADC bits: a more accurate layer output
+    assert frame["sqnr_db"].iloc[1] > frame["sqnr_db"].iloc[0]
+
+
+def test_layer_run_without_validate_says_so(monkeypatch):
+    monkeypatch.delattr(optical.transformer, "validate", raising=False)
+    wl = LayerWorkload(str(MODELS / "all-minilm-l6-v2"), layer=0, tokens=8)
+    with pytest.raises(NotImplementedError, match="optical.transformer.validate"):
+        wl.run(optical.presets.get("ideal"), 0)
+
+
+@dataclasses.dataclass
+class _Report:
+    output: dict
+    matmuls: list
+    passes: int
+    model: str = "tiny"
+
+
+def test_flatten_report_names_layer_and_matmul_metrics():
+    report = _Report(
+        output={"sqnr_db": 31.5, "cosine": np.float32(0.99)},
+        matmuls=[{"name": "q_proj", "sqnr_db": 35.0, "cosine": 0.999},
+                 {"name": "down_proj", "sqnr_db": 28.25, "cosine": 0.99}],
+        passes=np.int64(1234))
+    flat = flatten_report(report)
+    assert flat == {"sqnr_db": 31.5, "cosine": pytest.approx(0.99), "sqnr_db.q_proj": 35.0,
+                    "cosine.q_proj": 0.999, "sqnr_db.down_proj": 28.25,
+                    "cosine.down_proj": 0.99, "passes": 1234}
+    assert isinstance(flat["passes"], int)
+    as_mapping = {"layer_output": {"relative_error": 0.1},
+                  "per_matmul": {"o_proj": {"relative_error": 0.2}},
+                  "counts": {"adc_conversions": 7}, "notes": "ignored", "flag": True}
+    assert flatten_report(as_mapping) == {"relative_error": 0.1, "relative_error.o_proj": 0.2,
+                                          "counts.adc_conversions": 7}
+    with pytest.raises(TypeError, match="cannot flatten a report of type int"):
+        flatten_report(3)
+
+
+def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeypatch):
+    """The contract with optical.transformer (load once per process, validate
+    per run with the point's config and the run's seed), on stand-ins."""
+    from optical import workloads
+
+    calls = []
+
+    def load(model_dir, *, seed):
+        calls.append(("load", Path(model_dir).name, seed))
+        rng = np.random.default_rng(seed)
+        return {"w": rng.standard_normal((64, 16)).astype(np.float32)}
+
+    def validate(model, *, layer, tokens, config, seed):
+        calls.append(("validate", layer, tokens, config.adc.bits, seed))
+        x = np.random.default_rng(100 + layer).standard_normal((tokens, 64)).astype(np.float32)
+        exact = x.astype(np.float64) @ model["w"].astype(np.float64)
+        y = optical.matmul(x, model["w"], config, seed=seed)
+        sqnr = optical.metrics.sqnr_db(exact, y)
+        return {"output": {"sqnr_db": sqnr}, "matmuls": {"q_proj": {"sqnr_db": sqnr + 1}}}
+
+    monkeypatch.setattr(optical.transformer, "load", load, raising=False)
+    monkeypatch.setattr(optical.transformer, "validate", validate, raising=False)
+    workloads._load_model.cache_clear()
+    try:
+        wl = LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=2, tokens=8, weights_seed=5)
+        frame = optical.sweep(wl, {"adc.bits": [4, 10]}, seeds=2, out=tmp_path / "s",
+                              executor="serial", progress=False)
+    finally:
+        workloads._load_model.cache_clear()
+    assert calls[0] == ("load", "llama-3.1-8b", 5)
+    assert calls[1:] == [("validate", 2, 8, b, s) for b in (4, 10) for s in (0, 1)]
+    assert list(frame.columns[3:5]) == ["sqnr_db", "sqnr_db.q_proj"]
+    np.testing.assert_array_equal(frame["sqnr_db.q_proj"], frame["sqnr_db"] + 1)
+    assert frame["sqnr_db"].iloc[2] > frame["sqnr_db"].iloc[0]  # 10 bits beat 4
