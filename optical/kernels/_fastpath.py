@@ -35,7 +35,10 @@ from optical.quant import ProgrammedWeights, adc_rails
 #: Rank of the low-rank factors of the summed rail light (column mean + 2).
 LIGHT_RANK = 3
 
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Derived quantities, keyed by the identity of the arrays they derive from
+# (not of the ProgrammedWeights: outlier bypass and calibration make new
+# ProgrammedWeights around the same arrays), dropped when one of them dies.
+_CACHE: dict[tuple, dict] = {}
 
 
 def light_factors(tsum: np.ndarray, rank: int = LIGHT_RANK, *,
@@ -119,9 +122,17 @@ def adc_noise(pw: ProgrammedWeights) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return lo, hi, np.asarray(std, dtype=np.float64), float((1 << bits) - 1)
 
 
-def derived(pw: ProgrammedWeights, name: str, build):
-    """``build(pw)``, computed once per programmed matrix and kept with it."""
-    store = _CACHE.setdefault(pw, {})
+def derived(pw: ProgrammedWeights, name: object, build,
+            arrays: tuple[str, ...] = ("transmissions",)):
+    """``build(pw)``, computed once per programmed matrix and kept while the
+    arrays of ``pw`` named in ``arrays`` (those ``build`` reads) live.
+    ``name`` must tell apart everything else ``build`` depends on."""
+    key = tuple(id(getattr(pw, a)) for a in arrays)
+    store = _CACHE.get(key)
+    if store is None:
+        store = _CACHE[key] = {}
+        for a in arrays:
+            weakref.finalize(getattr(pw, a), _CACHE.pop, key, None)
     if name not in store:
         store[name] = build(pw)
     return store[name]

@@ -201,8 +201,9 @@ def _host_arrays(pw: ProgrammedWeights, st: _Static) -> dict[str, np.ndarray]:
 
 
 def _device_arrays(pw: ProgrammedWeights, st: _Static) -> dict[str, jax.Array]:
-    return _fastpath.derived(pw, ("jax", st),
-                             lambda p: {k: jnp.asarray(v) for k, v in _host_arrays(p, st).items()})
+    return _fastpath.derived(pw, ("jax", st, pw.config),
+                             lambda p: {k: jnp.asarray(v) for k, v in _host_arrays(p, st).items()},
+                             arrays=("transmissions", "adc_lo", "adc_hi", "scale", "weight_sums"))
 
 
 def _traced_arrays(w: jax.Array, config: OpticalConfig, st: _Static) -> dict[str, jax.Array]:

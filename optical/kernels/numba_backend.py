@@ -122,7 +122,6 @@ class _Plan:
         self.low_rank = (not self.exact and dec.balanced and self.finite
                          and cfg.encoding.inputs == "offset")
         self.g = np.ones((1, 1)) if self.low_rank else adc_rails(cfg)
-        self.lo, self.hi, self.enob_std, self.top = _fastpath.adc_noise(pw)
         self.engine = engine
         put = _put_xla if engine == "xla" else (lambda a: a)
         t = pw.transmissions
@@ -204,8 +203,10 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
 
     dtype = x2.dtype
     engine = _choose_gemm(gemm, dtype, pw)
-    plan = _fastpath.derived(pw, ("numba", bool(exact), engine),
+    plan = _fastpath.derived(pw, ("numba", bool(exact), engine, pw.config),
                              lambda p: _Plan(p, bool(exact), engine))
+    # ADC windows are read from pw at every call (calibration may replace them).
+    adc_lo, adc_hi, enob_std, top = _fastpath.adc_noise(pw)
     tl, dec = plan.tiling, plan.dec
     src, det = config.source, config.detector
     p = src.photons_per_mac
@@ -223,7 +224,7 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
         var_const = np.full(dec.n_adc, dark_var + (det.read_noise_electrons * inv_p) ** 2)
     else:
         var_const = np.zeros(dec.n_adc)
-    enob_var = plan.enob_std ** 2
+    enob_var = enob_std ** 2
     empty_p, empty_r = np.zeros((0, 0)), np.zeros((0, 0))
 
     tokens, n = x2.shape[0], tl.n
@@ -256,26 +257,26 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
                 blocks = plan.signals[kt][nt]
                 out = np.empty((len(blocks), dec.n_in * tb, nn), dtype=dtype)
                 means = _gemm(plan, light, blocks, out)
-                lo = np.ascontiguousarray(plan.lo[kt][:, ns])
-                hi = np.ascontiguousarray(plan.hi[kt][:, ns])
+                lo = np.ascontiguousarray(adc_lo[kt][:, ns])
+                hi = np.ascontiguousarray(adc_hi[kt][:, ns])
                 common = (w_sum[kt, ns], w_scale[kt, ns], yb, clip_b)
                 decode = (dec.h, dec.t_min, dec.c_sum, dec.w_const, dec.in_coeffs, dec.in_const,
                           b0, tl.k_tiles, kt, n, ns.start)
                 if plan.exact:
                     _numba.readout_exact(
-                        means, a_sum, lo, hi, np.ascontiguousarray(plan.enob_std[kt][:, ns]),
+                        means, a_sum, lo, hi, np.ascontiguousarray(enob_std[kt][:, ns]),
                         *common, np.uint64(seed), keys[:4], float(p), det.dark_electrons,
-                        det.read_noise_electrons, plan.poisson, dec.balanced, plan.top, *decode)
+                        det.read_noise_electrons, plan.poisson, dec.balanced, top, *decode)
                 else:
                     p_arg, r_arg = empty_p, empty_r
                     if plan.low_rank:
                         p_arg, r_arg = p_low, np.ascontiguousarray(right[:, ns])
-                    step = (hi - lo) / plan.top if plan.top else np.zeros_like(lo)
+                    step = (hi - lo) / top if top else np.zeros_like(lo)
                     inv_step = np.divide(1.0, step, out=np.zeros_like(step), where=step > 0)
                     _numba.readout_fast(
                         means, plan.g, p_arg, r_arg, a_sum, lo, step, inv_step,
                         np.ascontiguousarray(enob_var[kt][:, ns]), var_const, *common,
-                        combined_key, inv_p, plan.top, *decode)
+                        combined_key, inv_p, top, *decode)
         clipped[b0:b1] += clip_b
     if plan.finite:
         totals[0] += p * photons.sum()
