@@ -45,8 +45,8 @@ def _pass_id(token, k_tiles, kt, n_in, s):
 
 
 @nb.njit(**_SERIAL)
-def _levels_token(t, x, scale, offset, top, levels, a_sum, left_t, p_low):
-    row, s = x[t], scale[t]
+def _levels_token(t, x, k0, scale, offset, top, levels, a_sum, left_t, p_low):
+    row, s = x[t, k0:k0 + levels.shape[2]], scale[t]
     out0, out1 = levels[0, t], levels[-1, t]
     one = row.dtype.type(1)
     two = row.dtype.type(2)
@@ -98,10 +98,10 @@ def _dot(a, b):
 
 
 @nb.njit(**_PARALLEL)
-def encode_levels(x, scale, offset, top, levels, a_sum, left_t, p_low):
+def encode_levels(x, k0, scale, offset, top, levels, a_sum, left_t, p_low):
     """DAC levels of one K-tile of a block of tokens.
 
-    x : (T, kk) dtype, the K-tile's columns; scale : (T,) dtype.
+    x : (T, K) dtype; the K-tile is columns k0 : k0 + kk. scale : (T,) dtype.
     offset : bool, offset (one rail) or split (two rails) input encoding.
     top : dtype, ``2**bits - 1``, or 0 for an ideal DAC.
     levels : (n_in, T, kk) dtype, out; a_sum : (n_in, T) float64, out.
@@ -109,7 +109,7 @@ def encode_levels(x, scale, offset, top, levels, a_sum, left_t, p_low):
     p_low : (n_in * T, rank) float64, out: ``levels @ left_t.T``.
     """
     for t in nb.prange(x.shape[0]):
-        _levels_token(t, x, scale, offset, top, levels, a_sum, left_t, p_low)
+        _levels_token(t, x, k0, scale, offset, top, levels, a_sum, left_t, p_low)
 
 
 # --------------------------------------------------------------------------- #

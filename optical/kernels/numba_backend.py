@@ -227,6 +227,7 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
     enob_var = enob_std ** 2
     empty_p, empty_r = np.zeros((0, 0)), np.zeros((0, 0))
 
+    x2 = np.ascontiguousarray(x2)
     tokens, n = x2.shape[0], tl.n
     y = np.zeros((tokens, n), dtype=dtype)
     photons = np.zeros(tokens)
@@ -234,18 +235,18 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
     for b0 in range(0, tokens, BLOCK_TOKENS):
         b1 = min(b0 + BLOCK_TOKENS, tokens)
         tb = b1 - b0
-        sb, yb = scale[b0:b1], y[b0:b1]
+        xb, sb, yb = x2[b0:b1], scale[b0:b1], y[b0:b1]
         clip_b = np.zeros(tb, dtype=np.int64)
         light_rows = np.zeros(dec.n_in * tb)
         for kt in range(tl.k_tiles):
             ks = tl.k_slice(kt)
             kk = ks.stop - ks.start
-            xb = np.ascontiguousarray(x2[b0:b1, ks])
             levels = np.empty((dec.n_in, tb, kk), dtype=dtype)
             a_sum = np.empty((dec.n_in, tb))
             left_t, right = plan.factors[kt] if plan.low_rank else (empty_p, empty_r)
             p_low = np.empty((dec.n_in * tb, left_t.shape[0]))
-            _numba.encode_levels(xb, sb, offset_inputs, dac_top, levels, a_sum, left_t, p_low)
+            _numba.encode_levels(xb, ks.start, sb, offset_inputs, dac_top, levels, a_sum, left_t,
+                                 p_low)
             light = np.empty((dec.n_in * tb, kk), dtype=dtype)
             for nt in range(tl.n_tiles):
                 ns = tl.n_slice(nt)
