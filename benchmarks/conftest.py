@@ -21,6 +21,14 @@ def record():
     return _record
 
 
+@pytest.fixture(scope="session")
+def record_seconds():
+    """Record a minimum time measured by hand (e.g. in interleaved rounds)."""
+    def _record(case: str, name: str, seconds: float) -> None:
+        _TIMES.setdefault(case, {})[name] = seconds
+    return _record
+
+
 def _ratios():
     table = {}
     for case, times in _TIMES.items():

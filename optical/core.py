@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from optical import _rng, outliers
+from optical import _rng, kernels, outliers
 from optical._gemm import row_block, rows_matmul
 from optical._validation import check_float_array, check_seed
 from optical.config import OpticalConfig
@@ -144,8 +144,9 @@ def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
 
 
 def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
-           seed: int, return_stats: bool = False,
-           chunk_tokens: int | None = None) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
+           seed: int, return_stats: bool = False, chunk_tokens: int | None = None,
+           backend: str = "auto",
+           exact: bool = False) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
     """``x @ w`` on the optical core.
 
     Parameters
@@ -167,7 +168,17 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         Also return a :class:`MatmulStats`.
     chunk_tokens : int, optional
         Tokens processed at a time (memory bound; rounded up to a multiple of
-        the GEMM row block); does not change the result.
+        the GEMM row block); does not change the result. The fast backends
+        work in fixed blocks of tokens whatever it says.
+    backend : {"auto", "numpy", "numba", "jax"}
+        Where it runs (see :mod:`optical.kernels`): "numpy" is the readable
+        reference; "auto" takes "jax" for JAX arrays, else "numba" (or
+        "numpy" for cores of fewer than ``kernels.MIN_FAST_TILE`` weights).
+    exact : bool
+        On the fast backends, reproduce the reference's noise exactly rather
+        than in distribution, and compute the shot noise of balanced rails
+        without the low-rank approximation (slower). The numpy backend is
+        always exact.
 
     Returns
     -------
@@ -176,6 +187,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    backend = kernels.resolve(backend, x, config)
+    if backend == "jax":
+        from optical.kernels import jax_backend
+        return jax_backend.matmul(x, w, config, seed=seed, return_stats=return_stats,
+                                  chunk_tokens=chunk_tokens, exact=exact)
     seed = check_seed(seed)
     x = check_float_array(x, "x", min_ndim=1)
     if isinstance(w, ProgrammedWeights):
@@ -201,32 +217,39 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                         "cast one explicitly")
     if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
         raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
     if programmed.bypass is not None:  # outlier channels run digitally, the rest optically
         return outliers.bypass_matmul(
             x, programmed, config, return_stats=return_stats,
             optical=lambda xo, po: matmul(xo, po, config, seed=seed, return_stats=True,
-                                          chunk_tokens=chunk_tokens))
+                                          chunk_tokens=chunk_tokens, backend=backend,
+                                          exact=exact))
 
     x2 = x.reshape(-1, k)
     tokens = x2.shape[0]
-    y = np.zeros((tokens, n), dtype=x.dtype)
     if programmed.input_range is None:
         scale = input_scale(x2, config.dac.scaling)
     else:
         scale = np.full(tokens, programmed.input_range, dtype=x.dtype)
-    block = row_block(tokens)
-    if chunk_tokens is None:
-        rails = encoding.n_rails(config.encoding.weights)
-        chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
-    # Chunks start on GEMM row-block boundaries so that every row meets the
-    # same GEMM whatever the chunking (see optical._gemm).
-    chunk_tokens = -(-chunk_tokens // block) * block
     totals = np.zeros(3)  # detected photons, readouts, clipped ADC conversions
-    for start in range(0, tokens, chunk_tokens):
-        stop = min(start + chunk_tokens, tokens)
-        # Clipping only bites for a static input range: abs-max scaling is exact.
-        xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
-        y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals)
+    if backend == "numba":
+        from optical.kernels import numba_backend
+        y = numba_backend.accumulate(x2, scale, programmed, config, seed, totals, exact=exact)
+    else:
+        y = np.zeros((tokens, n), dtype=x.dtype)
+        block = row_block(tokens)
+        if chunk_tokens is None:
+            rails = encoding.n_rails(config.encoding.weights)
+            chunk_tokens = max(1, _CHUNK_ELEMENTS // (rails * min(n, config.core.outputs)))
+        # Chunks start on GEMM row-block boundaries so that every row meets the
+        # same GEMM whatever the chunking (see optical._gemm).
+        chunk_tokens = -(-chunk_tokens // block) * block
+        for start in range(0, tokens, chunk_tokens):
+            stop = min(start + chunk_tokens, tokens)
+            # Clipping only bites for a static input range: abs-max scaling is exact.
+            xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
+            y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals)
     y *= scale[:, None]
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:

@@ -115,7 +115,8 @@ def bypass_matmul(x: np.ndarray, programmed, config: OpticalConfig, *,
         w_digital = bypass.weights[channels]
     else:
         channels = bypass.channels
-        x_optical = x2[:, bypass.optical_channels]
+        # No channel bypassed: the optical part is all of x (no gather, no copy).
+        x_optical = x2[:, bypass.optical_channels] if channels.size else x2
         w_digital = bypass.weights
     y, stats = optical(x_optical, optical_part)
     if channels.size:

@@ -1,0 +1,66 @@
+"""The hot path of :func:`optical.matmul`: backends chosen by argument or array type.
+
+- ``"numpy"``: the readable reference, ``optical.core``.
+- ``"numba"``: the CPU fast path (:mod:`optical.kernels.numba_backend`); its
+  GEMMs run in JAX's XLA when JAX is installed (float32), else in BLAS.
+- ``"jax"``: the same physics under ``jax.jit`` (:mod:`optical.kernels.jax_backend`):
+  CPU or GPU, ``vmap`` over seeds and noise parameters, straight-through gradients.
+- ``"auto"``: ``"jax"`` for JAX arrays, else ``"numba"`` (``"numpy"`` for
+  cores smaller than :data:`MIN_FAST_TILE` weights, where the fast path's
+  per-tile overhead outweighs its speed).
+
+Importing this package imports neither numba nor JAX.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+__all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "is_jax_array", "resolve"]
+
+BACKENDS = ("auto", "numpy", "numba", "jax")
+
+#: Smallest core (inputs x outputs) for which "auto" takes the numba backend.
+MIN_FAST_TILE = 32 * 32
+
+
+def is_jax_array(x: object) -> bool:
+    """True for a JAX array or tracer (without importing JAX)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
+def available() -> list[str]:
+    """The backends that can run here (``"numpy"`` always)."""
+    names = ["numpy"]
+    for name in ("numba", "jax"):
+        if importlib.util.find_spec(name) is not None:
+            names.append(name)
+    return names
+
+
+def resolve(backend: str, x: object, config=None) -> str:
+    """The concrete backend for ``backend``, an input ``x`` and (optionally)
+    the config it will run on.
+
+    Raises
+    ------
+    ValueError
+        For an unknown or unavailable backend, or a JAX array on a numpy-only one.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: {backend!r} is not valid; valid: "
+                         + ", ".join(repr(b) for b in BACKENDS))
+    jax_input = is_jax_array(x)
+    if backend == "auto":
+        if jax_input:
+            return "jax"
+        small = config is not None and config.core.inputs * config.core.outputs < MIN_FAST_TILE
+        return "numba" if "numba" in available() and not small else "numpy"
+    if backend not in available():
+        raise ValueError(f"backend: {backend!r} is not installed; install optical[{backend}]")
+    if jax_input and backend != "jax":
+        raise ValueError(f"backend: {backend!r} takes numpy arrays, x is a JAX array; "
+                         "use backend='jax' or convert with numpy.asarray(x)")
+    return backend

@@ -1,0 +1,549 @@
+"""The optical matmul in JAX: ``jit``, GPU, ``vmap`` over seeds and noise levels,
+straight-through gradients.
+
+``optical.matmul(x, w, config, seed=...)`` with a JAX array ``x`` runs here,
+as does :func:`matmul` below, which also accepts a traced ``seed`` and
+traced noise ``params`` so that sweeps run in one process::
+
+    f = lambda s: jax_backend.matmul(x, w, cfg, seed=s)
+    ys = jax.jit(jax.vmap(f))(jnp.arange(8))                       # 8 seeds
+    g = lambda p: jax_backend.matmul(x, w, cfg, seed=0,
+                                     params={"source.photons_per_mac": p})
+    ys = jax.vmap(g)(jnp.array([10.0, 100.0, 1000.0]))            # 3 photon budgets
+
+The physics is that of the numpy reference (``optical.core``) in the same
+fast-path form as the numba backend: one GEMM per signal rail, the Gaussian
+noises of a readout drawn as one normal, the shot noise of balanced rails from
+the low-rank factors of ``T+ + T-`` unless ``exact=True``. Random numbers come
+from ``jax.random`` (threefry) keyed by (seed, noise, token), so a token's
+noise does not depend on the other tokens or on ``chunk_tokens``; the draws
+differ from the numpy and numba backends', which agree with these in
+distribution.
+
+Gradients (``jax.grad`` with respect to ``x`` and ``w``) are the
+straight-through estimate: the backward pass treats every quantiser (DAC,
+mask, ADC rounding and clipping) and the programming of the mask as the
+identity and the noise as a constant, so ``dL/dx = dL/dy @ W_eff.T`` and
+``dL/dw = x.T @ dL/dy``, with ``W_eff`` the linear map that the programmed
+machine computes without noise and converters (``w`` up to the mask's
+quantisation and crosstalk).
+
+Weights are programmed on the host by :func:`optical.program` (once per
+:class:`~optical.ProgrammedWeights`; through ``jax.pure_callback`` when ``w``
+is traced), so the mask physics has one source of truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from optical import _rng
+from optical.config import OpticalConfig
+from optical.kernels import _fastpath
+from optical.physics import encoding
+from optical.quant import (
+    _UNIFORM_INPUT_MOMENTS,
+    ProgrammedWeights,
+    adc_rails,
+    calibration_needs,
+    program,
+)
+
+__all__ = ["PARAMS", "matmul"]
+
+#: Numeric config fields that ``params`` may set (traced, so ``vmap``-able).
+PARAMS = ("source.photons_per_mac", "source.rin_db_per_hz", "source.rin_bandwidth",
+          "detector.dark_electrons", "detector.read_noise_electrons", "adc.enob_loss",
+          "adc.headroom")
+
+#: Default tokens per jitted chunk (bounds the memory of the noise arrays).
+CHUNK_TOKENS = 512
+
+_STREAM_READOUT = 6
+
+
+# --------------------------------------------------------------------------- #
+# Static structure and host-side programming
+# --------------------------------------------------------------------------- #
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """Everything that fixes shapes and control flow (hashable: a jit key)."""
+
+    k: int
+    n: int
+    tile_k: int
+    tile_n: int
+    k_tiles: int
+    n_tiles: int
+    offset_inputs: bool
+    n_in: int
+    n_det: int
+    n_adc: int
+    balanced: bool
+    dac_top: float
+    adc_bits: int | None
+    poisson: bool
+    exact: bool
+    low_rank: bool
+    use_diff: bool
+    rin: bool
+    windows: str  # "programmed", "max" or "rms": where the ADC windows come from
+    per_tensor: bool
+    input_range: float | None
+    h: tuple[float, ...]
+    t_min: float
+    c_sum: float
+    w_const: float
+    in_coeffs: tuple[float, ...]
+    in_const: float
+    g: tuple[tuple[float, ...], ...]
+    dtype: str
+
+
+def _static(shape: tuple[int, int], config: OpticalConfig, input_range: float | None,
+            exact: bool, varied: frozenset, dtype: np.dtype) -> _Static:
+    dec = _fastpath.Decoding.of(config)
+    k, n = shape
+    finite = math.isfinite(config.source.photons_per_mac) or "source.photons_per_mac" in varied
+    poisson = config.detector.shot_noise == "poisson" and finite
+    window_fields = {"source.photons_per_mac", "source.rin_db_per_hz", "source.rin_bandwidth",
+                     "detector.dark_electrons", "detector.read_noise_electrons", "adc.headroom"}
+    # Varied noise re-derives the rule-based windows; calibrated ones stay as programmed.
+    rule = config.adc.full_scale in ("max", "rms")
+    windows = config.adc.full_scale if rule and varied & window_fields else "programmed"
+    # As in the numba backend: low-rank shot variance only for offset-encoded inputs.
+    low_rank = (not (exact or poisson) and dec.balanced and finite
+                and config.encoding.inputs == "offset")
+    return _Static(
+        k=k, n=n, tile_k=config.core.inputs, tile_n=config.core.outputs,
+        k_tiles=-(-k // config.core.inputs), n_tiles=-(-n // config.core.outputs),
+        offset_inputs=config.encoding.inputs == "offset",
+        n_in=dec.n_in, n_det=dec.n_det, n_adc=dec.n_adc, balanced=dec.balanced,
+        dac_top=0.0 if config.dac.bits is None else float((1 << config.dac.bits) - 1),
+        adc_bits=config.adc.bits, poisson=poisson, exact=exact or poisson,
+        low_rank=low_rank, use_diff=low_rank or (not exact and not finite and dec.balanced),
+        rin=config.source.rin_sigma > 0 or bool(varied & {"source.rin_db_per_hz"}),
+        windows=windows, per_tensor=config.dac.scaling == "per_tensor", input_range=input_range,
+        h=tuple(float(v) for v in dec.h), t_min=dec.t_min, c_sum=dec.c_sum,
+        w_const=dec.w_const, in_coeffs=tuple(float(v) for v in dec.in_coeffs),
+        in_const=dec.in_const, g=tuple(tuple(float(v) for v in r) for r in adc_rails(config)),
+        dtype=np.dtype(dtype).name)
+
+
+def _pad_kn(a: np.ndarray, st: _Static) -> np.ndarray:
+    """Zero-pad the last two axes (K, N) to whole tiles."""
+    pad = [(0, 0)] * (a.ndim - 2) + [(0, st.k_tiles * st.tile_k - a.shape[-2]),
+                                      (0, st.n_tiles * st.tile_n - a.shape[-1])]
+    return np.pad(a, pad)
+
+
+def _pad_n(a: np.ndarray, st: _Static) -> np.ndarray:
+    return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, st.n_tiles * st.tile_n - a.shape[-1])])
+
+
+def _host_arrays(pw: ProgrammedWeights, st: _Static) -> dict[str, np.ndarray]:
+    """The programmed matrix as the arrays the jitted forward needs (numpy)."""
+    dt = np.dtype(st.dtype)
+    t = pw.transmissions.astype(np.float64)
+    g = np.array(st.g)
+    tp = _pad_kn(t, st)  # (n_det, Kp, Np)
+    signals = (tp[0] - tp[1])[None] if st.use_diff else tp
+    n_sig = signals.shape[0]
+    sig = signals.reshape(n_sig, st.k_tiles, st.tile_k, st.n_tiles, st.tile_n)
+    out = {
+        "sig": sig.transpose(1, 3, 0, 2, 4).astype(dt),  # (kt, nt, sig, tile_k, tile_n)
+        "rowsum": tp.sum(axis=0).reshape(st.k_tiles, st.tile_k, st.n_tiles, st.tile_n)
+                    .sum(axis=3).transpose(0, 2, 1).astype(dt),  # (kt, nt, tile_k)
+        "lo": _pad_n(pw.adc_lo, st).astype(dt),
+        "hi": _pad_n(pw.adc_hi, st).astype(dt),
+        "w_sum": _pad_n(pw.weight_sums, st).astype(dt),
+        "scale": _pad_n(pw.scale, st).astype(dt),
+    }
+    # The machine's noise-free linear map, for the straight-through backward pass.
+    coeffs, const = encoding.rail_coefficients(pw.config.encoding.weights)
+    decoded = (np.tensordot(np.asarray(coeffs), t, axes=1) - st.t_min * st.c_sum) \
+        / (1 - st.t_min) + const
+    rows_scale = np.repeat(pw.scale, st.tile_k, axis=0)[:st.k]
+    out["w_eff"] = (decoded * rows_scale).astype(dt)
+    if st.low_rank:
+        lefts, rights = [], []
+        for kt in range(st.k_tiles):
+            ks = slice(kt * st.tile_k, (kt + 1) * st.tile_k)
+            left, right = _fastpath.light_factors(tp[0, ks] + tp[1, ks])
+            lefts.append(left)
+            rights.append(right)
+        out["left"] = np.stack(lefts).astype(dt)
+        out["right"] = np.stack(rights).astype(dt)
+    if st.windows != "programmed":
+        floor, ceiling, csum, csq, det_g2 = [], [], [], [], []
+        for kt in range(st.k_tiles):
+            tk = t[:, kt * st.tile_k:(kt + 1) * st.tile_k]
+            combined = np.einsum("er,rkn->ekn", g, tk)
+            floor.append(np.minimum(combined, 0).sum(axis=1))
+            ceiling.append(np.maximum(combined, 0).sum(axis=1))
+            csum.append(combined.sum(axis=1))
+            csq.append(np.square(combined).sum(axis=1))
+            det_g2.append(np.square(g) @ tk.sum(axis=1))
+        for name, arr in (("floor", floor), ("ceiling", ceiling), ("csum", csum),
+                          ("csq", csq), ("det_g2", det_g2)):
+            out[name] = _pad_n(np.stack(arr), st).astype(dt)
+    return out
+
+
+def _device_arrays(pw: ProgrammedWeights, st: _Static) -> dict[str, jax.Array]:
+    return _fastpath.derived(pw, ("jax", st, pw.config),
+                             lambda p: {k: jnp.asarray(v) for k, v in _host_arrays(p, st).items()},
+                             arrays=("transmissions", "adc_lo", "adc_hi", "scale", "weight_sums"))
+
+
+def _traced_arrays(w: jax.Array, config: OpticalConfig, st: _Static) -> dict[str, jax.Array]:
+    """Program a traced weight matrix on the host (``jax.pure_callback``)."""
+    example = _host_arrays(program(np.ones((st.k, st.n), np.dtype(st.dtype)), config), st)
+    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in example.items()}
+
+    def host(w_value):
+        return _host_arrays(program(np.asarray(w_value), config), st)
+
+    return jax.pure_callback(host, shapes, jax.lax.stop_gradient(w), vmap_method="sequential")
+
+
+# --------------------------------------------------------------------------- #
+# The forward pass
+# --------------------------------------------------------------------------- #
+
+
+def _params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    values = {p: config.get(p) for p in PARAMS}
+    for path, value in (overrides or {}).items():
+        if path not in PARAMS:
+            raise ValueError(f"params: {path!r} cannot be varied here; valid: {', '.join(PARAMS)}")
+        if not isinstance(value, jax.core.Tracer):
+            config.replace({path: float(value)})  # validates the range, naming the path
+        values[path] = value
+    p = jnp.asarray(values["source.photons_per_mac"], dtype=jnp.float32)
+    rin_var = 10.0 ** (jnp.asarray(values["source.rin_db_per_hz"], jnp.float32) / 10.0) \
+        * values["source.rin_bandwidth"]
+    return {"inv_p": 1.0 / p, "rin_sigma": jnp.sqrt(rin_var),
+            "dark": jnp.asarray(values["detector.dark_electrons"], jnp.float32),
+            "read": jnp.asarray(values["detector.read_noise_electrons"], jnp.float32),
+            "enob_loss": jnp.asarray(values["adc.enob_loss"], jnp.float32),
+            "headroom": jnp.asarray(values["adc.headroom"], jnp.float32)}
+
+
+def _token_normals(key, stream: int, t0, tokens: int, shape: tuple[int, ...], dtype):
+    """Standard normals of shape (tokens, *shape), each token's from its own key."""
+    base = jax.random.fold_in(key, stream)
+    ids = t0 + jnp.arange(tokens, dtype=jnp.uint32)
+    return jax.vmap(lambda t: jax.random.normal(jax.random.fold_in(base, t), shape, dtype))(ids)
+
+
+def _token_poisson(key, stream: int, t0, lam):
+    """Poisson counts of means ``lam`` (tokens first), each token's from its own key."""
+    base = jax.random.fold_in(key, stream)
+    ids = t0 + jnp.arange(lam.shape[0], dtype=jnp.uint32)
+    draw = jax.vmap(lambda t, m: jax.random.poisson(jax.random.fold_in(base, t), m,
+                                                    dtype=jnp.int32))
+    return draw(ids, lam).astype(lam.dtype)
+
+
+def _windows(st: _Static, prog, params):
+    """ADC windows (kt, n_adc, Np): as programmed, or re-derived from the
+    (possibly traced) noise parameters by the rule of ``optical.quant``."""
+    if st.windows == "programmed":
+        return prog["lo"], prog["hi"]
+    if st.windows == "max":
+        return prog["floor"], prog["ceiling"]
+    mean_a, var_a = _UNIFORM_INPUT_MOMENTS["offset" if st.offset_inputs else "split"]
+    inv_p = params["inv_p"]
+    g2sum = jnp.asarray(np.square(np.array(st.g)).sum(axis=1))[None, :, None]
+    mean = mean_a * prog["csum"]
+    signal_var = var_a * prog["csq"]
+    noise_var = (params["rin_sigma"] ** 2 * (var_a + mean_a**2) * prog["csq"]
+                 + mean_a * prog["det_g2"] * inv_p + g2sum * params["dark"] * inv_p**2
+                 + (params["read"] * inv_p) ** 2)
+    half = params["headroom"] * jnp.sqrt(signal_var + noise_var)
+    noise_half = params["headroom"] * jnp.sqrt(noise_var)
+    return (jnp.maximum(mean - half, prog["floor"] - noise_half),
+            jnp.minimum(mean + half, prog["ceiling"] + noise_half))
+
+
+def _adc(value, lo, hi, bits):
+    top = float((1 << bits) - 1)
+    step = (hi - lo) / top
+    safe = jnp.where(step > 0, step, 1.0)
+    code = jnp.round((value - lo) / safe)
+    clipped = ((code < 0) | (code > top)) & (step > 0)
+    return lo + jnp.clip(code, 0, top) * jnp.where(step > 0, step, 0.0), clipped
+
+
+def _chunk(st: _Static, prog, params, x, scale, t0, seed):
+    """y (T, N) and (detected photons, clipped conversions) of a chunk of tokens."""
+    dt = x.dtype
+    hp = jax.lax.Precision.HIGHEST
+    tokens = x.shape[0]
+    kp = st.k_tiles * st.tile_k
+    key = jax.random.key(seed)
+    xn = jnp.clip(x / scale[:, None], -1, 1)
+    if st.offset_inputs:
+        a = ((xn + 1) / 2)[None]
+    else:
+        a = jnp.stack([jnp.maximum(xn, 0), jnp.maximum(-xn, 0)])
+    if st.dac_top:
+        a = jnp.round(jnp.clip(a, 0, 1) * st.dac_top) / st.dac_top
+    a = jnp.pad(a, ((0, 0), (0, 0), (0, kp - st.k))).reshape(st.n_in, tokens, st.k_tiles,
+                                                               st.tile_k)
+    a_sum = a.sum(axis=-1)  # (n_in, T, kt)
+    if st.rin:
+        z = _token_normals(key, _rng.STREAMS["rin"], t0, tokens,
+                           (st.k_tiles, st.n_in, st.n_tiles, st.tile_k), dt)
+        light = a[:, :, :, None, :] * (1 + params["rin_sigma"].astype(dt)
+                                       * jnp.moveaxis(z, 2, 0))
+        means = jnp.einsum("stkmj,kmrjn->rstkmn", light, prog["sig"], precision=hp)
+        photons = jnp.einsum("stkmj,kmj->", light, prog["rowsum"], precision=hp)
+    else:
+        means = jnp.einsum("stkj,kmrjn->rstkmn", a, prog["sig"], precision=hp)
+        photons = jnp.einsum("stkj,kmj->", a, prog["rowsum"], precision=hp)
+    np_ = st.n_tiles * st.tile_n
+    means = means.reshape(means.shape[0], st.n_in, tokens, st.k_tiles, np_)
+    lo, hi = _windows(st, prog, params)  # (kt, n_adc, Np)
+    lo_b = jnp.moveaxis(lo, 1, 0)[:, None, None]  # (n_adc, 1, 1, kt, Np)
+    hi_b = jnp.moveaxis(hi, 1, 0)[:, None, None]
+    inv_p = params["inv_p"].astype(dt)
+    enob_var = jnp.zeros((), dt)
+    if st.adc_bits is not None:
+        step = (hi_b - lo_b) / ((1 << st.adc_bits) - 1)
+        enob_var = step**2 * (4.0 ** params["enob_loss"] - 1.0) / 12.0
+    shape = (st.k_tiles, st.n_in, st.n_adc, np_)
+    if not st.exact:
+        g = np.array(st.g)
+        if st.low_rank:
+            pl = jnp.einsum("stkj,kjr->stkr", a, prog["left"], precision=hp)
+            shot = jnp.einsum("stkr,krn->stkn", pl, prog["right"], precision=hp)[None]
+        elif st.use_diff:
+            shot = jnp.zeros_like(means)  # noise-free
+        else:
+            shot = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.square(g), dt),
+                              jnp.maximum(means, 0))
+            means = jnp.einsum("er,rstkn->estkn", jnp.asarray(g, dt), means)
+        g2 = np.square(g).sum(axis=1)  # dark counts of each rail, per ADC
+        var = (jnp.maximum(shot, 0) * inv_p
+               + jnp.asarray(g2, dt)[:, None, None, None, None] * params["dark"] * inv_p**2
+               + (params["read"] * inv_p) ** 2 + enob_var)
+        z = _token_normals(key, _STREAM_READOUT, t0, tokens, shape, dt)
+        value = means + jnp.sqrt(var) * jnp.transpose(z, (3, 2, 0, 1, 4))
+    else:
+        det = means
+        if st.poisson:
+            p = 1.0 / inv_p
+            lam = jnp.moveaxis(jnp.maximum(means, 0) * p, 2, 0)  # tokens first
+            det = _token_poisson(key, _rng.STREAMS["shot"], t0, lam) / p
+            dark = _token_poisson(key, _rng.STREAMS["dark"], t0,
+                                  jnp.broadcast_to(params["dark"], lam.shape))
+            det = jnp.moveaxis(det + (dark - params["dark"]) * inv_p, 0, 2).astype(dt)
+        else:
+            dshape = (st.k_tiles, st.n_in, st.n_det, np_)
+            zs = _token_normals(key, _rng.STREAMS["shot"], t0, tokens, dshape, dt)
+            zd = _token_normals(key, _rng.STREAMS["dark"], t0, tokens, dshape, dt)
+            zs, zd = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zs, zd))
+            det = (means + jnp.sqrt(jnp.maximum(means, 0) * inv_p) * zs
+                   + jnp.sqrt(params["dark"]) * inv_p * zd)
+        value = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.array(st.g), dt), det)
+        zr = _token_normals(key, _rng.STREAMS["read"], t0, tokens, shape, dt)
+        za = _token_normals(key, _rng.STREAMS["adc"], t0, tokens, shape, dt)
+        zr, za = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zr, za))
+        value = value + params["read"] * inv_p * zr + jnp.sqrt(enob_var) * za
+    clipped = jnp.zeros((), jnp.int32)
+    if st.adc_bits is not None:
+        value, clip = _adc(value, lo_b, hi_b, st.adc_bits)
+        clipped = clip[..., :st.n].sum(dtype=jnp.int32)
+    zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value)
+    a_sum = a_sum[..., None]
+    z = (zsum - st.t_min * st.c_sum * a_sum) / (1 - st.t_min) + st.w_const * a_sum
+    part = st.in_const * prog["w_sum"][None] + jnp.einsum("s,stkn->tkn",
+                                                           jnp.asarray(st.in_coeffs, dt), z)
+    y = jnp.einsum("tkn,kn->tn", part, prog["scale"], precision=hp)[:, :st.n]
+    return y * scale[:, None], photons / params["inv_p"], clipped
+
+
+_chunk_jit = jax.jit(_chunk, static_argnums=0)
+
+
+def _run(st: _Static, x2, prog, params, scale, seed, chunk: int):
+    ys, photons, clipped = [], 0.0, 0
+    for c0 in range(0, x2.shape[0], chunk):
+        c1 = min(c0 + chunk, x2.shape[0])
+        y, ph, cl = _chunk_jit(st, prog, params, x2[c0:c1], scale[c0:c1], jnp.uint32(c0), seed)
+        ys.append(y)
+        photons, clipped = photons + ph, clipped + cl
+    return jnp.concatenate(ys) if len(ys) > 1 else ys[0], photons, clipped
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _emulate(st, chunk, x2, w2, prog, params, scale, seed):
+    """The noisy machine forward; straight-through backward (module docstring)."""
+    return _run(st, x2, prog, params, scale, seed, chunk)
+
+
+def _emulate_fwd(st, chunk, x2, w2, prog, params, scale, seed):
+    return _run(st, x2, prog, params, scale, seed, chunk), (x2, prog, params, scale, seed)
+
+
+def _emulate_bwd(st, chunk, res, cts):
+    x2, prog, params, scale, seed = res
+    g = cts[0]
+    zeros = jax.tree.map(jnp.zeros_like, (prog, params, scale))
+    seed_ct = np.zeros(np.shape(seed), dtype=jax.dtypes.float0)
+    return (g @ prog["w_eff"].T, x2.T @ g, *zeros, seed_ct)
+
+
+_emulate.defvjp(_emulate_fwd, _emulate_bwd)
+
+
+# --------------------------------------------------------------------------- #
+# The public entry point
+# --------------------------------------------------------------------------- #
+
+
+def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
+           chunk_tokens: int | None = None, exact: bool = False,
+           params: Mapping[str, Any] | None = None):
+    """``x @ w`` on the optical core, in JAX (see the module docstring).
+
+    Parameters
+    ----------
+    x : jax.Array or ndarray, shape (..., K), float32 (float64 with ``jax_enable_x64``)
+    w : ndarray or jax.Array, shape (K, N), or ProgrammedWeights
+        A traced ``w`` (under ``jax.grad``/``jit``) is programmed on the host.
+    config : OpticalConfig
+    seed : int in [0, 2**32) or an integer JAX scalar (traced: ``vmap`` over seeds)
+    return_stats : bool
+        Also return a :class:`optical.MatmulStats` (not under ``jit``).
+    chunk_tokens : int, optional
+        Tokens per jitted chunk (default 512). Every token draws from its own
+        keys, so the noise does not depend on it; XLA's GEMMs of other shapes
+        may round differently (float32 ulps, rarely a moved ADC code).
+    exact : bool
+        Compute the shot noise of balanced rails exactly (no low-rank factors)
+        and draw every noise separately.
+    params : mapping of str to float or traced scalar, optional
+        Values for the numeric fields in :data:`PARAMS`, overriding ``config``;
+        when they enter the ADC windows' rule, the windows are re-derived from them.
+
+    Returns
+    -------
+    y : jax.Array, shape (..., N)
+    stats : MatmulStats, if ``return_stats``
+    """
+    from optical._validation import check_float_array, check_seed
+    from optical.core import MatmulStats, schedule
+
+    if not isinstance(config, OpticalConfig):
+        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
+    if chunk_tokens is not None and (isinstance(chunk_tokens, bool)
+                                     or not isinstance(chunk_tokens, int) or chunk_tokens < 1):
+        raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    x = _check_x(x)
+    dtype = np.dtype(x.dtype)
+    if isinstance(seed, jax.Array):
+        if not jnp.issubdtype(seed.dtype, jnp.integer) or seed.ndim:
+            raise TypeError("seed: expected an integer scalar")
+    else:
+        seed = check_seed(seed)
+        if seed >= 2**32:
+            raise ValueError(f"seed: {seed} is out of range for the JAX backend; valid: [0, 2**32)")
+    varied = frozenset(params or ())
+    param_values = _params(config, params)
+    traced_w = isinstance(w, jax.core.Tracer)
+    if isinstance(w, ProgrammedWeights):
+        w.check_compatible(config)
+        pw, shape, input_range = w, w.shape, w.input_range
+    elif traced_w:
+        if w.ndim != 2:
+            raise ValueError(f"w: expected 2 dimensions, got shape {w.shape}")
+        if calibration_needs(config):
+            raise ValueError(f"{' and '.join(calibration_needs(config))} needs calibration "
+                             "inputs: with a traced w, pass optical.program(w, config, "
+                             "calibration=...) instead")
+        pw, shape, input_range = None, tuple(w.shape), None
+    else:
+        w_np = check_float_array(np.asarray(w), "w", ndim=2)
+        if x.shape[-1] != w_np.shape[0]:
+            raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
+                             f"{x.shape}) but w has {w_np.shape[0]} rows")
+        # As optical.matmul: what needs calibration inputs is calibrated on x itself.
+        calibration = np.asarray(x).reshape(-1, w_np.shape[0]) \
+            if calibration_needs(config) and not isinstance(x, jax.core.Tracer) else None
+        pw = program(w_np, config, calibration=calibration)
+        shape, input_range = pw.shape, pw.input_range
+    if pw is not None and pw.bypass is not None:
+        raise ValueError("outliers.policy: the JAX backend does not run outlier bypass yet; "
+                         "use backend='numba' or 'numpy', or outliers.policy='none'")
+    k, n = shape
+    if x.shape[-1] != k:
+        raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
+                         f"{x.shape}) but w has {k} rows")
+    if (pw.dtype if pw is not None else np.dtype(w.dtype)) != dtype:
+        raise TypeError(f"dtype mismatch: x is {dtype} but w is "
+                        f"{pw.dtype if pw is not None else w.dtype}; cast one explicitly")
+    st = _static(shape, config, input_range, exact, varied, dtype)
+    prog = _traced_arrays(w, config, st) if traced_w else _device_arrays(pw, st)
+    w2 = w if traced_w else prog["w_eff"]
+    x2 = x.reshape(-1, k)
+    if input_range is not None:
+        scale = jnp.full(x2.shape[0], input_range, dtype=dtype)
+    else:
+        absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], dtype) if st.per_tensor \
+            else jnp.max(jnp.abs(x2), axis=1)
+        scale = jax.lax.stop_gradient(jnp.where(absmax > 0, absmax, 1).astype(dtype))
+    seed_arr = jnp.asarray(seed, dtype=jnp.uint32)
+    y, photons, clipped = _emulate(st, chunk_tokens or CHUNK_TOKENS, x2, w2, prog,
+                                   param_values, scale, seed_arr)
+    y = y.reshape(*x.shape[:-1], n)
+    if not return_stats:
+        return y
+    if isinstance(y, jax.core.Tracer):
+        raise ValueError("return_stats: not available under jit/vmap/grad; call eagerly")
+    counts = schedule(x2.shape[0], k, n, config)
+    readouts, adc = counts.detector_readouts, counts.adc_conversions
+    photons = float(photons) if math.isfinite(config.source.photons_per_mac) else math.inf
+    return y, MatmulStats(
+        **counts.to_dict(), detected_photons=photons,
+        mean_photoelectrons=photons / readouts if readouts else 0.0,
+        clipped_fraction=float(clipped) / adc if adc else 0.0)
+
+
+def _check_x(x):
+    """x as a JAX array of a float dtype JAX can hold, finite where concrete."""
+    if isinstance(x, np.ndarray):
+        from optical._validation import check_float_array
+
+        check_float_array(x, "x", min_ndim=1)
+        if x.dtype == np.float64 and not jax.config.jax_enable_x64:
+            raise TypeError("x: float64 needs jax.config.update('jax_enable_x64', True); "
+                            "cast to float32 or enable x64")
+        return jnp.asarray(x)
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"x: expected a JAX or numpy array, got {type(x).__name__}")
+    if x.dtype not in (jnp.float32, jnp.float64):
+        raise TypeError(f"x: dtype {x.dtype} is not supported; use float32 or float64 "
+                        "(nothing is cast silently)")
+    if x.ndim < 1:
+        raise ValueError(f"x: expected at least 1 dimension, got shape {x.shape}")
+    if not isinstance(x, jax.core.Tracer):
+        finite = np.isfinite(np.asarray(x))
+        if not finite.all():
+            raise ValueError(f"x: contains {finite.size - np.count_nonzero(finite)} NaN or "
+                             "infinite value(s)")
+    return x

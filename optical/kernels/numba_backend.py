@@ -1,0 +1,287 @@
+"""The CPU fast path: GEMMs in BLAS or XLA, everything per readout in numba.
+
+``optical.matmul(x, w, config, seed=..., backend="numba")`` runs here. The
+physics is that of the numpy reference (``optical.core``), rearranged so that
+the only O(T K N) work is one GEMM per rail signal:
+
+- inputs are scaled, encoded and DAC-quantised per K-tile, and multiplied by
+  each source's RIN factor per pass (numba, :func:`_numba.source_light`);
+- the mean ADC-rail readouts are GEMMs of that light with the transmissions
+  (for balanced detection with the rail difference ``T+ - T-``, computed once
+  per weight load);
+- one fused numba loop per weight block adds the noise, digitises, decodes the
+  rails and accumulates the K-tiles (:func:`_numba.readout_fast`).
+
+Two modes:
+
+``exact=False`` (the default): every Gaussian noise of an ADC readout is drawn
+as one normal of the summed variance (exact in distribution); the shot-noise
+variance of balanced rails comes from low-rank factors of ``T+ + T-``
+(:func:`optical.kernels._fastpath.light_factors`, the only approximation,
+tested against the exact product); RIN uses fast float32 Box-Muller pairs.
+Poisson shot noise is always exact, draw for draw as the reference.
+
+``exact=True``: draw for draw the numpy reference: per-rail GEMMs and the
+reference's streams and indices, so the two backends agree to float rounding
+(an ADC code may differ where a readout lands within rounding of a code
+boundary).
+
+Tokens are processed in fixed blocks of :data:`BLOCK_TOKENS`, aligned to the
+first token, and every random number is keyed by its absolute readout index,
+so the output depends neither on ``chunk_tokens`` nor on the thread count.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from optical import _rng
+from optical._gemm import row_block, rows_matmul
+from optical.config import OpticalConfig
+from optical.kernels import _fastpath
+from optical.quant import ProgrammedWeights, adc_rails
+
+__all__ = ["BLOCK_TOKENS", "GEMMS", "accumulate", "matmul"]
+
+#: Tokens per block: the unit of every GEMM, fixed so results never depend on chunking.
+BLOCK_TOKENS = 1024
+
+#: Stream of the fast path's combined Gaussian readout noise (beside ``_rng.STREAMS``).
+COMBINED_STREAM = 6
+
+#: GEMM engines: "blas" (numpy's BLAS) or "xla" (JAX's CPU GEMM, when JAX is installed).
+GEMMS = ("auto", "blas", "xla")
+
+# Below this many weights per tile, BLAS is faster than a call into XLA.
+_XLA_MIN_TILE = 128 * 128
+
+# numba's OpenMP workers busy-wait between kernels by default, taking the cores
+# from the GEMM that runs between them (and from any other process): measured
+# here, a kernel ran 10-20x slower with 2 threads than with 1 on a loaded
+# 2-core machine. Passive waiting costs nothing measurable. A user's own
+# setting wins; it must be made before numba starts its thread pool.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
+           seed: int, return_stats: bool = False, chunk_tokens: int | None = None,
+           exact: bool = False):
+    """``optical.matmul(..., backend="numba")``: see :func:`optical.matmul`."""
+    from optical.core import matmul as core_matmul
+
+    return core_matmul(x, w, config, seed=seed, return_stats=return_stats,
+                       chunk_tokens=chunk_tokens, backend="numba", exact=exact)
+
+
+def xla_available() -> bool:
+    """Whether JAX is installed (its CPU GEMM is then used for float32)."""
+    return importlib.util.find_spec("jax") is not None
+
+
+def _choose_gemm(gemm: str, dtype: np.dtype, pw: ProgrammedWeights) -> str:
+    if gemm not in GEMMS:
+        raise ValueError(f"gemm: {gemm!r} is not valid; valid: {', '.join(map(repr, GEMMS))}")
+    if gemm == "xla" and not xla_available():
+        raise ValueError("gemm: 'xla' needs JAX; install optical[jax]")
+    if gemm == "xla" and dtype != np.float32:
+        raise ValueError("gemm: 'xla' runs float32 only (JAX without x64); use 'blas'")
+    if gemm != "auto":
+        return gemm
+    big = min(pw.tiling.tile_k, pw.tiling.k) * min(pw.tiling.tile_n, pw.tiling.n) >= _XLA_MIN_TILE
+    return "xla" if (dtype == np.float32 and big and xla_available()) else "blas"
+
+
+# --------------------------------------------------------------------------- #
+# Per weight load: the plan
+# --------------------------------------------------------------------------- #
+
+
+class _Plan:
+    """Everything derived from a programmed matrix for one mode and GEMM engine.
+
+    ``signals[kt][nt]`` are the weight blocks whose GEMMs give the readout
+    means: the ADC rails (fast mode: ``T+ - T-`` for balanced detection, else
+    each rail) or the detector rails (exact mode, Poisson shot noise).
+    """
+
+    def __init__(self, pw: ProgrammedWeights, exact: bool, engine: str) -> None:
+        cfg = pw.config
+        self.tiling = tl = pw.tiling
+        self.dec = dec = _fastpath.Decoding.of(cfg)
+        p = cfg.source.photons_per_mac
+        self.finite = math.isfinite(p)
+        self.poisson = cfg.detector.shot_noise == "poisson" and self.finite
+        self.exact = exact or self.poisson
+        # The low-rank shot variance is accurate where the offset light dominates
+        # (offset-encoded inputs); split inputs take the exact rails.
+        self.low_rank = (not self.exact and dec.balanced and self.finite
+                         and cfg.encoding.inputs == "offset")
+        self.g = np.ones((1, 1)) if self.low_rank else adc_rails(cfg)
+        self.engine = engine
+        put = _put_xla if engine == "xla" else (lambda a: a)
+        t = pw.transmissions
+        # Noise-free balanced rails: their difference is all the ADC needs.
+        use_diff = self.low_rank or (not self.exact and not self.finite and dec.balanced)
+        if use_diff:
+            self.g = np.ones((1, 1))
+        self.signals: list[list[list]] = []
+        self.rowsum: list[list[np.ndarray]] = []
+        self.factors: list[tuple[np.ndarray, np.ndarray]] = []
+        for kt in range(tl.k_tiles):
+            ks = tl.k_slice(kt)
+            row_s, row_r = [], []
+            if use_diff:
+                diff = t[0, ks] - t[1, ks]
+            for nt in range(tl.n_tiles):
+                ns = tl.n_slice(nt)
+                if use_diff:
+                    blocks = [diff[:, ns]]
+                else:
+                    blocks = [t[r, ks, ns] for r in range(dec.n_det)]
+                row_s.append([put(b) for b in blocks])
+                row_r.append(t[:, ks, ns].sum(axis=(0, 2), dtype=np.float64))
+            self.signals.append(row_s)
+            self.rowsum.append(row_r)
+            if self.low_rank:
+                left, right = _fastpath.light_factors(t[0, ks] + t[1, ks])
+                self.factors.append((np.ascontiguousarray(left.T), right))
+
+
+def _put_xla(block: np.ndarray):
+    import jax
+
+    return jax.device_put(np.ascontiguousarray(block))
+
+
+_XLA_GEMM: dict[int, Callable] = {}
+
+
+def _xla_gemm(n: int) -> Callable:
+    if n not in _XLA_GEMM:
+        import jax
+        import jax.numpy as jnp
+
+        _XLA_GEMM[n] = jax.jit(lambda a, *ws: jnp.stack([a @ w for w in ws]))
+    return _XLA_GEMM[n]
+
+
+def _gemm(plan: _Plan, light: np.ndarray, blocks: list, out: np.ndarray) -> np.ndarray:
+    """Mean readouts (len(blocks), rows, nn) of ``light`` through the weight blocks."""
+    if plan.engine == "xla":
+        return np.asarray(_xla_gemm(len(blocks))(light, *blocks))
+    # Fixed row blocks, one BLAS thread each: OpenBLAS's last bits otherwise
+    # depend on its thread count (optical._gemm).
+    rows = row_block(light.shape[0])
+    for i, block in enumerate(blocks):
+        out[i] = rows_matmul(light, block, rows)
+    view = out.view()
+    view.flags.writeable = False
+    return view
+
+
+# --------------------------------------------------------------------------- #
+# The tiled matmul
+# --------------------------------------------------------------------------- #
+
+
+def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig,
+               seed: int, totals: np.ndarray, *, exact: bool = False,
+               gemm: str = "auto") -> np.ndarray:
+    """Sum over K-tiles of the decoded, rescaled readouts of every token (the
+    input scale not yet applied): the numba counterpart of the reference's
+    per-chunk ``_accumulate``, over all tokens at once.
+
+    ``x2`` (T, K) and ``scale`` (T,) are checked by :func:`optical.matmul`;
+    ``totals`` gets the detected photons [0] and the clipped conversions [2].
+    """
+    from optical.kernels import _numba
+
+    dtype = x2.dtype
+    engine = _choose_gemm(gemm, dtype, pw)
+    plan = _fastpath.derived(pw, ("numba", bool(exact), engine, pw.config),
+                             lambda p: _Plan(p, bool(exact), engine))
+    # ADC windows are read from pw at every call (calibration may replace them).
+    adc_lo, adc_hi, enob_std, top = _fastpath.adc_noise(pw)
+    tl, dec = plan.tiling, plan.dec
+    src, det = config.source, config.detector
+    p = src.photons_per_mac
+    dac_top = dtype.type(0 if config.dac.bits is None else (1 << config.dac.bits) - 1)
+    offset_inputs = config.encoding.inputs == "offset"
+    keys = np.array([_rng.stream_key(seed, _rng.STREAMS[s])
+                     for s in ("shot", "dark", "read", "adc", "rin")], dtype=np.uint64)
+    combined_key = _rng.stream_key(seed, COMBINED_STREAM)
+    rin = src.rin_sigma
+    inv_p = 1.0 / p if plan.finite else 0.0
+    w_sum = pw.weight_sums.astype(dtype, copy=False)
+    w_scale = pw.scale.astype(dtype, copy=False)
+    if plan.finite:
+        dark_var = (2 if dec.balanced else 1) * det.dark_electrons * inv_p**2
+        var_const = np.full(dec.n_adc, dark_var + (det.read_noise_electrons * inv_p) ** 2)
+    else:
+        var_const = np.zeros(dec.n_adc)
+    enob_var = enob_std ** 2
+    empty_p, empty_r = np.zeros((0, 0)), np.zeros((0, 0))
+
+    x2 = np.ascontiguousarray(x2)
+    tokens, n = x2.shape[0], tl.n
+    y = np.zeros((tokens, n), dtype=dtype)
+    photons = np.zeros(tokens)
+    clipped = np.zeros(tokens, dtype=np.int64)
+    for b0 in range(0, tokens, BLOCK_TOKENS):
+        b1 = min(b0 + BLOCK_TOKENS, tokens)
+        tb = b1 - b0
+        xb, sb, yb = x2[b0:b1], scale[b0:b1], y[b0:b1]
+        clip_b = np.zeros(tb, dtype=np.int64)
+        light_rows = np.zeros(dec.n_in * tb)
+        for kt in range(tl.k_tiles):
+            ks = tl.k_slice(kt)
+            kk = ks.stop - ks.start
+            levels = np.empty((dec.n_in, tb, kk), dtype=dtype)
+            a_sum = np.empty((dec.n_in, tb))
+            left_t, right = plan.factors[kt] if plan.low_rank else (empty_p, empty_r)
+            p_low = np.empty((dec.n_in * tb, left_t.shape[0]))
+            _numba.encode_levels(xb, ks.start, sb, offset_inputs, dac_top, levels, a_sum, left_t,
+                                 p_low)
+            light = np.empty((dec.n_in * tb, kk), dtype=dtype)
+            for nt in range(tl.n_tiles):
+                ns = tl.n_slice(nt)
+                nn = ns.stop - ns.start
+                _numba.source_light(levels, light, plan.rowsum[kt][nt], light_rows, keys[4], rin,
+                                    plan.exact, b0, tl.k_tiles, kt, tl.n_tiles, nt, tl.tile_k)
+                if plan.finite:
+                    photons[b0:b1] += light_rows.reshape(dec.n_in, tb).sum(axis=0)
+                blocks = plan.signals[kt][nt]
+                out = np.empty((len(blocks), dec.n_in * tb, nn), dtype=dtype)
+                means = _gemm(plan, light, blocks, out)
+                lo = np.ascontiguousarray(adc_lo[kt][:, ns])
+                hi = np.ascontiguousarray(adc_hi[kt][:, ns])
+                common = (w_sum[kt, ns], w_scale[kt, ns], yb, clip_b)
+                decode = (dec.h, dec.t_min, dec.c_sum, dec.w_const, dec.in_coeffs, dec.in_const,
+                          b0, tl.k_tiles, kt, n, ns.start)
+                if plan.exact:
+                    _numba.readout_exact(
+                        means, a_sum, lo, hi, np.ascontiguousarray(enob_std[kt][:, ns]),
+                        *common, np.uint64(seed), keys[:4], float(p), det.dark_electrons,
+                        det.read_noise_electrons, plan.poisson, dec.balanced, top, *decode)
+                else:
+                    p_arg, r_arg = empty_p, empty_r
+                    if plan.low_rank:
+                        p_arg, r_arg = p_low, np.ascontiguousarray(right[:, ns])
+                    step = (hi - lo) / top if top else np.zeros_like(lo)
+                    inv_step = np.divide(1.0, step, out=np.zeros_like(step), where=step > 0)
+                    _numba.readout_fast(
+                        means, plan.g, p_arg, r_arg, a_sum, lo, step, inv_step,
+                        np.ascontiguousarray(enob_var[kt][:, ns]), var_const, *common,
+                        combined_key, inv_p, top, *decode)
+        clipped[b0:b1] += clip_b
+    if plan.finite:
+        totals[0] += p * photons.sum()
+    else:
+        totals[0] = math.inf
+    totals[2] += clipped.sum()
+    return y

@@ -1,0 +1,159 @@
+"""The JAX backend: the reference's deterministic physics to float32 rounding,
+its noise in distribution, vmap over seeds and noise levels, and
+straight-through gradients."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import optical
+from optical import metrics
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax_backend = pytest.importorskip("optical.kernels.jax_backend")
+
+ENCODINGS = [(i, w) for i in ("offset", "split") for w in ("offset", "split")]
+
+
+def ideal(**changes):
+    return optical.presets.get("ideal").replace(changes)
+
+
+def noisy(**changes):
+    base = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
+            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
+            "adc.full_scale": "rms", "outliers.policy": "none"}
+    return optical.presets.get("iris-like").replace({**base, **changes})
+
+
+# One case by default; the whole grid (JIT compiles per config) in the slow run.
+GRID = [pytest.param(i, w, b, marks=() if (i, w, b) == ("offset", "split", True)
+                     else pytest.mark.slow)
+        for (i, w) in ENCODINGS for b in (True, False)]
+
+
+@pytest.mark.parametrize(("inputs", "weights", "balanced"), GRID)
+def test_deterministic_physics_matches_the_reference(rng, inputs, weights, balanced):
+    x = rng.standard_normal((6, 70)).astype(np.float32)
+    w = rng.standard_normal((70, 23)).astype(np.float32)
+    cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
+                   "detector.balanced": balanced, "dac.bits": 5, "mask.bits": 4,
+                   "adc.bits": 6, "mask.contrast_ratio": 20.0, "adc.headroom": 2.0,
+                   "core.inputs": 32, "core.outputs": 10})
+    reference = optical.matmul(x, w, cfg, seed=0, backend="numpy")
+    y = optical.matmul(jnp.asarray(x), w, cfg, seed=0)
+    assert isinstance(y, jax.Array) and y.dtype == jnp.float32 and y.shape == (6, 23)
+    close = np.isclose(np.asarray(y), reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
+    assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} differ"
+    ideal_y = optical.matmul(jnp.asarray(x), w, ideal(**{"core.inputs": 32}), seed=0)
+    assert metrics.relative_error(x.astype(np.float64) @ w, np.asarray(ideal_y)) < 2e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shot", ["gaussian", "poisson"])
+def test_noise_has_the_reference_distribution(rng, shot):
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 6)).astype(np.float32)
+    cfg = noisy(**{"adc.bits": 10, "core.inputs": 32, "detector.shot_noise": shot,
+                   "detector.dark_electrons": 10.0})
+    copies, seeds = 300, 20
+    xs = np.broadcast_to(x, (copies, *x.shape)).copy()
+    ref = np.concatenate([optical.matmul(xs, w, cfg, seed=s, backend="numpy")
+                          for s in range(seeds)])
+    f = jax.jit(jax.vmap(lambda s: jax_backend.matmul(jnp.asarray(xs), w, cfg, seed=s)))
+    got = np.asarray(f(jnp.arange(seeds))).reshape(ref.shape)
+    n = ref.shape[0]
+    sd = ref.std(axis=0)
+    assert np.all(np.abs(got.mean(axis=0) - ref.mean(axis=0)) < 5 * sd * math.sqrt(2 / n))
+    ratio = got.var(axis=0) / ref.var(axis=0)
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / n)), ratio
+    assert all(stats.ks_2samp(got[:, i, j], ref[:, i, j]).pvalue > 1e-3
+               for i in range(2) for j in range(6))
+
+
+@pytest.mark.slow
+def test_vmap_over_seeds_and_noise_levels(rng):
+    x = jnp.asarray(rng.standard_normal((8, 100)).astype(np.float32))
+    w = rng.standard_normal((100, 40)).astype(np.float32)
+    cfg = noisy()
+    ys = jax.vmap(lambda s: jax_backend.matmul(x, w, cfg, seed=s))(jnp.arange(3))
+    for s in range(3):
+        np.testing.assert_array_equal(ys[s], jax_backend.matmul(x, w, cfg, seed=s))
+    assert float(jnp.mean(ys[0] != ys[1])) > 0.5
+    photons = jnp.asarray([10.0, 100.0, 1000.0])
+    path = "source.photons_per_mac"
+    f = jax.jit(jax.vmap(lambda p: jax_backend.matmul(x, w, cfg, seed=0, params={path: p})))
+    yp = f(photons)
+    truth = np.asarray(x) @ w
+    sqnr = [metrics.sqnr_db(truth, np.asarray(v)) for v in yp]
+    assert sqnr[0] < sqnr[1] < sqnr[2]  # more light, less shot noise
+    for i, p in enumerate([10.0, 100.0, 1000.0]):
+        # The windows re-derived from a traced photon count are those program() sets.
+        direct = jax_backend.matmul(x, w, cfg.replace({path: p}), seed=0)
+        np.testing.assert_allclose(yp[i], direct, rtol=1e-4, atol=1e-3 * float(jnp.abs(direct).max()))
+
+
+def test_gradients_are_the_straight_through_estimate(rng):
+    x = rng.standard_normal((16, 100)).astype(np.float32)
+    w = rng.standard_normal((100, 40)).astype(np.float32)
+    cfg = noisy()
+
+    def loss(xv, wv):
+        return jnp.sum(jax_backend.matmul(xv, wv, cfg, seed=3) ** 2)
+
+    gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(jnp.asarray(x), jnp.asarray(w))
+    assert np.isfinite(gx).all() and np.isfinite(gw).all()
+    dy = 2 * np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=3), dtype=np.float64)
+    # W_eff: the programmed machine without noise or converters, measured on unit inputs.
+    clean = cfg.replace({"dac.bits": None, "adc.bits": None, "source.photons_per_mac": math.inf,
+                         "source.rin_db_per_hz": -math.inf, "detector.dark_electrons": 0.0,
+                         "detector.read_noise_electrons": 0.0})
+    w_eff = optical.matmul(np.eye(100), optical.program(w.astype(np.float64), clean), clean,
+                           seed=0, backend="numpy")
+    np.testing.assert_allclose(gx, dy @ w_eff.T, rtol=1e-4, atol=1e-4 * np.abs(gx).max())
+    np.testing.assert_allclose(gw, x.T @ dy, rtol=1e-4, atol=1e-4 * np.abs(gw).max())
+
+
+@pytest.mark.slow
+def test_chunking_stats_and_programmed_weights(rng):
+    x = jnp.asarray(rng.standard_normal((50, 100)).astype(np.float32))
+    w = rng.standard_normal((100, 40)).astype(np.float32)
+    cfg = noisy()
+    pw = optical.program(w, cfg)
+    first, st = jax_backend.matmul(x, pw, cfg, seed=5, return_stats=True)
+    np.testing.assert_array_equal(jax_backend.matmul(x, w, cfg, seed=5), first)
+    # Every token draws from its own keys, so chunks draw the same noise; XLA's
+    # GEMMs of other shapes round differently (float32), and an ADC code may move.
+    poisson = optical.presets.get("wang-2022").replace({"core.inputs": 64, "core.outputs": 16})
+    for c, whole in ((cfg, first), (poisson, jax_backend.matmul(x, w, poisson, seed=5))):
+        chunked = np.asarray(jax_backend.matmul(x, w, c, seed=5, chunk_tokens=7))
+        close = np.isclose(chunked, whole, rtol=1e-4, atol=1e-4 * float(jnp.abs(whole).max()))
+        assert close.mean() > 0.99
+    _, ref = optical.matmul(np.asarray(x), w, cfg, seed=5, backend="numpy", return_stats=True)
+    # Equal up to the RIN draws (3% per source and pass, averaged over 50 x 4 x 2 passes).
+    assert st.detected_photons == pytest.approx(ref.detected_photons, rel=5e-3)
+    assert st.passes == ref.passes and st.adc_conversions == ref.adc_conversions
+
+
+def test_bad_arguments(rng):
+    x = jnp.ones((2, 4))
+    w = np.ones((4, 3), np.float32)
+    with pytest.raises(ValueError, match="params: 'adc.bits' cannot be varied"):
+        jax_backend.matmul(x, w, noisy(), seed=0, params={"adc.bits": 6})
+    with pytest.raises(ValueError, match="source.photons_per_mac: -1.0 is out of range"):
+        jax_backend.matmul(x, w, noisy(), seed=0, params={"source.photons_per_mac": -1.0})
+    with pytest.raises(ValueError, match=r"seed: .* valid: \[0, 2\*\*32\)"):
+        jax_backend.matmul(x, w, noisy(), seed=2**40)
+    with pytest.raises(ValueError, match="x: contains 1 NaN"):
+        optical.matmul(x.at[0, 0].set(jnp.nan), w, noisy(), seed=0)
+    with pytest.raises(TypeError, match="x: dtype int32"):
+        optical.matmul(jnp.ones((2, 4), jnp.int32), w, noisy(), seed=0)
+    with pytest.raises(ValueError, match="backend: 'numba' takes numpy arrays"):
+        optical.matmul(x, w, noisy(), seed=0, backend="numba")
+    with pytest.raises(TypeError, match="float64 needs"):
+        jax_backend.matmul(np.ones((2, 4)), np.ones((4, 3)), noisy(), seed=0)
+    with pytest.raises(ValueError, match="return_stats: not available under jit"):
+        jax.jit(lambda v: jax_backend.matmul(v, w, noisy(), seed=0, return_stats=True))(x)

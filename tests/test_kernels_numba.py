@@ -1,0 +1,291 @@
+"""The numba backend against the numpy reference: the same random numbers, the
+same deterministic physics, the same noise laws, and results that depend on
+nothing but (x, w, config, seed)."""
+
+import math
+
+import numba
+import numpy as np
+import pytest
+from scipy import stats
+
+import optical
+from optical import _rng, kernels, metrics
+from optical.kernels import _fastpath, numba_backend
+from optical.kernels import _rng_numba as rng_nb
+
+from .reference_loops import reference_matmul
+
+ENCODINGS = [(i, w) for i in ("offset", "split") for w in ("offset", "split")]
+
+
+def ideal(**changes):
+    return optical.presets.get("ideal").replace(changes)
+
+
+def noisy(**changes):
+    """Every noise of the iris-like machine, strong enough to matter, small tiles."""
+    base = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
+            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
+            "adc.full_scale": "rms", "outliers.policy": "none"}
+    return optical.presets.get("iris-like").replace({**base, **changes})
+
+
+# --------------------------------------------------------------------------- #
+# The random numbers
+# --------------------------------------------------------------------------- #
+
+
+def test_numba_draws_the_reference_numbers():
+    idx = (np.arange(100_000, dtype=np.uint64) * np.uint64(7919)) ^ np.uint64(2**40 + 3)
+    key = _rng.stream_key(5, _rng.STREAMS["read"])
+    out = np.empty(idx.size)
+    rng_nb.uniform_array(key, idx, out)
+    np.testing.assert_array_equal(out, _rng.uniform(key, idx))
+    rng_nb.normal_array(key, idx, out)
+    np.testing.assert_allclose(out, _rng.normal(key, idx), rtol=0, atol=1e-13)
+    lam = np.random.default_rng(1).uniform(0, 40, idx.size)
+    lam[:200] = [0.0, 9.99, 10.0, 1e6] * 50
+    rng_nb.poisson_array(np.uint64(5), np.uint64(1), idx, lam, out)
+    np.testing.assert_array_equal(out, _rng.poisson(5, 1, idx, lam))
+
+
+def test_fast_normal_pairs_are_standard_normal_and_independent():
+    n = 400_000
+    out = np.empty(n, dtype=np.float32)
+    key = _rng.stream_key(9, 6)
+    rng_nb.normal_pairs_range(key, np.uint64(1000), out)
+    for z in (out[0::2], out[1::2]):
+        assert stats.kstest(z, "norm").pvalue > 0.01
+        assert abs(z.mean()) < 5 / math.sqrt(z.size)
+        assert z.var() == pytest.approx(1.0, abs=5 * math.sqrt(2 / z.size))
+    assert abs(np.corrcoef(out[0::2], out[1::2])[0, 1]) < 5 / math.sqrt(n / 2)
+    # The pair is Box-Muller's cosine and sine of the reference's uniforms.
+    bits = _rng._bits(key, np.arange(1000, 1000 + n // 2, dtype=np.uint64))
+    u1 = ((bits >> np.uint64(32)).astype(np.float64) + 1) * 2.0**-32
+    u2 = (bits & _rng._U32).astype(np.float64) * 2.0**-32
+    radius = np.sqrt(-2 * np.log(u1))
+    np.testing.assert_allclose(out[0::2], radius * np.cos(2 * np.pi * u2), rtol=0, atol=5e-6)
+    np.testing.assert_allclose(out[1::2], radius * np.sin(2 * np.pi * u2), rtol=0, atol=5e-6)
+
+
+# --------------------------------------------------------------------------- #
+# Deterministic physics: agree with the reference to float rounding
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
+def test_ideal_machine_is_exact(rng, dtype, inputs, weights):
+    x = rng.standard_normal((2, 9, 150)).astype(dtype)
+    w = rng.standard_normal((150, 70)).astype(dtype)
+    cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
+                   "core.inputs": 64, "core.outputs": 32})
+    for exact in (False, True):
+        y = optical.matmul(x, w, cfg, seed=0, backend="numba", exact=exact)
+        assert y.dtype == dtype and y.shape == (2, 9, 70)
+        truth = x.astype(np.float64) @ w.astype(np.float64)
+        assert metrics.relative_error(truth, y) < {np.float32: 2e-4, np.float64: 1e-11}[dtype]
+
+
+@pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
+@pytest.mark.parametrize("balanced", [True, False])
+def test_quantised_machine_matches_reference_and_loops(rng, inputs, weights, balanced):
+    x = rng.standard_normal((6, 70))
+    w = rng.standard_normal((70, 23))
+    cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
+                   "detector.balanced": balanced, "dac.bits": 5, "mask.bits": 4,
+                   "adc.bits": 6, "mask.contrast_ratio": 20.0, "adc.headroom": 2.0,
+                   "core.inputs": 32, "core.outputs": 10})
+    truth = reference_matmul(x, w, cfg)
+    reference = optical.matmul(x, w, cfg, seed=0, backend="numpy")
+    for exact in (False, True):
+        y = optical.matmul(x, w, cfg, seed=0, backend="numba", exact=exact)
+        for other in (truth, reference):
+            close = np.isclose(y, other, rtol=1e-9, atol=1e-9 * np.abs(other).max())
+            # Balanced rails subtracted before (fast) or after (exact) the GEMM
+            # round differently: an ADC code may move where a readout sits on a boundary.
+            assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} differ"
+        assert metrics.sqnr_db(truth, y) > 40
+
+
+# --------------------------------------------------------------------------- #
+# Under noise: exact mode draw for draw, fast mode in distribution
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("shot", ["gaussian", "poisson"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exact_mode_reproduces_the_reference_under_noise(rng, shot, dtype):
+    x = rng.standard_normal((40, 150)).astype(dtype)
+    w = rng.standard_normal((150, 50)).astype(dtype)
+    cfg = noisy(**{"detector.shot_noise": shot, "detector.dark_electrons": 20.0})
+    reference, ref_stats = optical.matmul(x, w, cfg, seed=4, backend="numpy",
+                                          return_stats=True)
+    y, st = optical.matmul(x, w, cfg, seed=4, backend="numba", exact=True, return_stats=True)
+    step = np.abs(reference).max() * 1e-3
+    close = np.isclose(y, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=step * 1e-3)
+    assert close.mean() > 0.98, f"{(~close).sum()} of {close.size} differ"
+    assert st.detected_photons == pytest.approx(ref_stats.detected_photons, rel=1e-6)
+    assert st.clipped_fraction == pytest.approx(ref_stats.clipped_fraction, abs=0.002)
+
+
+def test_iris_like_as_deployed_runs_on_numba(rng):
+    """Calibrated ADC windows, static outlier bypass, lens crosstalk and
+    pre-distortion: everything lives in the programmed weights, which the
+    numba backend reads as the reference does."""
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    x[:, 7] *= 40  # an outlier channel for the bypass
+    w = rng.standard_normal((256, 96)).astype(np.float32)
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 128, "core.outputs": 64})
+    pw = optical.program(w, cfg, calibration=x[:32])
+    assert pw.bypass is not None
+    ref, ref_stats = optical.matmul(x, pw, cfg, seed=2, backend="numpy", return_stats=True)
+    y, st = optical.matmul(x, pw, cfg, seed=2, backend="numba", exact=True, return_stats=True)
+    close = np.isclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert close.mean() > 0.98
+    assert st.digital_channels == ref_stats.digital_channels > 0
+    fast = optical.matmul(x, pw, cfg, seed=2, backend="numba")
+    truth = x.astype(np.float64) @ w
+    assert abs(metrics.sqnr_db(truth, fast) - metrics.sqnr_db(truth, ref)) < 1.0
+
+
+def _samples(x, w, cfg, backend, seeds=30, copies=300, **kw):
+    xs = np.broadcast_to(x, (copies, *x.shape)).copy()
+    return np.concatenate([optical.matmul(xs, w, cfg, seed=s, backend=backend, **kw)
+                           for s in range(seeds)])
+
+
+@pytest.mark.parametrize("inputs", ["offset", "split"])
+def test_fast_mode_has_the_reference_noise_distribution(rng, inputs):
+    """Mean, variance and shape (two-sample KS) of every output's noise agree."""
+    x = rng.standard_normal((2, 96))
+    w = rng.standard_normal((96, 6))
+    cfg = noisy(**{"encoding.inputs": inputs, "adc.bits": 10, "core.inputs": 32})
+    fast = _samples(x, w, cfg, "numba")  # 9000 samples per output
+    ref = _samples(x, w, cfg, "numpy", seeds=30, copies=300)
+    n = fast.shape[0]
+    sd = ref.std(axis=0)
+    assert np.all(np.abs(fast.mean(axis=0) - ref.mean(axis=0)) < 5 * sd * math.sqrt(2 / n))
+    ratio = fast.var(axis=0) / ref.var(axis=0)
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / n)), ratio
+    for i in range(x.shape[0]):
+        for j in range(w.shape[1]):
+            assert stats.ks_2samp(fast[:, i, j], ref[:, i, j]).pvalue > 1e-3
+
+
+def test_fast_shot_noise_follows_the_poisson_law(rng):
+    """var = mean / p on split rails (as tests/test_matmul.py for the reference)."""
+    p = 20.0
+    x = rng.uniform(0, 1, (3, 64))
+    x[:, 0] = 1.0
+    w = rng.uniform(0, 1, (64, 8))
+    w[0] = 1.0
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
+                   "encoding.inputs": "offset", "encoding.weights": "split", "core.inputs": 16,
+                   "mask.contrast_ratio": 1e6})
+    ys = _samples(x, w, cfg, "numba", seeds=40, copies=500)
+    theory = 2 * (x + 1) @ np.abs(w) / p  # offset inputs: the offset light's shot noise
+    np.testing.assert_allclose(ys.mean(axis=0), x @ w, atol=5 * np.sqrt(theory.max() / 20000))
+    np.testing.assert_allclose(ys.var(axis=0), theory, rtol=0.05)
+
+
+def test_low_rank_light_error(rng):
+    """The one approximation: shot-noise std from low-rank factors of T+ + T-,
+    against the exact product, for offset-encoded inputs (where it is used)."""
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 512, "core.outputs": 512,
+                                                    "adc.full_scale": "rms",
+                                                    "outliers.policy": "none"})
+    w = rng.standard_normal((512, 512)).astype(np.float32)
+    pw = optical.program(w, cfg)
+    tsum = pw.transmissions[0].astype(np.float64) + pw.transmissions[1]
+    left, right = _fastpath.light_factors(tsum)
+    x = rng.standard_normal((256, 512))
+    x[128:, [3, 100]] *= 300  # massive activations in half the tokens
+    a = (x / np.abs(x).max(axis=1, keepdims=True) + 1) / 2
+    err = np.abs(np.sqrt(a @ left @ right / (a @ tsum)) - 1)
+    assert np.median(err) < 0.005 and err.max() < 0.03, (np.median(err), err.max())
+    # Exact for constant light, and at full rank.
+    np.testing.assert_allclose(np.ones(512) @ left @ right, np.ones(512) @ tsum, rtol=1e-12)
+    small = tsum[:20, :30]
+    lf, rf = _fastpath.light_factors(small, rank=21)
+    np.testing.assert_allclose(lf @ rf, small, rtol=0, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- #
+# Reproducibility, stats, errors
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_bit_identical_whatever_threads_and_chunks(rng, exact):
+    x = rng.standard_normal((numba_backend.BLOCK_TOKENS + 77, 100)).astype(np.float32)
+    w = rng.standard_normal((100, 45)).astype(np.float32)
+    cfg = noisy()
+    first = optical.matmul(x, w, cfg, seed=11, backend="numba", exact=exact)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = optical.matmul(x, w, cfg, seed=11, backend="numba", exact=exact)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_array_equal(one, first)
+    for chunk in (1, 50, 10_000):
+        np.testing.assert_array_equal(
+            optical.matmul(x, w, cfg, seed=11, backend="numba", exact=exact,
+                           chunk_tokens=chunk), first)
+    # A token's output depends on that token alone (and its absolute index).
+    head = optical.matmul(x[:30], w, cfg, seed=11, backend="numba", exact=exact)
+    np.testing.assert_array_equal(head, first[:30])
+    assert np.mean(optical.matmul(x, w, cfg, seed=12, backend="numba", exact=exact) != first) > 0.5
+
+
+def test_stats_match_the_reference(rng):
+    x = rng.standard_normal((2, 5, 100))
+    w = rng.standard_normal((100, 70))
+    cfg = ideal(**{"core.inputs": 30, "core.outputs": 32, "encoding.inputs": "split",
+                   "detector.balanced": False, "source.photons_per_mac": 1000.0,
+                   "adc.bits": 6, "adc.headroom": 1.0})
+    _, ref = optical.matmul(x, w, cfg, seed=0, backend="numpy", return_stats=True)
+    _, got = optical.matmul(x, w, cfg, seed=0, backend="numba", return_stats=True)
+    assert got.detected_photons == pytest.approx(ref.detected_photons, rel=1e-9)
+    assert got.clipped_fraction == pytest.approx(ref.clipped_fraction, abs=0.01)
+    assert 0 < got.clipped_fraction
+    counted = {k: v for k, v in got.to_dict().items() if k in optical.schedule(10, 100, 70, cfg)
+               .to_dict()}
+    assert counted == optical.schedule(10, 100, 70, cfg).to_dict()
+
+
+def test_auto_backend_and_bad_arguments(rng):
+    x, w = np.ones((2, 4)), np.ones((4, 3))
+    np.testing.assert_array_equal(optical.matmul(x, w, ideal(), seed=0),
+                                  optical.matmul(x, w, ideal(), seed=0, backend="numba"))
+    assert kernels.resolve("auto", x, ideal()) == "numba"
+    assert kernels.resolve("auto", x, ideal(**{"core.inputs": 7, "core.outputs": 5})) == "numpy"
+    assert kernels.resolve("numba", x, ideal(**{"core.inputs": 7})) == "numba"
+    with pytest.raises(ValueError, match="backend: 'cuda' is not valid"):
+        optical.matmul(x, w, ideal(), seed=0, backend="cuda")
+    with pytest.raises(TypeError, match="exact: expected a bool"):
+        optical.matmul(x, w, ideal(), seed=0, backend="numba", exact=1)
+    with pytest.raises(TypeError, match="dtype mismatch"):
+        optical.matmul(x.astype(np.float32), w, ideal(), seed=0, backend="numba")
+    with pytest.raises(ValueError, match="x: contains 1 NaN"):
+        optical.matmul(np.array([[np.nan, 1, 1, 1]]), w, ideal(), seed=0, backend="numba")
+    pw = optical.program(w, ideal())
+    with pytest.raises(ValueError, match="gemm: 'gpu' is not valid"):
+        numba_backend.accumulate(x, np.ones(2), pw, ideal(), 0, np.zeros(3), gemm="gpu")
+    with pytest.raises(ValueError, match="gemm: 'xla' runs float32 only"):
+        numba_backend.accumulate(x, np.ones(2), pw, ideal(), 0, np.zeros(3), gemm="xla")
+
+
+def test_blas_and_xla_gemms_agree(rng):
+    pytest.importorskip("jax")
+    x = rng.standard_normal((20, 300)).astype(np.float32)
+    w = rng.standard_normal((300, 200)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 128, "core.outputs": 128})
+    pw = optical.program(w, cfg)
+    scale = np.abs(x).max(axis=1)
+    ys = [numba_backend.accumulate(x, scale, pw, cfg, 3, np.zeros(3), gemm=g)
+          for g in ("blas", "xla")]
+    close = np.isclose(ys[0], ys[1], rtol=1e-4, atol=1e-4 * np.abs(ys[0]).max())
+    assert close.mean() > 0.98
