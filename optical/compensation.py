@@ -149,22 +149,40 @@ def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np
         If no positive gain works (the optics lose or leak too much light).
     """
     t_min = min_transmission
-    shape = (rails, tiling.k, tiling.n)
-    diag = np.broadcast_to(optics.diagonal(tiling), shape).astype(np.float64)
-    leak = np.abs(optics.apply(np.ones(shape), tiling) - diag)
+    out = np.empty((tiling.k_tiles, tiling.n))
+    # The optics act within each tile alone, so an open mask leaks the same
+    # light into every tile of the same shape: evaluate one tile per shape
+    # (full, and partial at the matrix edges) instead of the whole matrix.
+    reach_of: dict[tuple[int, int], np.ndarray] = {}
+    for i in range(tiling.k_tiles):
+        ks = tiling.k_slice(i)
+        for j in range(tiling.n_tiles):
+            ns = tiling.n_slice(j)
+            key = (ks.stop - ks.start, ns.stop - ns.start)
+            if key not in reach_of:
+                reach_of[key] = _tile_reach(optics, type(tiling)(*key, tiling.tile_k,
+                                                                 tiling.tile_n),
+                                            t_min, scheme, rails)
+            out[i, ns] = reach_of[key]
+    if np.any(out <= 0):
+        raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "
+                         f"at which every weight can be reached with {scheme} weights and "
+                         f"min_transmission {t_min}; reduce the crosstalk or turn compensation off")
+    return np.minimum(out, 1.0)
+
+
+def _tile_reach(optics, tile, t_min: float, scheme: str, rails: int) -> np.ndarray:
+    """The gain every pixel of one tile (a one-tile ``Tiling``) can reach, per column."""
+    shape = (rails, tile.k, tile.n)
+    diag = np.broadcast_to(optics.diagonal(tile), shape).astype(np.float64)
+    leak = np.abs(optics.apply(np.ones(shape), tile) - diag)
     if scheme == "split":
         reach = diag - leak
     else:
         top = 2 * (diag - leak * t_min - t_min) / (1 - t_min) - 1
         bottom = 1 - 2 * (diag * t_min + leak - t_min) / (1 - t_min)
         reach = np.minimum(top, bottom)
-    reach = reach.min(axis=0)
-    out = np.stack([reach[tiling.k_slice(i)].min(axis=0) for i in range(tiling.k_tiles)])
-    if np.any(out <= 0):
-        raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "
-                         f"at which every weight can be reached with {scheme} weights and "
-                         f"min_transmission {t_min}; reduce the crosstalk or turn compensation off")
-    return np.minimum(out, 1.0)
+    return reach.min(axis=(0, 1))
 
 
 def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transmission: float,
