@@ -4,8 +4,8 @@ a Dask cluster.
 An executor gets the whole list of pending :class:`Task` s at once and yields
 ``(task, outcome)`` as runs finish, in any order; ``outcome`` is the metrics
 dict or the exception the run raised. Getting the whole list lets an executor
-batch runs (a future in-process JAX executor can ``vmap`` the tasks that differ
-only in numeric parameters and seeds). Closing the generator early (an error,
+batch runs (:class:`VmapExecutor` ``vmap`` s the JAX tasks that differ only in
+numeric noise parameters and seeds). Closing the generator early (an error,
 Ctrl-C, SIGTERM turned into SystemExit) cancels what has not started and stops
 the workers: the sweep keeps every run it already recorded.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures as cf
 import dataclasses
+import json
 import multiprocessing
 import os
 import threading
@@ -29,7 +30,7 @@ from typing import Any
 from optical.config import OpticalConfig
 
 __all__ = ["DaskExecutor", "Executor", "ProcessExecutor", "SerialExecutor", "Task",
-           "evaluate", "make_executor"]
+           "VmapExecutor", "evaluate", "make_executor"]
 
 #: Environment variables that size the thread pools of numerical libraries.
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -87,6 +88,52 @@ class SerialExecutor(Executor):
 
     def describe(self) -> str:
         return "this process"
+
+
+class VmapExecutor(Executor):
+    """Runs in this process, batched: tasks of one workload whose configs share
+    the workload's ``batch_key`` (e.g. the JAX matmul workload's configs that
+    differ only in seed and numeric noise fields) go through one
+    ``run_batch`` call (a ``jax.vmap``); other tasks run one by one.
+
+    Parameters
+    ----------
+    batch_size : int
+        Most runs per batch (bounds the memory of the batched outputs).
+    """
+
+    def __init__(self, batch_size: int = 64) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: {batch_size!r} must be a positive integer")
+        self.batch_size = batch_size
+
+    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        groups: dict[tuple[str, str], list[Task]] = {}
+        for task in tasks:
+            key_of = getattr(task.workload, "batch_key", None)
+            key = key_of(task.config) if key_of is not None else None
+            if key is None:
+                yield from SerialExecutor().run([task])
+                continue
+            groups.setdefault((json.dumps(task.workload.to_dict(), sort_keys=True), key),
+                              []).append(task)
+        for group in groups.values():
+            for i in range(0, len(group), self.batch_size):
+                batch = group[i:i + self.batch_size]
+                start = time.perf_counter()
+                try:
+                    results = batch[0].workload.run_batch([t.config for t in batch],
+                                                          [t.seed for t in batch])
+                except Exception as err:  # noqa: BLE001 - reported with each task
+                    for task in batch:
+                        yield task, err
+                    continue
+                share = (time.perf_counter() - start) / len(batch)
+                for task, metrics in zip(batch, results, strict=True):
+                    yield task, {"metrics": metrics, "elapsed_s": share}
+
+    def describe(self) -> str:
+        return f"this process, vmapped batches of up to {self.batch_size}"
 
 
 def _init_worker(threads: int, parent_pid: int) -> None:
@@ -248,13 +295,15 @@ def make_executor(executor: Any) -> tuple[Executor, bool]:
     """``(executor, owned)`` from the ``executor=`` argument of a sweep.
 
     None: local processes on every core; an int: that many local processes
-    (1: in this process); "serial" / "processes"; a ``dask.distributed.Client``;
+    (1: in this process); "serial" / "processes" / "vmap"; a ``dask.distributed.Client``;
     or an :class:`Executor`. ``owned``: the sweep closes it when done.
     """
     if executor is None or executor == "processes":
         return ProcessExecutor(), True
     if executor == "serial":
         return SerialExecutor(), True
+    if executor == "vmap":
+        return VmapExecutor(), True
     if isinstance(executor, Executor):
         return executor, False
     if isinstance(executor, int) and not isinstance(executor, bool):
@@ -264,5 +313,5 @@ def make_executor(executor: Any) -> tuple[Executor, bool]:
     if _is_dask_client(executor):
         return DaskExecutor(executor), False
     raise TypeError(f"executor: {executor!r} is not valid; expected None, a number of jobs, "
-                    "'serial', 'processes', a dask.distributed.Client or an "
+                    "'serial', 'processes', 'vmap', a dask.distributed.Client or an "
                     "optical.sweep Executor")

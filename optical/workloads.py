@@ -33,6 +33,7 @@ __all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "workload_from_d
 
 _INPUTS = ("gaussian", "uniform", "laplace")
 _DTYPES = ("float32", "float64")
+_BACKENDS = ("auto", "numpy", "numba", "jax")
 
 
 def _positive_int(name: str, value: Any, *, zero: bool = False) -> int:
@@ -66,6 +67,12 @@ class MatmulWorkload:
     dtype : {"float32", "float64"}
     data_seed : int
         Seed of the inputs and the weights (standard normal / sqrt(k)).
+    backend : {"auto", "numpy", "numba", "jax"}
+        Engine of ``optical.matmul``. With "jax" (float32), runs that differ
+        only in their seed and numeric noise fields can be computed together
+        in one ``vmap`` (:meth:`run_batch`, the sweep's ``"vmap"`` executor);
+        a single run takes the same path, so its numbers do not depend on
+        how runs were batched.
     """
 
     kind: ClassVar[str] = "matmul"
@@ -77,8 +84,14 @@ class MatmulWorkload:
     outlier_scale: float = 20.0
     dtype: str = "float32"
     data_seed: int = 0
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.backend not in _BACKENDS:
+            raise ValueError(f"backend: {self.backend!r} is not valid; valid: "
+                             f"{', '.join(_BACKENDS)}")
+        if self.backend == "jax" and self.dtype != "float32":
+            raise ValueError("backend: 'jax' runs float32 workloads; set dtype='float32'")
         for name in ("tokens", "k", "n"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         if self.inputs not in _INPUTS:
@@ -121,19 +134,81 @@ class MatmulWorkload:
         detected photons, ``clipped_fraction``, ...)."""
         from optical.core import matmul
 
+        if self.backend == "jax":
+            return self.run_batch([config], [seed])[0]
         x, w, exact = self.data()
-        y, stats = matmul(x, w, config, seed=seed, return_stats=True)
-        result: dict[str, float] = {
-            "sqnr_db": metrics.sqnr_db(exact, y),
-            "cosine": metrics.cosine(exact, y),
-            "relative_error": metrics.relative_error(exact, y),
-            "max_abs_error": metrics.max_abs_error(exact, y),
-        }
-        result.update(stats.to_dict())
-        return result
+        y, stats = matmul(x, w, config, seed=seed, return_stats=True, backend=self.backend)
+        return _matmul_metrics(exact, y, stats)
+
+    def batch_key(self, config: OpticalConfig) -> str | None:
+        """Runs whose configs share this key can go through one :meth:`run_batch`
+        (None: this workload does not batch). With rule-based ADC windows
+        ("max", "rms") every numeric noise field is traced; calibrated windows
+        depend on the noise, so only the seed is batched."""
+        if self.backend != "jax":
+            return None
+        return _programming_config(config).to_json()
+
+    def run_batch(self, configs: list[OpticalConfig], seeds: list[int]) -> list[dict[str, float]]:
+        """The metrics of several runs (configs sharing a :meth:`batch_key`) at
+        once, vmapped over seeds and the traced noise fields (JAX backend)."""
+        from optical.core import MatmulStats, schedule
+        from optical.kernels import jax_backend
+        from optical.quant import calibration_needs, program
+
+        if self.backend != "jax":
+            raise ValueError("run_batch: only backend='jax' workloads batch runs")
+        base = _programming_config(configs[0])
+        if any(_programming_config(c) != base for c in configs):
+            raise ValueError("run_batch: the configs differ in more than the traced noise fields")
+        traced = _traced_fields(base)
+        x, w, exact = self.data()
+        pw = program(w, base, calibration=x if calibration_needs(base) else None)
+        ys, photons, clipped = jax_backend.matmul_runs(
+            x, pw, base, seeds=seeds, params={f: [c.get(f) for c in configs] for f in traced})
+        d = 0 if pw.bypass is None else int(pw.bypass.channels.size)
+        out = []
+        for y, ph, cl, config in zip(ys, photons, clipped, configs, strict=True):
+            counts = schedule(self.tokens, self.k - d, self.n, config)
+            finite = math.isfinite(config.source.photons_per_mac)
+            stats = MatmulStats(
+                **counts.to_dict(), detected_photons=float(ph) if finite else math.inf,
+                mean_photoelectrons=(float(ph) if finite else math.inf)
+                / max(counts.detector_readouts, 1),
+                clipped_fraction=float(cl) / max(counts.adc_conversions, 1),
+                digital_channels=d, digital_macs=self.tokens * d * self.n,
+                digital_mac_fraction=d / self.k)
+            out.append(_matmul_metrics(exact, y, stats))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+def _matmul_metrics(exact: np.ndarray, y: np.ndarray, stats: Any) -> dict[str, float]:
+    result: dict[str, float] = {
+        "sqnr_db": metrics.sqnr_db(exact, y),
+        "cosine": metrics.cosine(exact, y),
+        "relative_error": metrics.relative_error(exact, y),
+        "max_abs_error": metrics.max_abs_error(exact, y),
+    }
+    result.update(stats.to_dict())
+    return result
+
+
+def _traced_fields(config: OpticalConfig) -> tuple[str, ...]:
+    """Numeric noise fields a JAX batch traces: all of them when the ADC windows
+    follow a rule the device re-derives, none when they were calibrated."""
+    from optical.kernels.jax_backend import PARAMS
+
+    return PARAMS if config.adc.full_scale in ("max", "rms") else ()
+
+
+def _programming_config(config: OpticalConfig) -> OpticalConfig:
+    """The config with its traced noise fields at fixed values: what the mask
+    is programmed with (the traced values replace them on the device)."""
+    default = OpticalConfig()
+    return config.replace({f: default.get(f) for f in _traced_fields(config)})
 
 
 @functools.lru_cache(maxsize=4)

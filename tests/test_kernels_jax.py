@@ -157,3 +157,24 @@ def test_bad_arguments(rng):
         jax_backend.matmul(np.ones((2, 4)), np.ones((4, 3)), noisy(), seed=0)
     with pytest.raises(ValueError, match="return_stats: not available under jit"):
         jax.jit(lambda v: jax_backend.matmul(v, w, noisy(), seed=0, return_stats=True))(x)
+
+
+def test_static_outlier_bypass_is_the_explicit_decomposition(rng):
+    """As on the other backends: the calibrated outlier channels are multiplied
+    digitally and the rest runs on the (JAX) optical core with the same seed."""
+    x = rng.standard_normal((24, 96)).astype(np.float32)
+    x[:, [5, 40]] *= 60.0
+    cal = x.copy()
+    w = rng.standard_normal((96, 20)).astype(np.float32)
+    cfg = noisy(**{"outliers.policy": "static", "adc.full_scale": "calibrated"})
+    pw = optical.program(w, cfg, calibration=cal)
+    y, st = optical.matmul(jnp.asarray(x), pw, cfg, seed=3, return_stats=True)
+    assert st.digital_channels == 2 and st.digital_mac_fraction == pytest.approx(2 / 96)
+    keep = np.setdiff1d(np.arange(96), [5, 40])
+    rest = optical.program(w[keep], cfg.replace({"outliers.policy": "none"}),
+                           calibration=cal[:, keep])
+    expect = x[:, [5, 40]] @ w[[5, 40]] + np.asarray(optical.matmul(
+        jnp.asarray(x[:, keep]), rest, cfg.replace({"outliers.policy": "none"}), seed=3))
+    np.testing.assert_allclose(np.asarray(y), expect, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="JAX backend runs only a static"):
+        optical.matmul(jnp.asarray(x), w, cfg.replace({"outliers.policy": "dynamic"}), seed=0)

@@ -344,3 +344,25 @@ def test_integer_range_draws_every_integer_uniformly():
     assert stats.chisquare(counts[3:]).pvalue > 0.01
     headroom = np.array([p["adc.headroom"] for p in points])
     assert stats.kstest(headroom, stats.uniform(1.0, 7.0).cdf).pvalue > 0.01
+
+
+@pytest.mark.slow
+def test_vmap_executor_gives_the_serial_results_of_jax_runs(tmp_path):
+    """JAX runs batched in one vmap (seeds x photons, rule-based windows; seeds
+    only under calibrated windows) give the very numbers of one-by-one runs."""
+    pytest.importorskip("jax")
+    workload = optical.MatmulWorkload(tokens=12, k=96, n=40, backend="jax")
+    base = BASE.replace({"adc.full_scale": "rms"})
+    params = {"source.photons_per_mac": [1e3, 1e5], "adc.bits": [6, 8]}
+    batched = optical.sweep(workload, params, seeds=3, out=tmp_path / "v", base=base,
+                            executor="vmap", progress=False)
+    serial = optical.sweep(workload, params, seeds=3, out=tmp_path / "s", base=base,
+                           executor="serial", progress=False)
+    pd.testing.assert_frame_equal(batched.drop(columns="elapsed_s"),
+                                  serial.drop(columns="elapsed_s"))
+    assert batched["sqnr_db"].nunique() == len(batched)  # every run its own noise
+    calibrated = optical.sweep(workload, {"source.photons_per_mac": [1e3, 1e5]}, seeds=2,
+                               out=tmp_path / "c", base=BASE, executor="vmap", progress=False)
+    one = workload.run(BASE.replace({"source.photons_per_mac": 1e5}), 1)
+    row = calibrated[(calibrated["source.photons_per_mac"] == 1e5) & (calibrated["seed"] == 1)]
+    assert row["sqnr_db"].item() == one["sqnr_db"]

@@ -220,3 +220,14 @@ def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     assert sorted(frame["run_id"]) == sorted(p.stem for p in runs.glob("*.json"))
     assert {n: (runs / n).stat().st_mtime_ns for n in kept} == kept
     assert os.path.getsize(out / "results.parquet") > 0
+
+
+@pytest.mark.slow
+def test_vmap_option_batches_jax_runs(tmp_path):
+    pytest.importorskip("jax")
+    argv = ["sweep", "--matmul", "8x64x16", "--backend", "jax", "--vmap", "--set",
+            "adc.full_scale=rms", "--param", "source.photons_per_mac=1e3,1e5", "--seeds", "2",
+            "--quiet", "--out", str(tmp_path / "v"), "--json", str(tmp_path / "v.json")]
+    assert main(argv) == 0
+    assert "vmapped" in json.loads((tmp_path / "v.json").read_text())["executor"]
+    assert len(load(tmp_path / "v")) == 4

@@ -29,6 +29,11 @@ EXAMPLES = """examples:
   optical sweep --matmul 64x1024x1024 --param source.photons_per_mac=10:1e5:log \\
       --param adc.bits=4,6,8 --samples 50 --out runs/random
 
+  # photons per MAC x seeds in one process, vmapped on the JAX backend (GPU if present)
+  optical sweep --matmul 512x4096x4096 --backend jax --vmap \
+      --param source.photons_per_mac=1e3,1e4,1e5 --set adc.full_scale=rms \
+      --seeds 8 --out runs/vmap
+
   # resume an interrupted (or finish a finished) sweep from its manifest
   optical sweep --out runs/adc
 
@@ -60,6 +65,9 @@ def register(subparsers) -> None:
     what.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     what.add_argument("--data-seed", type=int, default=0,
                       help="seed of --matmul's data (independent of the noise seeds)")
+    what.add_argument("--backend", choices=("auto", "numpy", "numba", "jax"), default="auto",
+                      help="engine of --matmul (default auto: numba); jax runs can be "
+                           "batched with --vmap")
 
     grid = parser.add_argument_group("parameters")
     grid.add_argument("--param", action="append", default=[], metavar="PATH=VALUES",
@@ -82,6 +90,9 @@ def register(subparsers) -> None:
                        help="local worker processes (default: every core; 1: this process)")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on the Dask cluster at ADDRESS (e.g. tcp://host:8786)")
+    where.add_argument("--vmap", action="store_true",
+                       help="run in this process, vmapping the runs of a --backend jax "
+                            "--matmul that differ only in seed and numeric noise fields")
     run.add_argument("--format", choices=("parquet", "csv"), default="parquet",
                      help="format of DIR/results.* (default parquet)")
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -133,7 +144,8 @@ def _definition(args: argparse.Namespace) -> Any:
     if args.matmul is not None:
         workload: Any = MatmulWorkload.from_shape(
             args.matmul, inputs=args.inputs, outlier_channels=args.outlier_channels,
-            outlier_scale=args.outlier_scale, dtype=args.dtype, data_seed=args.data_seed)
+            outlier_scale=args.outlier_scale, dtype=args.dtype, data_seed=args.data_seed,
+            backend=args.backend)
     else:
         workload = LayerWorkload(args.model, layer=args.layer, tokens=args.tokens,
                                  weights_seed=args.weights_seed)
@@ -155,6 +167,8 @@ def run_command(args: argparse.Namespace) -> int:
 
         client = Client(args.scheduler, timeout="20s")
         executor: Any = client
+    elif args.vmap:
+        executor = "vmap"
     else:
         executor = args.jobs
     try:

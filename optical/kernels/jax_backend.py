@@ -57,7 +57,7 @@ from optical.quant import (
     program,
 )
 
-__all__ = ["PARAMS", "matmul"]
+__all__ = ["PARAMS", "matmul", "matmul_runs"]
 
 #: Numeric config fields that ``params`` may set (traced, so ``vmap``-able).
 PARAMS = ("source.photons_per_mac", "source.rin_db_per_hz", "source.rin_bandwidth",
@@ -488,8 +488,12 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         pw = program(w_np, config, calibration=calibration)
         shape, input_range = pw.shape, pw.input_range
     if pw is not None and pw.bypass is not None:
-        raise ValueError("outliers.policy: the JAX backend does not run outlier bypass yet; "
-                         "use backend='numba' or 'numpy', or outliers.policy='none'")
+        if pw.bypass.channels is None:
+            raise ValueError("outliers.policy = 'dynamic': the JAX backend runs only a static "
+                             "bypass (its channels fix the shapes under jit); use "
+                             "outliers.policy='static', or backend='numba' or 'numpy'")
+        return _static_bypass(x, pw, config, seed=seed, return_stats=return_stats,
+                              chunk_tokens=chunk_tokens, exact=exact, params=params)
     k, n = shape
     if x.shape[-1] != k:
         raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
@@ -522,6 +526,91 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,
         clipped_fraction=float(clipped) / adc if adc else 0.0)
+
+
+def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
+                seeds, params: Mapping[str, Any] | None = None,
+                chunk_tokens: int | None = None, exact: bool = False):
+    """Many runs of one programmed matmul in a single ``vmap``: one per seed,
+    each with its own values of the numeric noise fields in ``params``.
+
+    Parameters
+    ----------
+    x : ndarray, shape (tokens, K), float32
+    pw : ProgrammedWeights
+        Programmed for ``config`` (static outlier bypass allowed).
+    config : OpticalConfig
+    seeds : sequence of int, length R
+    params : mapping of str to sequence of float, optional
+        For paths in :data:`PARAMS`: one value per run (length R). The same
+        keys must be given for every call whose results are to be compared:
+        they decide which fields are traced (and so which ADC windows are
+        re-derived on the device).
+
+    Returns
+    -------
+    ys : ndarray, shape (R, tokens, N)
+    photons, clipped : ndarray, shape (R,)
+        Detected photons and clipped ADC conversions of each run.
+    """
+    from optical._validation import check_float_array
+
+    x = check_float_array(x, "x", ndim=2)
+    seeds = np.asarray(seeds, dtype=np.uint32)
+    params = {p: np.asarray(v, dtype=np.float32) for p, v in (params or {}).items()}
+    for path, values in params.items():
+        if values.shape != seeds.shape:
+            raise ValueError(f"params[{path!r}]: {values.size} values for {seeds.size} seeds")
+    digital = None
+    if pw.bypass is not None:
+        if pw.bypass.channels is None:
+            raise ValueError("outliers.policy = 'dynamic' cannot be batched; use 'static'")
+        digital = x[:, pw.bypass.channels] @ pw.bypass.weights
+        x = np.ascontiguousarray(x[:, pw.bypass.optical_channels])
+        pw = dataclasses.replace(pw, bypass=None)
+    pw.check_compatible(config)
+    st = _static(pw.shape, config, pw.input_range, exact, frozenset(params), x.dtype)
+    prog = _device_arrays(pw, st)
+    x2 = jnp.asarray(x)
+    if pw.input_range is not None:
+        scale = jnp.full(x2.shape[0], pw.input_range, dtype=x2.dtype)
+    else:
+        absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], x2.dtype) if st.per_tensor \
+            else jnp.max(jnp.abs(x2), axis=1)
+        scale = jnp.where(absmax > 0, absmax, 1).astype(x2.dtype)
+    names = tuple(params)
+
+    def one(seed, *values):
+        run_params = _params(config, dict(zip(names, values, strict=True)))
+        return _run(st, x2, prog, run_params, scale, seed, chunk_tokens or CHUNK_TOKENS)
+
+    ys, photons, clipped = jax.vmap(one)(jnp.asarray(seeds),
+                                        *(jnp.asarray(params[p]) for p in names))
+    ys = np.asarray(ys)
+    if digital is not None:
+        ys = ys + digital[None].astype(ys.dtype)
+    return ys, np.asarray(photons, dtype=np.float64), np.asarray(clipped, dtype=np.int64)
+
+
+def _static_bypass(x, pw: ProgrammedWeights, config: OpticalConfig, *, return_stats: bool,
+                   **kwargs):
+    """``x @ w`` with the calibrated outlier channels multiplied digitally, as
+    :func:`optical.outliers.bypass_matmul` does for the other backends."""
+    bypass = pw.bypass
+    out = matmul(jnp.take(x, jnp.asarray(bypass.optical_channels), axis=-1),
+                 dataclasses.replace(pw, bypass=None), config, return_stats=return_stats,
+                 **kwargs)
+    y, stats = out if return_stats else (out, None)
+    if bypass.channels.size:
+        digital = jnp.take(x, jnp.asarray(bypass.channels), axis=-1)
+        y = y + digital @ jnp.asarray(bypass.weights, dtype=y.dtype)
+    if not return_stats:
+        return y
+    tokens = int(np.prod(x.shape[:-1]))
+    return y, dataclasses.replace(
+        stats, digital_channels=int(bypass.channels.size),
+        digital_macs=tokens * int(bypass.channels.size) * int(y.shape[-1]),
+        digital_mac_fraction=bypass.channels.size / bypass.k)
 
 
 def _check_x(x):
