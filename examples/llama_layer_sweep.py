@@ -24,11 +24,9 @@ are synthetic (seeded, with the outlier statistics of real Llamas).
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import optical
-import optical.transformer
 from optical import plots
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,10 +42,6 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None,
                         help="worker processes (default: every core)")
     args = parser.parse_args()
-
-    if not hasattr(optical.transformer, "validate"):
-        sys.exit("this example needs optical.transformer.validate (transformer layers), "
-                 "which this version of optical does not have yet")
 
     workload = optical.LayerWorkload(args.model, layer=args.layer, tokens=args.tokens)
     frame = optical.sweep(
