@@ -505,12 +505,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     prog = _traced_arrays(w, config, st) if traced_w else _device_arrays(pw, st)
     w2 = w if traced_w else prog["w_eff"]
     x2 = x.reshape(-1, k)
-    if input_range is not None:
-        scale = jnp.full(x2.shape[0], input_range, dtype=dtype)
-    else:
-        absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], dtype) if st.per_tensor \
-            else jnp.max(jnp.abs(x2), axis=1)
-        scale = jax.lax.stop_gradient(jnp.where(absmax > 0, absmax, 1).astype(dtype))
+    scale = _input_scale(x2, st, input_range)
     seed_arr = jnp.asarray(seed, dtype=jnp.uint32)
     y, photons, clipped = _emulate(st, chunk_tokens or CHUNK_TOKENS, x2, w2, prog,
                                    param_values, scale, seed_arr)
@@ -526,6 +521,15 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,
         clipped_fraction=float(clipped) / adc if adc else 0.0)
+
+
+def _input_scale(x2, st: _Static, input_range: float | None):
+    """Per-token input scale: static, or abs-max per token / tensor (no gradient)."""
+    if input_range is not None:
+        return jnp.full(x2.shape[0], input_range, dtype=x2.dtype)
+    absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], x2.dtype) if st.per_tensor \
+        else jnp.max(jnp.abs(x2), axis=1)
+    return jax.lax.stop_gradient(jnp.where(absmax > 0, absmax, 1).astype(x2.dtype))
 
 
 def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
@@ -572,12 +576,7 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     st = _static(pw.shape, config, pw.input_range, exact, frozenset(params), x.dtype)
     prog = _device_arrays(pw, st)
     x2 = jnp.asarray(x)
-    if pw.input_range is not None:
-        scale = jnp.full(x2.shape[0], pw.input_range, dtype=x2.dtype)
-    else:
-        absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], x2.dtype) if st.per_tensor \
-            else jnp.max(jnp.abs(x2), axis=1)
-        scale = jnp.where(absmax > 0, absmax, 1).astype(x2.dtype)
+    scale = _input_scale(x2, st, pw.input_range)
     names = tuple(params)
 
     def one(seed, *values):
