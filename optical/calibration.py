@@ -179,7 +179,7 @@ def _vecmat(v: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: float = 0.0, *,
                 groups: np.ndarray | None = None, tails: bool = True,
-                n_bins: int = N_BINS) -> tuple[np.ndarray, np.ndarray]:
+                n_bins: int = N_BINS, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """ADC windows that minimise the expected squared conversion error.
 
     For a window ``[lo, hi]`` the error of one readout ``r`` is the clipping
@@ -214,11 +214,19 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
         Fit exponential tails beyond the samples (True), or take the samples
         as the whole distribution (False).
     n_bins : int
+    backend : {"auto", "numpy", "numba"}
+        Where the search runs once the ranges and tails are known: "numpy" is
+        the readable reference below; "numba" (what "auto" takes) runs each
+        group on its own in a compiled kernel (:mod:`optical.kernels._windows`),
+        the same arithmetic but for the tails' ``exp`` (libm's, not numpy's),
+        which can move a window by one bin at equal cost.
 
     Returns
     -------
     lo, hi : ndarray, shape (G,), float64
     """
+    if backend not in ("auto", "numpy", "numba"):
+        raise ValueError(f"backend: {backend!r} is not valid; valid: 'auto', 'numpy', 'numba'")
     samples = np.asarray(samples)
     if samples.dtype not in (np.float32, np.float64):
         samples = samples.astype(np.float64)
@@ -248,6 +256,11 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
         np.maximum.at(g_hi, groups, tails.u_hi + far * tails.e_hi)
     width = (g_hi - g_lo) / n_bins
     inv_width = np.where(width > 0, 1.0 / np.where(width > 0, width, 1.0), 0.0)
+    if backend != "numpy":
+        from optical.kernels import _windows
+
+        return _windows.windows(samples_t, sigma, groups, n_groups, g_lo, width, inv_width,
+                                nodes, node_weights, tails, bits, enob_loss, n_bins)
 
     # Per-column histograms over their group's bins: weight and first and
     # second moments about the group's lower end, from one pass over the
@@ -330,7 +343,8 @@ def _exponential_tails(samples_t: np.ndarray) -> _Tails | None:
     count = min(TAIL_SAMPLES, (n - 1) // 8)
     if count < 1:
         return None
-    part = np.partition(samples_t, (count, n - count - 1), axis=1).astype(np.float64)
+    # Sorted (not partitioned): the tails' sums then run in one canonical order.
+    part = np.sort(samples_t, axis=1).astype(np.float64)
     u_lo, u_hi = part[:, count], part[:, n - count - 1]
     e_lo = np.maximum(u_lo - part[:, :count].mean(axis=1), 0.0)
     e_hi = np.maximum(part[:, n - count:].mean(axis=1) - u_hi, 0.0)

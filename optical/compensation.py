@@ -44,7 +44,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["SeparableCoupling", "gain", "pre_distort"]
+__all__ = ["MAX_ITERATIONS", "TOLERANCE", "SeparableCoupling", "gain", "pre_distort"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -185,19 +185,43 @@ def _tile_reach(optics, tile, t_min: float, scheme: str, rails: int) -> np.ndarr
     return reach.min(axis=(0, 1))
 
 
+#: Pre-distortion stops when no value of a tile moves by more than this ...
+TOLERANCE = 1e-6
+#: ... or after this many Jacobi steps.
+MAX_ITERATIONS = 200
+
+
 def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transmission: float,
-                scheme: str, *, tol: float = 1e-6, max_iter: int = 200) -> np.ndarray:
+                scheme: str, *, tol: float = TOLERANCE,
+                max_iter: int = MAX_ITERATIONS) -> np.ndarray:
     """Mask levels (rails, K, N) in [0, 1], not yet quantised, whose effective
     tile shows the normalised weights ``v`` (K, N) times ``gain_rows`` (the gain
     of each row's K-tile column, shape (K, N)).
 
-    Iterates until no value moves by more than ``tol`` (at most ``max_iter`` times).
+    Each tile is solved on its own, as the optics act within it alone, and
+    iterates until none of its values moves by more than ``tol`` (at most
+    ``max_iter`` times): a tile's mask depends on that tile's weights only.
     """
+    out = np.empty((2 if scheme == "split" else 1, *v.shape), dtype=v.dtype)
+    for i in range(tiling.k_tiles):
+        ks = tiling.k_slice(i)
+        for j in range(tiling.n_tiles):
+            ns = tiling.n_slice(j)
+            tile = type(tiling)(ks.stop - ks.start, ns.stop - ns.start, tiling.tile_k,
+                                tiling.tile_n)
+            out[:, ks, ns] = _pre_distort_tile(v[ks, ns], gain_rows[ks, ns], optics, tile,
+                                               min_transmission, scheme, tol, max_iter)
+    return out
+
+
+def _pre_distort_tile(v: np.ndarray, gain_rows: np.ndarray, optics, tile, min_transmission: float,
+                      scheme: str, tol: float, max_iter: int) -> np.ndarray:
+    """:func:`pre_distort` of one tile (``tile`` a one-tile ``Tiling``)."""
     dtype = v.dtype
     t_min = dtype.type(min_transmission)
     span = 1 - t_min
     n_rails = 2 if scheme == "split" else 1
-    diag = np.broadcast_to(optics.diagonal(tiling), (n_rails, *v.shape)).astype(dtype)
+    diag = np.broadcast_to(optics.diagonal(tile), (n_rails, *v.shape)).astype(dtype)
     if scheme == "split":
         target = v * gain_rows * span
 
@@ -205,7 +229,7 @@ def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transm
             return np.stack([t_min + np.maximum(d, 0), t_min + np.maximum(-d, 0)])
 
         def step(d):
-            effective = optics.apply(mask(d), tiling)
+            effective = optics.apply(mask(d), tile)
             # d > 0 drives the positive rail, d < 0 the negative one.
             return (target - (effective[0] - effective[1])) / np.where(d >= 0, diag[0], diag[1])
 
@@ -217,7 +241,7 @@ def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transm
             return t
 
         def step(t):
-            return (target - optics.apply(t, tiling)) / diag
+            return (target - optics.apply(t, tile)) / diag
 
         x, lo, hi = target / diag, t_min, dtype.type(1)
     x = np.clip(x, lo, hi).astype(dtype)

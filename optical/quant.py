@@ -169,6 +169,41 @@ def _weight_scale(w: np.ndarray, tiling: Tiling, policy: str) -> np.ndarray:
     return np.where(per > 0, per, 1).astype(w.dtype)
 
 
+def _load(w: np.ndarray, rows: np.ndarray | None, tiling: Tiling,
+          policy: str) -> tuple[np.ndarray, np.ndarray]:
+    """The weight scale (k_tiles, N) and the normalised weights ``v`` (K, N)
+    of the mask rows ``rows`` of ``w`` (all if None): what
+    ``_weight_scale(w[rows], ...)`` and ``w[rows] / scale`` give, in numba
+    kernels that gather the rows and read ``w`` in place, row-major or
+    transposed (a weight stored [out, in] and passed as its ``.T``), so
+    that neither the gathered nor the transposed matrix is ever copied."""
+    from optical.kernels import _program
+
+    dtype = w.dtype
+    rows = np.arange(w.shape[0], dtype=np.int64) if rows is None else rows.astype(np.int64)
+    k_bounds = np.array([(s.start, s.stop) for s in map(tiling.k_slice, range(tiling.k_tiles))],
+                        dtype=np.int64)
+    transposed = w.flags.f_contiguous and not w.flags.c_contiguous
+    src = w.T if transposed else np.ascontiguousarray(w)
+    per = np.empty((tiling.k_tiles, tiling.n), dtype=dtype)
+    (_program.absmax_t if transposed else _program.absmax_c)(src, rows, k_bounds, per)
+    if policy in ("per_column", "per_tensor"):
+        per = per.max(axis=0, keepdims=True)
+        if policy == "per_tensor":
+            per = np.full_like(per, per.max())
+        per = np.repeat(per, tiling.k_tiles, axis=0)
+    elif policy == "per_tile":
+        for j in range(tiling.n_tiles):
+            ns = tiling.n_slice(j)
+            per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
+    scale = np.where(per > 0, per, 1).astype(dtype)
+    v = np.empty((rows.size, tiling.n), dtype=dtype)
+    tile_of_row = np.repeat(np.arange(tiling.k_tiles, dtype=np.int64),
+                            k_bounds[:, 1] - k_bounds[:, 0])
+    (_program.divide_t if transposed else _program.divide_c)(src, rows, tile_of_row, scale, v)
+    return scale, v
+
+
 def _per_row(values: np.ndarray, tiling: Tiling) -> np.ndarray:
     """A (k_tiles, N) field expanded to the (K, N) rows of its K-tiles."""
     return np.repeat(values, [tiling.k_slice(i).stop - tiling.k_slice(i).start
@@ -213,17 +248,33 @@ def _mask(v: np.ndarray, tiling: Tiling,
           config: OpticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Physical transmissions (rails, K, N) of normalised weights ``v``, the
     weights the digital side believes the light applies, and the gain per
-    (K-tile, column) that compensation divided the weights by (or None)."""
+    (K-tile, column) that compensation divided the weights by (or None).
+
+    The lens physics takes the fused numba kernels of
+    :mod:`optical.kernels._program` (the same arithmetic, tile by tile); any
+    other optics the numpy code below, which those kernels reproduce."""
     t_min = config.mask.min_transmission
     scheme = config.encoding.weights
     optics = _optics_map(config)
-    if optics is None or not config.mask.compensate:
+    compensate = optics is not None and config.mask.compensate
+    gain = None
+    if compensate:
+        gain = compensation.gain(optics, tiling, t_min, scheme, encoding.n_rails(scheme))
+    if isinstance(optics, _LensOptics):
+        from optical.kernels import _program
+
+        transmissions, weights, _ = _program.lens_mask(
+            v, None if gain is None else gain.astype(v.dtype),
+            None if gain is None else optics.diagonal(tiling), tiling, optics.kernels, t_min,
+            scheme, config.mask.bits, tol=compensation.TOLERANCE,
+            max_iter=compensation.MAX_ITERATIONS)
+        return transmissions, weights, gain
+    if not compensate:
         levels = converters.quantize_levels(encoding.encode(v, scheme), config.mask.bits)
         transmissions = converters.transmission(levels, t_min)
         if optics is not None:  # uncompensated: the digital side is unaware of the optics
             transmissions = optics.apply(transmissions, tiling)
         return transmissions, encoding.decode(levels, scheme), None
-    gain = compensation.gain(optics, tiling, t_min, scheme, encoding.n_rails(scheme))
     levels = converters.quantize_levels(compensation.pre_distort(
         v, _per_row(gain.astype(v.dtype), tiling), optics, tiling, t_min, scheme),
         config.mask.bits)
@@ -285,7 +336,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     if 0 in w.shape:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
     cal = _calibration_inputs(calibration, w.shape[0], config)
-    bypass = None
+    bypass = rows = None
     if config.outliers.policy == "static":
         channels = outliers.select_channels(outliers.channel_magnitude(cal), config.outliers)
         if channels.size == w.shape[0]:
@@ -293,7 +344,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                              f"outliers.top_k = {config.outliers.top_k} send all {w.shape[0]} "
                              "input channels to the digital side; nothing is left for the mask")
         bypass = outliers.DigitalBypass.static(w, channels)
-        w = w[bypass.optical_channels]
+        rows = bypass.optical_channels
         cal = cal[:, bypass.optical_channels]
     elif config.outliers.policy == "dynamic":
         bypass = outliers.DigitalBypass.dynamic(w)
@@ -301,12 +352,9 @@ def program(w: np.ndarray, config: OpticalConfig, *,
             cal = cal.copy()
             cal[:, outliers.select_channels(outliers.channel_magnitude(cal),
                                             config.outliers)] = 0
-    k, n = w.shape
-    tiling = Tiling(k, n, config.core.inputs, config.core.outputs)
-    scale = _weight_scale(w, tiling, config.mask.scaling)
-    v = np.empty_like(w)
-    for i in range(tiling.k_tiles):
-        v[tiling.k_slice(i)] = w[tiling.k_slice(i)] / scale[i]
+    tiling = Tiling(w.shape[0] if rows is None else rows.size, w.shape[1], config.core.inputs,
+                    config.core.outputs)
+    scale, v = _load(w, rows, tiling, config.mask.scaling)
     transmissions, weights, gain = _mask(v, tiling, config)
     if gain is not None:
         scale = (scale / gain).astype(w.dtype)

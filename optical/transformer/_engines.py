@@ -176,7 +176,8 @@ class OpticalEngine(ReferenceEngine):
         options = dict(self.program_options)
         if "calibration" not in options and calibration_needs(self.config):
             options["calibration"] = self.calibration.get(str(labels[0]), x)
-        programmed = program(np.ascontiguousarray(w_in_out), self.config, **options)
+        # No copy of a transposed weight: program() reads it in place.
+        programmed = program(w_in_out, self.config, **options)
         return matmul(x, programmed, self.config, seed=derive_seed(self.seed, self.layer, *labels),
                       return_stats=True, **self.matmul_options)
 

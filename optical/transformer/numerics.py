@@ -57,12 +57,35 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """
     if dtype == "float32":
         return x
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"dtype: {dtype!r} is not a reference dtype")
+    if x.dtype == np.float32 and x.size >= _KERNEL_MIN and (x.flags.c_contiguous
+                                                           or x.flags.f_contiguous):
+        return _round_fast(x, dtype)
     if dtype == "float16":
         with np.errstate(over="ignore"):
             return x.astype(np.float16).astype(np.float32)
+    return _round_bfloat16(x)
+
+
+#: Smallest array rounded by the numba kernels (below it numpy's passes are as quick).
+_KERNEL_MIN = 1 << 14
+
+
+def _round_fast(x: np.ndarray, dtype: str) -> np.ndarray:
+    """:func:`round_to` of a contiguous float32 array in one parallel pass
+    (:mod:`optical.transformer._rounding`; the same bits as the numpy code)."""
+    from optical.transformer import _rounding
+
+    out = np.empty_like(x)  # the same memory order as x
+    flat, out_flat = x.ravel(order="K"), out.ravel(order="K")
     if dtype == "bfloat16":
-        return _round_bfloat16(x)
-    raise ValueError(f"dtype: {dtype!r} is not a reference dtype")
+        _rounding.bfloat16(flat.view(np.uint32), out_flat.view(np.uint32))
+        return out
+    if _rounding.half(flat.view(np.uint32), flat, out_flat.view(np.uint32), out_flat):
+        nan = np.isnan(flat)
+        out_flat[nan] = flat[nan].astype(np.float16).astype(np.float32)
+    return out
 
 
 def softmax(s: np.ndarray) -> np.ndarray:

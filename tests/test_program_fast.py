@@ -1,0 +1,264 @@
+"""The fast paths of programming against their numpy references.
+
+``optical.program`` loads the weights (``quant._load``), pre-distorts and
+loads the mask through the lens physics (``optical.kernels._program``) and
+calibrates ADC windows (``calibration.mse_windows``, numba backend) in
+compiled kernels; the references are the readable numpy code they replace
+(``quant._weight_scale``, ``compensation.pre_distort`` with
+``crosstalk.effective_transmissions``, ``mse_windows(backend="numpy")``).
+They do the same float operations in the same order, so everything
+``program`` returns must agree to the bit -- whatever the layout of ``w``,
+the number of threads, or the rest of the matrix around a tile. The
+references' rounding (``numerics.round_to``) is checked the same way.
+"""
+
+import contextlib
+
+import numba
+import numpy as np
+import pytest
+
+import optical
+from optical import calibration, compensation, quant, transformer
+from optical.transformer import numerics
+from tests.transformer_helpers import TINY_LLAMA, write_model
+
+FIELDS = ("transmissions", "weights", "scale", "weight_sums", "adc_lo", "adc_hi")
+
+#: A small iris-like machine: several tiles, partial ones at the edges.
+SMALL = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+#: Optics with a strong row coupling (6 um sources: 4% per neighbouring row,
+#: kept in float32 too), a falling envelope and 1.5% output crosstalk.
+STRONG = {"optics.fan_in_aperture": 10e-3, "optics.beam_profile": "gaussian",
+          "optics.beam_waist": 6e-6}
+
+
+class _Reference:
+    """The lens physics as an optics object that is not ``quant._LensOptics``:
+    program() then takes the numpy path (``compensation.pre_distort``)."""
+
+    def __init__(self, optics):
+        self.optics = optics
+
+    def apply(self, t, tiling):
+        return self.optics.apply(t, tiling)
+
+    def diagonal(self, tiling):
+        return self.optics.diagonal(tiling)
+
+
+def _reference_load(w, rows, tiling, policy):
+    wr = w if rows is None else w[rows]
+    scale = quant._weight_scale(wr, tiling, policy)
+    v = np.empty_like(wr)
+    for i in range(tiling.k_tiles):
+        v[tiling.k_slice(i)] = wr[tiling.k_slice(i)] / scale[i]
+    return scale, v
+
+
+@contextlib.contextmanager
+def _numpy_references(monkeypatch):
+    """program() as the numpy references compute it."""
+    with monkeypatch.context() as m:
+        lens = quant._optics_map
+        mse = calibration.mse_windows
+        m.setattr(quant, "_optics_map",
+                  lambda config: None if lens(config) is None else _Reference(lens(config)))
+        m.setattr(quant, "_load", _reference_load)
+        m.setattr(calibration, "mse_windows", lambda *a, **k: mse(*a, **k, backend="numpy"))
+        yield
+
+
+def _assert_same(a, b):
+    for name in FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize(("changes", "dtype"), [
+    ({}, np.float32),
+    ({}, np.float64),
+    ({"mask.compensate": False}, np.float32),
+    ({"encoding.weights": "offset", "detector.balanced": False}, np.float32),
+    ({"encoding.weights": "offset", "detector.balanced": False, "mask.compensate": False},
+     np.float64),
+    (STRONG, np.float32),
+    ({**STRONG, "optics.kernel_radius": 2, "mask.scaling": "per_tile"}, np.float64),
+    ({**STRONG, "optics.kernel_radius": 0, "mask.bits": None}, np.float32),
+    ({**STRONG, "mask.contrast_ratio": float("inf"), "encoding.weights": "offset",
+      "detector.balanced": False}, np.float32),
+])
+def test_program_matches_the_numpy_references_to_the_bit(monkeypatch, rng, changes, dtype):
+    cfg = SMALL.replace(changes)
+    w = (rng.standard_normal((130, 95)) * 0.02).astype(dtype)
+    w[:, 7] *= 30  # a loud column
+    cal = rng.standard_normal((40, 130)).astype(dtype)
+    cal[:, 3] *= 50  # an outlier channel: bypassed, its mask row gone
+    fast = optical.program(w, cfg, calibration=cal)
+    assert fast.bypass is not None and fast.bypass.channels.size > 0
+    with _numpy_references(monkeypatch):
+        reference = optical.program(w, cfg, calibration=cal)
+    _assert_same(fast, reference)
+
+
+def test_a_transposed_weight_is_read_in_place(rng):
+    """HF stores [out, in]; program(W.T) reads it without a copy, and with
+    the same result as a row-major copy (and a strided view)."""
+    weight = (rng.standard_normal((95, 130)) * 0.02).astype(np.float32)
+    cal = rng.standard_normal((40, 130)).astype(np.float32)
+    a = optical.program(weight.T, SMALL, calibration=cal)
+    b = optical.program(np.ascontiguousarray(weight.T), SMALL, calibration=cal)
+    _assert_same(a, b)
+    wide = np.zeros((130, 190), dtype=np.float32)
+    wide[:, ::2] = weight.T
+    _assert_same(a, optical.program(wide[:, ::2], SMALL, calibration=cal))
+
+
+@pytest.mark.parametrize("policy", ["per_column", "per_tensor", "per_tile", "per_tile_column"])
+@pytest.mark.parametrize("layout", ["C", "T", "strided"])
+def test_load_matches_weight_scale_and_division(rng, policy, layout):
+    weight = (rng.standard_normal((77, 150)) * 0.02).astype(np.float32)
+    weight[5] = 0  # an all-zero column of w: scale 1
+    w = {"C": np.ascontiguousarray(weight.T), "T": weight.T,
+         "strided": np.ascontiguousarray(weight.T)[:, ::2]}[layout]
+    for rows in (None, np.sort(rng.choice(w.shape[0], 131, replace=False))):
+        tiling = quant.Tiling(w.shape[0] if rows is None else rows.size, w.shape[1], 32, 24)
+        scale, v = quant._load(w, rows, tiling, policy)
+        ref_scale, ref_v = _reference_load(w, rows, tiling, policy)
+        np.testing.assert_array_equal(scale, ref_scale)
+        np.testing.assert_array_equal(v, ref_v)
+        assert v.flags.c_contiguous and v.dtype == w.dtype
+
+
+def test_a_tile_is_programmed_by_its_own_weights_alone(rng):
+    """Light does not cross tile edges and each tile converges on its own: a
+    matrix cut along tile edges programs to the same tiles, bit for bit
+    (fast path and numpy reference)."""
+    cfg = SMALL.replace({**STRONG, "adc.full_scale": "rms", "outliers.policy": "none",
+                         "mask.scaling": "per_tile_column"})
+    w = rng.standard_normal((96, 120)).astype(np.float32)
+    w[:48, :40] *= 1e-3  # a quiet tile next to loud ones
+    whole = optical.program(w, cfg)
+    part = optical.program(w[48:, 40:], cfg)
+    np.testing.assert_array_equal(whole.transmissions[:, 48:, 40:], part.transmissions)
+    np.testing.assert_array_equal(whole.weights[48:, 40:], part.weights)
+    optics = quant._optics_map(cfg)
+    tiling = quant.Tiling(96, 120, 48, 40)
+    gain = compensation.gain(optics, tiling, cfg.mask.min_transmission, "split", 2)
+    rows = quant._per_row(gain.astype(np.float32), tiling)
+    v = w / np.abs(w).max(axis=0)
+    ref = compensation.pre_distort(v, rows, optics, tiling, cfg.mask.min_transmission, "split")
+    sub = quant.Tiling(48, 80, 48, 40)
+    ref_part = compensation.pre_distort(v[48:, 40:], rows[48:, 40:], optics, sub,
+                                        cfg.mask.min_transmission, "split")
+    np.testing.assert_array_equal(ref[:, 48:, 40:], ref_part)
+
+
+def test_programming_does_not_depend_on_the_thread_count(rng):
+    w = rng.standard_normal((200, 170)).astype(np.float32)
+    cal = rng.standard_normal((64, 200)).astype(np.float32)
+    first = optical.program(w, SMALL, calibration=cal)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = optical.program(w, SMALL, calibration=cal)
+    finally:
+        numba.set_num_threads(threads)
+    _assert_same(first, one)
+
+
+def _window_cases(rng):
+    for case in range(24):
+        dtype = (np.float32, np.float64)[case % 2]
+        n_samples, n_cols = int(rng.integers(20, 400)), int(rng.integers(1, 40))
+        samples = rng.standard_normal((n_samples, n_cols)) * rng.uniform(0.1, 5, n_cols)
+        if case % 3 == 0:
+            samples = rng.gamma(2.0, 1.0, (n_samples, n_cols))
+        sigma = rng.uniform(0, 0.5, n_cols) if case % 4 == 0 else np.zeros(n_cols)
+        groups = None
+        if case % 5 == 0 and n_cols >= 3:
+            groups = rng.integers(0, 3, n_cols)
+            groups[:3] = [0, 1, 2]
+        yield (samples.astype(dtype), sigma, int(rng.integers(3, 9)),
+               float(rng.uniform(0, 2)), groups)
+
+
+@pytest.mark.parametrize("tails", [False, True])
+def test_mse_windows_numba_matches_numpy(rng, tails):
+    """Without tails the arithmetic is the same: every window to the bit.
+    The tails' exp is libm's in the kernel and numpy's SIMD routine in the
+    reference (they differ in the last place for a few percent of
+    arguments): a window may move by one bin where two edges cost the same
+    to the last bits, never more, and rarely (measured: never here)."""
+    moved = total = 0
+    for samples, sigma, bits, loss, groups in _window_cases(rng):
+        args = (samples, sigma, bits, loss)
+        lo, hi = calibration.mse_windows(*args, groups=groups, tails=tails, backend="numba")
+        ref_lo, ref_hi = calibration.mse_windows(*args, groups=groups, tails=tails,
+                                                 backend="numpy")
+        if not tails:
+            np.testing.assert_array_equal(lo, ref_lo)
+            np.testing.assert_array_equal(hi, ref_hi)
+        bin_width = (np.maximum(hi, ref_hi) - np.minimum(lo, ref_lo)) / calibration.N_BINS
+        assert np.all(np.abs(lo - ref_lo) <= 1.0001 * bin_width)
+        assert np.all(np.abs(hi - ref_hi) <= 1.0001 * bin_width)
+        moved += np.count_nonzero(lo != ref_lo) + np.count_nonzero(hi != ref_hi)
+        total += 2 * lo.size
+    assert moved <= 0.01 * total, (moved, total)
+
+
+def test_mse_windows_rejects_an_unknown_backend():
+    with pytest.raises(ValueError, match="backend: 'gpu'"):
+        calibration.mse_windows(np.ones((10, 2)), np.zeros(2), 4, backend="gpu")
+
+
+def _rounding_inputs(rng):
+    """Every fp16 boundary: the largest finite value and the overflow
+    threshold, normal and subnormal limits, ties at both ends of the
+    subnormal range; signed zeros, infinities, NaN; float32 subnormals;
+    then random values over many binades."""
+    half = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    half = half[np.isfinite(half)].astype(np.float32)
+    between = np.nextafter(half, np.float32(np.inf), dtype=np.float32)
+    steps = np.unique(np.abs(half)).astype(np.float64)
+    ties = ((steps[:-1] + steps[1:]) / 2).astype(np.float32)  # exact in float32
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, 65536,
+                        2.0**-14, 2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 1e-45, -1e-45,
+                        3.4e38, -3.4e38], dtype=np.float32)
+    spread = (rng.standard_normal(200_000) * np.exp(rng.uniform(-30, 30, 200_000)))
+    return np.concatenate([half, -half, between, -between, ties, -ties, special,
+                           spread.astype(np.float32)])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_round_to_kernels_give_numpys_bits(rng, dtype):
+    """The numba kernels (contiguous float32 arrays from 2**14 elements on)
+    against the numpy code they replace; exhaustively checked once over all
+    2**32 float32 bit patterns (docs/performance.md)."""
+    x = _rounding_inputs(rng)
+    fast = numerics.round_to(x, dtype)
+    with np.errstate(over="ignore"):
+        ref = (x.astype(np.float16).astype(np.float32) if dtype == "float16"
+               else numerics._round_bfloat16(x))
+    assert x.size >= numerics._KERNEL_MIN
+    finite = ~np.isnan(x)
+    np.testing.assert_array_equal(fast.view(np.uint32)[finite], ref.view(np.uint32)[finite])
+    assert np.isnan(fast[~finite]).all()
+    matrix = np.asfortranarray(x[:60_000].reshape(300, 200))
+    out = numerics.round_to(matrix, dtype)
+    assert out.flags.f_contiguous
+    np.testing.assert_array_equal(out, numerics.round_to(np.ascontiguousarray(matrix), dtype))
+
+
+def test_validate_on_the_fast_paths_matches_the_references(monkeypatch, tmp_path):
+    """A whole layer, calibrated on a held-out run, end to end: every
+    product of the fast paths equals the numpy references' bit for bit."""
+    model = transformer.load(write_model(tmp_path / "tiny", TINY_LLAMA))
+    cfg = SMALL.replace({"core.inputs": 32, "core.outputs": 24})
+    fast = transformer.validate(model, layer=1, tokens=20, config=cfg, seed=5)
+    with _numpy_references(monkeypatch):
+        reference = transformer.validate(model, layer=1, tokens=20, config=cfg, seed=5)
+    for row, ref_row in zip(fast.products, reference.products, strict=True):
+        assert row.sqnr_db == ref_row.sqnr_db, row.name
+    assert fast.output.sqnr_db == reference.output.sqnr_db
