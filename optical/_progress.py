@@ -34,7 +34,7 @@ def progress_bar(total: int, *, desc: str, enabled: bool = True, initial: int = 
         return _Silent()
     try:
         from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm ships in the sweep extra
+    except ImportError:  # pragma: no cover - tqdm ships in the sweep and models extras
         return _Silent()
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True,
                 smoothing=0.1)

@@ -116,6 +116,22 @@ def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsy
     assert data["products"][0]["stats"]["passes"] == 8 * 2 * 1
 
 
+@pytest.mark.parametrize(("changes", "steps"), [
+    ({}, 1 + 1 + 7),  # calibration run, reference run, seven weight matmuls
+    ({"adc.full_scale": "rms", "outliers.policy": "none", "mapping.attention": "optical"},
+     1 + 7 + 2),  # nothing to calibrate; the attention products on the core too
+])
+def test_cli_validate_progress_bar_counts_every_step(tiny_dir, capsys, changes, steps):
+    sets = [a for path, value in changes.items() for a in ("--set", f"{path}={value}")]
+    argv = ["validate", "--model", str(tiny_dir), "--layer", "1", "--tokens", "6",
+            "--set", "core.inputs=48", *sets]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"{steps}/{steps}" in err and "down_proj" in err
+    assert main([*argv, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "no/such/dir"], "no such model directory"),
     (["--layer", "9"], "layer: 9 is out of range"),

@@ -42,6 +42,7 @@ def register(subparsers) -> None:
     parser.add_argument("--local", action="store_true",
                         help="also report each matmul's error on its own inputs (one more "
                              "float64 GEMM per matmul)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_options(parser)
     add_json_option(parser)
     parser.set_defaults(run=run)
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
     model = load(args.model, seed=args.seed)
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
-                      batch=args.batch, dtype=args.dtype, local=args.local)
+                      batch=args.batch, dtype=args.dtype, local=args.local,
+                      progress=not args.quiet)
     print(report.table(preset=args.preset + (" + " + ", ".join(args.overrides)
                                              if args.overrides else "")))
     data = report.to_dict()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -156,12 +156,16 @@ class OpticalEngine(ReferenceEngine):
         the config needs calibration (:func:`optical.quant.calibration_needs`).
         A product without them (the attention products, whose operands are
         activations) is calibrated on its own inputs: an oracle.
+    progress : callable, optional
+        Called with a product's name each time one has run on the core (a
+        progress bar's hook).
     """
 
     def __init__(self, config: OpticalConfig, seed: int, layer: int, *,
                  program_options: Mapping[str, Any] | None = None,
                  matmul_options: Mapping[str, Any] | None = None,
-                 calibration: Mapping[str, np.ndarray] | None = None) -> None:
+                 calibration: Mapping[str, np.ndarray] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         super().__init__("float32")
         if not isinstance(config, OpticalConfig):
             raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
@@ -171,6 +175,11 @@ class OpticalEngine(ReferenceEngine):
         self.program_options = dict(program_options or {})
         self.matmul_options = dict(matmul_options or {})
         self.calibration = dict(calibration or {})
+        self.progress = progress
+
+    def _done(self, name: str) -> None:
+        if self.progress is not None:
+            self.progress(name)
 
     def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
         options = dict(self.program_options)
@@ -189,6 +198,7 @@ class OpticalEngine(ReferenceEngine):
             y += bias
         self.stats[name] = stats
         self.record(name, y)
+        self._done(name)
         return y
 
     def _per_head(self, name: str, a: np.ndarray, b: np.ndarray, transpose_b: bool) -> np.ndarray:
@@ -202,6 +212,7 @@ class OpticalEngine(ReferenceEngine):
                 out[i, j], stats = self._matmul(np.ascontiguousarray(a[i, j]), operand, name, i, j)
                 parts.append(stats)
         self.stats[name] = sum_stats(parts)
+        self._done(name)
         return out
 
     def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ LayerNorm) and sentence-transformers' mean pooling are here too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -136,14 +136,15 @@ class BertLayer:
               mask: np.ndarray | None = None,
               program_options: Mapping[str, Any] | None = None,
               matmul_options: Mapping[str, Any] | None = None,
-              calibration: Mapping[str, np.ndarray] | None = None) -> LayerTrace:
+              calibration: Mapping[str, np.ndarray] | None = None,
+              progress: Callable[[str], None] | None = None) -> LayerTrace:
         """Run the layer, keeping every product's output; give ``dtype`` or ``config``."""
         if (dtype is None) == (config is None):
             raise ValueError("give exactly one of dtype (reference) or config (optical)")
         if config is not None:
             engine: ReferenceEngine = OpticalEngine(
                 config, check_seed(seed), self.index, program_options=program_options,
-                matmul_options=matmul_options, calibration=calibration)
+                matmul_options=matmul_options, calibration=calibration, progress=progress)
         else:
             engine = ReferenceEngine(check_dtype(dtype))
         h3 = check_hidden(h, self.spec.hidden_size)

@@ -13,7 +13,7 @@ result rounded to the model dtype (the RoPE tables too, as HF casts them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -152,7 +152,8 @@ class LlamaLayer:
               config: OpticalConfig | None = None, seed: int = 0,
               program_options: Mapping[str, Any] | None = None,
               matmul_options: Mapping[str, Any] | None = None,
-              calibration: Mapping[str, np.ndarray] | None = None) -> LayerTrace:
+              calibration: Mapping[str, np.ndarray] | None = None,
+              progress: Callable[[str], None] | None = None) -> LayerTrace:
         """Run the layer and keep every product's output (and optical stats).
 
         Give either ``dtype`` (a reference run) or ``config`` (an optical run).
@@ -162,7 +163,7 @@ class LlamaLayer:
         if config is not None:
             engine: ReferenceEngine = OpticalEngine(
                 config, check_seed(seed), self.index, program_options=program_options,
-                matmul_options=matmul_options, calibration=calibration)
+                matmul_options=matmul_options, calibration=calibration, progress=progress)
         else:
             engine = ReferenceEngine(check_dtype(dtype))
         h3 = check_hidden(h, self.spec.hidden_size)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from optical import metrics
+from optical._progress import progress_bar
 from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
@@ -152,7 +153,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
              batch: int = 1, hidden: np.ndarray | None = None, dtype: str = "float16",
              local: bool = False, program_options: Mapping[str, Any] | None = None,
              matmul_options: Mapping[str, Any] | None = None,
-             calibration_tokens: int | None = None) -> ValidationReport:
+             calibration_tokens: int | None = None, progress: bool = False) -> ValidationReport:
     """Compare one layer's optical prefill with its reference.
 
     Parameters
@@ -183,6 +184,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         input of this many tokens (a different seed; default ``tokens``). The
         attention products, whose operands are activations, calibrate on
         their own inputs.
+    progress : bool
+        Show a progress bar (tqdm, on stderr): the calibration run, the
+        reference run, then each product on the optical core.
 
     Returns
     -------
@@ -208,18 +212,32 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
 
-    calibration = None
-    if calibration_needs(config):
-        held_out = model.hidden_states(layer, calibration_tokens or tokens,
-                                       seed=derive_seed(seed, "calibration"), batch=1)
-        calibration = block.trace(held_out, dtype="float32").inputs
+    needs_calibration = bool(calibration_needs(config))
+    on_core = sum(1 for w in block.weights.values() if w.ndim == 2)  # the weight matmuls
+    on_core += 2 if config.mapping.attention == "optical" else 0
+    with progress_bar(on_core + 1 + needs_calibration, desc=f"{model.name} layer {block.index}",
+                      enabled=progress, unit="step") as bar:
+        calibration = None
+        if needs_calibration:
+            bar.set_postfix_str("calibration run")
+            held_out = model.hidden_states(layer, calibration_tokens or tokens,
+                                           seed=derive_seed(seed, "calibration"), batch=1)
+            calibration = block.trace(held_out, dtype="float32").inputs
+            bar.update()
 
-    start = time.perf_counter()
-    reference = block.trace(hidden, dtype=dtype)
-    middle = time.perf_counter()
-    run = block.trace(hidden, config=config, seed=seed, program_options=program_options,
-                      matmul_options=matmul_options, calibration=calibration)
-    end = time.perf_counter()
+        bar.set_postfix_str(f"{dtype} reference")
+        start = time.perf_counter()
+        reference = block.trace(hidden, dtype=dtype)
+        middle = time.perf_counter()
+        bar.update()
+
+        def done(name: str) -> None:
+            bar.set_postfix_str(name)
+            bar.update()
+
+        run = block.trace(hidden, config=config, seed=seed, program_options=program_options,
+                          matmul_options=matmul_options, calibration=calibration, progress=done)
+        end = time.perf_counter()
 
     rows = []
     for name, value in run.products.items():
