@@ -3,6 +3,11 @@ same deterministic physics, the same noise laws, and results that depend on
 nothing but (x, w, config, seed)."""
 
 import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -289,3 +294,37 @@ def test_blas_and_xla_gemms_agree(rng):
           for g in ("blas", "xla")]
     close = np.isclose(ys[0], ys[1], rtol=1e-4, atol=1e-4 * np.abs(ys[0]).max())
     assert close.mean() > 0.98
+
+
+# --------------------------------------------------------------------------- #
+# numba's OpenMP workers wait passively, whichever parallel kernel runs first
+# --------------------------------------------------------------------------- #
+
+_PARALLEL_FLAG = re.compile(r"parallel[\"']?\s*[:=]\s*True")
+
+
+def test_every_module_with_parallel_kernels_sets_passive_waits():
+    """Spinning workers take the cores from the GEMMs between kernels (a
+    programmed matmul ran 1.5x slower after programming's parallel kernels
+    started the pool): each module with parallel kernels imports
+    optical._numba_threads, whichever of them runs first."""
+    root = Path(optical.__file__).parent
+    parallel = [p for p in root.rglob("*.py") if _PARALLEL_FLAG.search(p.read_text())]
+    assert len(parallel) >= 5
+    missing = [str(p.relative_to(root)) for p in parallel
+               if "import optical._numba_threads" not in p.read_text()]
+    assert not missing
+
+
+@pytest.mark.parametrize(("env", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_passive_waits_unless_the_user_chose(env, expected):
+    code = ("import os, numpy as np\n"
+            "from optical.transformer import numerics\n"
+            "numerics.round_to(np.ones(1 << 15, np.float32), 'float16')\n"
+            "print(os.environ['OMP_WAIT_POLICY'])")
+    environ = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if env is not None:
+        environ["OMP_WAIT_POLICY"] = env
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == expected

@@ -27,6 +27,7 @@ import math
 import numba as nb
 import numpy as np
 
+import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
 from optical.kernels import _rng_numba as rng
 
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}

@@ -29,6 +29,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
 

@@ -22,6 +22,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
 M2 = np.uint64(0x94D049BB133111EB)

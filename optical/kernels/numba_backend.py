@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -60,12 +59,6 @@ GEMMS = ("auto", "blas", "xla")
 # Below this many weights per tile, BLAS is faster than a call into XLA.
 _XLA_MIN_TILE = 128 * 128
 
-# numba's OpenMP workers busy-wait between kernels by default, taking the cores
-# from the GEMM that runs between them (and from any other process): measured
-# here, a kernel ran 10-20x slower with 2 threads than with 1 on a loaded
-# 2-core machine. Passive waiting costs nothing measurable. A user's own
-# setting wins; it must be made before numba starts its thread pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
 
 _CHUNK = 1 << 16
