@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
-from optical.transformer.numerics import round_to
+from optical.transformer.numerics import check_dtype, round_to
 
 __all__ = ["LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden", "derive_seed",
-           "sum_stats"]
+           "engine_for", "sum_stats"]
 
 
 def derive_seed(seed: int, *labels: object) -> int:
@@ -224,3 +225,20 @@ class OpticalEngine(ReferenceEngine):
         if self.config.mapping.attention == "digital":
             return p @ v
         return self._per_head("attention.values", p, v, transpose_b=False)
+
+
+def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer: int, *,
+               program_options: Mapping[str, Any] | None = None,
+               matmul_options: Mapping[str, Any] | None = None,
+               calibration: Mapping[str, np.ndarray] | None = None,
+               progress: Callable[[str], None] | None = None) -> ReferenceEngine:
+    """The engine of a layer's ``trace``: the reference in ``dtype``, or the
+    optical core under ``config`` (exactly one of the two is given); the
+    options go to :class:`OpticalEngine`."""
+    if (dtype is None) == (config is None):
+        raise ValueError("give exactly one of dtype (reference) or config (optical)")
+    if config is None:
+        return ReferenceEngine(check_dtype(dtype))
+    return OpticalEngine(config, check_seed(seed), layer, program_options=program_options,
+                         matmul_options=matmul_options, calibration=calibration,
+                         progress=progress)

@@ -15,16 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer._engines import (
     LayerTrace,
-    OpticalEngine,
     ReferenceEngine,
     check_hidden,
+    engine_for,
 )
-from optical.transformer.numerics import check_dtype, softmax
+from optical.transformer.numerics import softmax
 from optical.transformer.spec import ModelSpec
 
 __all__ = ["BertLayer", "check_mask", "embeddings", "mean_pool"]
@@ -139,14 +138,9 @@ class BertLayer:
               calibration: Mapping[str, np.ndarray] | None = None,
               progress: Callable[[str], None] | None = None) -> LayerTrace:
         """Run the layer, keeping every product's output; give ``dtype`` or ``config``."""
-        if (dtype is None) == (config is None):
-            raise ValueError("give exactly one of dtype (reference) or config (optical)")
-        if config is not None:
-            engine: ReferenceEngine = OpticalEngine(
-                config, check_seed(seed), self.index, program_options=program_options,
-                matmul_options=matmul_options, calibration=calibration, progress=progress)
-        else:
-            engine = ReferenceEngine(check_dtype(dtype))
+        engine = engine_for(dtype, config, seed, self.index, program_options=program_options,
+                            matmul_options=matmul_options, calibration=calibration,
+                            progress=progress)
         h3 = check_hidden(h, self.spec.hidden_size)
         mask = check_mask(mask, h3.shape[:2])
         out = self.forward(h3, mask, engine)

@@ -18,16 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer._engines import (
     LayerTrace,
-    OpticalEngine,
     ReferenceEngine,
     check_hidden,
+    engine_for,
 )
-from optical.transformer.numerics import check_dtype, softmax
+from optical.transformer.numerics import softmax
 from optical.transformer.rope import apply_rope, inverse_frequencies, rope_settings, rope_tables
 from optical.transformer.spec import ModelSpec
 
@@ -158,14 +157,9 @@ class LlamaLayer:
 
         Give either ``dtype`` (a reference run) or ``config`` (an optical run).
         """
-        if (dtype is None) == (config is None):
-            raise ValueError("give exactly one of dtype (reference) or config (optical)")
-        if config is not None:
-            engine: ReferenceEngine = OpticalEngine(
-                config, check_seed(seed), self.index, program_options=program_options,
-                matmul_options=matmul_options, calibration=calibration, progress=progress)
-        else:
-            engine = ReferenceEngine(check_dtype(dtype))
+        engine = engine_for(dtype, config, seed, self.index, program_options=program_options,
+                            matmul_options=matmul_options, calibration=calibration,
+                            progress=progress)
         h3 = check_hidden(h, self.spec.hidden_size)
         out = self._forward(h3, engine)
         return engine.trace(out.reshape(h.shape))

@@ -23,7 +23,7 @@ import numpy as np
 from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.transformer import bert, llama, synthetic
-from optical.transformer._engines import OpticalEngine, ReferenceEngine
+from optical.transformer._engines import ReferenceEngine, engine_for
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
 from optical.transformer.spec import ModelSpec, read_spec
 
@@ -339,9 +339,8 @@ class BertModel(_Model):
         h = bert.embeddings(ids, self.embedding_tables(), self.eps, ReferenceEngine("float32"))
         for index in range(count):
             layer = self.layer(index)
-            engine = (ReferenceEngine("float32") if config is None
-                      else OpticalEngine(config, seed, index, program_options=program_options,
-                                         matmul_options=matmul_options))
+            engine = engine_for("float32" if config is None else None, config, seed, index,
+                                program_options=program_options, matmul_options=matmul_options)
             h = layer.forward(h, mask, engine)
         return h
 
