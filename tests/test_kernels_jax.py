@@ -11,22 +11,11 @@ from scipy import stats
 import optical
 from optical import metrics
 
+from .configs import ENCODINGS, ideal, noisy
+
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax_backend = pytest.importorskip("optical.kernels.jax_backend")
-
-ENCODINGS = [(i, w) for i in ("offset", "split") for w in ("offset", "split")]
-
-
-def ideal(**changes):
-    return optical.presets.get("ideal").replace(changes)
-
-
-def noisy(**changes):
-    base = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
-            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
-            "adc.full_scale": "rms", "outliers.policy": "none"}
-    return optical.presets.get("iris-like").replace({**base, **changes})
 
 
 # One case by default; the whole grid (JIT compiles per config) in the slow run.

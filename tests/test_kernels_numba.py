@@ -19,22 +19,8 @@ from optical import _rng, kernels, metrics
 from optical.kernels import _fastpath, numba_backend
 from optical.kernels import _rng_numba as rng_nb
 
+from .configs import ENCODINGS, ideal, noisy
 from .reference_loops import reference_matmul
-
-ENCODINGS = [(i, w) for i in ("offset", "split") for w in ("offset", "split")]
-
-
-def ideal(**changes):
-    return optical.presets.get("ideal").replace(changes)
-
-
-def noisy(**changes):
-    """Every noise of the iris-like machine, strong enough to matter, small tiles."""
-    base = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
-            "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
-            "adc.full_scale": "rms", "outliers.policy": "none"}
-    return optical.presets.get("iris-like").replace({**base, **changes})
-
 
 # --------------------------------------------------------------------------- #
 # The random numbers

@@ -10,15 +10,9 @@ import pytest
 import optical
 from optical import metrics
 
+from .configs import ENCODINGS, ideal
 from .conftest import EXACT_RTOL
 from .reference_loops import reference_matmul
-
-ENCODINGS = [(i, w) for i in ("offset", "split") for w in ("offset", "split")]
-
-
-def ideal(**changes):
-    return optical.presets.get("ideal").replace(changes)
-
 
 # --------------------------------------------------------------------------- #
 # The ideal limit

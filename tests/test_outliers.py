@@ -9,11 +9,8 @@ from optical import metrics
 from optical.config import OutliersConfig
 from optical.outliers import select_channels
 
+from .configs import ideal
 from .conftest import EXACT_RTOL
-
-
-def ideal(**changes):
-    return optical.presets.get("ideal").replace(changes)
 
 
 def _noisy(**changes):

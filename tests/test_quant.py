@@ -14,14 +14,11 @@ import optical
 from optical import calibration, metrics
 from optical.physics import converters
 
+from .configs import ideal
 from .conftest import EXACT_RTOL
 from .reference_loops import reference_matmul
 
 SCALINGS = ["per_tensor", "per_column", "per_tile", "per_tile_column"]
-
-
-def ideal(**changes):
-    return optical.presets.get("ideal").replace(changes)
 
 
 # --------------------------------------------------------------------------- #
