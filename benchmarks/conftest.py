@@ -9,9 +9,19 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _TIMES: dict[str, dict[str, float]] = {}
+
+
+@pytest.fixture(scope="session")
+def operands():
+    """The 512 x 4096 @ 4096 x 4096 case: standard normal float32 x and w, seed 0."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 4096), dtype=np.float32)
+    w = rng.standard_normal((4096, 4096), dtype=np.float32)
+    return x, w
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ iris-like optics on (scalar-diffraction kernels) against the same config with
 ideal optics, in the same run. The kernels act once per weight load, so the
 matmul pays them only through program()."""
 
-import numpy as np
 import pytest
 
 import optical
@@ -11,14 +10,6 @@ from optical.physics import crosstalk
 
 PROGRAM_CASE = "program 4096x4096 iris-like"
 MATMUL_CASE = "matmul 512x4096@4096x4096 iris-like"
-
-
-@pytest.fixture(scope="module")
-def operands():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((512, 4096), dtype=np.float32)
-    w = rng.standard_normal((4096, 4096), dtype=np.float32)
-    return x, w
 
 
 @pytest.fixture(scope="module")

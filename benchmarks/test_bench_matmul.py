@@ -1,19 +1,9 @@
 """optical.matmul against the plain fp32 matmul, 512 x 4096 @ 4096 x 4096."""
 
-import numpy as np
-import pytest
 
 import optical
 
 CASE = "512x4096@4096x4096"
-
-
-@pytest.fixture(scope="module")
-def operands():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((512, 4096), dtype=np.float32)
-    w = rng.standard_normal((4096, 4096), dtype=np.float32)
-    return x, w
 
 
 def test_baseline_numpy(benchmark, operands, record):
