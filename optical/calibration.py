@@ -128,6 +128,8 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
     lo, hi : ndarray, shape (k_tiles, adc_rails, N)
         With ``adc.window == "per_tile"`` every column of an N-tile shares one window.
     """
+    from optical.kernels import _windows
+
     bits = config.adc.bits
     p = config.source.photons_per_mac
     det = config.detector
@@ -136,6 +138,8 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
     lo = np.empty((tiling.k_tiles, n_adc, tiling.n), dtype=transmissions.dtype)
     hi = np.empty_like(lo)
     block = row_block(xn.shape[0] * encoding.n_rails(config.encoding.inputs))
+    transmissions = np.ascontiguousarray(transmissions)
+    rails_f64 = np.ascontiguousarray(rails, dtype=np.float64)
     for kt in range(tiling.k_tiles):
         ks = tiling.k_slice(kt)
         # DAC levels of every pass, stacked: (passes * n, k).
@@ -145,16 +149,19 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
         a = a.astype(transmissions.dtype)
         for nt in range(tiling.n_tiles):
             ns = tiling.n_slice(nt)
-            t = transmissions[:, ks, ns]
-            # Mean detected light per rail and column, for the shot noise.
-            detected = np.stack([_vecmat(a_mean, t_r) for t_r in t]) if math.isfinite(p) else None
+            # Each ADC rail's transmissions, the mean detected light per rail
+            # (shot noise) and the RIN variance, in one pass over the tile.
+            combined = np.empty((n_adc, ks.stop - ks.start, ns.stop - ns.start),
+                                dtype=transmissions.dtype)
+            detected = np.zeros((rails.shape[1], ns.stop - ns.start))
+            rin = np.zeros((n_adc, ns.stop - ns.start))
+            _windows.readout_tile(transmissions, ks.start, ks.stop, ns.start, ns.stop,
+                                  rails_f64, a_mean, a_sq, combined, detected, rin)
             for e in range(n_adc):
-                combined = sum(t[r] if g == 1 else g * t[r]
-                               for r, g in enumerate(rails[e].astype(t.dtype)) if g != 0)
-                samples = rows_matmul(a, combined, block)  # (passes * n, cols), noise-free
+                samples = rows_matmul(a, combined[e], block)  # (passes * n, cols), noise-free
                 noise_var = np.zeros(samples.shape[1])
                 if rin2 > 0:
-                    noise_var += rin2 * _vecmat(a_sq, np.square(combined, dtype=np.float64))
+                    noise_var += rin2 * rin[e]
                 if math.isfinite(p):
                     noise_var += np.square(rails[e]) @ detected / p
                     noise_var += np.square(rails[e]).sum() * det.dark_electrons / p**2
@@ -170,11 +177,6 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
                         w_lo, w_hi = w_lo[groups], w_hi[groups]
                 lo[kt, e, ns], hi[kt, e, ns] = w_lo, w_hi
     return lo, hi
-
-
-def _vecmat(v: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``v @ m`` for a vector, reproducible whatever the BLAS threads."""
-    return rows_matmul(v[None, :].astype(m.dtype), m, row_block(1))[0]
 
 
 def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: float = 0.0, *,

@@ -41,8 +41,11 @@ the least) light.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import numpy as np
+
+from optical.physics import crosstalk
 
 __all__ = ["MAX_ITERATIONS", "TOLERANCE", "SeparableCoupling", "gain", "pre_distort"]
 
@@ -132,6 +135,10 @@ def _correlate(a: np.ndarray, kernel: np.ndarray, axis: int, sign: int) -> np.nd
     return np.moveaxis(out, -1, axis)
 
 
+#: Each tile shape's reach (``_tile_reach``), per lens kernels (dropped with them).
+_REACH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
     """Largest target scale of each K-tile column that every pixel can reach.
 
@@ -153,16 +160,22 @@ def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np
     # The optics act within each tile alone, so an open mask leaks the same
     # light into every tile of the same shape: evaluate one tile per shape
     # (full, and partial at the matrix edges) instead of the whole matrix.
-    reach_of: dict[tuple[int, int], np.ndarray] = {}
+    # Lens optics are their kernels alone: keep each shape's reach with them,
+    # for every later weight load of the same machine.
+    kernels = getattr(optics, "kernels", None)
+    reach_of: dict[tuple, np.ndarray] = (
+        _REACH.setdefault(kernels, {}) if isinstance(kernels, crosstalk.Kernels) else {})
     for i in range(tiling.k_tiles):
         ks = tiling.k_slice(i)
         for j in range(tiling.n_tiles):
             ns = tiling.n_slice(j)
-            key = (ks.stop - ks.start, ns.stop - ns.start)
+            shape = (ks.stop - ks.start, ns.stop - ns.start)
+            key = (*shape, tiling.tile_k, tiling.tile_n, float(t_min), scheme, rails)
             if key not in reach_of:
-                reach_of[key] = _tile_reach(optics, type(tiling)(*key, tiling.tile_k,
-                                                                 tiling.tile_n),
-                                            t_min, scheme, rails)
+                reach = _tile_reach(optics, type(tiling)(*shape, tiling.tile_k, tiling.tile_n),
+                                    t_min, scheme, rails)
+                reach.flags.writeable = False
+                reach_of[key] = reach
             out[i, ns] = reach_of[key]
     if np.any(out <= 0):
         raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "

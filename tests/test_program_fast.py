@@ -208,6 +208,33 @@ def test_mse_windows_numba_matches_numpy(rng, tails):
     assert moved <= 0.01 * total, (moved, total)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rails", [[[1.0, -1.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0]]])
+def test_readout_tile_matches_numpy(rng, dtype, rails):
+    """The calibration's one pass over a tile: each ADC rail's transmissions
+    (to the bit), the mean detected light and the RIN variance (float64)."""
+    from optical.kernels import _windows
+
+    rails = np.array(rails)
+    t = rng.uniform(0.01, 1, (rails.shape[1], 90, 700)).astype(dtype)
+    k0, k1, n0, n1 = 17, 80, 30, 650  # an inner tile: offsets in both axes
+    a = rng.uniform(0, 1, (25, k1 - k0))
+    a_mean, a_sq = a.mean(axis=0), np.square(a).mean(axis=0)
+    combined = np.empty((rails.shape[0], k1 - k0, n1 - n0), dtype=dtype)
+    detected = np.zeros((rails.shape[1], n1 - n0))
+    rin = np.zeros((rails.shape[0], n1 - n0))
+    _windows.readout_tile(t, k0, k1, n0, n1, rails, a_mean, a_sq, combined, detected, rin)
+    tile = t[:, k0:k1, n0:n1]
+    for e, row in enumerate(rails):
+        expected = sum(tile[r] if g == 1 else dtype(g) * tile[r] for r, g in enumerate(row)
+                       if g != 0)
+        np.testing.assert_array_equal(combined[e], expected)
+        np.testing.assert_allclose(rin[e], a_sq @ np.square(expected.astype(np.float64)),
+                                   rtol=1e-12)
+    np.testing.assert_allclose(detected, np.stack([a_mean @ r.astype(np.float64) for r in tile]),
+                               rtol=1e-12)
+
+
 def test_mse_windows_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="backend: 'gpu'"):
         calibration.mse_windows(np.ones((10, 2)), np.zeros(2), 4, backend="gpu")

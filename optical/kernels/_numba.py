@@ -41,6 +41,42 @@ def _pass_id(token, k_tiles, kt, n_in, s):
 
 
 # --------------------------------------------------------------------------- #
+# Per weight load: a balanced rail pair in one pass
+# --------------------------------------------------------------------------- #
+
+
+@nb.njit(**_PARALLEL)
+def balanced_rails(t, k0, k1, chunks, offsets, diff, rowpart, colsum):
+    """One K-tile (rows ``k0:k1``) of a balanced rail pair ``t`` (2, K, N), one pass.
+
+    ``chunks`` (C, 4) int64: ``n0, n1, n_tile, tile_start`` of each column
+    chunk (chunks never straddle N-tiles). Out: ``diff`` (flat) holds
+    ``T+ - T-`` of N-tile ``nt`` as its own C-contiguous (k1 - k0, width)
+    block from ``offsets[nt]``; ``colsum`` (N,) float64 the column sums of
+    ``T+ + T-``, zero on entry (rows added in order from row ``k0``, as numpy's
+    ``(t[0] + t[1]).sum(axis=0, dtype=float64)``); ``rowpart`` (C, k1 - k0)
+    float64 each chunk's row sums of both rails. Chunks run in parallel,
+    each serially, so nothing depends on the thread count.
+    """
+    for c in nb.prange(chunks.shape[0]):
+        n0, n1, nt, start = chunks[c, 0], chunks[c, 1], chunks[c, 2], chunks[c, 3]
+        width = (offsets[nt + 1] - offsets[nt]) // (k1 - k0)
+        col = colsum[n0:n1]
+        for i in range(k1 - k0):
+            plus, minus = t[0, k0 + i, n0:n1], t[1, k0 + i, n0:n1]
+            base = offsets[nt] + i * width + (n0 - start)
+            out = diff[base:base + (n1 - n0)]
+            acc = 0.0
+            for j in range(n1 - n0):
+                a, b = plus[j], minus[j]
+                out[j] = a - b
+                total = np.float64(a + b)
+                col[j] += total
+                acc += np.float64(a) + np.float64(b)
+            rowpart[c, i] = acc
+
+
+# --------------------------------------------------------------------------- #
 # Inputs: scale, clip, encode, DAC
 # --------------------------------------------------------------------------- #
 

@@ -169,6 +169,53 @@ def group_windows(samples_t, sigma, g_lo, width, inv_width, order, starts, nodes
                tails, count, u_lo, e_lo, u_hi, e_hi, kappa, denom, n_bins, lo_out, hi_out)
 
 
+@nb.njit(**_PARALLEL)
+def readout_tile(t, k0, k1, n0, n1, rails, a_mean, a_sq, combined, detected, rin):
+    """What ``calibration.readout_windows`` needs of one (K-tile, N-tile) of
+    the mask, in one pass over it: each ADC rail's transmissions
+    ``combined[e] = sum_r rails[e, r] t[r]`` (C-contiguous, for the GEMM of the
+    calibration light), the mean detected light per detector rail
+    ``detected[r] = a_mean @ t[r]`` and the RIN variance per ADC rail
+    ``rin[e] = a_sq @ combined[e]**2`` (float64, rows added in order).
+
+    t : (rails, K, N); rows ``k0:k1``, columns ``n0:n1``; rails : (adc, det)
+    float64; a_mean, a_sq : (k1 - k0,) float64; combined : (adc, k1 - k0,
+    n1 - n0), out; detected : (det, n1 - n0), rin : (adc, n1 - n0), float64,
+    zero on entry. Column chunks run in parallel, rows serially in each.
+    """
+    cols = n1 - n0
+    chunk = 256
+    dtype = t.dtype.type
+    for task in nb.prange(-(-cols // chunk)):
+        c0, c1 = task * chunk, min(task * chunk + chunk, cols)
+        for i in range(k1 - k0):
+            am, aq = a_mean[i], a_sq[i]
+            for r in range(t.shape[0]):
+                row = t[r, k0 + i, n0 + c0:n0 + c1]
+                det = detected[r, c0:c1]
+                for j in range(c1 - c0):
+                    det[j] += am * np.float64(row[j])
+            for e in range(rails.shape[0]):
+                out = combined[e, i, c0:c1]
+                out[:] = 0
+                for r in range(t.shape[0]):
+                    g = rails[e, r]
+                    if g == 0:
+                        continue
+                    row = t[r, k0 + i, n0 + c0:n0 + c1]
+                    if g == 1:
+                        for j in range(c1 - c0):
+                            out[j] = out[j] + row[j]
+                    else:
+                        gd = dtype(g)
+                        for j in range(c1 - c0):
+                            out[j] = out[j] + gd * row[j]
+                var = rin[e, c0:c1]
+                for j in range(c1 - c0):
+                    v = np.float64(out[j])
+                    var[j] += aq * (v * v)
+
+
 def windows(samples_t: np.ndarray, sigma: np.ndarray, groups: np.ndarray, n_groups: int,
             g_lo: np.ndarray, width: np.ndarray, inv_width: np.ndarray, nodes, node_weights,
             tails, bits: int, enob_loss: float, n_bins: int) -> tuple[np.ndarray, np.ndarray]:

@@ -127,22 +127,55 @@ class _Plan:
         self.factors: list[tuple[np.ndarray, np.ndarray]] = []
         for kt in range(tl.k_tiles):
             ks = tl.k_slice(kt)
-            row_s, row_r = [], []
-            if use_diff:
-                diff = t[0, ks] - t[1, ks]
-            for nt in range(tl.n_tiles):
-                ns = tl.n_slice(nt)
-                if use_diff:
-                    blocks = [diff[:, ns]]
-                else:
-                    blocks = [t[r, ks, ns] for r in range(dec.n_det)]
-                row_s.append([put(b) for b in blocks])
-                row_r.append(t[:, ks, ns].sum(axis=(0, 2), dtype=np.float64))
+            if use_diff:  # T+ - T-, row sums and T+ + T-'s column sums in one pass
+                blocks, row_r, colsum = _balanced_rails(t, ks, tl)
+                row_s = [[put(b)] for b in blocks]
+            else:
+                row_s = [[put(t[r, ks, ns]) for r in range(dec.n_det)]
+                         for ns in map(tl.n_slice, range(tl.n_tiles))]
+                row_r = [t[:, ks, ns].sum(axis=(0, 2), dtype=np.float64)
+                         for ns in map(tl.n_slice, range(tl.n_tiles))]
             self.signals.append(row_s)
             self.rowsum.append(row_r)
             if self.low_rank:
-                left, right = _fastpath.light_factors(t[0, ks] + t[1, ks])
+                if _fastpath.LIGHT_RANK == 1:
+                    rows = ks.stop - ks.start
+                    left, right = _fastpath.mean_factors(colsum / rows, rows)
+                else:
+                    left, right = _fastpath.light_factors(t[0, ks] + t[1, ks])
                 self.factors.append((np.ascontiguousarray(left.T), right))
+
+
+#: Columns per task of the one-pass plan kernel (a few tasks even for one N-tile).
+_PLAN_CHUNK = 256
+
+
+def _balanced_rails(t: np.ndarray, ks: slice, tl) -> tuple[list, list, np.ndarray]:
+    """K-tile ``ks`` of the rail pair ``t`` (2, K, N): the C-contiguous blocks
+    ``T+ - T-`` of every N-tile, each N-tile's row sums of both rails (float64),
+    and the column sums of ``T+ + T-`` (float64): :func:`_numba.balanced_rails`."""
+    from optical.kernels import _numba
+
+    rows = ks.stop - ks.start
+    chunks, offsets = [], [0]
+    for nt in range(tl.n_tiles):
+        ns = tl.n_slice(nt)
+        chunks += [(n0, min(n0 + _PLAN_CHUNK, ns.stop), nt, ns.start)
+                   for n0 in range(ns.start, ns.stop, _PLAN_CHUNK)]
+        offsets.append(offsets[-1] + rows * (ns.stop - ns.start))
+    chunks = np.array(chunks, dtype=np.int64)
+    offsets = np.array(offsets, dtype=np.int64)
+    diff = np.empty(offsets[-1], dtype=t.dtype)
+    rowpart = np.empty((len(chunks), rows))
+    colsum = np.zeros(t.shape[2])
+    _numba.balanced_rails(np.ascontiguousarray(t), ks.start, ks.stop, chunks, offsets, diff,
+                          rowpart, colsum)
+    blocks, row_r = [], []
+    for nt in range(tl.n_tiles):
+        ns = tl.n_slice(nt)
+        blocks.append(diff[offsets[nt]:offsets[nt + 1]].reshape(rows, ns.stop - ns.start))
+        row_r.append(rowpart[chunks[:, 2] == nt].sum(axis=0))
+    return blocks, row_r, colsum
 
 
 def _put_xla(block: np.ndarray):
