@@ -276,6 +276,15 @@ def test_round_to_kernels_give_numpys_bits(rng, dtype):
     out = numerics.round_to(matrix, dtype)
     assert out.flags.f_contiguous
     np.testing.assert_array_equal(out, numerics.round_to(np.ascontiguousarray(matrix), dtype))
+    # In place, on the kernels' path and numpy's (a strided view), NaNs included.
+    for a in (x.copy(), x.copy()[::2]):
+        expected = numerics.round_to(a, dtype)
+        assert numerics.round_to(a, dtype, out=a) is a
+        np.testing.assert_array_equal(a.view(np.uint32)[~np.isnan(a)],
+                                      expected.view(np.uint32)[~np.isnan(expected)])
+        assert np.isnan(a).sum() == np.isnan(expected).sum()
+    with pytest.raises(ValueError, match="out: only x itself"):
+        numerics.round_to(x, dtype, out=np.empty_like(x))
 
 
 def test_validate_on_the_fast_paths_matches_the_references(monkeypatch, tmp_path):

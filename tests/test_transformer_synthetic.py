@@ -48,6 +48,30 @@ def test_weight_statistics_are_llama_like(medium_weights):
         assert 2 <= np.count_nonzero(ratio > 3) <= 8, name
 
 
+@pytest.mark.parametrize("h", [0.0, 0.1])
+def test_tukey_h_samples_follow_their_distribution(h):
+    """Inverting ``y = z exp(h z^2 / 2)`` (monotone) must give standard normals
+    (KS), with the analytic variance and kurtosis ``3 (1 - 4h)^(-5/2) (1 - 2h)^3``."""
+    from optical.transformer import synthetic
+
+    y = synthetic._tukey_h(synthetic._key(3, "test"), (1000, 2001), h, std=0.5).ravel()
+    assert y.dtype == np.float32
+    norm = 0.5 / np.sqrt((1 - 2 * h) ** -1.5)
+    target = y.astype(np.float64) / norm
+    z = np.clip(target, -10, 10)
+    for _ in range(60):  # Newton on g(z) = z exp(h z^2 / 2)
+        e = np.exp(h * z * z / 2)
+        z -= (z * e - target) / (e * (1 + h * z * z))
+    assert stats.kstest(z, "norm").pvalue > 1e-3
+    assert abs(y.std() / 0.5 - 1) < 0.01
+    kurtosis = 3 * (1 - 4 * h) ** -2.5 * (1 - 2 * h) ** 3
+    assert abs(stats.kurtosis(y, fisher=False) / kurtosis - 1) < 0.05
+    # counter-based: any part of the matrix is the same whatever else is drawn
+    np.testing.assert_array_equal(
+        synthetic._tukey_h(synthetic._key(3, "test"), (7, 2001), h, std=0.5).ravel(),
+        y[:7 * 2001])
+
+
 def test_super_weight_is_planted_in_layer_one_down_proj(medium_weights):
     stats_ = SyntheticLlama()
     layer, channel = stats_.super_index(MEDIUM)

@@ -380,3 +380,26 @@ def normal_pairs_range(key, start, out):
     for b in nb.prange((out.size + _BLOCK - 1) // _BLOCK):
         lo = b * _BLOCK
         _pairs_block(key, start + np.uint64(lo // 2), out[lo:min(lo + _BLOCK, out.size)])
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _tukey_block(key, start, half_h, scale, out):
+    for i in range(out.size // 2):
+        c, s = normal_pair32(key, start + np.uint64(i))
+        out[2 * i] = c * math.exp(half_h * (c * c)) * scale
+        out[2 * i + 1] = s * math.exp(half_h * (s * s)) * scale
+    if out.size % 2:
+        c, _ = normal_pair32(key, start + np.uint64(out.size // 2))
+        out[out.size - 1] = c * math.exp(half_h * (c * c)) * scale
+
+
+@nb.njit(parallel=True, cache=True, error_model="numpy")
+def tukey_h_range(key, h, scale, out):
+    """Tukey-h samples ``scale z exp(h z**2 / 2)`` (float32, in parallel) of
+    the fast normals: ``out[2 i], out[2 i + 1]`` from the pair of counter ``i``."""
+    half_h = np.float32(h / 2)
+    factor = np.float32(scale)
+    for b in nb.prange((out.size + _BLOCK - 1) // _BLOCK):
+        lo = b * _BLOCK
+        _tukey_block(key, np.uint64(lo // 2), half_h, factor,
+                     out[lo:min(lo + _BLOCK, out.size)])

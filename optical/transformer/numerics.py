@@ -46,7 +46,7 @@ def _round_bfloat16(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+def round_to(x: np.ndarray, dtype: str, *, out: np.ndarray | None = None) -> np.ndarray:
     """``x`` (float32) rounded to ``dtype`` and returned as float32.
 
     Parameters
@@ -54,30 +54,42 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     x : ndarray, float32
     dtype : {"float32", "float16", "bfloat16"}
         ``"float32"`` returns ``x`` itself; fp16 overflows to inf as in torch.
+    out : ndarray, optional
+        ``x`` itself, to round in place (no new array; its pages are already
+        mapped, which on this kind of machine is most of the cost).
     """
+    if out is not None and out is not x:
+        raise ValueError("out: only x itself (rounding in place) is supported")
     if dtype == "float32":
         return x
     if dtype not in ("float16", "bfloat16"):
         raise ValueError(f"dtype: {dtype!r} is not a reference dtype")
     if x.dtype == np.float32 and x.size >= _KERNEL_MIN and (x.flags.c_contiguous
                                                            or x.flags.f_contiguous):
-        return _round_fast(x, dtype)
+        return _round_fast(x, dtype, out)
     if dtype == "float16":
         with np.errstate(over="ignore"):
-            return x.astype(np.float16).astype(np.float32)
-    return _round_bfloat16(x)
+            rounded = x.astype(np.float16).astype(np.float32)
+    else:
+        rounded = _round_bfloat16(x)
+    if out is None:
+        return rounded
+    out[...] = rounded
+    return out
 
 
 #: Smallest array rounded by the numba kernels (below it numpy's passes are as quick).
 _KERNEL_MIN = 1 << 14
 
 
-def _round_fast(x: np.ndarray, dtype: str) -> np.ndarray:
+def _round_fast(x: np.ndarray, dtype: str, out: np.ndarray | None = None) -> np.ndarray:
     """:func:`round_to` of a contiguous float32 array in one parallel pass
-    (:mod:`optical.transformer._rounding`; the same bits as the numpy code)."""
+    (:mod:`optical.transformer._rounding`; the same bits as the numpy code),
+    into ``out`` (``x`` itself: each element is read before it is written)."""
     from optical.transformer import _rounding
 
-    out = np.empty_like(x)  # the same memory order as x
+    if out is None:
+        out = np.empty_like(x)  # the same memory order as x
     flat, out_flat = x.ravel(order="K"), out.ravel(order="K")
     if dtype == "bfloat16":
         _rounding.bfloat16(flat.view(np.uint32), out_flat.view(np.uint32))
