@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from optical._gemm import row_block, rows_matmul
+from optical._gemm import row_block
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
@@ -129,6 +129,7 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
         With ``adc.window == "per_tile"`` every column of an N-tile shares one window.
     """
     from optical.kernels import _windows
+    from optical.kernels.numba_backend import engine_matmul
 
     bits = config.adc.bits
     p = config.source.photons_per_mac
@@ -158,7 +159,7 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
             _windows.readout_tile(transmissions, ks.start, ks.stop, ns.start, ns.stop,
                                   rails_f64, a_mean, a_sq, combined, detected, rin)
             for e in range(n_adc):
-                samples = rows_matmul(a, combined[e], block)  # (passes * n, cols), noise-free
+                samples = engine_matmul(a, combined[e], block)  # (passes * n, cols), noise-free
                 noise_var = np.zeros(samples.shape[1])
                 if rin2 > 0:
                     noise_var += rin2 * rin[e]

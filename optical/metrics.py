@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-__all__ = ["ColumnErrors", "column_errors", "cosine", "kl_divergence", "max_abs_error",
-           "relative_error", "sqnr_db"]
+__all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence",
+           "max_abs_error", "relative_error", "sqnr_db"]
 
 
 def _pair(reference: object, test: object) -> tuple[np.ndarray, np.ndarray]:
@@ -33,35 +33,59 @@ def sqnr_db(reference: object, test: object) -> float:
     ``inf`` when the arrays are equal; ``-inf`` when the reference is zero and
     the test is not.
     """
-    ref, out = _pair(reference, test)
-    signal = float(np.dot(ref, ref))
-    err = ref - out
-    error = float(np.dot(err, err))
-    if error == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / error)
+    return _Sums.of(*_pair(reference, test)).sqnr_db()
 
 
 def cosine(reference: object, test: object) -> float:
     """Cosine similarity of the flattened arrays (1 for equal directions)."""
-    ref, out = _pair(reference, test)
-    norm = float(np.linalg.norm(ref) * np.linalg.norm(out))
-    if norm == 0.0:
-        return 1.0 if not ref.any() and not out.any() else 0.0
-    return float(np.dot(ref, out) / norm)
+    return _Sums.of(*_pair(reference, test)).cosine()
 
 
 def relative_error(reference: object, test: object) -> float:
     """``||ref - test|| / ||ref||`` (Frobenius); ``inf`` if the reference is zero
     and the test is not."""
-    ref, out = _pair(reference, test)
-    num = float(np.linalg.norm(ref - out))
-    den = float(np.linalg.norm(ref))
-    if num == 0.0:
-        return 0.0
-    return num / den if den else math.inf
+    return _Sums.of(*_pair(reference, test)).relative_error()
+
+
+def compare(reference: object, test: object) -> tuple[float, float, float]:
+    """``(sqnr_db, cosine, relative_error)`` of one pair, converted to float64
+    and checked once (the same values as the three functions)."""
+    sums = _Sums.of(*_pair(reference, test))
+    return sums.sqnr_db(), sums.cosine(), sums.relative_error()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sums:
+    """The float64 sums every pair metric is made of."""
+
+    signal: float  # sum ref^2
+    error: float  # sum (ref - test)^2
+    test: float  # sum test^2
+    cross: float  # sum ref * test
+
+    @classmethod
+    def of(cls, ref: np.ndarray, out: np.ndarray) -> _Sums:
+        err = ref - out
+        return cls(float(np.dot(ref, ref)), float(np.dot(err, err)), float(np.dot(out, out)),
+                   float(np.dot(ref, out)))
+
+    def sqnr_db(self) -> float:
+        if self.error == 0.0:
+            return math.inf
+        if self.signal == 0.0:
+            return -math.inf
+        return 10.0 * math.log10(self.signal / self.error)
+
+    def cosine(self) -> float:
+        norm = math.sqrt(self.signal) * math.sqrt(self.test)
+        if norm == 0.0:
+            return 1.0 if self.signal == 0.0 and self.test == 0.0 else 0.0
+        return self.cross / norm
+
+    def relative_error(self) -> float:
+        if self.error == 0.0:
+            return 0.0
+        return math.sqrt(self.error) / math.sqrt(self.signal) if self.signal else math.inf
 
 
 def max_abs_error(reference: object, test: object) -> float:

@@ -1,4 +1,5 @@
-"""KL divergence of softmaxed outputs and per-column errors, against hand calculations."""
+"""Pair metrics, KL divergence of softmaxed outputs and per-column errors, against hand
+calculations."""
 
 import math
 
@@ -6,6 +7,25 @@ import numpy as np
 import pytest
 
 from optical import metrics
+
+
+def test_pair_metrics_by_hand():
+    ref = np.array([[3.0, 0.0], [0.0, 4.0]], dtype=np.float32)  # |ref| = 5
+    test = np.array([[3.0, 1.0], [0.0, 4.0]])  # error (0, 1, 0, 0): |err| = 1
+    assert metrics.sqnr_db(ref, test) == pytest.approx(10 * math.log10(25))
+    assert metrics.relative_error(ref, test) == pytest.approx(0.2)
+    assert metrics.cosine(ref, test) == pytest.approx(25 / (5 * math.sqrt(26)))
+    assert metrics.compare(ref, test) == (metrics.sqnr_db(ref, test), metrics.cosine(ref, test),
+                                          metrics.relative_error(ref, test))
+    # Limits: equal arrays, a zero reference, zeros on both sides.
+    assert metrics.compare(ref, ref) == (math.inf, pytest.approx(1.0), 0.0)
+    zero = np.zeros_like(ref)
+    assert metrics.compare(zero, test) == (-math.inf, 0.0, math.inf)
+    assert metrics.compare(zero, zero) == (math.inf, 1.0, 0.0)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        metrics.compare(ref, test[:1])
+    with pytest.raises(ValueError, match="test contains NaN"):
+        metrics.compare(ref, np.full_like(test, np.nan))
 
 
 def test_kl_divergence_of_a_two_class_softmax_by_hand():

@@ -45,7 +45,7 @@ from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.quant import ProgrammedWeights, adc_rails
 
-__all__ = ["BLOCK_TOKENS", "GEMMS", "accumulate", "matmul"]
+__all__ = ["BLOCK_TOKENS", "GEMMS", "accumulate", "engine_matmul", "matmul"]
 
 #: Tokens per block: the unit of every GEMM, fixed so results never depend on chunking.
 BLOCK_TOKENS = 1024
@@ -194,6 +194,17 @@ def _xla_gemm(n: int) -> Callable:
 
         _XLA_GEMM[n] = jax.jit(lambda a, *ws: jnp.stack([a @ w for w in ws]))
     return _XLA_GEMM[n]
+
+
+def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
+    """``a @ b`` (2-D) on the engine ``accumulate(gemm="auto")`` would take for
+    these operands: XLA's GEMM for float32 when JAX is installed and ``b``
+    has at least 128 x 128 entries (the result then fixed per install, as
+    the fast path's), else BLAS in fixed row blocks of ``block``
+    (:func:`optical._gemm.rows_matmul`)."""
+    if a.dtype == b.dtype == np.float32 and b.size >= _XLA_MIN_TILE and xla_available():
+        return np.asarray(_xla_gemm(1)(np.ascontiguousarray(a), np.ascontiguousarray(b))[0])
+    return rows_matmul(a, b, block)
 
 
 def _gemm(plan: _Plan, light: np.ndarray, blocks: list, out: np.ndarray) -> np.ndarray:
