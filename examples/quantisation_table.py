@@ -24,9 +24,11 @@ import optical
 K, N = 4096, 512
 OUTLIERS = 8
 
-NAIVE = {"dac.scaling": "per_tensor", "mask.scaling": "per_tensor", "adc.full_scale": "max"}
-CALIBRATED = {"dac.scaling": "per_tensor", "mask.scaling": "per_column",
-              "adc.full_scale": "calibrated"}
+# Every mapping knob is set by each row, whatever the preset chooses (iris-like,
+# for one, bypasses outlier channels by default).
+NAIVE = {"dac.scaling": "per_tensor", "mask.scaling": "per_tensor", "adc.full_scale": "max",
+         "adc.window": "per_column", "outliers.policy": "none"}
+CALIBRATED = {**NAIVE, "mask.scaling": "per_column", "adc.full_scale": "calibrated"}
 TOKEN_CAL = {**CALIBRATED, "dac.scaling": "per_token"}
 BYPASS = {"outliers.policy": "static", "outliers.top_k": K // 100}
 

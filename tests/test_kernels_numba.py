@@ -215,6 +215,23 @@ def test_low_rank_light_error(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_engine_matmul_is_the_product_on_the_fast_paths_engine(rng, dtype):
+    """What calibration's readouts use: XLA for big float32 operands when JAX
+    is installed, BLAS in row blocks otherwise; the product either way."""
+    a = rng.standard_normal((300, 200)).astype(dtype)
+    b = rng.standard_normal((200, 150)).astype(dtype)
+    y = numba_backend.engine_matmul(a, b, 64)
+    assert y.dtype == dtype and y.shape == (300, 150)
+    np.testing.assert_allclose(y, a.astype(np.float64) @ b,
+                               rtol={np.float32: 1e-4, np.float64: 1e-12}[dtype], atol=1e-4)
+    np.testing.assert_array_equal(numba_backend.engine_matmul(a, b, 64), y)
+    if dtype == np.float64 or not numba_backend.xla_available():
+        from optical._gemm import rows_matmul
+
+        np.testing.assert_array_equal(y, rows_matmul(a, b, 64))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1000, 700, 256, 300), (50, 2000, 64, 1024)])
 def test_one_pass_plan_of_balanced_rails(rng, dtype, shape):
     """The per-load plan's one-pass kernel against numpy: ``T+ - T-`` per
