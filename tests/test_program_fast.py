@@ -235,6 +235,21 @@ def test_readout_tile_matches_numpy(rng, dtype, rails):
                                rtol=1e-12)
 
 
+def test_mse_windows_with_noise_wider_than_the_samples(rng):
+    """Readout noise far wider than the samples' spread: each Gauss-Hermite
+    node pushes whole columns past the ends of the bin range, where the
+    kernel's split loops must still add bins in the reference's order."""
+    samples = rng.standard_normal((300, 12)) * 0.01
+    sigma = np.geomspace(0.05, 5.0, 12)
+    for groups in (None, np.repeat(np.arange(4), 3)):
+        lo, hi = calibration.mse_windows(samples, sigma, 6, 1.0, groups=groups, tails=False,
+                                         backend="numba")
+        ref = calibration.mse_windows(samples, sigma, 6, 1.0, groups=groups, tails=False,
+                                      backend="numpy")
+        np.testing.assert_array_equal(lo, ref[0])
+        np.testing.assert_array_equal(hi, ref[1])
+
+
 def test_mse_windows_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="backend: 'gpu'"):
         calibration.mse_windows(np.ones((10, 2)), np.zeros(2), 4, backend="gpu")

@@ -85,11 +85,27 @@ def _group(g, samples_t, sigma, g_lo, width, inv_width, order, starts, nodes, no
             shift = nodes[k] * sigma[c]
             moved = np.int64(np.rint(shift * inv_width[g]))
             dest = spread[k]
-            for b in range(n_bins):
-                to = min(max(b + moved, 0), n_bins - 1)
-                dest[0, to] += h0[b]
-                dest[1, to] += h1[b] + shift * h0[b]
-                dest[2, to] += h2[b] + 2.0 * shift * h1[b] + shift * shift * h0[b]
+            # Bins pushed below the first bin, the bins that land inside, those
+            # pushed past the last: each destination still gets its bins in
+            # ascending order, and the inside run is a plain shifted add.
+            low = min(max(-moved, 0), n_bins)
+            high = min(max(n_bins - moved, low), n_bins)
+            for b in range(low):
+                dest[0, 0] += h0[b]
+                dest[1, 0] += h1[b] + shift * h0[b]
+                dest[2, 0] += h2[b] + 2.0 * shift * h1[b] + shift * shift * h0[b]
+            d0 = dest[0, low + moved:high + moved]
+            d1 = dest[1, low + moved:high + moved]
+            d2 = dest[2, low + moved:high + moved]
+            a0, a1, a2 = h0[low:high], h1[low:high], h2[low:high]
+            for b in range(high - low):
+                d0[b] += a0[b]
+                d1[b] += a1[b] + shift * a0[b]
+                d2[b] += a2[b] + 2.0 * shift * a1[b] + shift * shift * a0[b]
+            for b in range(high, n_bins):
+                dest[0, n_bins - 1] += h0[b]
+                dest[1, n_bins - 1] += h1[b] + shift * h0[b]
+                dest[2, n_bins - 1] += h2[b] + 2.0 * shift * h1[b] + shift * shift * h0[b]
     s = np.zeros((3, n_bins))
     for k in range(n_nodes):
         for m in range(3):
