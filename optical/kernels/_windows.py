@@ -1,9 +1,11 @@
-"""Private numba kernel of :func:`optical.calibration.mse_windows`: the MSE
-window search, one group of columns at a time.
+"""Private numba kernels of the calibration: :func:`readout_tile`, one pass
+over a mask tile for what :func:`optical.calibration.readout_windows` needs of
+it, and the MSE window search of :func:`optical.calibration.mse_windows`, one
+group of columns at a time.
 
-Called only by ``mse_windows``, which validates the arguments and computes
-everything that takes a pass over all columns (ranges, fitted tails, bin
-widths). The numpy code there is the readable truth; this kernel does the
+The search is called only by ``mse_windows``, which validates the arguments
+and computes everything that takes a pass over all columns (ranges, fitted
+tails, bin widths). The numpy code there is the readable truth; the kernel does the
 same floating-point operations in the same order for each group -- its
 histograms, their Gauss-Hermite spreading, cumulative moments, clipping
 costs and alternating line minimisations -- and agrees with it to the bit,
@@ -13,8 +15,8 @@ arguments (numpy's differs between machines, too). Where such a difference
 tips an argmin between two edges of equal cost to the last bits, the window
 moves by one bin (1 / ``n_bins`` of the group's range) at the same cost.
 
-Groups run in parallel (``prange``); each is serial, so the result does not
-depend on the number of threads.
+Groups (and ``readout_tile``'s column chunks) run in parallel (``prange``);
+each is serial, so the result does not depend on the number of threads.
 """
 
 from __future__ import annotations
