@@ -325,7 +325,7 @@ def normal_pair32(key, counter):
 
 
 # --------------------------------------------------------------------------- #
-# Array entry points (the tests and the RNG benchmark)
+# Array entry points (the tests, the RNG benchmark, synthetic weights)
 # --------------------------------------------------------------------------- #
 
 _BLOCK = 4096
