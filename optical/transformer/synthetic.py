@@ -68,7 +68,7 @@ def _tukey_h(key: np.uint64, shape: tuple[int, ...], h: float, std: float = 1.0)
     float32: ``z exp(h z**2 / 2)`` of standard normals ``z``, normalised by
     ``E[(z e^{h z^2 / 2})^2] = (1 - 2 h)^(-3/2)``. The normals are the counter
     generator's fast pairs (``optical.kernels._rng_numba``; a whole 8B
-    layer's 218M in ~0.3 s, where numpy took ~7 s), so the values do not
+    layer's 218M in ~0.3 s warm, where numpy took ~7 s), so the values do not
     depend on the thread count."""
     from optical.kernels import _rng_numba
 
