@@ -69,24 +69,22 @@ def light_factors(tsum: np.ndarray, rank: int = LIGHT_RANK, *,
     k, n = tsum.shape
     mean = tsum.mean(axis=0, dtype=np.float64)
     if rank == 1:
-        left, right = np.zeros((k, 0)), np.zeros((0, n))
+        return mean_factors(mean, k)
+    centred = tsum - mean.astype(tsum.dtype)  # float32 is ample for a noise variance
+    if rank - 1 >= min(k, n):
+        u, s, vt = np.linalg.svd(centred, full_matrices=False)
+        left, right = u, s[:, None] * vt
     else:
-        centred = tsum - mean.astype(tsum.dtype)  # float32 is ample for a noise variance
-        if rank - 1 >= min(k, n):
-            u, s, vt = np.linalg.svd(centred, full_matrices=False)
-            left, right = u, s[:, None] * vt
-        else:
-            rng = np.random.default_rng(seed)
-            sketch = centred @ rng.standard_normal((n, min(n, rank - 1 + 10)),
-                                                   dtype=centred.dtype)
-            for _ in range(2):
-                sketch, _ = np.linalg.qr(sketch)
-                sketch, _ = np.linalg.qr(centred.T @ sketch)
-                sketch = centred @ sketch
-            q, _ = np.linalg.qr(sketch)
-            u, s, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
-            left = q @ u[:, :rank - 1]
-            right = s[:rank - 1, None] * vt[:rank - 1]
+        rng = np.random.default_rng(seed)
+        sketch = centred @ rng.standard_normal((n, min(n, rank - 1 + 10)), dtype=centred.dtype)
+        for _ in range(2):
+            sketch, _ = np.linalg.qr(sketch)
+            sketch, _ = np.linalg.qr(centred.T @ sketch)
+            sketch = centred @ sketch
+        q, _ = np.linalg.qr(sketch)
+        u, s, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
+        left = q @ u[:, :rank - 1]
+        right = s[:rank - 1, None] * vt[:rank - 1]
     return (np.concatenate([np.ones((k, 1)), left], axis=1).astype(np.float64),
             np.concatenate([mean[None, :], right], axis=0).astype(np.float64))
 

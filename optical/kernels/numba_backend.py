@@ -85,8 +85,13 @@ def _choose_gemm(gemm: str, dtype: np.dtype, pw: ProgrammedWeights) -> str:
         raise ValueError("gemm: 'xla' runs float32 only (JAX without x64); use 'blas'")
     if gemm != "auto":
         return gemm
-    big = min(pw.tiling.tile_k, pw.tiling.k) * min(pw.tiling.tile_n, pw.tiling.n) >= _XLA_MIN_TILE
-    return "xla" if (dtype == np.float32 and big and xla_available()) else "blas"
+    tile = min(pw.tiling.tile_k, pw.tiling.k) * min(pw.tiling.tile_n, pw.tiling.n)
+    return "xla" if _xla_pays(dtype, tile) else "blas"
+
+
+def _xla_pays(dtype: np.dtype, weights: int) -> bool:
+    """Whether "auto" takes XLA for a GEMM of ``dtype`` against ``weights`` weights."""
+    return dtype == np.float32 and weights >= _XLA_MIN_TILE and xla_available()
 
 
 # --------------------------------------------------------------------------- #
@@ -202,7 +207,7 @@ def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     has at least 128 x 128 entries (the result then fixed per install, as
     the fast path's), else BLAS in fixed row blocks of ``block``
     (:func:`optical._gemm.rows_matmul`)."""
-    if a.dtype == b.dtype == np.float32 and b.size >= _XLA_MIN_TILE and xla_available():
+    if a.dtype == b.dtype and _xla_pays(b.dtype, b.size):
         return np.asarray(_xla_gemm(1)(np.ascontiguousarray(a), np.ascontiguousarray(b))[0])
     return rows_matmul(a, b, block)
 
