@@ -46,6 +46,20 @@ def test_calibrated_machine_is_calibrated_on_a_held_out_input(tiny_dir):
     assert not np.array_equal(oracle.output, run.output)
 
 
+def test_held_out_input_is_as_long_as_the_readouts_use_by_default(tiny_dir):
+    """Default calibration set: min(tokens, calibration.max_tokens) held-out tokens."""
+    model = transformer.load(tiny_dir)
+    short = CFG.replace({"calibration.max_tokens": 8})
+
+    def sqnrs(config, **kw):
+        report = transformer.validate(model, layer=1, tokens=12, config=config, seed=5, **kw)
+        return [row.sqnr_db for row in report.products] + [report.output.sqnr_db]
+
+    assert sqnrs(short) == sqnrs(short, calibration_tokens=8)
+    assert sqnrs(short) != sqnrs(short, calibration_tokens=12)
+    assert sqnrs(CFG) == sqnrs(CFG, calibration_tokens=12)  # max_tokens 256 > 12 tokens
+
+
 def test_report_metrics_and_counts(tiny_dir):
     model = transformer.load(tiny_dir)
     report = transformer.validate(model, layer=2, tokens=12, config=NAIVE, seed=3, batch=2,
@@ -99,6 +113,9 @@ def test_validate_errors(tiny_dir):
                              hidden=np.zeros((1, 5, 64), np.float32))
     with pytest.raises(ValueError, match="tokens"):
         transformer.validate(model, layer=0, tokens=0, config=CFG)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="calibration_tokens"):
+            transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=bad)
 
 
 def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsys):
