@@ -208,7 +208,8 @@ def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     the fast path's), else BLAS in fixed row blocks of ``block``
     (:func:`optical._gemm.rows_matmul`)."""
     if a.dtype == b.dtype and _xla_pays(b.dtype, b.size):
-        return np.asarray(_xla_gemm(1)(np.ascontiguousarray(a), np.ascontiguousarray(b))[0])
+        # Indexed on the host: indexing the device array is a dispatch of its own.
+        return np.asarray(_xla_gemm(1)(np.ascontiguousarray(a), np.ascontiguousarray(b)))[0]
     return rows_matmul(a, b, block)
 
 
