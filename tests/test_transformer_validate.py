@@ -58,6 +58,11 @@ def test_held_out_input_is_as_long_as_the_readouts_use_by_default(tiny_dir):
     assert sqnrs(short) == sqnrs(short, calibration_tokens=8)
     assert sqnrs(short) != sqnrs(short, calibration_tokens=12)
     assert sqnrs(CFG) == sqnrs(CFG, calibration_tokens=12)  # max_tokens 256 > 12 tokens
+    # the report says what it was calibrated on (nothing, for a naive machine)
+    report = transformer.validate(model, layer=1, tokens=12, config=short, seed=5)
+    assert report.calibration_tokens == report.to_dict()["calibration_tokens"] == 8
+    assert "calibrated on 8 held-out tokens" in report.table()
+    assert transformer.validate(model, layer=1, tokens=12, config=NAIVE).calibration_tokens is None
 
 
 def test_report_metrics_and_counts(tiny_dir):

@@ -92,6 +92,9 @@ class ValidationReport:
     output: ProductReport
     totals: dict[str, float]
     timings: dict[str, float]
+    #: Length of the held-out input the weight matmuls were calibrated on
+    #: (None: the config needs no calibration).
+    calibration_tokens: int | None = None
 
     def product(self, name: str) -> ProductReport:
         """The row of product ``name`` (``"down_proj"``, ``"attention.scores"``, ...)."""
@@ -108,6 +111,7 @@ class ValidationReport:
             "reference_dtype": self.reference_dtype, "config": self.config.to_dict(),
             "products": [p.to_dict() for p in self.products], "output": self.output.to_dict(),
             "totals": dict(self.totals), "timings": dict(self.timings),
+            "calibration_tokens": self.calibration_tokens,
         }
 
     def table(self, preset: str | None = None) -> str:
@@ -117,7 +121,9 @@ class ValidationReport:
             f"{self.model} layer {self.layer}: {self.tokens} tokens x {self.batch} prompt(s), "
             f"weights {self.weights}",
             f"hardware {hardware}; reference {self.reference_dtype} (Hugging Face numerics); "
-            f"seed {self.seed}",
+            f"seed {self.seed}"
+            + ("" if self.calibration_tokens is None else
+               f"; calibrated on {self.calibration_tokens} held-out tokens"),
             "",
         ]
         local = any(p.local_sqnr_db is not None for p in self.products)
@@ -265,7 +271,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
         config=config, products=tuple(rows), output=output, totals=totals,
-        timings={"reference_s": middle - start, "optical_s": end - middle})
+        timings={"reference_s": middle - start, "optical_s": end - middle},
+        calibration_tokens=calibration_tokens if needs_calibration else None)
 
 
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
