@@ -36,6 +36,13 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
     return a
 
 
+def check_positive_int(value: object, name: str) -> int:
+    """Return ``value`` if it is a positive ``int`` (not a bool), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: {value!r} must be a positive integer")
+    return value
+
+
 def check_seed(seed: object) -> int:
     """A seed is a non-negative integer below 2**64."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.core import Schedule
 from optical.physics import encoding
@@ -188,8 +189,7 @@ def mask_bytes(s: Schedule, config: OpticalConfig) -> int:
 
 def _check_counts(tokens: int, batch: int, names: tuple[str, str] = ("tokens", "batch")) -> None:
     for name, value in zip(names, (tokens, batch), strict=True):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: {value!r} must be a positive integer")
+        check_positive_int(value, name)
 
 
 def layer_work(spec: ModelSpec, tokens: int, *, batch: int = 1,

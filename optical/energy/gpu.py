@@ -23,6 +23,7 @@ import dataclasses
 import math
 from typing import Any
 
+from optical._validation import check_positive_int
 from optical.energy import counts
 from optical.transformer.spec import ModelSpec
 
@@ -223,6 +224,6 @@ def decode_step(spec: ModelSpec, context: int, batch: int, gpu: GPUSpec, *,
     if not isinstance(gpu, GPUSpec):
         raise TypeError(f"gpu: expected a GPUSpec, got {type(gpu).__name__}")
     counts._check_counts(context, batch, ("context", "batch"))
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise ValueError(f"gpus: {gpus!r} must be a positive integer")
+    if gpus is not None:
+        check_positive_int(gpus, "gpus")
     return _forward(spec, gpu, 1, batch, context, batch * kv_cache_bytes(spec, context), gpus)

@@ -55,6 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.core import Schedule
 from optical.energy import counts
@@ -215,8 +216,7 @@ def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: boo
         plus their loads for activation masks) and ``streaming`` (s: the
         streaming part of the span).
     """
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ValueError(f"cores: {cores!r} must be a positive integer")
+    check_positive_int(cores, "cores")
     if s.weight_loads == 0 or s.passes == 0:
         return {"work": 0.0, "span": 0.0, "streaming": 0.0}
     e = config.energy

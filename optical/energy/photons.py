@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from optical import metrics, presets
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.core import matmul, schedule
 from optical.energy import model
@@ -41,8 +42,7 @@ def _operands(width: int, tokens: int, outputs: int, operands: str,
         raise ValueError(f"operands: {operands!r} is not valid; valid: "
                          f"{', '.join(repr(o) for o in OPERANDS)}")
     for name, value in (("width", width), ("tokens", tokens), ("outputs", outputs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: {value!r} must be a positive integer")
+        check_positive_int(value, name)
     low, high = OPERANDS[operands]
     rng = np.random.default_rng(seed)
     x = rng.uniform(low, high, size=(tokens, width))

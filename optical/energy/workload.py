@@ -24,6 +24,7 @@ import dataclasses
 import math
 from typing import Any
 
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.energy import gpu as gpu_model
 from optical.energy import model as optical_model
@@ -48,9 +49,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         for name in ("prompt_tokens", "output_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {value!r} must be a positive integer")
+            check_positive_int(getattr(self, name), name)
         rate = self.requests_per_s
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
             raise ValueError(f"requests_per_s: {rate!r} must be a positive finite number")

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from optical import _rng
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.physics import encoding
@@ -451,9 +452,8 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     if not isinstance(exact, bool):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
-    if chunk_tokens is not None and (isinstance(chunk_tokens, bool)
-                                     or not isinstance(chunk_tokens, int) or chunk_tokens < 1):
-        raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    if chunk_tokens is not None:
+        check_positive_int(chunk_tokens, "chunk_tokens")
     x = _check_x(x)
     dtype = np.dtype(x.dtype)
     if isinstance(seed, jax.Array):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from optical._validation import check_seed
+from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig
 from optical.transformer import bert, llama, synthetic
 from optical.transformer._engines import ReferenceEngine, engine_for
@@ -373,8 +373,7 @@ class BertModel(_Model):
         """The float32 input of encoder layer ``layer`` for random token ids
         (seeded): the embeddings run through layers ``< layer`` in the reference."""
         layer = _check_layer_index(self.spec, layer)
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            raise ValueError(f"tokens: {tokens!r} must be a positive integer")
+        check_positive_int(tokens, "tokens")
         rng = np.random.default_rng([check_seed(seed), layer, tokens, 7])
         low = min(1000, self.spec.vocab_size // 2)  # skip BERT's special tokens
         ids = rng.integers(low, self.spec.vocab_size, size=(batch or 1, tokens))

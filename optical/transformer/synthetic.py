@@ -44,6 +44,7 @@ import math
 
 import numpy as np
 
+from optical._validation import check_positive_int
 from optical.transformer.numerics import round_to
 from optical.transformer.spec import ModelSpec
 
@@ -51,16 +52,18 @@ __all__ = ["SyntheticLlama", "bert_embedding_weights", "bert_layer_weights",
            "llama_hidden_states", "llama_layer_weights"]
 
 
+def _digest(seed: int, *labels: object) -> bytes:
+    return hashlib.sha256("/".join(str(v) for v in (seed, *labels)).encode()).digest()
+
+
 def _rng(seed: int, *labels: object) -> np.random.Generator:
     """A generator keyed by (seed, labels): independent of every other key."""
-    digest = hashlib.sha256("/".join(str(v) for v in (seed, *labels)).encode()).digest()
-    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32))
+    return np.random.default_rng(np.frombuffer(_digest(seed, *labels), dtype=np.uint32))
 
 
 def _key(seed: int, *labels: object) -> np.uint64:
-    """A counter-RNG key for (seed, labels), like :func:`_rng`'s."""
-    digest = hashlib.sha256("/".join(str(v) for v in (seed, *labels)).encode()).digest()
-    return np.frombuffer(digest[:8], dtype=np.uint64)[0]
+    """A counter-RNG key for (seed, labels), from the same digest as :func:`_rng`'s."""
+    return np.frombuffer(_digest(seed, *labels)[:8], dtype=np.uint64)[0]
 
 
 def _tukey_h(key: np.uint64, shape: tuple[int, ...], h: float, std: float = 1.0) -> np.ndarray:
@@ -217,8 +220,7 @@ def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
         Token 0 of every prompt is the BOS token: it carries the BOS direction
         and, after the super layer, the massive activations.
     """
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"tokens: {tokens!r} must be a positive integer")
+    check_positive_int(tokens, "tokens")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch: {batch!r} must be a positive integer or None")
     if not 0 <= layer < spec.num_layers:

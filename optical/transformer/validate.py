@@ -20,7 +20,7 @@ import numpy as np
 
 from optical import metrics
 from optical._progress import progress_bar
-from optical._validation import check_seed
+from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
@@ -209,13 +209,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     seed = check_seed(seed)
     dtype = check_dtype(dtype)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch: {batch!r} must be a positive integer")
-    if calibration_tokens is not None and (isinstance(calibration_tokens, bool)
-                                           or not isinstance(calibration_tokens, int)
-                                           or calibration_tokens < 1):
-        raise ValueError(f"calibration_tokens: {calibration_tokens!r} must be a positive "
-                         "integer (or None)")
+    check_positive_int(batch, "batch")
+    if calibration_tokens is not None:
+        check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
