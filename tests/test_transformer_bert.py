@@ -92,6 +92,18 @@ def test_ideal_optical_encoder_reproduces_the_reference(tiny_bert):
     assert optical.metrics.relative_error(reference, run) < 2e-4
 
 
+def test_bert_matmul_inputs_are_the_traced_inputs(tiny_bert):
+    model, _ = tiny_bert
+    layer = model.layer(1)
+    h = model.hidden_states(1, 7, seed=2, batch=2)
+    mask = np.array([[1] * 7, [1] * 4 + [0] * 3], dtype=bool)
+    inputs = layer.matmul_inputs(h, mask=mask)
+    traced = layer.trace(h, dtype="float32", mask=mask).inputs
+    assert list(inputs) == list(traced) and len(traced) == 6
+    for name in traced:
+        np.testing.assert_array_equal(inputs[name], traced[name], err_msg=name)
+
+
 def test_bert_layer_counts_equal_layer_schedule(tiny_bert):
     model, _ = tiny_bert
     cfg = optical.presets.get("iris-like").replace({"core.inputs": 40,

@@ -65,6 +65,44 @@ def test_held_out_input_is_as_long_as_the_readouts_use_by_default(tiny_dir):
     assert transformer.validate(model, layer=1, tokens=12, config=NAIVE).calibration_tokens is None
 
 
+def test_matmul_inputs_are_the_traced_inputs_without_the_last_product(tiny_dir):
+    """The calibration run records every weight matmul's input, bit for bit a
+    full trace's, and stops before computing the last matmul."""
+    from optical.transformer._engines import InputsComplete, ReferenceEngine
+
+    model = transformer.load(tiny_dir)
+    layer = model.layer(1)
+    h = model.hidden_states(1, 9, seed=4, batch=2)
+    for dtype in ("float32", "float16"):
+        inputs = layer.matmul_inputs(h, dtype=dtype)
+        traced = layer.trace(h, dtype=dtype).inputs
+        assert list(inputs) == list(traced) == ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"]
+        for name in traced:
+            np.testing.assert_array_equal(inputs[name], traced[name], err_msg=name)
+    engine = ReferenceEngine("float32", stop_after=["a", "b"])
+    x, w = np.ones((2, 3), np.float32), np.full((4, 3), 0.5, np.float32)
+    np.testing.assert_array_equal(engine.linear("a", x, w), np.full((2, 4), 1.5))
+    with pytest.raises(InputsComplete):
+        engine.linear("b", 2 * x, w)
+    assert list(engine.products) == ["a"] and engine.inputs["b"][0, 0] == 2
+    from optical.transformer._engines import matmul_inputs
+    with pytest.raises(ValueError, match="no weight matmul lm_head"):
+        matmul_inputs(lambda e: layer._forward(h, e), ["q_proj", "lm_head"], "float32")
+
+
+def test_report_timings_split_the_run(tiny_dir):
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=1, tokens=12, config=CFG, seed=5)
+    t = report.timings
+    assert set(t) == {"calibration_s", "reference_s", "optical_s", "program_s"}
+    assert 0 < t["program_s"] < t["optical_s"] and t["calibration_s"] > 0
+    assert f"programming the masks {t['program_s']:.2f} s" in report.table()
+    assert "calibration run" in report.table()
+    assert "calibration run" not in transformer.validate(model, layer=1, tokens=12,
+                                                         config=NAIVE).table()
+
+
 def test_report_metrics_and_counts(tiny_dir):
     model = transformer.load(tiny_dir)
     report = transformer.validate(model, layer=2, tokens=12, config=NAIVE, seed=3, batch=2,

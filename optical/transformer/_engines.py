@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,8 @@ from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
 from optical.transformer.numerics import check_dtype, round_to
 
-__all__ = ["LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden", "derive_seed",
-           "engine_for", "sum_stats"]
+__all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden",
+           "derive_seed", "engine_for", "matmul_inputs", "sum_stats"]
 
 
 def derive_seed(seed: int, *labels: object) -> int:
@@ -93,22 +94,37 @@ class LayerTrace:
         What each optical product did on the hardware (empty for a reference run).
     inputs : dict of str to ndarray
         The input rows of every weight matmul, as it received them.
+    program_s : float, s
+        Wall time spent programming weights onto the mask (optical runs; 0
+        for a reference run), part of the run's time.
     """
 
     output: np.ndarray
     products: dict[str, np.ndarray]
     stats: dict[str, MatmulStats]
     inputs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    program_s: float = 0.0
+
+
+class InputsComplete(Exception):
+    """Raised by a :class:`ReferenceEngine` given ``stop_after`` once every
+    one of those weight matmuls has received its input."""
 
 
 class ReferenceEngine:
-    """Digital products, every op's result rounded to ``dtype``."""
+    """Digital products, every op's result rounded to ``dtype``.
 
-    def __init__(self, dtype: str) -> None:
+    ``stop_after``: names of weight matmuls; once the last of them has
+    received its input, :meth:`linear` raises :class:`InputsComplete`
+    instead of computing it (see :func:`matmul_inputs`).
+    """
+
+    def __init__(self, dtype: str, stop_after: Collection[str] = ()) -> None:
         self.dtype = dtype
         self.products: dict[str, np.ndarray] = {}
         self.stats: dict[str, MatmulStats] = {}
         self.inputs: dict[str, np.ndarray] = {}
+        self.pending = set(stop_after)
 
     def round(self, x: np.ndarray) -> np.ndarray:
         return round_to(x, self.dtype)
@@ -123,6 +139,10 @@ class ReferenceEngine:
                bias: np.ndarray | None = None) -> np.ndarray:
         """``x @ w.T (+ bias)``, rounded once (torch's addmm)."""
         self.inputs[name] = x
+        if self.pending:
+            self.pending.discard(name)
+            if not self.pending:
+                raise InputsComplete
         y = x @ self.round(w).T
         if bias is not None:
             y += self.round(bias)
@@ -177,6 +197,10 @@ class OpticalEngine(ReferenceEngine):
         self.matmul_options = dict(matmul_options or {})
         self.calibration = dict(calibration or {})
         self.progress = progress
+        self.program_s = 0.0
+
+    def trace(self, output: np.ndarray) -> LayerTrace:
+        return LayerTrace(output, self.products, self.stats, self.inputs, self.program_s)
 
     def _done(self, name: str) -> None:
         if self.progress is not None:
@@ -187,7 +211,9 @@ class OpticalEngine(ReferenceEngine):
         if "calibration" not in options and calibration_needs(self.config):
             options["calibration"] = self.calibration.get(str(labels[0]), x)
         # No copy of a transposed weight: program() reads it in place.
+        start = time.perf_counter()
         programmed = program(w_in_out, self.config, **options)
+        self.program_s += time.perf_counter() - start
         return matmul(x, programmed, self.config, seed=derive_seed(self.seed, self.layer, *labels),
                       return_stats=True, **self.matmul_options)
 
@@ -225,6 +251,23 @@ class OpticalEngine(ReferenceEngine):
         if self.config.mapping.attention == "digital":
             return p @ v
         return self._per_head("attention.values", p, v, transpose_b=False)
+
+
+def matmul_inputs(forward: Callable[[ReferenceEngine], object], names: Collection[str],
+                  dtype: str) -> dict[str, np.ndarray]:
+    """The input rows of the weight matmuls ``names`` in a reference run in
+    ``dtype``: ``forward(engine)`` runs the layer and is stopped once the
+    last of them has its input (that product, and what follows it, is not
+    computed). The inputs equal a full :meth:`trace`'s, bit for bit."""
+    engine = ReferenceEngine(check_dtype(dtype), stop_after=names)
+    if not engine.pending:
+        raise ValueError("names: no weight matmul named")
+    try:
+        forward(engine)
+    except InputsComplete:
+        return engine.inputs
+    missing = ", ".join(sorted(engine.pending))
+    raise ValueError(f"names: the layer has no weight matmul {missing}")
 
 
 def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer: int, *,

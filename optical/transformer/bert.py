@@ -22,6 +22,7 @@ from optical.transformer._engines import (
     ReferenceEngine,
     check_hidden,
     engine_for,
+    matmul_inputs,
 )
 from optical.transformer.numerics import softmax
 from optical.transformer.spec import ModelSpec
@@ -145,6 +146,15 @@ class BertLayer:
         mask = check_mask(mask, h3.shape[:2])
         out = self.forward(h3, mask, engine)
         return engine.trace(out.reshape(h.shape))
+
+    def matmul_inputs(self, h: np.ndarray, dtype: str = "float32", *,
+                      mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The input rows of every weight matmul in a reference run; see
+        :meth:`optical.transformer.LlamaLayer.matmul_inputs`."""
+        h3 = check_hidden(h, self.spec.hidden_size)
+        mask = check_mask(mask, h3.shape[:2])
+        names = [name for name, w in self.weights.items() if w.ndim == 2]
+        return matmul_inputs(lambda engine: self.forward(h3, mask, engine), names, dtype)
 
     def forward(self, h: np.ndarray, mask: np.ndarray, engine: ReferenceEngine) -> np.ndarray:
         """(B, T, H) -> (B, T, H) on ``engine``; ``mask`` (B, T) marks real tokens."""

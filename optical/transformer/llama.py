@@ -25,6 +25,7 @@ from optical.transformer._engines import (
     ReferenceEngine,
     check_hidden,
     engine_for,
+    matmul_inputs,
 )
 from optical.transformer.numerics import softmax
 from optical.transformer.rope import apply_rope, inverse_frequencies, rope_settings, rope_tables
@@ -163,6 +164,15 @@ class LlamaLayer:
         h3 = check_hidden(h, self.spec.hidden_size)
         out = self._forward(h3, engine)
         return engine.trace(out.reshape(h.shape))
+
+    def matmul_inputs(self, h: np.ndarray, dtype: str = "float32") -> dict[str, np.ndarray]:
+        """The input rows of every weight matmul in a reference run in ``dtype``
+        (what :meth:`trace` records as ``inputs``, bit for bit), without
+        computing the last matmul or anything after it: the calibration run
+        of :func:`optical.transformer.validate`."""
+        h3 = check_hidden(h, self.spec.hidden_size)
+        names = [name for name, w in self.weights.items() if w.ndim == 2]
+        return matmul_inputs(lambda engine: self._forward(h3, engine), names, dtype)
 
     # -- the forward pass -------------------------------------------------- #
 

@@ -91,6 +91,9 @@ class ValidationReport:
     products: tuple[ProductReport, ...]
     output: ProductReport
     totals: dict[str, float]
+    #: Wall time, s: ``calibration_s`` (the held-out run; 0 without
+    #: calibration), ``reference_s``, ``optical_s`` (the optical run) and
+    #: ``program_s`` (the part of it spent programming the masks).
     timings: dict[str, float]
     #: Length of the held-out input the weight matmuls were calibrated on
     #: (None: the config needs no calibration).
@@ -149,9 +152,13 @@ class ValidationReport:
         lines.append(f"{'total (optical)':{pad}s} {int(t['passes']):12d} "
                      f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
                      f"{int(t['adc_conversions']):12d}")
+        times = self.timings
         lines += ["", f"optical MACs {int(t['macs']):d}; "
-                      f"reference {self.timings['reference_s']:.2f} s,"
-                      f" optical {self.timings['optical_s']:.2f} s"]
+                      + (f"calibration run {times['calibration_s']:.2f} s, "
+                         if self.calibration_tokens is not None else "")
+                      + f"reference {times['reference_s']:.2f} s, "
+                      f"optical {times['optical_s']:.2f} s "
+                      f"(programming the masks {times['program_s']:.2f} s)"]
         return "\n".join(lines)
 
 
@@ -228,17 +235,18 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     with progress_bar(on_core + 1 + needs_calibration, desc=f"{model.name} layer {block.index}",
                       enabled=progress, unit="step") as bar:
         calibration = None
+        start = time.perf_counter()
         if needs_calibration:
             bar.set_postfix_str("calibration run")
             if calibration_tokens is None:
                 calibration_tokens = min(tokens, config.calibration.max_tokens)
             held_out = model.hidden_states(layer, calibration_tokens,
                                            seed=derive_seed(seed, "calibration"), batch=1)
-            calibration = block.trace(held_out, dtype="float32").inputs
+            calibration = block.matmul_inputs(held_out, dtype="float32")
             bar.update()
 
         bar.set_postfix_str(f"{dtype} reference")
-        start = time.perf_counter()
+        calibrated = time.perf_counter()
         reference = block.trace(hidden, dtype=dtype)
         middle = time.perf_counter()
         bar.update()
@@ -267,7 +275,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
         config=config, products=tuple(rows), output=output, totals=totals,
-        timings={"reference_s": middle - start, "optical_s": end - middle},
+        timings={"calibration_s": calibrated - start, "reference_s": middle - calibrated,
+                 "optical_s": end - middle, "program_s": run.program_s},
         calibration_tokens=calibration_tokens if needs_calibration else None)
 
 
