@@ -125,6 +125,7 @@ class ReferenceEngine:
         self.stats: dict[str, MatmulStats] = {}
         self.inputs: dict[str, np.ndarray] = {}
         self.pending = set(stop_after)
+        self.program_s = 0.0  # time spent programming masks (OpticalEngine)
 
     def round(self, x: np.ndarray) -> np.ndarray:
         return round_to(x, self.dtype)
@@ -133,7 +134,7 @@ class ReferenceEngine:
         self.products[name] = value
 
     def trace(self, output: np.ndarray) -> LayerTrace:
-        return LayerTrace(output, self.products, self.stats, self.inputs)
+        return LayerTrace(output, self.products, self.stats, self.inputs, self.program_s)
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:
@@ -197,10 +198,6 @@ class OpticalEngine(ReferenceEngine):
         self.matmul_options = dict(matmul_options or {})
         self.calibration = dict(calibration or {})
         self.progress = progress
-        self.program_s = 0.0
-
-    def trace(self, output: np.ndarray) -> LayerTrace:
-        return LayerTrace(output, self.products, self.stats, self.inputs, self.program_s)
 
     def _done(self, name: str) -> None:
         if self.progress is not None:

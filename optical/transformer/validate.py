@@ -91,7 +91,7 @@ class ValidationReport:
     products: tuple[ProductReport, ...]
     output: ProductReport
     totals: dict[str, float]
-    #: Wall time, s: ``calibration_s`` (the held-out run; 0 without
+    #: Wall time, s: ``calibration_s`` (the held-out run; ~0 without
     #: calibration), ``reference_s``, ``optical_s`` (the optical run) and
     #: ``program_s`` (the part of it spent programming the masks).
     timings: dict[str, float]
