@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 
 __all__ = ["DaskExecutor", "Executor", "ProcessExecutor", "SerialExecutor", "Task",
@@ -103,9 +104,7 @@ class VmapExecutor(Executor):
     """
 
     def __init__(self, batch_size: int = 64) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: {batch_size!r} must be a positive integer")
-        self.batch_size = batch_size
+        self.batch_size = check_positive_int(batch_size, "batch_size")
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
         groups: dict[tuple[str, str], list[Task]] = {}
@@ -175,9 +174,7 @@ class ProcessExecutor(Executor):
         cores = _available_cores()
         if jobs is None:
             jobs = cores
-        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-            raise ValueError(f"jobs: {jobs!r} must be a positive integer")
-        self.jobs = jobs
+        self.jobs = check_positive_int(jobs, "jobs")
         self.threads = max(1, cores // jobs)
         self._pool: cf.ProcessPoolExecutor | None = None
 

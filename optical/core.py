@@ -32,7 +32,7 @@ import numpy as np
 
 from optical import _rng, kernels, outliers
 from optical._gemm import row_block, rows_matmul
-from optical._validation import check_float_array, check_seed
+from optical._validation import check_float_array, check_positive_int, check_seed
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
 from optical.quant import ProgrammedWeights, adc_rails, calibration_needs, program
@@ -215,8 +215,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     if x.dtype != programmed.dtype:
         raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {programmed.dtype}; "
                         "cast one explicitly")
-    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
-        raise ValueError(f"chunk_tokens: {chunk_tokens!r} must be a positive integer")
+    if chunk_tokens is not None:
+        chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     if not isinstance(exact, bool):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
     if programmed.bypass is not None:  # outlier channels run digitally, the rest optically

@@ -56,7 +56,7 @@ from optical._executors import (
     make_executor,
 )
 from optical._progress import progress_bar
-from optical._validation import check_seed
+from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig, check_value
 from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
 
@@ -180,9 +180,8 @@ class SweepDefinition:
         if not isinstance(params, Mapping):
             raise TypeError(f"params: expected a mapping of dotted paths to values, got "
                             f"{type(params).__name__}")
-        if samples is not None and (isinstance(samples, bool) or
-                                    not isinstance(samples, numbers.Integral) or samples < 1):
-            raise ValueError(f"samples: {samples!r} must be a positive integer")
+        if samples is not None:
+            samples = check_positive_int(samples, "samples")
         canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
         for path, values in params.items():
             canonical.append((path, _check_param(path, values, random=samples is not None)))

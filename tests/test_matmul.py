@@ -339,5 +339,11 @@ def test_bad_seed(seed, error):
 def test_bad_config_and_chunks():
     with pytest.raises(TypeError, match="config: expected an OpticalConfig"):
         optical.matmul(np.ones((1, 2)), np.ones((2, 2)), {"adc.bits": 6}, seed=0)
-    with pytest.raises(ValueError, match="chunk_tokens"):
-        optical.matmul(np.ones((1, 2)), np.ones((2, 2)), ideal(), seed=0, chunk_tokens=0)
+    for bad in (0, True, 2.0, np.bool_(True)):
+        with pytest.raises(ValueError, match="chunk_tokens"):
+            optical.matmul(np.ones((1, 2)), np.ones((2, 2)), ideal(), seed=0, chunk_tokens=bad)
+    # a numpy integer is an integer: the same result as the Python int
+    x, w = np.ones((5, 2)), np.ones((2, 3))
+    np.testing.assert_array_equal(
+        optical.matmul(x, w, ideal(), seed=0, chunk_tokens=np.int64(2)),
+        optical.matmul(x, w, ideal(), seed=0, chunk_tokens=2))

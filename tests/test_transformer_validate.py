@@ -161,6 +161,17 @@ def test_validate_errors(tiny_dir):
             transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=bad)
 
 
+def test_numpy_integers_are_integers(tiny_dir):
+    """Token counts computed with numpy (np.int64) are accepted and reported as int."""
+    model = transformer.load(tiny_dir)
+    kw = {"layer": 1, "config": NAIVE, "seed": 2}
+    report = transformer.validate(model, tokens=np.int64(6), batch=np.int32(2), **kw)
+    same = transformer.validate(model, tokens=6, batch=2, **kw)
+    assert type(report.tokens) is int and type(report.batch) is int
+    assert report.output.sqnr_db == same.output.sqnr_db
+    np.testing.assert_array_equal(model.hidden_states(1, np.int64(6)), model.hidden_states(1, 6))
+
+
 def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsys):
     out = tmp_path / "report.json"
     argv = ["validate", "--model", str(tiny_dir), "--layer", "1", "--tokens", "8",

@@ -225,5 +225,5 @@ def decode_step(spec: ModelSpec, context: int, batch: int, gpu: GPUSpec, *,
         raise TypeError(f"gpu: expected a GPUSpec, got {type(gpu).__name__}")
     counts._check_counts(context, batch, ("context", "batch"))
     if gpus is not None:
-        check_positive_int(gpus, "gpus")
+        gpus = check_positive_int(gpus, "gpus")
     return _forward(spec, gpu, 1, batch, context, batch * kv_cache_bytes(spec, context), gpus)

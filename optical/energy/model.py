@@ -216,7 +216,7 @@ def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: boo
         plus their loads for activation masks) and ``streaming`` (s: the
         streaming part of the span).
     """
-    check_positive_int(cores, "cores")
+    cores = check_positive_int(cores, "cores")
     if s.weight_loads == 0 or s.passes == 0:
         return {"work": 0.0, "span": 0.0, "streaming": 0.0}
     e = config.energy

@@ -49,7 +49,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         for name in ("prompt_tokens", "output_tokens"):
-            check_positive_int(getattr(self, name), name)
+            object.__setattr__(self, name, check_positive_int(getattr(self, name), name))
         rate = self.requests_per_s
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
             raise ValueError(f"requests_per_s: {rate!r} must be a positive finite number")

@@ -453,7 +453,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     if not isinstance(exact, bool):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
     if chunk_tokens is not None:
-        check_positive_int(chunk_tokens, "chunk_tokens")
+        chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     x = _check_x(x)
     dtype = np.dtype(x.dtype)
     if isinstance(seed, jax.Array):

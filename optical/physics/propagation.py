@@ -27,6 +27,8 @@ import math
 
 import numpy as np
 
+from optical._validation import check_positive_int
+
 __all__ = [
     "angular_spectrum",
     "coordinates",
@@ -104,8 +106,7 @@ def _along(values: np.ndarray, axis: int, ndim: int) -> np.ndarray:
 
 def coordinates(n: int, pixel_pitch: float) -> np.ndarray:
     """Centred sample positions ``(i - n // 2) * pixel_pitch``, m (float64)."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"n: {n!r} must be a positive integer")
+    n = check_positive_int(n, "n")
     return (np.arange(n) - n // 2) * _positive("pixel_pitch", pixel_pitch)
 
 

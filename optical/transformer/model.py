@@ -373,7 +373,7 @@ class BertModel(_Model):
         """The float32 input of encoder layer ``layer`` for random token ids
         (seeded): the embeddings run through layers ``< layer`` in the reference."""
         layer = _check_layer_index(self.spec, layer)
-        check_positive_int(tokens, "tokens")
+        tokens = check_positive_int(tokens, "tokens")
         rng = np.random.default_rng([check_seed(seed), layer, tokens, 7])
         low = min(1000, self.spec.vocab_size // 2)  # skip BERT's special tokens
         ids = rng.integers(low, self.spec.vocab_size, size=(batch or 1, tokens))

@@ -7,6 +7,7 @@ model reads them from here without running anything.
 
 from __future__ import annotations
 
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.core import Schedule, schedule
 from optical.transformer.spec import ModelSpec
@@ -31,8 +32,7 @@ def layer_schedule(spec: ModelSpec, tokens: int, config: OpticalConfig, *,
     dict of str to Schedule
         Keyed by matmul name, in execution order.
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch: {batch!r} must be a positive integer")
+    batch = check_positive_int(batch, "batch")
     rows = batch * tokens
     out = {s.name: schedule(rows, s.in_features, s.out_features, config)
            for s in spec.linear_shapes()}

@@ -220,9 +220,9 @@ def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
         Token 0 of every prompt is the BOS token: it carries the BOS direction
         and, after the super layer, the massive activations.
     """
-    check_positive_int(tokens, "tokens")
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ValueError(f"batch: {batch!r} must be a positive integer or None")
+    tokens = check_positive_int(tokens, "tokens")
+    if batch is not None:
+        batch = check_positive_int(batch, "batch")
     if not 0 <= layer < spec.num_layers:
         raise ValueError(f"layer: {layer} is out of range; the model has {spec.num_layers} "
                          f"layers (0..{spec.num_layers - 1})")

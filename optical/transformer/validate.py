@@ -216,9 +216,10 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     seed = check_seed(seed)
     dtype = check_dtype(dtype)
-    check_positive_int(batch, "batch")
+    tokens = check_positive_int(tokens, "tokens")
+    batch = check_positive_int(batch, "batch")
     if calibration_tokens is not None:
-        check_positive_int(calibration_tokens, "calibration_tokens")
+        calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
