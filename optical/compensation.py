@@ -47,7 +47,8 @@ import numpy as np
 
 from optical.physics import crosstalk
 
-__all__ = ["MAX_ITERATIONS", "TOLERANCE", "SeparableCoupling", "gain", "pre_distort"]
+__all__ = ["LEVEL_FRACTION", "MAX_ITERATIONS", "TOLERANCE", "SeparableCoupling", "gain",
+           "pre_distort", "tolerance"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -198,10 +199,32 @@ def _tile_reach(optics, tile, t_min: float, scheme: str, rails: int) -> np.ndarr
     return reach.min(axis=(0, 1))
 
 
-#: Pre-distortion stops when no value of a tile moves by more than this ...
+#: Pre-distortion stops when no value of a tile moves by more than this
+#: (a continuous mask; see :func:`tolerance`) ...
 TOLERANCE = 1e-6
 #: ... or after this many Jacobi steps.
 MAX_ITERATIONS = 200
+#: For a mask of ``bits``, the step below which it stops is this fraction of
+#: one mask level: the solution is then rounded to that grid, so converging
+#: further only decides which way a value within a hair of a rounding edge
+#: goes (measured on a Llama-3.1-8B layer's lens pre-distortion: every tile
+#: stops after two steps instead of three, and 1.0e-5 to 1.3e-5 of the
+#: weights land one level away from the fully converged mask).
+LEVEL_FRACTION = 1 / 32
+
+
+def tolerance(bits: int | None, min_transmission: float) -> float:
+    """The step below which :func:`pre_distort` stops for a mask of ``bits``
+    (None: continuous, :data:`TOLERANCE`): :data:`LEVEL_FRACTION` of one
+    level, ``(1 - min_transmission) / (2**bits - 1)`` in transmission, and
+    never below :data:`TOLERANCE`.
+
+    The Jacobi map of the crosstalk is a strong contraction (each step
+    shrinks the change ~100x on the lens model), so where it stops the
+    solution is within a small fraction of this step of the fixed point."""
+    if bits is None:
+        return TOLERANCE
+    return max(TOLERANCE, LEVEL_FRACTION * (1 - min_transmission) / ((1 << bits) - 1))
 
 
 def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transmission: float,

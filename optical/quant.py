@@ -266,7 +266,7 @@ def _mask(v: np.ndarray, tiling: Tiling,
         transmissions, weights, _ = _program.lens_mask(
             v, None if gain is None else gain.astype(v.dtype),
             None if gain is None else optics.diagonal(tiling), tiling, optics.kernels, t_min,
-            scheme, config.mask.bits, tol=compensation.TOLERANCE,
+            scheme, config.mask.bits, tol=compensation.tolerance(config.mask.bits, t_min),
             max_iter=compensation.MAX_ITERATIONS)
         return transmissions, weights, gain
     if not compensate:
@@ -276,8 +276,8 @@ def _mask(v: np.ndarray, tiling: Tiling,
             transmissions = optics.apply(transmissions, tiling)
         return transmissions, encoding.decode(levels, scheme), None
     levels = converters.quantize_levels(compensation.pre_distort(
-        v, _per_row(gain.astype(v.dtype), tiling), optics, tiling, t_min, scheme),
-        config.mask.bits)
+        v, _per_row(gain.astype(v.dtype), tiling), optics, tiling, t_min, scheme,
+        tol=compensation.tolerance(config.mask.bits, t_min)), config.mask.bits)
     transmissions = optics.apply(converters.transmission(levels, t_min), tiling)
     # The light applies the effective tile: the digital side knows it exactly.
     weights = encoding.decode((transmissions - t_min) / (1 - t_min), scheme)

@@ -262,3 +262,39 @@ def test_compensation_of_the_lens_physics_within_1_db_of_ideal_optics(rng, input
               f"compensated {compensated:.2f} dB")
         assert compensated > clean - allowed, (clean, distorted, compensated)
         assert distorted < clean - 10.0, (clean, distorted, compensated)
+
+
+def test_pre_distortion_stops_within_a_fraction_of_a_mask_level(rng):
+    """An 8-bit mask stops iterating once no value moves by 1/32 of a level:
+    the strong contraction of the lens physics leaves the solution well
+    within that of the fixed point, the loaded mask differs from the fully
+    converged one in a few levels at most (by one), and it takes fewer
+    steps than converging to ``TOLERANCE``."""
+    from optical.kernels import _program
+
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 128, "core.outputs": 64, "optics.fan_in_aperture": 10e-3,
+        "optics.beam_profile": "gaussian", "optics.beam_waist": 6e-6})
+    t_min, bits = cfg.mask.min_transmission, cfg.mask.bits
+    tol = compensation.tolerance(bits, t_min)
+    level = (1 - t_min) / (2**bits - 1)
+    assert tol == pytest.approx(compensation.LEVEL_FRACTION * level)
+    assert compensation.tolerance(None, t_min) == compensation.TOLERANCE
+    tiling = _tiling(256, 192, 128, 64)
+    v = rng.uniform(-1, 1, (256, 192))
+    optics = quant._optics_map(cfg)
+    gain = compensation.gain(optics, tiling, t_min, "split", 2)
+    rows = quant._per_row(gain, tiling)
+    converged = compensation.pre_distort(v, rows, optics, tiling, t_min, "split", tol=1e-13)
+    stopped = compensation.pre_distort(v, rows, optics, tiling, t_min, "split", tol=tol)
+    # levels are in units of 1 - t_min: one mask level is 1 / (2**bits - 1)
+    assert np.max(np.abs(stopped - converged)) < 0.1 * compensation.LEVEL_FRACTION / (2**bits - 1)
+    top = 2**bits - 1
+    flips = np.abs(np.rint(stopped * top) - np.rint(converged * top))
+    assert flips.max() <= 1 and np.count_nonzero(flips) <= 1e-3 * flips.size
+    steps = {}
+    for name, t in (("level", tol), ("fine", compensation.TOLERANCE)):
+        steps[name] = _program.lens_mask(v.copy(), gain, optics.diagonal(tiling), tiling,
+                                         optics.kernels, t_min, "split", bits, tol=t,
+                                         max_iter=compensation.MAX_ITERATIONS)[2]
+    assert steps["level"].max() < steps["fine"].min(), steps
