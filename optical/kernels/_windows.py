@@ -9,8 +9,9 @@ tails, bin widths). The numpy code there is the readable truth; the kernel does 
 same floating-point operations in the same order for each group -- its
 histograms, their Gauss-Hermite spreading, cumulative moments, clipping
 costs and alternating line minimisations -- and agrees with it to the bit,
-with one exception: the tail model's ``exp`` is libm's here and numpy's own
-SIMD routine there, which differ in the last place for a few percent of
+with one exception: the tail model's ``exp`` (two per column and side, the
+rest a running product) is libm's here and numpy's own SIMD routine there,
+which differ in the last place for a few percent of
 arguments (numpy's differs between machines, too). Where such a difference
 tips an argmin between two edges of equal cost to the last bits, the window
 moves by one bin (1 / ``n_bins`` of the group's range) at the same cost.
@@ -31,13 +32,32 @@ _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": T
 
 
 @nb.njit(inline="always", error_model="numpy")
-def _tail_clip(beyond, count, e):
-    """``calibration._tail_clip`` of one window end."""
-    if beyond > 0.0:
-        if not e > 0.0:
-            return count * 0.0
-        return count * (2.0 * (e * e) * np.exp(-beyond / e))
-    return count * (2.0 * (e * e) - 2.0 * e * beyond + beyond * beyond)
+def _tail_clip(g_lo, width, u, e, count, upper, out):
+    """``calibration._tail_clip`` of one column's tail at every window end
+    ``g_lo + k width``, added to ``out[k]``: the upper tail (ends past ``u``
+    above it) or the lower one (below it, walked from the top end down, as
+    the reference reverses its rows); the exponential once, at the first end
+    outside, then the running product with ``exp(-width / e)``."""
+    n = out.size
+    decay = np.exp(-width / e) if e > 0.0 else 0.0
+    p = 0.0
+    started = False
+    for i in range(n):
+        k = i if upper else n - 1 - i
+        absolute = g_lo + np.float64(k) * width
+        beyond = absolute - u if upper else u - absolute
+        if beyond > 0.0:
+            if not e > 0.0:
+                out[k] += count * 0.0
+                continue
+            if started:
+                p = p * decay
+            else:
+                p = np.exp(-beyond / e)
+                started = True
+            out[k] += count * (2.0 * (e * e) * p)
+        else:
+            out[k] += count * (2.0 * (e * e) - 2.0 * e * beyond + beyond * beyond)
 
 
 @nb.njit(inline="always", error_model="numpy")
@@ -130,17 +150,18 @@ def _group(g, samples_t, sigma, g_lo, width, inv_width, order, starts, nodes, no
         edges[e] = ed
         clip_lo[e] = c2[e] - 2.0 * ed * c1[e] + ed * ed * c0[e]
         clip_hi[e] = (t2 - c2[e]) - 2.0 * ed * (t1 - c1[e]) + ed * ed * (t0 - c0[e])
-        if tails:
-            # Where the samples run out, the fitted tails still clip.
-            absolute = g_lo[g] + ed
-            model_hi = 0.0
-            model_lo = 0.0
-            for idx in range(starts[g], starts[g + 1]):
-                c = order[idx]
-                model_hi += _tail_clip(absolute - u_hi[c], count, e_hi[c])
-                model_lo += _tail_clip(u_lo[c] - absolute, count, e_lo[c])
-            clip_hi[e] = clip_hi[e] if clip_hi[e] >= model_hi else model_hi
-            clip_lo[e] = clip_lo[e] if clip_lo[e] >= model_lo else model_lo
+    if tails:
+        # Where the samples run out, the fitted tails still clip (the group's
+        # columns added at each end in order, as the reference sums them).
+        model_hi = np.zeros(n_bins + 1)
+        model_lo = np.zeros(n_bins + 1)
+        for idx in range(starts[g], starts[g + 1]):
+            c = order[idx]
+            _tail_clip(g_lo[g], width[g], u_hi[c], e_hi[c], count, True, model_hi)
+            _tail_clip(g_lo[g], width[g], u_lo[c], e_lo[c], count, False, model_lo)
+        for e in range(n_bins + 1):
+            clip_hi[e] = clip_hi[e] if clip_hi[e] >= model_hi[e] else model_hi[e]
+            clip_lo[e] = clip_lo[e] if clip_lo[e] >= model_lo[e] else model_lo[e]
     quant = t0 * kappa / denom
     i, j = 0, n_bins
     for _ in range(4 * n_bins):
