@@ -39,8 +39,7 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
 def check_positive_int(value: object, name: str) -> int:
     """``value`` as an ``int`` if it is a positive integer (Python's or numpy's;
     not a bool), else raise ValueError."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) \
-            or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name}: {value!r} must be a positive integer")
     return int(value)
 

@@ -33,7 +33,7 @@ from optical.quant import calibration_needs, program
 from optical.transformer.numerics import check_dtype, round_to
 
 __all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden",
-           "derive_seed", "engine_for", "matmul_inputs", "sum_stats"]
+           "derive_seed", "engine_for", "matmul_inputs", "sum_stats", "weight_matmuls"]
 
 
 def derive_seed(seed: int, *labels: object) -> int:
@@ -248,6 +248,12 @@ class OpticalEngine(ReferenceEngine):
         if self.config.mapping.attention == "digital":
             return p @ v
         return self._per_head("attention.values", p, v, transpose_b=False)
+
+
+def weight_matmuls(weights: Mapping[str, np.ndarray]) -> list[str]:
+    """Names of a layer's weight matmuls: its 2-D weights (the engines'
+    ``linear`` products), in the layer's order."""
+    return [name for name, w in weights.items() if w.ndim == 2]
 
 
 def matmul_inputs(forward: Callable[[ReferenceEngine], object], names: Collection[str],

@@ -23,6 +23,7 @@ from optical.transformer._engines import (
     check_hidden,
     engine_for,
     matmul_inputs,
+    weight_matmuls,
 )
 from optical.transformer.numerics import softmax
 from optical.transformer.spec import ModelSpec
@@ -153,8 +154,8 @@ class BertLayer:
         :meth:`optical.transformer.LlamaLayer.matmul_inputs`."""
         h3 = check_hidden(h, self.spec.hidden_size)
         mask = check_mask(mask, h3.shape[:2])
-        names = [name for name, w in self.weights.items() if w.ndim == 2]
-        return matmul_inputs(lambda engine: self.forward(h3, mask, engine), names, dtype)
+        return matmul_inputs(lambda engine: self.forward(h3, mask, engine),
+                             weight_matmuls(self.weights), dtype)
 
     def forward(self, h: np.ndarray, mask: np.ndarray, engine: ReferenceEngine) -> np.ndarray:
         """(B, T, H) -> (B, T, H) on ``engine``; ``mask`` (B, T) marks real tokens."""

@@ -26,6 +26,7 @@ from optical.transformer._engines import (
     check_hidden,
     engine_for,
     matmul_inputs,
+    weight_matmuls,
 )
 from optical.transformer.numerics import softmax
 from optical.transformer.rope import apply_rope, inverse_frequencies, rope_settings, rope_tables
@@ -171,8 +172,8 @@ class LlamaLayer:
         computing the last matmul or anything after it: the calibration run
         of :func:`optical.transformer.validate`."""
         h3 = check_hidden(h, self.spec.hidden_size)
-        names = [name for name, w in self.weights.items() if w.ndim == 2]
-        return matmul_inputs(lambda engine: self._forward(h3, engine), names, dtype)
+        return matmul_inputs(lambda engine: self._forward(h3, engine),
+                             weight_matmuls(self.weights), dtype)
 
     # -- the forward pass -------------------------------------------------- #
 

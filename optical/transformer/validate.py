@@ -24,7 +24,7 @@ from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
-from optical.transformer._engines import derive_seed
+from optical.transformer._engines import derive_seed, weight_matmuls
 from optical.transformer.numerics import check_dtype
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
@@ -231,7 +231,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
 
     needs_calibration = bool(calibration_needs(config))
-    on_core = sum(1 for w in block.weights.values() if w.ndim == 2)  # the weight matmuls
+    on_core = len(weight_matmuls(block.weights))
     on_core += 2 if config.mapping.attention == "optical" else 0
     with progress_bar(on_core + 1 + needs_calibration, desc=f"{model.name} layer {block.index}",
                       enabled=progress, unit="step") as bar:
