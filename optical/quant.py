@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
+from optical import _memory, compensation, outliers
 from optical import calibration as _calibration
-from optical import compensation, outliers
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, crosstalk, encoding
@@ -197,7 +197,7 @@ def _load(w: np.ndarray, rows: np.ndarray | None, tiling: Tiling,
             ns = tiling.n_slice(j)
             per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
     scale = np.where(per > 0, per, 1).astype(dtype)
-    v = np.empty((rows.size, tiling.n), dtype=dtype)
+    v = _memory.empty((rows.size, tiling.n), dtype)
     tile_of_row = np.repeat(np.arange(tiling.k_tiles, dtype=np.int64),
                             k_bounds[:, 1] - k_bounds[:, 0])
     (_program.divide_t if transposed else _program.divide_c)(src, rows, tile_of_row, scale, v)

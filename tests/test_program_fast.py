@@ -298,8 +298,19 @@ def test_round_to_kernels_give_numpys_bits(rng, dtype):
         np.testing.assert_array_equal(a.view(np.uint32)[~np.isnan(a)],
                                       expected.view(np.uint32)[~np.isnan(expected)])
         assert np.isnan(a).sum() == np.isnan(expected).sum()
-    with pytest.raises(ValueError, match="out: only x itself"):
-        numerics.round_to(x, dtype, out=np.empty_like(x))
+    # Into another array of x's layout (a recycled buffer): the same bits, x untouched.
+    for a in (x, matrix, x[::2]):
+        before = a.copy()
+        # (a strided x takes an out of the same strides)
+        out = np.empty_like(a) if a.flags.forc else np.empty(2 * a.size, np.float32)[::2]
+        assert numerics.round_to(a, dtype, out=out) is out
+        np.testing.assert_array_equal(out, numerics.round_to(a, dtype))
+        np.testing.assert_array_equal(a, before)
+    for bad in (np.empty_like(x, dtype=np.float64), np.empty(x.size - 1, np.float32),
+                np.empty_like(matrix, order="C")):
+        target = matrix if bad.ndim == 2 else x
+        with pytest.raises(ValueError, match="out: expected x itself or a float32 array"):
+            numerics.round_to(target, dtype, out=bad)
 
 
 def test_validate_on_the_fast_paths_matches_the_references(monkeypatch, tmp_path):

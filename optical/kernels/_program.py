@@ -30,6 +30,7 @@ import numba as nb
 import numpy as np
 
 import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+from optical import _memory
 
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
@@ -385,7 +386,7 @@ def lens_mask(v: np.ndarray, gain: np.ndarray | None, diag: np.ndarray | None, t
     n_bounds = np.array([(s_.start, s_.stop) for s_ in map(tiling.n_slice,
                                                             range(tiling.n_tiles))],
                         dtype=np.int64).reshape(-1, 2)
-    transmissions = np.empty((rails, k, n), dtype=dtype)
+    transmissions = _memory.empty((rails, k, n), dtype)
     weights = _operand(v, dtype)
     steps = np.zeros(tiling.k_tiles * tiling.n_tiles, dtype=np.int64)
     program_tiles(weights, gain, k_bounds, n_bounds, rails, diag, s, coef,

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from optical import _rng
+from optical import _memory, _rng
 from optical._gemm import row_block, rows_matmul
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
@@ -170,7 +170,7 @@ def _balanced_rails(t: np.ndarray, ks: slice, tl) -> tuple[list, list, np.ndarra
         offsets.append(offsets[-1] + rows * (ns.stop - ns.start))
     chunks = np.array(chunks, dtype=np.int64)
     offsets = np.array(offsets, dtype=np.int64)
-    diff = np.empty(offsets[-1], dtype=t.dtype)
+    diff = _memory.empty(int(offsets[-1]), t.dtype)
     rowpart = np.empty((len(chunks), rows))
     colsum = np.zeros(t.shape[2])
     _numba.balanced_rails(np.ascontiguousarray(t), ks.start, ks.stop, chunks, offsets, diff,

@@ -13,7 +13,10 @@ engine that supplies the products and the rounding of the digital ops:
   as masks (dynamic operands: each is a mask load).
 
 Both record each product's output (for validation) and the optical engine
-each product's :class:`optical.MatmulStats`.
+each product's :class:`optical.MatmulStats`. Both run each weight product
+inside :func:`optical._memory.recycling`, so its large arrays (the fp16
+reference's rounded weights; the normalised weights, transmissions and rail
+differences of every programmed mask) reuse the previous product's memory.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._memory import empty_like, recycling
 from optical._validation import check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats, matmul
@@ -144,12 +148,20 @@ class ReferenceEngine:
             self.pending.discard(name)
             if not self.pending:
                 raise InputsComplete
-        y = x @ self.round(w).T
+        y = x @ self._round_weight(w).T
         if bias is not None:
             y += self.round(bias)
         y = self.round(y)
         self.record(name, y)
         return y
+
+    def _round_weight(self, w: np.ndarray) -> np.ndarray:
+        """``round(w)`` into a recycled buffer (the weights themselves in float32)."""
+        if self.dtype == "float32" or not (w.flags.c_contiguous or w.flags.f_contiguous):
+            return self.round(w)
+        with recycling():
+            out = empty_like(w)
+        return round_to(w, self.dtype, out=out)
 
     def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
         """``q @ k^T`` per (prompt, KV head): (B, KV, G*T, d) x (B, KV, T, d) -> (B, KV, G*T, T)."""
@@ -207,12 +219,14 @@ class OpticalEngine(ReferenceEngine):
         options = dict(self.program_options)
         if "calibration" not in options and calibration_needs(self.config):
             options["calibration"] = self.calibration.get(str(labels[0]), x)
-        # No copy of a transposed weight: program() reads it in place.
-        start = time.perf_counter()
-        programmed = program(w_in_out, self.config, **options)
-        self.program_s += time.perf_counter() - start
-        return matmul(x, programmed, self.config, seed=derive_seed(self.seed, self.layer, *labels),
-                      return_stats=True, **self.matmul_options)
+        with recycling():
+            # No copy of a transposed weight: program() reads it in place.
+            start = time.perf_counter()
+            programmed = program(w_in_out, self.config, **options)
+            self.program_s += time.perf_counter() - start
+            return matmul(x, programmed, self.config,
+                          seed=derive_seed(self.seed, self.layer, *labels), return_stats=True,
+                          **self.matmul_options)
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:

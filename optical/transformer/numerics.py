@@ -53,14 +53,22 @@ def round_to(x: np.ndarray, dtype: str, *, out: np.ndarray | None = None) -> np.
     ----------
     x : ndarray, float32
     dtype : {"float32", "float16", "bfloat16"}
-        ``"float32"`` returns ``x`` itself; fp16 overflows to inf as in torch.
+        ``"float32"`` returns ``x`` itself (or its copy in ``out``); fp16
+        overflows to inf as in torch.
     out : ndarray, optional
-        ``x`` itself, to round in place (no new array; its pages are already
-        mapped, which on this kind of machine is most of the cost).
+        Where to write the result: ``x`` itself (rounding in place: no new
+        array, its pages already mapped, which on this kind of machine is most
+        of the cost) or a float32 array of ``x``'s shape and memory order (a
+        recycled buffer, :mod:`optical._memory`).
     """
-    if out is not None and out is not x:
-        raise ValueError("out: only x itself (rounding in place) is supported")
+    if out is not None and out is not x and not (
+            out.dtype == np.float32 and out.shape == x.shape and out.strides == x.strides):
+        raise ValueError(f"out: expected x itself or a float32 array of x's shape {x.shape} "
+                         f"and strides {x.strides}, got {out.dtype} {out.shape} {out.strides}")
     if dtype == "float32":
+        if out is not None and out is not x:
+            out[...] = x
+            return out
         return x
     if dtype not in ("float16", "bfloat16"):
         raise ValueError(f"dtype: {dtype!r} is not a reference dtype")
@@ -85,7 +93,8 @@ _KERNEL_MIN = 1 << 14
 def _round_fast(x: np.ndarray, dtype: str, out: np.ndarray | None = None) -> np.ndarray:
     """:func:`round_to` of a contiguous float32 array in one parallel pass
     (:mod:`optical.transformer._rounding`; the same bits as the numpy code),
-    into ``out`` (``x`` itself: each element is read before it is written)."""
+    into ``out`` (a new array, a buffer of x's layout, or ``x`` itself: each
+    element is read before it is written)."""
     from optical.transformer import _rounding
 
     if out is None:
