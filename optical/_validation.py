@@ -8,6 +8,25 @@ import numpy as np
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
+#: Elements per step of the finiteness check of a large contiguous array.
+_FINITE_CHUNK = 1 << 20
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """``np.isfinite(a).all()`` without an array of ``a``'s size: a large
+    contiguous array is checked a chunk at a time into one small mask (a
+    whole-size mask of a weight matrix is fresh memory, whose pages cost
+    more to map than the check costs; see :mod:`optical._memory`)."""
+    if a.size <= 4 * _FINITE_CHUNK or not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return bool(np.isfinite(a).all())
+    flat = a.ravel(order="K")  # a view: contiguous either way
+    mask = np.empty(_FINITE_CHUNK, dtype=bool)
+    for start in range(0, flat.size, _FINITE_CHUNK):
+        part = flat[start:start + _FINITE_CHUNK]
+        if not np.isfinite(part, out=mask[:part.size]).all():
+            return False
+    return True
+
 
 def check_float_array(a: object, name: str, *, ndim: int | None = None,
                       min_ndim: int = 0) -> np.ndarray:
@@ -30,7 +49,7 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")
     if a.ndim < min_ndim:
         raise ValueError(f"{name}: expected at least {min_ndim} dimension(s), got shape {a.shape}")
-    if not np.isfinite(a).all():
+    if not all_finite(a):
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
         raise ValueError(f"{name}: contains {bad} NaN or infinite value(s)")
     return a

@@ -329,6 +329,24 @@ def test_bad_arrays_are_refused_clearly(x, w, error, match):
         optical.matmul(x, w, ideal(), seed=0)
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_a_large_weight_is_checked_to_its_last_entry(layout):
+    """Past 4M entries the finiteness check runs a chunk at a time (no
+    whole-size mask): a NaN or inf anywhere, in any layout, is still found
+    and counted."""
+    from optical._validation import _FINITE_CHUNK
+
+    w = np.ones((4100, 1100), dtype=np.float32)  # 4.5M entries > 4 chunks
+    w = {"C": w, "F": np.asfortranarray(w), "strided": w[:, ::2]}[layout]
+    assert w.size > 4 * _FINITE_CHUNK or layout == "strided"
+    ok = optical.program(w, ideal())  # finite: accepted
+    assert ok.shape == w.shape
+    w[-1, -1] = np.nan  # the very last entry, in memory order too
+    w[w.shape[0] // 2, 3] = np.inf
+    with pytest.raises(ValueError, match="w: contains 2 NaN or infinite"):
+        optical.program(w, ideal())
+
+
 @pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.5, TypeError), (None, TypeError),
                                              (2**64, ValueError)])
 def test_bad_seed(seed, error):
