@@ -10,21 +10,39 @@ import math
 
 import numpy as np
 
+from optical._validation import all_finite
+
 __all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence",
            "max_abs_error", "relative_error", "sqnr_db"]
 
 
-def _pair(reference: object, test: object) -> tuple[np.ndarray, np.ndarray]:
-    ref = np.asarray(reference, dtype=np.float64)
-    out = np.asarray(test, dtype=np.float64)
+#: Elements per step of the float64 sums: no float64 copy of a whole array
+#: (fresh pages, which cost more than the sums; see optical._memory).
+SUM_CHUNK = 1 << 16
+
+
+def _checked(reference: object, test: object) -> tuple[np.ndarray, np.ndarray]:
+    """Both as flat numeric arrays of one shape, finite and not empty, in
+    their own dtypes (real integers or floats; anything else as float64)."""
+    ref, out = np.asarray(reference), np.asarray(test)
+    if ref.dtype.kind not in "biuf":
+        ref = np.asarray(reference, dtype=np.float64)
+    if out.dtype.kind not in "biuf":
+        out = np.asarray(test, dtype=np.float64)
     if ref.shape != out.shape:
         raise ValueError(f"shape mismatch: reference {ref.shape} vs test {out.shape}")
     if ref.size == 0:
         raise ValueError("metrics of empty arrays are undefined")
     for name, arr in (("reference", ref), ("test", out)):
-        if not np.isfinite(arr).all():
+        if not all_finite(arr):
             raise ValueError(f"{name} contains NaN or infinite values")
     return ref.ravel(), out.ravel()
+
+
+def _pair(reference: object, test: object) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_checked`, as float64."""
+    ref, out = _checked(reference, test)
+    return ref.astype(np.float64, copy=False), out.astype(np.float64, copy=False)
 
 
 def sqnr_db(reference: object, test: object) -> float:
@@ -33,24 +51,24 @@ def sqnr_db(reference: object, test: object) -> float:
     ``inf`` when the arrays are equal; ``-inf`` when the reference is zero and
     the test is not.
     """
-    return _Sums.of(*_pair(reference, test)).sqnr_db()
+    return _Sums.of(*_checked(reference, test)).sqnr_db()
 
 
 def cosine(reference: object, test: object) -> float:
     """Cosine similarity of the flattened arrays (1 for equal directions)."""
-    return _Sums.of(*_pair(reference, test)).cosine()
+    return _Sums.of(*_checked(reference, test)).cosine()
 
 
 def relative_error(reference: object, test: object) -> float:
     """``||ref - test|| / ||ref||`` (Frobenius); ``inf`` if the reference is zero
     and the test is not."""
-    return _Sums.of(*_pair(reference, test)).relative_error()
+    return _Sums.of(*_checked(reference, test)).relative_error()
 
 
 def compare(reference: object, test: object) -> tuple[float, float, float]:
     """``(sqnr_db, cosine, relative_error)`` of one pair, converted to float64
     and checked once (the same values as the three functions)."""
-    sums = _Sums.of(*_pair(reference, test))
+    sums = _Sums.of(*_checked(reference, test))
     return sums.sqnr_db(), sums.cosine(), sums.relative_error()
 
 
@@ -65,9 +83,18 @@ class _Sums:
 
     @classmethod
     def of(cls, ref: np.ndarray, out: np.ndarray) -> _Sums:
-        err = ref - out
-        return cls(float(np.dot(ref, ref)), float(np.dot(err, err)), float(np.dot(out, out)),
-                   float(np.dot(ref, out)))
+        """The sums of two flat arrays, in float64, :data:`SUM_CHUNK` elements
+        at a time (each chunk's dot products added in order)."""
+        signal = error = test = cross = 0.0
+        for start in range(0, ref.size, SUM_CHUNK):
+            r = ref[start:start + SUM_CHUNK].astype(np.float64)
+            o = out[start:start + SUM_CHUNK].astype(np.float64)
+            e = r - o
+            signal += float(np.dot(r, r))
+            error += float(np.dot(e, e))
+            test += float(np.dot(o, o))
+            cross += float(np.dot(r, o))
+        return cls(signal, error, test, cross)
 
     def sqnr_db(self) -> float:
         if self.error == 0.0:
@@ -109,7 +136,7 @@ def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1)
     """
     ref = np.asarray(reference_logits, dtype=np.float64)
     out = np.asarray(test_logits, dtype=np.float64)
-    _pair(ref, out)
+    _checked(ref, out)
     if not -ref.ndim <= axis < ref.ndim:
         raise ValueError(f"axis: {axis} is out of range for arrays of shape {ref.shape}")
     log_p = _log_softmax(ref, axis)
@@ -153,7 +180,7 @@ def column_errors(reference: object, test: object) -> ColumnErrors:
     """Error of every output column (the last axis; leading axes are samples)."""
     ref = np.asarray(reference, dtype=np.float64)
     out = np.asarray(test, dtype=np.float64)
-    _pair(ref, out)
+    _checked(ref, out)
     if ref.ndim == 0:
         raise ValueError("column_errors: expected arrays with a column axis, got scalars")
     ref = ref.reshape(-1, ref.shape[-1])

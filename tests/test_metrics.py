@@ -91,3 +91,25 @@ def test_column_errors_zero_reference_column():
     assert ce.sqnr_db[0] == -math.inf and ce.relative_error[0] == math.inf
     with pytest.raises(ValueError, match="column axis"):
         metrics.column_errors(np.float64(1.0), np.float64(1.0))
+
+
+def test_pair_metrics_of_large_arrays_match_exact_sums(rng):
+    """Past SUM_CHUNK elements the float64 sums run a chunk at a time (no
+    float64 copy of the arrays): against exactly rounded sums (math.fsum) of
+    the same float32 data, in C and Fortran order, and with a NaN anywhere."""
+    ref = rng.standard_normal((300, 1000)).astype(np.float32)  # 4.6 chunks
+    test = (ref + 0.01 * rng.standard_normal(ref.shape)).astype(np.float32)
+    assert ref.size > 4 * metrics.SUM_CHUNK
+    r, t = ref.ravel().astype(np.float64), test.ravel().astype(np.float64)
+    signal, error = math.fsum(r * r), math.fsum((r - t) ** 2)
+    cos = math.fsum(r * t) / math.sqrt(signal * math.fsum(t * t))
+    for a, b in ((ref, test), (np.asfortranarray(ref), np.asfortranarray(test))):
+        sqnr, cosine, rel = metrics.compare(a, b)
+        assert sqnr == pytest.approx(10 * math.log10(signal / error), rel=1e-12)
+        assert cosine == pytest.approx(cos, rel=1e-12)
+        assert rel == pytest.approx(math.sqrt(error / signal), rel=1e-12)
+        assert metrics.sqnr_db(a, b) == sqnr
+    bad = test.copy()
+    bad[-1, -1] = np.nan
+    with pytest.raises(ValueError, match="test contains NaN"):
+        metrics.sqnr_db(ref, bad)

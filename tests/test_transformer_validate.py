@@ -214,3 +214,17 @@ def test_cli_validate_bad_input_is_one_clear_line(tiny_dir, argv, message, capsy
     assert main(base + argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_worst_row_sqnr_over_many_row_blocks(rng):
+    """Rows are summed a block at a time: the same as a float64 sum per row."""
+    from optical import metrics
+
+    ref = rng.standard_normal((3 * metrics.SUM_CHUNK // 500 + 7, 500)).astype(np.float32)
+    test = ref + (rng.standard_normal(ref.shape) * np.linspace(0.01, 0.1, ref.shape[0])[:, None]
+                  ).astype(np.float32)
+    test[-1] += 1.0  # the worst row is the last, in the last block
+    r, t = ref.astype(np.float64), test.astype(np.float64)
+    expected = min(10 * math.log10(math.fsum(a * a) / math.fsum((a - b) ** 2))
+                   for a, b in zip(r, t, strict=True))
+    assert worst_row_sqnr_db(ref, test) == pytest.approx(expected, rel=1e-12)

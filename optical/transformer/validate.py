@@ -282,22 +282,27 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 
 
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
-    """Lowest SQNR (dB) of one row (last axis) among rows whose reference is not zero."""
-    ref = np.asarray(reference, dtype=np.float64).reshape(-1, reference.shape[-1])
-    err = ref - np.asarray(test, dtype=np.float64).reshape(ref.shape)
-    signal, noise = np.einsum("ij,ij->i", ref, ref), np.einsum("ij,ij->i", err, err)
+    """Lowest SQNR (dB) of one row (last axis) among rows whose reference is
+    not zero (float64 sums, a block of rows at a time)."""
+    ref = np.asarray(reference).reshape(-1, reference.shape[-1])
+    out = np.asarray(test).reshape(ref.shape)
+    rows = max(1, metrics.SUM_CHUNK // max(ref.shape[1], 1))
+    signal, noise = np.empty(ref.shape[0]), np.empty(ref.shape[0])
+    for r0 in range(0, ref.shape[0], rows):
+        r = ref[r0:r0 + rows].astype(np.float64)
+        err = r - out[r0:r0 + rows].astype(np.float64)
+        signal[r0:r0 + rows] = np.einsum("ij,ij->i", r, r)
+        noise[r0:r0 + rows] = np.einsum("ij,ij->i", err, err)
     keep = signal > 0
     if not keep.any():
-        return math.inf if not err.any() else -math.inf
+        return math.inf if not noise.any() else -math.inf
     with np.errstate(divide="ignore"):
         return float(np.min(10 * np.log10(signal[keep] / noise[keep])))
 
 
 def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray,
              local_db: float | None = None, stats: MatmulStats | None = None) -> ProductReport:
-    # One float64 copy of each side serves every metric.
-    reference = np.asarray(reference, dtype=np.float64)
-    test = np.asarray(test, dtype=np.float64)
+    # Float64 sums a block at a time: no float64 copy of a whole product.
     worst = None if name.startswith("attention.") else worst_row_sqnr_db(reference, test)
     return ProductReport(name, on_core, *metrics.compare(reference, test), worst, local_db, stats)
 
