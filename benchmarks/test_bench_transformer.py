@@ -46,13 +46,17 @@ def test_validate_iris_like(benchmark, llama8b, record, record_seconds):
     reports = []
     # One warm-up round, as the baseline gets: the first call in a process also
     # imports JAX, compiles XLA's GEMMs and loads numba's cached kernels (~2-3 s).
+    # The minimum of three rounds, as for the baseline (this shared VM's speed
+    # drifts by 10-30 % from one run to the next).
     benchmark.pedantic(lambda: reports.append(transformer.validate(model, layer=0, tokens=512,
                                                                    config=cfg, hidden=h)),
-                       rounds=1, warmup_rounds=1)
+                       rounds=3, warmup_rounds=1)
     record(CASE, "validate, iris-like (target <= 3x)", benchmark)
-    # Its parts: the float32 calibration run of a held-out input, the fp16
-    # reference it scores against, and the optical pass with its programming.
-    timings = reports[-1].timings
+    # Its parts, in the fastest round: the float32 calibration run of a held-out
+    # input, the fp16 reference it scores against, and the optical pass with
+    # its programming.
+    timings = min((r.timings for r in reports[1:]),
+                  key=lambda t: t["calibration_s"] + t["reference_s"] + t["optical_s"])
     record_seconds(CASE, "  of which the calibration run", timings["calibration_s"])
     record_seconds(CASE, "  of which the fp16 reference", timings["reference_s"])
     record_seconds(CASE, "  of which the optical pass", timings["optical_s"])
