@@ -8,9 +8,9 @@ memory freed for more than about 2 s costs far more to touch again: measured
 0.85-1.7 s per GiB, against 0.05 s for memory freed a moment ago. A layer on
 the optical core allocates and frees the same few large arrays for every
 weight matrix (normalised weights, mask transmissions, the balanced rails'
-differences; the fp16 reference its rounded weights), about 1.3 GB at its
-peak for a Llama-3.1-8B layer, and every validation paid for them afresh: with
-``perf``, zeroing pages took 17 % of a validation's CPU time.
+differences; the fp16 reference its rounded weights), 784 MB at once for a
+Llama-3.1-8B layer's gate_proj, and every validation paid for them afresh:
+with ``perf``, zeroing pages took 17 % of a validation's CPU time.
 
 :func:`empty` is ``numpy.empty``, except inside ``with recycling():`` for
 arrays of :data:`MIN_BYTES` or more: those are views of buffers kept in one
