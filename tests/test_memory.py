@@ -77,7 +77,7 @@ def test_free_buffers_are_released_once_idle(monkeypatch):
     monkeypatch.setattr(_memory, "HOLD_SECONDS", 0.05)
     with _memory.recycling():
         kept = _memory.empty(_memory.MIN_BYTES, np.uint8)
-        _memory.empty(2 * _memory.MIN_BYTES, np.uint8)  # dropped at once
+        _memory.empty(2 * _memory.MIN_BYTES, np.uint8)  # free at once: its array is not kept
     deadline = time.monotonic() + 10
     while _memory.held_bytes() > _memory.MIN_BYTES and time.monotonic() < deadline:
         time.sleep(0.01)
