@@ -40,7 +40,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["HOLD_SECONDS", "MIN_BYTES", "empty", "empty_like", "recycling", "release"]
+__all__ = ["HOLD_SECONDS", "MIN_BYTES", "empty", "empty_like", "held_bytes", "recycling",
+           "release"]
 
 #: Arrays below this size come from numpy as usual (glibc's heap recycles them).
 MIN_BYTES = 16 << 20
@@ -50,7 +51,6 @@ HOLD_SECONDS = 20.0
 
 _lock = threading.RLock()
 _buffers: list[np.ndarray] = []
-_idle: list[int] = []  # each buffer's reference count when nothing uses it
 _state = threading.local()  # .depth: open scopes of this thread
 _open = 0  # open scopes, all threads
 _timer: threading.Timer | None = None
@@ -68,9 +68,17 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _refs(buffers: list[np.ndarray], i: int) -> int:
-    # One call shape for a buffer's baseline and every later check, so the
+    # One call shape for the baseline below and every check, so the
     # references the interpreter itself counts cancel out.
     return sys.getrefcount(buffers[i])
+
+
+#: A pooled buffer's reference count when only the pool's list holds it.
+_IDLE = _refs([np.empty(0)], 0)
+
+
+def _free(i: int) -> bool:
+    return _refs(_buffers, i) == _IDLE
 
 
 @contextlib.contextmanager
@@ -101,9 +109,9 @@ def release() -> int:
     freed = 0
     with _lock:
         for i in reversed(range(len(_buffers))):
-            if _refs(_buffers, i) == _idle[i]:
+            if _free(i):
                 freed += _buffers[i].nbytes
-                del _buffers[i], _idle[i]
+                del _buffers[i]
     return freed
 
 
@@ -116,14 +124,13 @@ def held_bytes() -> int:
 def _pooled(nbytes: int) -> np.ndarray:
     """A free pooled buffer of at least ``nbytes`` (the smallest), else a new one."""
     with _lock:
-        free = [i for i in range(len(_buffers)) if _refs(_buffers, i) == _idle[i]]
+        free = [i for i in range(len(_buffers)) if _free(i)]
         fits = [i for i in free if _buffers[i].nbytes >= nbytes]
         if fits:
             return _buffers[min(fits, key=lambda i: _buffers[i].nbytes)]
         for i in reversed(free):  # too small: back to the system before mapping more
-            del _buffers[i], _idle[i]
+            del _buffers[i]
         _buffers.append(np.empty(nbytes, dtype=np.uint8))
-        _idle.append(_refs(_buffers, len(_buffers) - 1))
         return _buffers[-1]
 
 
