@@ -61,7 +61,7 @@ def check_inputs(calibration: object, k: int) -> np.ndarray:
     TypeError
         Not a float32/float64 numpy array.
     ValueError
-        Wrong width, no tokens, or NaN / inf entries.
+        Wrong width, no tokens, NaN / inf entries, or nothing but zeros.
     """
     cal = check_float_array(calibration, "calibration", min_ndim=1)
     if cal.shape[-1] != k:
@@ -70,6 +70,9 @@ def check_inputs(calibration: object, k: int) -> np.ndarray:
     cal = cal.reshape(-1, k)
     if cal.shape[0] == 0:
         raise ValueError(f"calibration: shape {calibration.shape} holds no tokens")
+    if not cal.any():
+        raise ValueError(f"calibration: all {cal.size} entries are zero; ranges and windows "
+                         "need representative (non-zero) inputs")
     return cal
 
 
@@ -165,8 +168,8 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
                     noise_var += rin2 * rin[e]
                 if math.isfinite(p):
                     noise_var += np.square(rails[e]) @ detected / p
-                    noise_var += np.square(rails[e]).sum() * det.dark_electrons / p**2
-                    noise_var += det.read_noise_electrons ** 2 / p**2
+                    noise_var += np.square(rails[e]).sum() * det.dark_electrons / (p * p)
+                    noise_var += det.read_noise_electrons ** 2 / (p * p)
                 groups = None if config.adc.window == "per_column" else \
                     np.zeros(samples.shape[1], dtype=np.int64)
                 if bits is None:  # an exact ADC ignores its window
@@ -230,14 +233,31 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
     """
     if backend not in ("auto", "numpy", "numba"):
         raise ValueError(f"backend: {backend!r} is not valid; valid: 'auto', 'numpy', 'numba'")
+    if bits is None or isinstance(bits, bool) or not isinstance(bits, int | np.integer) \
+            or not 1 <= bits <= 24:
+        raise ValueError(f"bits: {bits!r} is not valid; valid: integer in [1, 24] (an exact "
+                         "ADC, bits None, needs no window)")
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
+        raise ValueError(f"n_bins: {n_bins!r} is not valid; valid: a positive integer")
     samples = np.asarray(samples)
-    if samples.dtype not in (np.float32, np.float64):
+    if samples.dtype.kind in "biu":  # integer readouts (ADC codes, say) are exact in float64
         samples = samples.astype(np.float64)
+    samples = check_float_array(samples, "samples", ndim=2)
+    if samples.shape[0] == 0 or samples.shape[1] == 0:
+        raise ValueError(f"samples: shape {samples.shape} is empty; expected (S, C) with "
+                         "S, C >= 1")
     sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), samples.shape[1:])
+    if not (np.isfinite(sigma).all() and (sigma >= 0).all()):
+        raise ValueError("sigma: expected finite, non-negative noise standard deviations")
     n_cols = samples.shape[1]
     if groups is None:
         groups = np.arange(n_cols)
-    groups = np.asarray(groups, dtype=np.int64)
+    groups = np.asarray(groups)
+    if groups.shape != (n_cols,) or groups.dtype.kind not in "iu" or \
+            (groups.size and (groups.min() < 0)):
+        raise ValueError(f"groups: expected {n_cols} non-negative integer group ids, one per "
+                         f"column, got {groups.dtype} {groups.shape}")
+    groups = groups.astype(np.int64)
     n_groups = int(groups.max()) + 1 if groups.size else 0
     col_min = samples.min(axis=0).astype(np.float64)
     col_max = samples.max(axis=0).astype(np.float64)

@@ -21,8 +21,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
+
+import numpy as np
 
 __all__ = [
     "ADCConfig",
@@ -89,23 +92,25 @@ def _check_value(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
         if value not in spec["choices"]:
             raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
         return value
-    if kind == "bool":
-        if not isinstance(value, bool):
+    if kind == "bool":  # numpy's bools too, canonicalised
+        if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
-        return value
+        return bool(value)
     if value is None:
         if spec.get("optional"):
             return None
         raise ValueError(f"{path}: None is not valid; valid: {valid}")
-    if isinstance(value, bool):
+    if isinstance(value, bool | np.bool_):
         raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
+    # numpy scalars (a sweep's np.arange, say) are accepted and made Python numbers.
     if kind == "int":
-        if not isinstance(value, int):
+        if not isinstance(value, numbers.Integral):
             raise ValueError(f"{path}: {value!r} is not an integer; valid: {valid}")
+        value = int(value)
         if not spec["lo"] <= value <= spec["hi"]:
             raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
-        return int(value)
-    if not isinstance(value, int | float):
+        return value
+    if not isinstance(value, numbers.Real):
         raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
     value = float(value)
     lo, hi = spec["lo"], spec["hi"]
@@ -215,6 +220,15 @@ class SourceConfig(_Section):
         if self.rin_db_per_hz == -math.inf:
             return 0.0
         return math.sqrt(10.0 ** (self.rin_db_per_hz / 10.0) * self.rin_bandwidth)
+
+    def _check_consistency(self) -> None:
+        # Gaussian RIN multiplies the intensity by (1 + sigma z): beyond sigma = 1
+        # the model is meaningless (and at 1e150 it overflows float32 to NaN).
+        if not self.rin_sigma <= 1.0:
+            raise ValueError(f"source.rin_db_per_hz = {self.rin_db_per_hz} dB/Hz over "
+                             f"source.rin_bandwidth = {self.rin_bandwidth} Hz gives a relative "
+                             f"intensity noise of {self.rin_sigma:.3g}; the RIN model needs "
+                             "at most 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -661,7 +675,7 @@ class OpticalConfig:
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
-                raise TypeError(f"{name}: expected a {cls.__name__}, got "
+                raise TypeError(f"{name}: expected an instance of {cls.__name__}, got "
                                 f"{type(getattr(self, name)).__name__}")
 
     # -- dotted paths ------------------------------------------------------- #
@@ -675,6 +689,9 @@ class OpticalConfig:
     @staticmethod
     def field_spec(path: str) -> Mapping[str, Any]:
         """The validation spec of the field at ``path``; ValueError if unknown."""
+        if not isinstance(path, str):
+            raise TypeError(f"config path: expected a dotted string such as 'adc.bits', got "
+                            f"{type(path).__name__} {path!r}")
         section, _, leaf = path.partition(".")
         if section not in _SECTIONS:
             raise ValueError(f"unknown config path {path!r}: no section {section!r}; "
@@ -706,7 +723,12 @@ class OpticalConfig:
         ------
         ValueError
             Naming the path for an unknown path or an out-of-range value.
+        TypeError
+            ``changes`` not a mapping, or a path not a string.
         """
+        if changes is not None and not isinstance(changes, Mapping):
+            raise TypeError(f"changes: expected a mapping of dotted paths to values, such as "
+                            f"{{'adc.bits': 6}}, got {type(changes).__name__}")
         by_section: dict[str, dict[str, Any]] = {}
         for path, value in (changes or {}).items():
             spec = self.field_spec(path)

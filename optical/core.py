@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
@@ -115,9 +116,15 @@ def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
 
     The same counting :func:`matmul` reports in its stats, without running it.
     """
+    if not isinstance(config, OpticalConfig):
+        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    counts = []
     for name, value in (("tokens", tokens), ("k", k), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) \
+                or value < 0:
             raise ValueError(f"{name}: {value!r} must be a non-negative integer")
+        counts.append(int(value))
+    tokens, k, n = counts
     k_tiles = -(-k // config.core.inputs)
     n_tiles = -(-n // config.core.outputs)
     n_in = encoding.n_rails(config.encoding.inputs)
@@ -141,6 +148,13 @@ def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
     else:
         raise ValueError(f"dac.scaling: {policy!r} is not valid")
     return np.where(absmax > 0, absmax, 1).astype(x2.dtype)
+
+
+def _no_tokens_to_calibrate(shape: tuple[int, ...], needs: list[str]) -> str:
+    """The error of a call that would calibrate on an ``x`` without tokens."""
+    return (f"x: shape {shape} holds no tokens, and {' and '.join(needs)} is calibrated on x "
+            "when w is raw weights; program w with held-out inputs "
+            "(optical.program(w, config, calibration=...)) and pass the result")
 
 
 def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
@@ -207,7 +221,10 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                             "cast one explicitly")
         # Settings that need calibration inputs are calibrated on this call's own
         # inputs: an oracle, the best calibration can do (held-out data: program()).
-        programmed = program(w, config, calibration=x if calibration_needs(config) else None)
+        needs = calibration_needs(config)
+        if needs and x.size == 0:
+            raise ValueError(_no_tokens_to_calibrate(x.shape, needs))
+        programmed = program(w, config, calibration=x if needs else None)
     k, n = programmed.shape
     if x.shape[-1] != k:
         raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "

@@ -21,14 +21,26 @@ __all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence"
 SUM_CHUNK = 1 << 16
 
 
+def _real(name: str, value: object, dtype: type | None = None) -> np.ndarray:
+    """``value`` as an array of real numbers (bool, integer or float; Python
+    objects converted to float64); TypeError naming ``name`` for anything else
+    (complex values, strings): nothing is dropped or parsed silently."""
+    arr = np.asarray(value)
+    if arr.dtype.kind == "O":
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name}: expected real numbers, got objects ({err})") from None
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: dtype {arr.dtype} is not supported; expected real numbers "
+                        "(bool, integer or float)")
+    return arr if dtype is None else arr.astype(dtype, copy=False)
+
+
 def _checked(reference: object, test: object) -> tuple[np.ndarray, np.ndarray]:
     """Both as flat numeric arrays of one shape, finite and not empty, in
-    their own dtypes (real integers or floats; anything else as float64)."""
-    ref, out = np.asarray(reference), np.asarray(test)
-    if ref.dtype.kind not in "biuf":
-        ref = np.asarray(reference, dtype=np.float64)
-    if out.dtype.kind not in "biuf":
-        out = np.asarray(test, dtype=np.float64)
+    their own dtypes (real integers or floats; Python objects as float64)."""
+    ref, out = _real("reference", reference), _real("test", test)
     if ref.shape != out.shape:
         raise ValueError(f"shape mismatch: reference {ref.shape} vs test {out.shape}")
     if ref.size == 0:
@@ -134,8 +146,8 @@ def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1)
     Computed in float64 from log-softmax (max-shifted), so large logits do
     not overflow; 0 for identical distributions.
     """
-    ref = np.asarray(reference_logits, dtype=np.float64)
-    out = np.asarray(test_logits, dtype=np.float64)
+    ref = _real("reference_logits", reference_logits, np.float64)
+    out = _real("test_logits", test_logits, np.float64)
     _checked(ref, out)
     if not -ref.ndim <= axis < ref.ndim:
         raise ValueError(f"axis: {axis} is out of range for arrays of shape {ref.shape}")
@@ -178,8 +190,8 @@ class ColumnErrors:
 
 def column_errors(reference: object, test: object) -> ColumnErrors:
     """Error of every output column (the last axis; leading axes are samples)."""
-    ref = np.asarray(reference, dtype=np.float64)
-    out = np.asarray(test, dtype=np.float64)
+    ref = _real("reference", reference, np.float64)
+    out = _real("test", test, np.float64)
     _checked(ref, out)
     if ref.ndim == 0:
         raise ValueError("column_errors: expected arrays with a column axis, got scalars")

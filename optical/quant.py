@@ -130,7 +130,10 @@ class ProgrammedWeights:
 
     def check_compatible(self, config: OpticalConfig) -> None:
         """Raise ValueError if ``config`` differs from the programming config in
-        anything programming depends on, naming the differing paths."""
+        any path but the free ones (:data:`PROGRAM_INDEPENDENT` where the
+        windows and range allow, and ``energy.*``), naming the differing
+        paths. Paths that programming does not read are refused too: it errs
+        on the side of re-programming."""
         free = set(PROGRAM_INDEPENDENT)
         static = "static" in (self.config.dac.scaling, config.dac.scaling)
         if self.config.adc.full_scale == "calibrated":
@@ -316,8 +319,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         Representative inputs. Needed by a static input range
         (``dac.scaling = "static"``), calibrated ADC windows
         (``adc.full_scale = "calibrated"``) and static outlier channels
-        (``outliers.policy = "static"``); ignored otherwise. Nothing depends
-        on a noise seed.
+        (``outliers.policy = "static"``); otherwise checked (width, values)
+        but unused. Nothing depends on a noise seed.
 
     Returns
     -------
@@ -325,10 +328,13 @@ def program(w: np.ndarray, config: OpticalConfig, *,
 
     Raises
     ------
+    TypeError
+        ``config`` not an OpticalConfig; ``w`` or the calibration inputs not
+        a float32/float64 numpy array.
     ValueError
-        Bad ``w`` or calibration inputs (wrong width, empty, NaN), calibration
-        inputs missing where the config needs them, or an outlier rule that
-        leaves no channel on the mask.
+        Bad ``w`` or calibration inputs (wrong width, empty, NaN, all zero),
+        calibration inputs missing where the config needs them, or an outlier
+        rule that leaves no channel on the mask.
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
@@ -410,8 +416,9 @@ def _adc_windows(transmissions: np.ndarray, tiling: Tiling,
         if math.isfinite(p):
             detected = mean_a * t.sum(axis=1)  # (rails, N)
             noise_var += (np.square(g) @ detected) / p
-            noise_var += np.square(g).sum(axis=1)[:, None] * config.detector.dark_electrons / p**2
-            noise_var += config.detector.read_noise_electrons ** 2 / p**2
+            det = config.detector
+            noise_var += np.square(g).sum(axis=1)[:, None] * det.dark_electrons / (p * p)
+            noise_var += det.read_noise_electrons ** 2 / (p * p)
         # The window covers the signal's spread plus the noise; the signal part
         # never needs more than the noise-free extremes, the noise part may.
         half = config.adc.headroom * np.sqrt(signal_var + noise_var)

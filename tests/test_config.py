@@ -124,3 +124,44 @@ def test_ideal_is_the_limit_of_the_physics():
     assert cfg.detector.read_noise_electrons == 0.0 and cfg.detector.dark_electrons == 0.0
     # The same types as any other machine: no separate code path.
     assert type(cfg) is type(optical.presets.get("iris-like"))
+
+
+def test_numpy_scalars_are_accepted_as_python_numbers():
+    """A sweep over ``np.arange`` passes numpy scalars: accepted, stored as the
+    Python number (so the config's hash, JSON and equality are unchanged)."""
+    import numpy as np
+
+    base = optical.presets.get("iris-like")
+    cfg = base.replace({"adc.bits": np.int64(6), "source.photons_per_mac": np.float32(1e3),
+                        "detector.balanced": np.False_})
+    assert type(cfg.adc.bits) is int and type(cfg.source.photons_per_mac) is float
+    assert type(cfg.detector.balanced) is bool
+    assert cfg == base.replace({"adc.bits": 6, "source.photons_per_mac": 1000.0,
+                                "detector.balanced": False})
+    for path, value in (("adc.bits", np.float64(6.0)), ("adc.bits", np.bool_(True)),
+                        ("detector.balanced", np.int64(1))):
+        with pytest.raises(ValueError, match=path):
+            base.replace({path: value})
+    assert optical.schedule(np.int64(4), np.int32(8), 8, base) == optical.schedule(4, 8, 8, base)
+
+
+def test_replace_and_schedule_refuse_wrong_container_types():
+    cfg = optical.presets.get("ideal")
+    with pytest.raises(TypeError, match="changes: expected a mapping of dotted paths"):
+        cfg.replace([("adc.bits", 5)])
+    with pytest.raises(TypeError, match="config path: expected a dotted string .* int 3"):
+        cfg.replace({3: 1})
+    with pytest.raises(TypeError, match="config path: expected a dotted string"):
+        cfg.get(3)
+    with pytest.raises(TypeError, match="adc: expected an instance of ADCConfig, got dict"):
+        cfg.replace(adc={"bits": 3})
+    with pytest.raises(TypeError, match="config: expected an OpticalConfig, got NoneType"):
+        optical.schedule(4, 8, 8, None)
+
+
+def test_relative_intensity_noise_above_one_is_refused():
+    cfg = optical.presets.get("ideal")
+    ok = cfg.replace({"source.rin_db_per_hz": -90.0, "source.rin_bandwidth": 1e9})
+    assert ok.source.rin_sigma == pytest.approx(1.0)  # 10**-9 * 1e9 = 1: the edge
+    with pytest.raises(ValueError, match="relative intensity noise of 1e\\+150"):
+        cfg.replace({"source.rin_db_per_hz": -1e-9, "source.rin_bandwidth": 1e300})

@@ -167,3 +167,55 @@ def test_static_outlier_bypass_is_the_explicit_decomposition(rng):
     np.testing.assert_allclose(np.asarray(y), expect, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="JAX backend runs only a static"):
         optical.matmul(jnp.asarray(x), w, cfg.replace({"outliers.policy": "dynamic"}), seed=0)
+
+
+def test_matmul_runs_checks_every_argument(rng):
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32})
+    pw = optical.program(rng.standard_normal((40, 5)).astype(np.float32), cfg)
+    path = "source.photons_per_mac"
+    # Each run's values are the config's ranges (named), not traced through unchecked.
+    with pytest.raises(ValueError, match=r"source.photons_per_mac: -5.0 is out of range"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0, 1], params={path: [10.0, -5.0]})
+    with pytest.raises(ValueError, match="detector.read_noise_electrons: nan"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0],
+                                params={"detector.read_noise_electrons": [math.nan]})
+    with pytest.raises(ValueError, match="adc.enob_loss"):  # a cross-field rule: < adc.bits
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0], params={"adc.enob_loss": [30.0]})
+    with pytest.raises(ValueError, match=r"params\['source.photons_per_mac'\]: expected .* 2"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0, 1], params={path: [10.0]})
+    with pytest.raises(ValueError, match="params: 'adc.bits' cannot be varied"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0], params={"adc.bits": [6]})
+    # Seeds: integers in [0, 2**32), not truncated floats or wrapped negatives.
+    with pytest.raises(TypeError, match="seed: expected a non-negative integer, got float"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[1.7, 2.2])
+    with pytest.raises(ValueError, match="seed: -1 is out of range"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[-1])
+    with pytest.raises(ValueError, match=r"seeds: 4294967296 is out of range"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[2**32])
+    with pytest.raises(TypeError, match="seeds: expected a sequence of ints, got int"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=3)
+    with pytest.raises(ValueError, match="seeds: empty"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[])
+    # x against the programmed weights.
+    with pytest.raises(ValueError, match="x has 39 features"):
+        jax_backend.matmul_runs(x[:, :39], pw, cfg, seeds=[0])
+    with pytest.raises(TypeError, match="dtype mismatch: x is float64 but w is float32"):
+        jax_backend.matmul_runs(x.astype(np.float64), pw, cfg, seeds=[0])
+    # Numpy integer seeds are fine, and give the runs of matmul itself.
+    ys, _, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=np.array([4, 9]))
+    for i, s in enumerate((4, 9)):
+        np.testing.assert_array_equal(ys[i], np.asarray(jax_backend.matmul(x, pw, cfg, seed=s)))
+
+
+def test_zero_tokens(rng):
+    w = rng.standard_normal((40, 5)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32})
+    y, st = jax_backend.matmul(jnp.zeros((0, 40), jnp.float32), optical.program(w, cfg), cfg,
+                               seed=0, return_stats=True)
+    assert y.shape == (0, 5) and y.dtype == jnp.float32
+    assert st.passes == 0 and st.detected_photons == 0.0 and st.clipped_fraction == 0.0
+    # Calibrating on x itself needs tokens: the error says so and what to do.
+    iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
+    with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens.*optical.program"):
+        jax_backend.matmul(jnp.zeros((0, 40), jnp.float32), w, iris, seed=0)

@@ -365,3 +365,15 @@ def test_bad_config_and_chunks():
     np.testing.assert_array_equal(
         optical.matmul(x, w, ideal(), seed=0, chunk_tokens=np.int64(2)),
         optical.matmul(x, w, ideal(), seed=0, chunk_tokens=2))
+
+
+def test_zero_tokens_are_an_empty_result_or_a_clear_error(rng):
+    w = rng.standard_normal((40, 5)).astype(np.float32)
+    iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
+    pw = optical.program(w, iris, calibration=rng.standard_normal((20, 40)).astype(np.float32))
+    y, st = optical.matmul(np.zeros((0, 40), np.float32), pw, iris, seed=0, return_stats=True)
+    assert y.shape == (0, 5) and y.dtype == np.float32 and st.passes == 0
+    # Raw weights would be calibrated on x, which has nothing to calibrate on.
+    with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens, and "
+                                         r"adc.full_scale = 'calibrated'"):
+        optical.matmul(np.zeros((0, 40), np.float32), w, iris, seed=0)

@@ -113,3 +113,19 @@ def test_pair_metrics_of_large_arrays_match_exact_sums(rng):
     bad[-1, -1] = np.nan
     with pytest.raises(ValueError, match="test contains NaN"):
         metrics.sqnr_db(ref, bad)
+
+
+@pytest.mark.parametrize("metric", [metrics.sqnr_db, metrics.cosine, metrics.relative_error,
+                                    metrics.max_abs_error, metrics.column_errors,
+                                    metrics.kl_divergence])
+def test_non_real_inputs_are_refused_not_cast(metric):
+    real = np.ones((2, 3))
+    with pytest.raises(TypeError, match="test: dtype complex128 is not supported"
+                       if metric is not metrics.kl_divergence else "test_logits: dtype complex"):
+        metric(real, real + 1j)
+    with pytest.raises(TypeError, match=r"reference(_logits)?: dtype <U1 is not supported"):
+        metric(np.array([["1", "2", "3"]] * 2), real)
+    # Lists of numbers are real numbers: the same result as their float array.
+    if metric not in (metrics.column_errors,):
+        listed = [[1, 2, 3], [4, 5, 6]]
+        assert metric(listed, real) == metric(np.array(listed, dtype=float), real)

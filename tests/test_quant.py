@@ -12,6 +12,7 @@ from scipy import integrate, optimize, stats
 
 import optical
 from optical import calibration, metrics
+from optical.calibration import mse_windows
 from optical.physics import converters
 
 from .configs import ideal
@@ -338,6 +339,7 @@ def test_programmed_matrix_refuses_configs_it_was_not_programmed_for(rng):
     (np.ones((3, 6), dtype=np.int32), TypeError, "calibration: dtype int32"),
     ([[1.0] * 6], TypeError, "calibration: expected a numpy.ndarray"),
     (np.array(1.0), ValueError, "calibration: expected at least 1 dimension"),
+    (np.zeros((4, 6)), ValueError, "calibration: all 24 entries are zero"),
 ])
 def test_bad_calibration_inputs_are_refused_clearly(cal, error, match):
     cfg = ideal(**{"adc.full_scale": "calibrated", "adc.bits": 6})
@@ -431,3 +433,44 @@ def test_mapping_choices_at_6_bits_on_activations_with_outlier_channels(rng):
     # leaves less error than the same mapping sees without outliers.
     assert bypassed > with_outliers + 10.0, (with_outliers, bypassed)
     assert bypassed > clean, (clean, bypassed)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"samples": np.array([[0.0, np.nan]])}, ValueError, "samples: contains 1 NaN"),
+    ({"samples": np.ones(5)}, ValueError, "samples: expected 2 dimensions"),
+    ({"samples": np.ones((0, 3))}, ValueError, r"samples: shape \(0, 3\) is empty"),
+    ({"samples": np.ones((4, 2)) + 1j}, TypeError, "samples: dtype complex128"),
+    ({"bits": None}, ValueError, "bits: None is not valid"),
+    ({"bits": 0}, ValueError, "bits: 0 is not valid"),
+    ({"sigma": -1.0}, ValueError, "sigma: expected finite, non-negative"),
+    ({"groups": np.array([0])}, ValueError, "groups: expected 2 non-negative integer"),
+    ({"groups": np.array([0.0, 1.0])}, ValueError, "groups: expected 2 non-negative integer"),
+    ({"n_bins": 0}, ValueError, "n_bins: 0 is not valid"),
+])
+def test_mse_windows_refuses_bad_arguments(kwargs, error, match):
+    args = {"samples": np.arange(8.0).reshape(4, 2), "sigma": 0.1, "bits": 4, **kwargs}
+    with pytest.raises(error, match=match):
+        mse_windows(args.pop("samples"), args.pop("sigma"), args.pop("bits"), **args)
+
+
+def test_integer_samples_give_the_windows_of_their_float_values():
+    codes = np.arange(40).reshape(20, 2) % 7
+    lo, hi = mse_windows(codes, 0.2, 3)
+    lo_f, hi_f = mse_windows(codes.astype(np.float64), 0.2, 3)
+    np.testing.assert_array_equal(lo, lo_f)
+    np.testing.assert_array_equal(hi, hi_f)
+
+
+def test_huge_but_valid_photon_counts_are_the_shot_noise_free_limit(rng):
+    """p**2 overflowed Python floats above ~1.3e154; the windows and outputs at
+    p = 1e200 are those of p = inf (every noise term below float resolution)."""
+    x = rng.standard_normal((30, 40))
+    w = rng.standard_normal((40, 6))
+    for name in ("iris-like", "wang-2022"):
+        base = optical.presets.get(name).replace({"core.inputs": 32, "core.outputs": 8,
+                                                   "source.rin_db_per_hz": -math.inf,
+                                                   "detector.dark_electrons": 1.0,
+                                                   "detector.read_noise_electrons": 1.0})
+        huge = optical.matmul(x, w, base.replace({"source.photons_per_mac": 1e200}), seed=0)
+        limit = optical.matmul(x, w, base.replace({"source.photons_per_mac": math.inf}), seed=0)
+        np.testing.assert_allclose(huge, limit, rtol=1e-12, atol=1e-12 * np.abs(limit).max())

@@ -380,6 +380,8 @@ _chunk_jit = jax.jit(_chunk, static_argnums=0)
 
 
 def _run(st: _Static, x2, prog, params, scale, seed, chunk: int):
+    if x2.shape[0] == 0:  # no tokens: no pass, nothing detected
+        return jnp.zeros((0, st.n), x2.dtype), jnp.zeros((), x2.dtype), jnp.zeros((), jnp.int32)
     ys, photons, clipped = [], 0.0, 0
     for c0 in range(0, x2.shape[0], chunk):
         c1 = min(c0 + chunk, x2.shape[0])
@@ -483,8 +485,12 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
             raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
                              f"{x.shape}) but w has {w_np.shape[0]} rows")
         # As optical.matmul: what needs calibration inputs is calibrated on x itself.
+        needs = calibration_needs(config)
+        if needs and x.size == 0:
+            from optical.core import _no_tokens_to_calibrate
+            raise ValueError(_no_tokens_to_calibrate(tuple(x.shape), needs))
         calibration = np.asarray(x).reshape(-1, w_np.shape[0]) \
-            if calibration_needs(config) and not isinstance(x, jax.core.Tracer) else None
+            if needs and not isinstance(x, jax.core.Tracer) else None
         pw = program(w_np, config, calibration=calibration)
         shape, input_range = pw.shape, pw.input_range
     if pw is not None and pw.bypass is not None:
@@ -559,12 +565,30 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     """
     from optical._validation import check_float_array
 
+    if not isinstance(config, OpticalConfig):
+        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    if not isinstance(pw, ProgrammedWeights):
+        raise TypeError(f"pw: expected ProgrammedWeights, got {type(pw).__name__}")
+    if chunk_tokens is not None:
+        chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     x = check_float_array(x, "x", ndim=2)
-    seeds = np.asarray(seeds, dtype=np.uint32)
-    params = {p: np.asarray(v, dtype=np.float32) for p, v in (params or {}).items()}
+    if x.shape[1] != pw.shape[0]:
+        raise ValueError(f"shape mismatch: x has {x.shape[1]} features (last axis of "
+                         f"{x.shape}) but w has {pw.shape[0]} rows")
+    if x.dtype != pw.dtype:
+        raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {pw.dtype}; cast one "
+                        "explicitly")
+    seeds = _check_seeds(seeds)
+    params = dict(params or {})
     for path, values in params.items():
-        if values.shape != seeds.shape:
-            raise ValueError(f"params[{path!r}]: {values.size} values for {seeds.size} seeds")
+        if path not in PARAMS:
+            raise ValueError(f"params: {path!r} cannot be varied here; valid: {', '.join(PARAMS)}")
+        if np.ndim(values) != 1 or len(values) != seeds.size:
+            raise ValueError(f"params[{path!r}]: expected a sequence of {seeds.size} values "
+                             f"(one per seed), got {np.shape(values)}")
+    for r in range(seeds.size):  # every run's values in range, naming the path
+        config.replace({path: float(values[r]) for path, values in params.items()})
+    params = {p: np.asarray(v, dtype=np.float32) for p, v in params.items()}
     digital = None
     if pw.bypass is not None:
         if pw.bypass.channels is None:
@@ -589,6 +613,24 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     if digital is not None:
         ys = ys + digital[None].astype(ys.dtype)
     return ys, np.asarray(photons, dtype=np.float64), np.asarray(clipped, dtype=np.int64)
+
+
+def _check_seeds(seeds) -> np.ndarray:
+    """``matmul_runs``'s seeds: a non-empty sequence of ints in [0, 2**32)."""
+    from optical._validation import check_seed
+
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__") or np.ndim(seeds) != 1:
+        raise TypeError(f"seeds: expected a sequence of ints, got {type(seeds).__name__}")
+    if len(seeds) == 0:
+        raise ValueError("seeds: empty; give at least one seed")
+    checked = []
+    for seed in seeds:
+        seed = check_seed(seed)
+        if seed >= 2**32:
+            raise ValueError(f"seeds: {seed} is out of range for the JAX backend; "
+                             "valid: [0, 2**32)")
+        checked.append(seed)
+    return np.asarray(checked, dtype=np.uint32)
 
 
 def _static_bypass(x, pw: ProgrammedWeights, config: OpticalConfig, *, return_stats: bool,
