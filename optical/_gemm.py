@@ -15,6 +15,12 @@ only on its own values, ``b``, ``block`` and its position inside its block,
 which callers fix by starting every chunk at a multiple of ``block``.
 ``block`` itself depends only on the total number of tokens
 (:func:`row_block`).
+
+The digital references need only thread-count independence (they have no
+chunking), and keep both cores busy for any number of rows:
+:func:`cols_matmul` cuts ``b`` into fixed blocks of :data:`COL_BLOCK`
+columns, :func:`stack_matmul` a stack of products into its matrices; each
+piece runs on one BLAS thread, concurrently.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["row_block", "rows_matmul"]
+__all__ = ["COL_BLOCK", "cols_matmul", "row_block", "rows_matmul", "stack_matmul"]
 
 #: Largest row block: big enough that packing the weight tile is amortised.
 ROW_BLOCK_MAX = 256
+#: Column block of :func:`cols_matmul`.
+COL_BLOCK = 512
 _ALIGN = 16
 
 _pool: ThreadPoolExecutor | None = None
@@ -139,4 +147,53 @@ def rows_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
             # pool's own threads, never on the caller's.
             for future in [_get_pool().submit(one, s) for s in starts]:
                 future.result()
+    return out
+
+
+def _concurrently(tasks: list) -> None:
+    """Run ``tasks`` (callables) with every BLAS library on one thread, on
+    the pool (in the caller's thread when there is one task and BLAS keeps
+    no per-thread settings)."""
+    def one(task) -> None:
+        _ONE_BLAS_THREAD.this_thread()
+        task()
+
+    with _ONE_BLAS_THREAD:
+        if len(tasks) == 1 and not _ONE_BLAS_THREAD.per_thread:
+            one(tasks[0])
+        else:
+            for future in [_get_pool().submit(one, t) for t in tasks]:
+                future.result()
+
+
+def cols_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for 2-D ``a`` (M, k) and ``b`` (k, n), the same bits whatever
+    the number of threads: blocks of :data:`COL_BLOCK` columns of ``b``, each
+    one GEMM of all M rows on one BLAS thread."""
+    out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
+
+    def block(c0: int):
+        def run() -> None:
+            out[:, c0:c0 + COL_BLOCK] = a @ b[:, c0:c0 + COL_BLOCK]
+        return run
+
+    _concurrently([block(c0) for c0 in range(0, b.shape[1], COL_BLOCK)])
+    return out
+
+
+def stack_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for stacks ``a`` (..., M, k) and ``b`` (..., k, n) (leading
+    axes broadcast), the same bits whatever the number of threads: each
+    matrix of the stack is one product on one BLAS thread."""
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, (*lead, *a.shape[-2:]))
+    b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+    out = np.empty((*lead, a.shape[-2], b.shape[-1]), dtype=np.result_type(a, b))
+
+    def matrix(index: tuple):
+        def run() -> None:
+            np.matmul(a[index], b[index], out=out[index])
+        return run
+
+    _concurrently([matrix(index) for index in np.ndindex(*lead)])
     return out

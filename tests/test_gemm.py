@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from optical._gemm import row_block, rows_matmul
+from optical._gemm import COL_BLOCK, cols_matmul, row_block, rows_matmul, stack_matmul
 
 
 def test_row_block_depends_on_the_token_count_only():
@@ -46,3 +46,30 @@ def test_blas_thread_count_is_restored_after_a_call(rng):
     rows_matmul(rng.standard_normal((40, 8)), rng.standard_normal((8, 3)), 16)
     after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
     assert after == before
+
+
+def test_column_blocks_are_single_threaded_gemms_whatever_the_threads(rng):
+    """``cols_matmul``: each block of COL_BLOCK columns is one single-threaded
+    GEMM of all rows, so the bits are those, with 1 or 2 BLAS threads."""
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    w = rng.standard_normal((2 * COL_BLOCK + 70, 200)).astype(np.float32)  # HF's [out, in]
+    with threadpool_limits(limits=1, user_api="blas"):
+        single = np.concatenate([a @ w[c:c + COL_BLOCK].T for c in range(0, len(w), COL_BLOCK)],
+                                axis=1)
+        np.testing.assert_array_equal(cols_matmul(a, w.T), single)
+    with threadpool_limits(limits=2, user_api="blas"):
+        np.testing.assert_array_equal(cols_matmul(a, w.T), single)
+    np.testing.assert_allclose(single, a.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
+
+
+def test_stacked_products_are_single_threaded_gemms_whatever_the_threads(rng):
+    q = rng.standard_normal((2, 3, 64, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 1, 40, 16)).astype(np.float32)  # broadcast over the 3 heads
+    kt = k.swapaxes(-1, -2)
+    with threadpool_limits(limits=1, user_api="blas"):
+        single = np.stack([np.stack([q[b, h] @ kt[b, 0] for h in range(3)]) for b in range(2)])
+    with threadpool_limits(limits=2, user_api="blas"):
+        out = stack_matmul(q, kt)
+    assert out.shape == (2, 3, 64, 40) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, single)
+    np.testing.assert_allclose(out, q.astype(np.float64) @ kt, rtol=1e-4, atol=1e-4)

@@ -46,8 +46,9 @@ def test_calibrated_machine_is_calibrated_on_a_held_out_input(tiny_dir):
     assert not np.array_equal(oracle.output, run.output)
 
 
-def test_held_out_input_is_as_long_as_the_readouts_use_by_default(tiny_dir):
-    """Default calibration set: min(tokens, calibration.max_tokens) held-out tokens."""
+def test_held_out_input_is_as_long_as_programming_uses_by_default(tiny_dir):
+    """Default calibration set: calibration.max_tokens held-out tokens, whatever
+    the prompt length (programming subsamples to that many)."""
     model = transformer.load(tiny_dir)
     short = CFG.replace({"calibration.max_tokens": 8})
 
@@ -57,7 +58,8 @@ def test_held_out_input_is_as_long_as_the_readouts_use_by_default(tiny_dir):
 
     assert sqnrs(short) == sqnrs(short, calibration_tokens=8)
     assert sqnrs(short) != sqnrs(short, calibration_tokens=12)
-    assert sqnrs(CFG) == sqnrs(CFG, calibration_tokens=12)  # max_tokens 256 > 12 tokens
+    few = CFG.replace({"calibration.max_tokens": 40})
+    assert sqnrs(few) == sqnrs(few, calibration_tokens=40)  # more than the prompt's 12
     # the report says what it was calibrated on (nothing, for a naive machine)
     report = transformer.validate(model, layer=1, tokens=12, config=short, seed=5)
     assert report.calibration_tokens == report.to_dict()["calibration_tokens"] == 8

@@ -4,8 +4,10 @@ A layer's forward pass is written once (``llama.py``, ``bert.py``) against an
 engine that supplies the products and the rounding of the digital ops:
 
 - :class:`ReferenceEngine` rounds every op's result to the model dtype
-  (float32 numpy GEMMs on dtype-representable operands, as torch does on the
-  CPU for half types);
+  (float32 GEMMs on dtype-representable operands, as torch does on the CPU
+  for half types), its GEMMs cut into fixed pieces on one BLAS thread each
+  (:func:`optical._gemm.cols_matmul`, :func:`~optical._gemm.stack_matmul`),
+  so that its bits do not depend on the number of threads;
 - :class:`OpticalEngine` runs each weight matmul through :func:`optical.matmul`
   (each weight programmed once per call, then freed) and the digital ops in
   float32; with ``mapping.attention == "optical"`` it also runs ``Q K^T`` and
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._gemm import cols_matmul, stack_matmul
 from optical._memory import empty_like, recycling
 from optical._validation import check_seed
 from optical.config import OpticalConfig
@@ -148,7 +151,7 @@ class ReferenceEngine:
             self.pending.discard(name)
             if not self.pending:
                 raise InputsComplete
-        y = x @ self._round_weight(w).T
+        y = cols_matmul(x, self._round_weight(w).T)
         if bias is not None:
             y += self.round(bias)
         y = self.round(y)
@@ -165,11 +168,11 @@ class ReferenceEngine:
 
     def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
         """``q @ k^T`` per (prompt, KV head): (B, KV, G*T, d) x (B, KV, T, d) -> (B, KV, G*T, T)."""
-        return self.round(q @ k.swapaxes(-1, -2))
+        return self.round(stack_matmul(q, k.swapaxes(-1, -2)))
 
     def values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
         """``p @ v`` per (prompt, KV head): (B, KV, G*T, T) x (B, KV, T, d) -> (B, KV, G*T, d)."""
-        return self.round(p @ v)
+        return self.round(stack_matmul(p, v))
 
 
 class OpticalEngine(ReferenceEngine):
@@ -255,12 +258,12 @@ class OpticalEngine(ReferenceEngine):
 
     def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
         if self.config.mapping.attention == "digital":
-            return q @ k.swapaxes(-1, -2)
+            return stack_matmul(q, k.swapaxes(-1, -2))
         return self._per_head("attention.scores", q, k, transpose_b=True)
 
     def values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self.config.mapping.attention == "digital":
-            return p @ v
+            return stack_matmul(p, v)
         return self._per_head("attention.values", p, v, transpose_b=False)
 
 

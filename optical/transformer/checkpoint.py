@@ -74,32 +74,54 @@ class Checkpoint:
         index = self.directory / INDEX_FILE
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
                 raise ValueError(f"{index}: not a safetensors index with a 'weight_map' "
                                  f"({err})") from None
+            if not isinstance(weight_map, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+                raise ValueError(f"{index}: 'weight_map' must map tensor names to shard file "
+                                 "names (strings)")
             where = {}
+            root = self.directory.resolve()
             for name, file in weight_map.items():
                 path = self.directory / file
+                if root not in path.resolve().parents:
+                    raise ValueError(f"{index}: tensor {name!r} is in {file!r}, which is not "
+                                     f"a file of {self.directory}")
                 if not path.is_file():
                     raise FileNotFoundError(f"{index}: tensor {name!r} is in {file}, which is "
                                             f"missing from {self.directory}")
                 where[name] = path
+            # Every shard's header, read once: a truncated or corrupt shard (an
+            # interrupted download) is named now, not when a layer first needs it.
+            for path in sorted(set(where.values())):
+                held = set(self._header_names(path))
+                absent = sorted(n for n, p in where.items() if p == path and n not in held)
+                if absent:
+                    raise ValueError(f"{index}: lists {len(absent)} tensor(s) in {path.name} "
+                                     f"that it does not hold, e.g. {absent[0]!r}")
             return where
-        safe_open = _safe_open()
         where = {}
         for path in self.files:
-            try:
-                with safe_open(str(path), framework="numpy") as handle:
-                    names = list(handle.keys())
-            except Exception as err:  # the Rust reader raises its own error types
-                raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+            names = self._header_names(path)
             for name in names:
                 if name in where:
                     raise ValueError(f"tensor {name!r} appears in both {where[name].name} "
                                      f"and {path.name}")
                 where[name] = path
         return where
+
+    @staticmethod
+    def _header_names(path: Path) -> list[str]:
+        """The tensor names in a safetensors file's header."""
+        try:
+            with _safe_open()(str(path), framework="numpy") as handle:
+                return list(handle.keys())
+        except ImportError:
+            raise
+        except Exception as err:  # the Rust reader raises its own error types
+            raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
 
     def names(self) -> list[str]:
         """Every tensor name, sorted."""
@@ -132,6 +154,27 @@ class Checkpoint:
             raise ValueError(f"tensor {name!r} is missing from the checkpoint in "
                              f"{self.directory}")
         path = self._where[name]
+        try:
+            array = self._read(path, name, shape, why)
+        except (ValueError, TypeError, ImportError):
+            raise
+        except Exception as err:  # the Rust reader's own error types: a damaged file
+            raise ValueError(f"tensor {name!r}: {path} is not a readable safetensors file "
+                             f"({err})") from None
+        if array.dtype == np.float64:  # only values float32 can hold, then exactly cast
+            if not np.isfinite(array).all():
+                raise ValueError(f"tensor {name!r} in {path.name} contains NaN or infinite "
+                                 "values")
+            if np.abs(array).max(initial=0.0) > np.finfo(np.float32).max:
+                raise ValueError(f"tensor {name!r} in {path.name} holds values beyond "
+                                 "float32's range (the emulator computes in float32)")
+        out = np.asarray(array).astype(np.float32)
+        if not np.isfinite(out).all():
+            raise ValueError(f"tensor {name!r} in {path.name} contains NaN or infinite values")
+        return out
+
+    @staticmethod
+    def _read(path: Path, name: str, shape: Sequence[int] | None, why: str) -> np.ndarray:
         with _safe_open()(str(path), framework="numpy") as handle:
             if name not in handle.keys():
                 raise ValueError(f"tensor {name!r} is missing from {path} (the index lists it "
@@ -150,8 +193,4 @@ class Checkpoint:
                 except ImportError:
                     raise ImportError(f"tensor {name!r} is bfloat16, which needs ml_dtypes; "
                                       f"{_INSTALL_HINT}") from None
-            array = handle.get_tensor(name)
-        out = np.asarray(array).astype(np.float32)
-        if not np.isfinite(out).all():
-            raise ValueError(f"tensor {name!r} in {path.name} contains NaN or infinite values")
-        return out
+            return np.asarray(handle.get_tensor(name))

@@ -83,7 +83,7 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
 
 def _same_config(a: Path, b: Path) -> bool:
     def read(d: Path) -> dict:
-        return json.loads((d / "config.json").read_text())
+        return json.loads((d / "config.json").read_text(encoding="utf-8"))
     drop = ("_name_or_path", "transformers_version")
     return {k: v for k, v in read(a).items() if k not in drop} == \
         {k: v for k, v in read(b).items() if k not in drop}

@@ -30,9 +30,18 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     ``rope_parameters``. ``key`` names the config key, for error messages."""
     params = config.get("rope_parameters")
     if isinstance(params, Mapping):
-        return float(params.get("rope_theta", config.get("rope_theta", 10000.0))), params, \
-            "rope_parameters"
-    return float(config.get("rope_theta", 10000.0)), config.get("rope_scaling"), "rope_scaling"
+        theta, scaling, key = params.get("rope_theta", config.get("rope_theta", 10000.0)), \
+            params, "rope_parameters"
+    else:
+        theta, scaling, key = config.get("rope_theta", 10000.0), config.get("rope_scaling"), \
+            "rope_scaling"
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or not math.isfinite(theta) \
+            or theta <= 0:
+        raise ValueError(f"{key if key == 'rope_parameters' else 'config.json'}: rope_theta "
+                         f"must be a positive number, got {theta!r}")
+    if scaling is not None and not isinstance(scaling, Mapping):
+        raise ValueError(f"{key}: must be an object (or null), got {scaling!r}")
+    return float(theta), scaling, key
 
 
 def inverse_frequencies(head_dim: int, theta: float,
@@ -60,6 +69,11 @@ def inverse_frequencies(head_dim: int, theta: float,
     for field in _LLAMA3_KEYS:
         if field not in scaling:
             raise ValueError(f"{key}.{field}: missing for rope_type 'llama3'")
+    for field in _LLAMA3_KEYS:
+        value = scaling[field]
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{key}.{field}: must be a positive number, got {value!r}")
     factor = float(scaling["factor"])
     low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
     old_context = float(scaling["original_max_position_embeddings"])

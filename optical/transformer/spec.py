@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,31 @@ class ModelSpec:
                 raise ValueError(f"{source}: key {key!r} must be a positive integer, got {value!r}")
             return value
 
+        def positive(key: str) -> None:  # optional keys the layers read as numbers
+            value = config.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, int | float) or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"{source}: key {key!r} must be a positive number, "
+                                 f"got {value!r}")
+
+        for key in ("rms_norm_eps", "layer_norm_eps", "rope_theta"):
+            positive(key)
+        if "max_position_embeddings" in config:
+            need("max_position_embeddings")
+        for key in ("rope_scaling", "rope_parameters"):
+            if config.get(key) is not None and not isinstance(config[key], Mapping):
+                raise ValueError(f"{source}: key {key!r} must be an object (or null), got "
+                                 f"{config[key]!r}")
         hidden, heads = need("hidden_size"), need("num_attention_heads")
         kv_heads = need("num_key_value_heads") if "num_key_value_heads" in config else heads
         head_dim = need("head_dim") if config.get("head_dim") is not None else hidden // heads
         if head_dim * heads != hidden and model_type == "bert":
             raise ValueError(f"{source}: hidden_size {hidden} is not divisible by "
                              f"num_attention_heads {heads}")
+        if model_type == "bert" and kv_heads != heads:
+            raise ValueError(f"{source}: num_key_value_heads {kv_heads} differs from "
+                             f"num_attention_heads {heads}; BERT has no grouped-query "
+                             "attention")
         if heads % kv_heads:
             raise ValueError(f"{source}: num_attention_heads {heads} is not a multiple of "
                              f"num_key_value_heads {kv_heads}")
@@ -112,8 +132,8 @@ def read_spec(model_dir: str | Path) -> ModelSpec:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}")
     try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: expected a JSON object")
