@@ -96,16 +96,19 @@ class _Sums:
     @classmethod
     def of(cls, ref: np.ndarray, out: np.ndarray) -> _Sums:
         """The sums of two flat arrays, in float64, :data:`SUM_CHUNK` elements
-        at a time (each chunk's dot products added in order)."""
+        at a time (each chunk's pairwise sums added in order). Not ``np.dot``:
+        OpenBLAS splits a long dot product across its threads, so its last
+        bits would depend on the thread count (a sweep's worker processes run
+        one BLAS thread, the main process two)."""
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):
             r = ref[start:start + SUM_CHUNK].astype(np.float64)
             o = out[start:start + SUM_CHUNK].astype(np.float64)
             e = r - o
-            signal += float(np.dot(r, r))
-            error += float(np.dot(e, e))
-            test += float(np.dot(o, o))
-            cross += float(np.dot(r, o))
+            signal += float(np.add.reduce(r * r))
+            error += float(np.add.reduce(e * e))
+            test += float(np.add.reduce(o * o))
+            cross += float(np.add.reduce(r * o))
         return cls(signal, error, test, cross)
 
     def sqnr_db(self) -> float:

@@ -129,3 +129,19 @@ def test_non_real_inputs_are_refused_not_cast(metric):
     if metric not in (metrics.column_errors,):
         listed = [[1, 2, 3], [4, 5, 6]]
         assert metric(listed, real) == metric(np.array(listed, dtype=float), real)
+
+
+def test_pair_metrics_do_not_depend_on_the_blas_thread_count(rng):
+    """np.dot splits long sums across OpenBLAS threads (the last bits then
+    follow the thread count: a sweep's workers run one thread); the sums here
+    are numpy's pairwise ones."""
+    from threadpoolctl import threadpool_limits
+
+    ref = rng.standard_normal(300_000)
+    out = ref + 0.01 * rng.standard_normal(ref.size)
+    funcs = (metrics.sqnr_db, metrics.cosine, metrics.relative_error)
+    with threadpool_limits(limits=1, user_api="blas"):
+        one = [f(ref, out) for f in funcs]
+    with threadpool_limits(limits=2, user_api="blas"):
+        two = [f(ref, out) for f in funcs]
+    assert one == two

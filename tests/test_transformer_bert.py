@@ -206,3 +206,35 @@ def test_minilm_on_iris_like_keeps_the_pair_similarity_ranking(minilm, record_pr
     retrieved = np.argmax(optical_embeddings @ reference.T, axis=1)
     np.testing.assert_array_equal(retrieved, np.arange(len(SENTENCES)))
     np.testing.assert_array_equal(minilm.embed(SENTENCES, config, seed=0), optical_embeddings)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"num_key_value_heads": 2}, "num_key_value_heads 2 differs from num_attention_heads 4; "
+                                 "BERT has no grouped-query attention"),
+    ({"layer_norm_eps": -1}, "key 'layer_norm_eps' must be a positive number, got -1"),
+    ({"max_position_embeddings": "16"}, "key 'max_position_embeddings' must be a positive int"),
+])
+def test_bad_bert_configs_name_the_key(tmp_path, change, message):
+    from optical import transformer
+
+    write_model(tmp_path, {**TINY_BERT, **change})
+    with pytest.raises(ValueError, match=message):
+        transformer.load(tmp_path)
+
+
+def test_encode_layers_and_hidden_states_batch_are_checked(tmp_path):
+    from optical import transformer
+
+    model = transformer.load(write_model(tmp_path, TINY_BERT))
+    ids = np.full((1, 4), 5)
+    for bad in (-1, 3, 1.0):
+        with pytest.raises(ValueError, match=rf"layers: {bad!r} is not valid; valid: an integer "
+                                             r"in \[0, 2\]"):
+            model.encode(ids, layers=bad)
+    # layers=0 is the embeddings alone; layers=2 the whole encoder
+    np.testing.assert_array_equal(model.encode(ids, layers=2), model.encode(ids))
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="batch"):
+            model.hidden_states(1, 4, batch=bad)
+    with pytest.raises(ValueError, match="tokens: 65 exceed max_position_embeddings 64"):
+        model.hidden_states(1, 65)

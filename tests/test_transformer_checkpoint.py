@@ -96,6 +96,20 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     (directory / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="model-00002-of-00002.safetensors, which is missing"):
         transformer.load(directory)
+    # The index itself: not a mapping of names to shard files, or pointing outside.
+    index = directory / "model.safetensors.index.json"
+    good = json.loads(index.read_text())
+    for bad, message in (([1, 2], "'weight_map' must map tensor names to shard file names"),
+                         ({"x": 3}, "'weight_map' must map tensor names to shard file names"),
+                         ({"x": "../../etc/passwd"}, "'x' is in '../../etc/passwd', which is "
+                                                      "not a file of")):
+        index.write_text(json.dumps({"weight_map": bad}))
+        with pytest.raises(ValueError, match=message):
+            transformer.load(directory)
+    index.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(ValueError, match="not a safetensors index"):
+        transformer.load(directory)
+    index.write_text(json.dumps(good))
     pickles = write_model(tmp_path / "pickles", TINY_LLAMA)
     (pickles / "pytorch_model.bin").write_bytes(b"not read")
     with pytest.raises(ValueError, match="pytorch_model.bin but no \\*.safetensors"):
@@ -111,6 +125,17 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
      "rope_scaling.low_freq_factor: missing"),
     ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads 3"),
+    ({"rms_norm_eps": -1.0}, "key 'rms_norm_eps' must be a positive number, got -1.0"),
+    ({"rms_norm_eps": float("nan")}, "key 'rms_norm_eps' must be a positive number"),
+    ({"rope_theta": 0}, "key 'rope_theta' must be a positive number, got 0"),
+    ({"rope_scaling": [1]}, "key 'rope_scaling' must be an object"),
+    ({"rope_scaling": {**TINY_LLAMA["rope_scaling"], "low_freq_factor": 0}},
+     "rope_scaling.low_freq_factor: must be a positive number, got 0"),
+    ({"rope_scaling": {**TINY_LLAMA["rope_scaling"], "factor": "8"}},
+     "rope_scaling.factor: must be a positive number, got '8'"),
+    ({"rope_parameters": {**TINY_LLAMA["rope_scaling"], "rope_theta": -5.0}},
+     "rope_parameters: rope_theta must be a positive number, got -5.0"),
+    ({"max_position_embeddings": "16"}, "key 'max_position_embeddings' must be a positive int"),
 ])
 def test_unsupported_configs_name_the_key(tmp_path, change, message):
     write_model(tmp_path, {**TINY_LLAMA, **change})
@@ -144,3 +169,44 @@ def test_bundled_model_directories_load(tmp_path):
         assert model.spec.architecture == "llama" and model.checkpoint is None
     config = json.loads((models / "llama-3.1-8b" / "config.json").read_text())
     assert config["rope_scaling"]["rope_type"] == "llama3"
+
+
+def test_a_damaged_shard_is_named_at_load(tmp_path, bf16_tensors):
+    """An interrupted download leaves a truncated shard: load() reads every
+    shard's header and names the file, before any layer is needed."""
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors, shards=2)
+    shard = directory / "model-00002-of-00002.safetensors"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-100])
+    with pytest.raises(ValueError, match=r"model-00002-of-00002.safetensors: not a readable "
+                                         r"safetensors file"):
+        transformer.load(directory)
+    # A shard that holds fewer tensors than the index says.
+    from safetensors.numpy import save_file
+
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    names = sorted(n for n, f in index["weight_map"].items() if f == shard.name)
+    save_file({n: bf16_tensors[n] for n in names[1:]}, str(shard))
+    with pytest.raises(ValueError, match=rf"lists 1 tensor\(s\) in {shard.name} that it does not "
+                                         rf"hold, e.g. '{names[0]}'"):
+        transformer.load(directory)
+
+
+def test_a_file_damaged_after_load_is_named_when_read(tmp_path, bf16_tensors):
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors)
+    model = transformer.load(directory)
+    path = directory / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=r"model.safetensors is not a readable safetensors file"):
+        model.layer(0)
+
+
+def test_float64_beyond_float32_is_named(tmp_path, bf16_tensors):
+    name = "model.layers.0.input_layernorm.weight"
+    bf16_tensors[name] = np.full(64, 1e300)
+    with pytest.raises(ValueError, match=rf"tensor '{name}'.*beyond float32's range"):
+        transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors)).layer(0)
+    # float64 within range casts exactly where float32 can hold the values
+    bf16_tensors[name] = np.full(64, 0.5)
+    layer = transformer.load(write_model(tmp_path / "ok", TINY_LLAMA, bf16_tensors)).layer(0)
+    assert np.array_equal(layer.weights["input_layernorm"], np.full(64, 0.5, np.float32))

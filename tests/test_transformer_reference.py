@@ -2,6 +2,7 @@
 LlamaDecoderLayer (torch, when installed) and a float64 numpy re-derivation."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +214,34 @@ def test_bf16_hf_checkpoint_loads_bit_exactly(hf_llama, tmp_path):
             np.testing.assert_array_equal(layer.weights[short], expected)
     finally:
         model.float()
+
+
+def test_reference_bits_do_not_depend_on_the_blas_thread_count():
+    """The references' GEMMs run in fixed single-threaded pieces: with plain
+    numpy products the fp32 and fp16 outputs of this layer (synthetic
+    Llama-3.2-1B shapes, 24 tokens) differ between 1 and 2 OpenBLAS threads."""
+    from threadpoolctl import threadpool_limits
+
+    from optical import transformer
+
+    model = transformer.load(Path(__file__).resolve().parent.parent / "models" / "llama-3.2-1b")
+    layer = model.layer(1)
+    h = model.hidden_states(1, 24)
+    runs = {}
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            runs[threads] = [layer.reference(h, dtype=d) for d in ("float32", "float16")]
+    for one, two in zip(runs[1], runs[2], strict=True):
+        np.testing.assert_array_equal(one, two)
+
+
+def test_prompts_beyond_max_position_embeddings_are_named(tmp_path):
+    short = transformer.load(write_model(tmp_path, {**TINY_LLAMA, "max_position_embeddings": 8}))
+    hidden = TINY_LLAMA["hidden_size"]
+    assert short.layer(0).reference(np.zeros((8, hidden), np.float32)).shape == (8, hidden)
+    with pytest.raises(ValueError, match="tokens: 9 exceed max_position_embeddings 8"):
+        short.layer(0).reference(np.zeros((9, hidden), np.float32))
+    with pytest.raises(ValueError, match="tokens: 9 exceed max_position_embeddings 8"):
+        short.hidden_states(0, 9)
+    with pytest.raises(ValueError, match="tokens: 9 exceed max_position_embeddings 8"):
+        transformer.validate(short, layer=0, tokens=9, config=optical.presets.get("ideal"))

@@ -288,7 +288,10 @@ def _adc(value, lo, hi, bits):
 
 
 def _chunk(st: _Static, prog, params, x, scale, t0, seed):
-    """y (T, N) and (detected photons, clipped conversions) of a chunk of tokens."""
+    """y (T, N), the detected photons of each token (T,) and the clipped
+    conversions of a chunk of tokens. (Photons per token: the host adds them
+    in float64, so that the total does not depend on how XLA reduces a
+    batched or an unbatched call.)"""
     dt = x.dtype
     hp = jax.lax.Precision.HIGHEST
     tokens = x.shape[0]
@@ -310,10 +313,10 @@ def _chunk(st: _Static, prog, params, x, scale, t0, seed):
         light = a[:, :, :, None, :] * (1 + params["rin_sigma"].astype(dt)
                                        * jnp.moveaxis(z, 2, 0))
         means = jnp.einsum("stkmj,kmrjn->rstkmn", light, prog["sig"], precision=hp)
-        photons = jnp.einsum("stkmj,kmj->", light, prog["rowsum"], precision=hp)
+        photons = jnp.einsum("stkmj,kmj->t", light, prog["rowsum"], precision=hp)
     else:
         means = jnp.einsum("stkj,kmrjn->rstkmn", a, prog["sig"], precision=hp)
-        photons = jnp.einsum("stkj,kmj->", a, prog["rowsum"], precision=hp)
+        photons = jnp.einsum("stkj,kmj->t", a, prog["rowsum"], precision=hp)
     np_ = st.n_tiles * st.tile_n
     means = means.reshape(means.shape[0], st.n_in, tokens, st.k_tiles, np_)
     lo, hi = _windows(st, prog, params)  # (kt, n_adc, Np)
@@ -381,14 +384,17 @@ _chunk_jit = jax.jit(_chunk, static_argnums=0)
 
 def _run(st: _Static, x2, prog, params, scale, seed, chunk: int):
     if x2.shape[0] == 0:  # no tokens: no pass, nothing detected
-        return jnp.zeros((0, st.n), x2.dtype), jnp.zeros((), x2.dtype), jnp.zeros((), jnp.int32)
-    ys, photons, clipped = [], 0.0, 0
+        return jnp.zeros((0, st.n), x2.dtype), jnp.zeros((0,), x2.dtype), jnp.zeros((), jnp.int32)
+    ys, photons, clipped = [], [], 0
     for c0 in range(0, x2.shape[0], chunk):
         c1 = min(c0 + chunk, x2.shape[0])
         y, ph, cl = _chunk_jit(st, prog, params, x2[c0:c1], scale[c0:c1], jnp.uint32(c0), seed)
         ys.append(y)
-        photons, clipped = photons + ph, clipped + cl
-    return jnp.concatenate(ys) if len(ys) > 1 else ys[0], photons, clipped
+        photons.append(ph)
+        clipped = clipped + cl
+    if len(ys) == 1:
+        return ys[0], photons[0], clipped
+    return jnp.concatenate(ys), jnp.concatenate(photons, axis=-1), clipped
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
@@ -522,7 +528,8 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         raise ValueError("return_stats: not available under jit/vmap/grad; call eagerly")
     counts = schedule(x2.shape[0], k, n, config)
     readouts, adc = counts.detector_readouts, counts.adc_conversions
-    photons = float(photons) if math.isfinite(config.source.photons_per_mac) else math.inf
+    photons = float(np.asarray(photons, dtype=np.float64).sum()) \
+        if math.isfinite(config.source.photons_per_mac) else math.inf
     return y, MatmulStats(
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,
@@ -612,7 +619,8 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     ys = np.asarray(ys)
     if digital is not None:
         ys = ys + digital[None].astype(ys.dtype)
-    return ys, np.asarray(photons, dtype=np.float64), np.asarray(clipped, dtype=np.int64)
+    return ys, np.asarray(photons, dtype=np.float64).sum(axis=-1), \
+        np.asarray(clipped, dtype=np.int64)
 
 
 def _check_seeds(seeds) -> np.ndarray:

@@ -163,6 +163,7 @@ class LlamaLayer:
                             matmul_options=matmul_options, calibration=calibration,
                             progress=progress)
         h3 = check_hidden(h, self.spec.hidden_size)
+        self.spec.check_tokens(h3.shape[1])
         out = self._forward(h3, engine)
         return engine.trace(out.reshape(h.shape))
 
@@ -172,6 +173,7 @@ class LlamaLayer:
         computing the last matmul or anything after it: the calibration run
         of :func:`optical.transformer.validate`."""
         h3 = check_hidden(h, self.spec.hidden_size)
+        self.spec.check_tokens(h3.shape[1])
         return matmul_inputs(lambda engine: self._forward(h3, engine),
                              weight_matmuls(self.weights), dtype)
 

@@ -199,6 +199,7 @@ class LlamaModel(_Model):
         checkpoints too (a forward pass through the earlier layers is left to
         the caller)."""
         layer = _check_layer_index(self.spec, layer)
+        self.spec.check_tokens(check_positive_int(tokens, "tokens"))
         return synthetic.llama_hidden_states(self.spec, layer, tokens, check_seed(seed),
                                              model_seed=self.seed, batch=batch)
 
@@ -335,7 +336,13 @@ class BertModel(_Model):
                              f"{max_positions}")
         mask = bert.check_mask(mask, ids.shape)
         seed = check_seed(seed)
-        count = self.spec.num_layers if layers is None else layers
+        count = self.spec.num_layers
+        if layers is not None:
+            if isinstance(layers, bool) or not isinstance(layers, int | np.integer) \
+                    or not 0 <= layers <= count:
+                raise ValueError(f"layers: {layers!r} is not valid; valid: an integer in "
+                                 f"[0, {count}] (the model's num_hidden_layers)")
+            count = int(layers)
         h = bert.embeddings(ids, self.embedding_tables(), self.eps, ReferenceEngine("float32"))
         for index in range(count):
             layer = self.layer(index)
@@ -374,6 +381,9 @@ class BertModel(_Model):
         (seeded): the embeddings run through layers ``< layer`` in the reference."""
         layer = _check_layer_index(self.spec, layer)
         tokens = check_positive_int(tokens, "tokens")
+        self.spec.check_tokens(tokens)
+        if batch is not None:
+            batch = check_positive_int(batch, "batch")
         rng = np.random.default_rng([check_seed(seed), layer, tokens, 7])
         low = min(1000, self.spec.vocab_size // 2)  # skip BERT's special tokens
         ids = rng.integers(low, self.spec.vocab_size, size=(batch or 1, tokens))

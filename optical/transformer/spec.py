@@ -100,6 +100,16 @@ class ModelSpec:
                    num_layers=need("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
                    head_dim=head_dim, vocab_size=need("vocab_size"), raw=dict(config))
 
+    def check_tokens(self, tokens: int) -> None:
+        """ValueError when a prompt of ``tokens`` tokens (positions 0..tokens-1)
+        exceeds the config's ``max_position_embeddings`` (BERT's default 512;
+        no limit for a Llama config without the key)."""
+        default = 512 if self.architecture == "bert" else None
+        limit = self.raw.get("max_position_embeddings", default)
+        if limit is not None and tokens > limit:
+            raise ValueError(f"tokens: {tokens} exceed max_position_embeddings {limit} of "
+                             "config.json (positions run 0..tokens-1)")
+
     def linear_shapes(self) -> list[LinearShape]:
         """The weight matmuls of one layer, in execution order."""
         h, i = self.hidden_size, self.intermediate_size

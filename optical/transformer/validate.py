@@ -4,7 +4,9 @@
 Hugging Face numerics in ``dtype`` (fp16 by default) and the optical run --
 and compares every product and the layer output: SQNR, cosine and relative
 error, plus the passes, mask loads and conversions each product took (the
-counts the energy model reads; they equal :func:`layer_schedule`'s).
+counts the energy model reads; they equal :func:`layer_schedule`'s but for
+input channels an outlier policy routes around the optics, which
+``stats.digital_macs`` counts).
 """
 
 from __future__ import annotations
@@ -224,6 +226,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     if calibration_tokens is not None:
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
+    model.spec.check_tokens(tokens)
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
     else:
