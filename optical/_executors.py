@@ -105,6 +105,7 @@ class VmapExecutor(Executor):
 
     def __init__(self, batch_size: int = 64) -> None:
         self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.batched = self.single = 0  # runs so far in batches / one by one
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
         groups: dict[tuple[str, str], list[Task]] = {}
@@ -112,6 +113,7 @@ class VmapExecutor(Executor):
             key_of = getattr(task.workload, "batch_key", None)
             key = key_of(task.config) if key_of is not None else None
             if key is None:
+                self.single += 1
                 yield from SerialExecutor().run([task])
                 continue
             groups.setdefault((json.dumps(task.workload.to_dict(), sort_keys=True), key),
@@ -119,6 +121,7 @@ class VmapExecutor(Executor):
         for group in groups.values():
             for i in range(0, len(group), self.batch_size):
                 batch = group[i:i + self.batch_size]
+                self.batched += len(batch)
                 start = time.perf_counter()
                 try:
                     results = batch[0].workload.run_batch([t.config for t in batch],
@@ -132,7 +135,10 @@ class VmapExecutor(Executor):
                     yield task, {"metrics": metrics, "elapsed_s": share}
 
     def describe(self) -> str:
-        return f"this process, vmapped batches of up to {self.batch_size}"
+        if self.single and not self.batched:
+            return "this process, one run at a time (nothing to vmap)"
+        text = f"this process, vmapped batches of up to {self.batch_size}"
+        return text + (f" ({self.single} runs one at a time)" if self.single else "")
 
 
 def _init_worker(threads: int, parent_pid: int) -> None:

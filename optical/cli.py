@@ -29,15 +29,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _describe_os_error(err: OSError) -> str:
+    if err.strerror and err.filename is not None:
+        return f"{err.filename}: {err.strerror}"
+    return str(err) or type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names. Exit codes: 0 done; 2 bad input (an
+    option, value, path or file), 1 anything else that stopped it (a failed
+    run, a missing optional dependency, an operating-system error); each is
+    one line ``optical COMMAND: error: ...`` on stderr, never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
         # Bad input: one clear line, no traceback.
-        print(f"optical {args.command}: error: {err}", file=sys.stderr)
+        text = _describe_os_error(err) if isinstance(err, FileNotFoundError) and \
+            err.strerror else str(err)
+        print(f"optical {args.command}: error: {text}", file=sys.stderr)
         return 2
+    except ImportError as err:  # an optional dependency: the message names its extra
+        print(f"optical {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"optical {args.command}: error: {_describe_os_error(err)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

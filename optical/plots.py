@@ -3,7 +3,8 @@
 Each function takes the tidy DataFrame of :func:`optical.sweep` /
 :func:`optical.load_sweep`, averages a metric over seeds (error bars: the
 standard deviation over seeds), and returns a ``matplotlib.figure.Figure``;
-:func:`save` writes it as PNG and SVG. Swept parameters other than the ones
+:func:`save` writes it as PNG and SVG (or the format a file name's suffix
+names). Swept parameters other than the ones
 plotted must be held fixed with ``where={"path": value}`` (or plotted as the
 hue): a plot never silently averages over a parameter.
 
@@ -70,6 +71,11 @@ def _check_param(frame: Any, name: str, option: str) -> None:
                          f"{', '.join(params) or '(none)'}")
 
 
+def _check_runs(frame: Any) -> None:
+    if frame.empty:
+        raise ValueError("no finished runs to plot")
+
+
 def _check_metric(frame: Any, name: str, option: str) -> None:
     if name not in _metric_columns(frame):
         raise ValueError(f"{option} {name!r} is not a metric of this sweep; metrics: "
@@ -124,7 +130,10 @@ def _numeric(values: Sequence[Any]) -> bool:
 
 
 def _figure(**kwargs: Any) -> Any:
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install 'optical[plot]'") from None
 
     return Figure(figsize=kwargs.pop("figsize", (6.4, 4.4)), layout="constrained", **kwargs)
 
@@ -158,6 +167,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     matplotlib.figure.Figure
         Axis labels are exactly ``x`` and ``y``.
     """
+    _check_runs(frame)
     _check_param(frame, x, "x")
     _check_metric(frame, y, "y")
     if hue is not None:
@@ -194,22 +204,23 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     return fig
 
 
-def heatmap(frame: Any, x: str, y: str, value: str, *,
+def heatmap(frame: Any, x: str, y: str, z: str, *,
             where: Mapping[str, Any] | None = None, annotate: bool | None = None) -> Any:
-    """A metric (mean over seeds) over two swept parameters.
+    """A metric ``z`` (mean over seeds) over two swept parameters ``x`` and ``y``.
 
     Missing cells (random sampling, an unfinished sweep) are left blank;
     cells are annotated with their values when the grid is small (at most
     12 x 12) unless ``annotate`` says otherwise.
     """
+    _check_runs(frame)
     _check_param(frame, x, "x")
     _check_param(frame, y, "y")
-    _check_metric(frame, value, "value")
+    _check_metric(frame, z, "z")
     if x == y:
         raise ValueError(f"x and y are both {x!r}")
     frame = _select(frame, where, [x, y])
     xs, ys = _sorted(frame[x]), _sorted(frame[y])
-    groups = _groups(frame, [y, x], value)
+    groups = _groups(frame, [y, x], z)
     grid = np.full((len(ys), len(xs)), np.nan)
     for (yv, xv), values in groups.items():
         grid[ys.index(yv), xs.index(xv)] = _mean_std(values)[0]
@@ -218,7 +229,7 @@ def heatmap(frame: Any, x: str, y: str, value: str, *,
     finite = np.where(np.isfinite(grid), grid, np.nan)
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis")
-    fig.colorbar(image, ax=ax, label=value)
+    fig.colorbar(image, ax=ax, label=z)
     ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
@@ -244,6 +255,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     """Per-matmul ``metric`` of a layer sweep (columns ``metric.<matmul>``),
     one bar per matmul and, if present, one for the layer output
     (``metric``); grouped by ``hue`` when given."""
+    _check_runs(frame)
     prefix = metric + "."
     names = [c[len(prefix):] for c in _metric_columns(frame) if c.startswith(prefix)]
     if not names:
@@ -277,10 +289,37 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     return fig
 
 
-def save(fig: Any, stem: str | Path, formats: Sequence[str] = ("png", "svg"),
+#: Formats :func:`save` writes, by file suffix.
+FORMATS = ("png", "svg", "pdf")
+
+
+def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
          dpi: int = 150) -> list[Path]:
-    """Write ``fig`` as ``stem.png``, ``stem.svg``, ...; returns the paths."""
+    """Write ``fig`` as ``stem.png``, ``stem.svg``, ...; returns the paths.
+
+    ``formats`` defaults to PNG and SVG, or, when ``stem`` ends in a format's
+    suffix (``fig.png``), to that format alone, written to ``stem`` itself.
+    With ``formats`` given, a format suffix of ``stem`` is dropped
+    (``fig.png`` with ``["png", "svg"]``: ``fig.png``, ``fig.svg``); it must be
+    one of them.
+    """
     stem = Path(stem)
+    suffix = stem.suffix.lower().lstrip(".")
+    named = suffix if suffix in FORMATS else None
+    if formats is None:
+        formats = [named] if named else ["png", "svg"]
+    formats = [str(f).lower() for f in formats]
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise ValueError(f"formats: {fmt!r} is not valid; valid: {', '.join(FORMATS)}")
+    if not formats:
+        raise ValueError("formats: no format given")
+    if named:
+        if named not in formats:
+            raise ValueError(f"{stem.name} names the format {named}, but the formats are "
+                             f"{', '.join(formats)}: give a name without a suffix, or "
+                             "include that format")
+        stem = stem.with_suffix("")
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:

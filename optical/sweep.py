@@ -21,7 +21,9 @@ On disk, ``out/`` holds:
 A run is identified by a hash of (workload, full config, seed). Re-running the
 same sweep skips the runs already on disk, so a killed sweep loses only the
 runs in flight; a sweep whose definition differs from the manifest's is
-refused with the list of what changed. :func:`load` reads the runs back.
+refused with the list of what changed. If the manifest is lost or damaged,
+delete it and start the same sweep again: the new manifest finds the finished
+runs by their ids. :func:`load` reads the runs back.
 
 The module is light to import: pandas, tqdm and the executors' dependencies
 (the ``sweep`` extra) are imported when a sweep runs.
@@ -62,8 +64,8 @@ from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
 
 __all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "ProcessExecutor",
            "Range", "SerialExecutor",
-           "SweepDefinition", "SweepError", "SweepSummary", "execute", "load", "resume",
-           "sweep"]
+           "SweepDefinition", "SweepError", "SweepSummary", "Terminated", "execute", "load",
+           "read_manifest", "resume", "stored_definition", "sweep"]
 
 FORMAT = "optical-sweep/1"
 MANIFEST = "manifest.json"
@@ -74,6 +76,12 @@ META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "optical_version", "conf
 
 class SweepError(RuntimeError):
     """A run of the sweep failed; the runs finished before it are kept."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM under :func:`sigterm_as_exit`: a SystemExit with code 143, so
+    the sweep stops its workers and keeps its finished runs, and the CLI can
+    say how to resume."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +195,7 @@ class SweepDefinition:
             canonical.append((path, _check_param(path, values, random=samples is not None)))
         definition = cls(workload=workload, base=base, params=tuple(canonical),
                          seeds=_check_seeds(seeds), samples=None if samples is None
-                         else int(samples), sample_seed=check_seed(sample_seed))
+                         else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
         definition.configs()  # every point's config is valid, or ValueError now
         return definition
 
@@ -262,15 +270,28 @@ class SweepDefinition:
                       "config": json.loads(config.to_json()), "seed": seed})
 
 
+def _named_seed(value: Any, name: str) -> int:
+    """``check_seed`` with the argument's name in the message."""
+    try:
+        return check_seed(value)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{name}: {str(err).removeprefix('seed: ')}") from None
+
+
 def _check_seeds(seeds: Any) -> tuple[int, ...]:
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ValueError(f"seeds: {seeds} must be a positive number of seeds")
         return tuple(range(int(seeds)))
-    if isinstance(seeds, str) or not isinstance(seeds, Sequence) or not seeds:
+    if isinstance(seeds, np.ndarray):
+        if seeds.ndim != 1 or (seeds.size and seeds.dtype.kind not in "iu"):
+            raise ValueError(f"seeds: an array of seeds must be 1-D and of integers, got "
+                             f"shape {seeds.shape} and dtype {seeds.dtype}")
+        seeds = seeds.tolist()
+    if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence) or len(seeds) == 0:
         raise ValueError(f"seeds: {seeds!r} must be a positive count or a non-empty "
                          "sequence of seeds")
-    checked = tuple(check_seed(s) for s in seeds)
+    checked = tuple(_named_seed(s, "seeds") for s in seeds)
     if len(set(checked)) != len(checked):
         raise ValueError(f"seeds: {list(checked)} repeats a seed")
     return checked
@@ -332,22 +353,150 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> Any:
+#: What a sweep directory may hold besides its manifest: a directory with
+#: only these and no manifest is a sweep whose manifest was lost, and the same
+#: sweep started there again rebuilds it (run ids are hashes of the runs' content,
+#: so the finished runs are found again).
+_SWEEP_FILES = (".lock", RUNS, "results.parquet", "results.csv", "plots")
+
+
+def _rebuild_advice(out: Path) -> str:
+    return (f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and start "
+            "the same sweep again on this directory (the whole `optical sweep` command with "
+            "its workload and options, not only --out; or the same optical.sweep call): the "
+            "manifest is rebuilt and the finished runs are found again, not re-run")
+
+
+def _read_json(path: Path, advice: str) -> Any:
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); delete it to re-run it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    """What is wrong with a manifest's structure (None: nothing)."""
+    if not isinstance(manifest, dict):
+        return f"expected a JSON object, got {type(manifest).__name__}"
+    for key, kind in (("definition", dict), ("params", list), ("points", list),
+                      ("run_ids", list)):
+        if key not in manifest:
+            return f"missing key {key!r}"
+        if not isinstance(manifest[key], kind):
+            return f"{key!r} is not a JSON {'object' if kind is dict else 'array'}"
+    definition = manifest["definition"]
+    for key, kind in (("workload", dict), ("base_config", dict), ("params", dict),
+                      ("seeds", list)):
+        if key not in definition:
+            return f"missing key 'definition.{key}'"
+        if not isinstance(definition[key], kind):
+            return f"'definition.{key}' is not a JSON {'object' if kind is dict else 'array'}"
+    params = manifest["params"]
+    if not _is_str_list(params) or sorted(params) != sorted(definition["params"]):
+        return "'params' does not list the definition's parameters"
+    if not definition["seeds"]:
+        return "'definition.seeds' is empty"
+    points, run_ids = manifest["points"], manifest["run_ids"]
+    for i, point in enumerate(points):
+        if not isinstance(point, dict) or sorted(point) != sorted(params):
+            return f"'points'[{i}] does not give a value of every parameter"
+    if len(run_ids) != len(points):
+        return f"'run_ids' has {len(run_ids)} entries for {len(points)} points"
+    for i, ids in enumerate(run_ids):
+        if not _is_str_list(ids) or len(ids) != len(definition["seeds"]):
+            return f"'run_ids'[{i}] is not a list of one run id per seed"
+    return None
 
 
 def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of the sweep in ``out``; FileNotFoundError if there is none."""
-    path = Path(out) / MANIFEST
+    """The manifest of the sweep in ``out``; FileNotFoundError if there is none,
+    ValueError naming the file and what is wrong if it is damaged."""
+    out = Path(out)
+    path = out / MANIFEST
     if not path.is_file():
+        if (out / RUNS).is_dir():
+            raise FileNotFoundError(
+                f"{out}: no sweep manifest ({MANIFEST} not found), but {out / RUNS} holds the "
+                "sweep's runs: start the same sweep again on this directory (the whole "
+                "`optical sweep` command with its workload and options, not only --out) to "
+                "rebuild the manifest; the finished runs are found again, not re-run")
         raise FileNotFoundError(f"{out}: no sweep here ({MANIFEST} not found)")
-    manifest = _read_json(path)
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: not an optical sweep manifest (expected format {FORMAT!r})")
+    manifest = _read_json(path, _rebuild_advice(out))
+    if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
+        fmt = manifest.get("format")
+        if isinstance(fmt, str) and fmt.startswith("optical-sweep/"):
+            raise ValueError(f"{path}: a sweep manifest of format {fmt!r}, written by another "
+                             f"version of optical (this one reads {FORMAT!r})")
+        if "definition" not in manifest:  # someone else's file: no advice to delete it
+            raise ValueError(f"{path}: not an optical sweep manifest (expected format "
+                             f"{FORMAT!r})")
+        problem: str | None = f"'format' is {fmt!r}, not {FORMAT!r}"
+    else:
+        problem = _manifest_problem(manifest)
+    if problem is not None:
+        raise ValueError(f"{path}: damaged sweep manifest: {problem}. {_rebuild_advice(out)}")
     return manifest
+
+
+def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefinition:
+    """The definition of the sweep in ``out``, rebuilt from its manifest
+    (``workload`` for a custom workload the manifest cannot rebuild);
+    ValueError names the manifest when it cannot be rebuilt."""
+    manifest = read_manifest(out)
+    try:
+        return SweepDefinition.from_dict(manifest["definition"], workload)
+    except (ValueError, TypeError, KeyError) as err:
+        text = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+        raise ValueError(f"{Path(out) / MANIFEST}: cannot rebuild the sweep's definition "
+                         f"from it: {text}") from None
+
+
+_RECORD_KEYS = (("run_id", str, "a string"), ("point", int, "an integer"),
+                ("seed", int, "an integer"), ("params", dict, "a JSON object"),
+                ("metrics", dict, "a JSON object"), ("elapsed_s", numbers.Real, "a number"),
+                ("optical_version", str, "a string"), ("config", dict, "a JSON object"))
+
+
+def _stored_number(value: Any) -> bool:
+    """A metric value as :func:`_encode` stores it."""
+    if isinstance(value, str):
+        return value in ("inf", "-inf", "nan")
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _read_record(path: Path, paths: Sequence[str], points: int) -> dict[str, Any]:
+    """One run file, its structure checked; ValueError names the file."""
+    advice = "Delete it and resume the sweep to run that run again"
+    record = _read_json(path, advice)
+    problem = None
+    if not isinstance(record, dict):
+        problem = f"expected a JSON object, got {type(record).__name__}"
+    else:
+        for key, kind, kind_name in _RECORD_KEYS:
+            if key not in record:
+                problem = f"missing key {key!r}"
+            elif not isinstance(record[key], kind) or isinstance(record[key], bool):
+                problem = f"{key!r} is {record[key]!r}, not {kind_name}"
+            if problem:
+                break
+        else:
+            if record["run_id"] != path.stem:
+                problem = f"'run_id' {record['run_id']!r} is not the file's name"
+            elif not 0 <= record["point"] < points:
+                problem = f"'point' {record['point']} is not a point of this sweep"
+            elif missing := [p for p in paths if p not in record["params"]]:
+                problem = f"'params' has no value of {', '.join(missing)}"
+            else:
+                problem = next((f"metric {name!r} is {value!r}, not a number"
+                                for name, value in record["metrics"].items()
+                                if not _stored_number(value)), None)
+    if problem is not None:
+        raise ValueError(f"{path}: not a run record of this sweep: {problem}. {advice}")
+    return record
 
 
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -377,7 +526,9 @@ def _prepare(definition: SweepDefinition,
     points and the run ids by point and seed. Both come from the manifest once
     it exists, so a resumed sweep runs the same points under the same ids even
     if a newer version of the library adds config fields (with defaults that
-    keep the old behaviour)."""
+    keep the old behaviour). A directory holding only a sweep's files but no
+    manifest (it was lost or deleted) gets a new one: the runs already there
+    that belong to this sweep are found by their ids."""
     new = json.loads(json.dumps(definition.to_dict()))
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
@@ -389,7 +540,11 @@ def _prepare(definition: SweepDefinition,
         points = [{p: _decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
         return points, manifest["run_ids"]
-    if any(p.name != ".lock" for p in out.iterdir()):
+    # Without a manifest, only a sweep's own files (its manifest was lost): the
+    # new manifest finds the finished runs again by their ids.
+    foreign = [p.name for p in out.iterdir() if p.name not in _SWEEP_FILES
+               and not (p.name.startswith(".") and p.name.endswith(".tmp"))]
+    if foreign or ((out / RUNS).exists() and not (out / RUNS).is_dir()):
         raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); choose "
                          "a new directory")
     points = definition.points()
@@ -463,7 +618,10 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"out: cannot create {out}: {err.strerror or err}") from None
     with _lock(out):
         points, run_ids = _prepare(definition, out)
         configs = definition.configs(points)
@@ -472,6 +630,10 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         for stale in runs_dir.glob(".*.tmp"):  # left by a kill mid-write
             stale.unlink(missing_ok=True)
         done = {p.stem for p in runs_dir.glob("*.json")}
+        for ids in run_ids:  # a damaged run file is named now, not after the runs
+            for run_id in done.intersection(ids):
+                _read_record(runs_dir / f"{run_id}.json", definition.paths, len(points))
+        reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):
             for seed, run_id in zip(definition.seeds, run_ids[index], strict=True):
@@ -492,6 +654,12 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"{task.seed}: {type(outcome).__name__}: {outcome}. The "
                             f"{finished} runs finished so far are kept in {out}."
                         ) from outcome
+                    problem = _metrics_problem(outcome.get("metrics"), reserved)
+                    if problem is not None:
+                        raise SweepError(
+                            f"run at point {_describe_point(points[task.point])}, seed "
+                            f"{task.seed}: {type(task.workload).__name__}.run returned "
+                            f"{problem}. The {finished} runs finished so far are kept in {out}.")
                     _write_run(runs_dir, task, points[task.point], outcome, version)
                     finished += 1
                     bar.update(1)
@@ -510,6 +678,22 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         os.replace(tmp, results)
     return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),
                         executor=description, results_path=results)
+
+
+def _metrics_problem(metrics: Any, reserved: set[str]) -> str | None:
+    """What makes a run's metrics unfit for the table (None: nothing): names
+    must be strings other than the run's columns and swept paths, values
+    numbers (or None)."""
+    if not isinstance(metrics, Mapping):
+        return f"{type(metrics).__name__}, not a dict of metrics"
+    for name, value in metrics.items():
+        if not isinstance(name, str) or name in reserved:
+            return (f"a metric named {name!r}, which is a column of the run or a swept "
+                    "parameter, not a metric")
+        if value is not None and (isinstance(value, bool | np.bool_) or
+                                  not isinstance(value, numbers.Real)):
+            return f"metric {name!r} = {value!r}, not a number"
+    return None
 
 
 def _write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Mapping[str, Any],
@@ -588,7 +772,7 @@ def resume(out: str | os.PathLike, *, workload: Any = None, executor: Any = None
            progress: bool = True, results_format: str = "parquet") -> SweepSummary:
     """Finish the sweep in ``out`` from its manifest (``workload`` for a
     custom workload that the manifest cannot rebuild)."""
-    definition = SweepDefinition.from_dict(read_manifest(out)["definition"], workload)
+    definition = stored_definition(out, workload)
     return execute(definition, out, executor=executor, progress=progress,
                    results_format=results_format)
 
@@ -603,12 +787,13 @@ def _frame(out: Path, pd: Any) -> Any:
     manifest = read_manifest(out)
     paths = list(manifest["params"])
     expected = {run_id for ids in manifest["run_ids"] for run_id in ids}
-    records = [_read_json(out / RUNS / f"{run_id}.json") for run_id in sorted(expected)
-               if (out / RUNS / f"{run_id}.json").is_file()]
+    records = [_read_record(out / RUNS / f"{run_id}.json", paths, len(manifest["points"]))
+               for run_id in sorted(expected) if (out / RUNS / f"{run_id}.json").is_file()]
     records.sort(key=lambda r: (r["point"], r["seed"]))
+    reserved = set(META_COLUMNS) | set(paths)
     metric_names: dict[str, None] = {}
-    for record in records:
-        metric_names.update(dict.fromkeys(record["metrics"]))
+    for record in records:  # (runs of older versions may hold a "seed" metric)
+        metric_names.update(dict.fromkeys(m for m in record["metrics"] if m not in reserved))
     columns: dict[str, Any] = {
         "point": pd.Series([r["point"] for r in records], dtype="int64"),
         "seed": pd.Series([r["seed"] for r in records], dtype="int64"),
@@ -641,14 +826,15 @@ def _require(module: str) -> Any:
 
 @contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit in the main thread, so a terminated sweep
-    stops its workers and keeps its finished runs (used by the CLI)."""
+    """Turn SIGTERM into :class:`Terminated` (a SystemExit, code 143) in the
+    main thread, so a terminated sweep stops its workers and keeps its
+    finished runs (used by the CLI)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:

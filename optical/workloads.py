@@ -29,7 +29,8 @@ import numpy as np
 from optical import metrics
 from optical.config import OpticalConfig
 
-__all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "workload_from_dict"]
+__all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
+           "workload_from_dict"]
 
 _INPUTS = ("gaussian", "uniform", "laplace")
 _DTYPES = ("float32", "float64")
@@ -253,9 +254,11 @@ class LayerWorkload:
     weights_seed : int
         Seed of the synthetic weights of a directory without weights.
 
-    The metrics are the validation report flattened by :func:`flatten_report`:
-    the layer output's ``sqnr_db``, ``cosine``, ... and each matmul's as
-    ``sqnr_db.down_proj`` and so on.
+    The metrics are :func:`layer_metrics` of the validation report: the
+    layer output's ``sqnr_db``, ``cosine``, ..., each product's as
+    ``sqnr_db.down_proj`` and so on, and the layer's counts as
+    ``totals.passes``, ... -- never its config, its timings (wall time is the
+    run's ``elapsed_s``) or what it was asked to run (layer, tokens, seed).
     """
 
     kind: ClassVar[str] = "layer"
@@ -292,7 +295,7 @@ class LayerWorkload:
                                       "version of optical: layer sweeps need it")
         model = _load_model(self.model_dir, self.weights_seed)
         report = validate(model, layer=self.layer, tokens=self.tokens, config=config, seed=seed)
-        return flatten_report(report)
+        return layer_metrics(report)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **dataclasses.asdict(self)}
@@ -303,6 +306,24 @@ def _load_model(model_dir: str, weights_seed: int) -> Any:
     from optical import transformer
 
     return transformer.load(model_dir, seed=weights_seed)
+
+
+#: The parts of a validation report that measure the run: the layer output's
+#: accuracy, each product's, and the summed counts. The rest of the report
+#: (the config, wall-clock timings, layer, tokens, batch, seed, calibration
+#: tokens) describes the run or varies between identical runs: never a metric.
+LAYER_METRIC_KEYS = ("output", "products", "totals")
+
+
+def layer_metrics(report: Any) -> dict[str, float]:
+    """The metrics of a validation report (:func:`flatten_report` of its
+    :data:`LAYER_METRIC_KEYS` parts): ``sqnr_db``, ``cosine``, ... of the layer
+    output, ``sqnr_db.down_proj``, ... of each product, ``totals.passes``, ...
+    of the counts. They depend only on (model, config, seed)."""
+    data = _as_mapping(report)
+    if data is None:
+        raise TypeError(f"cannot take metrics of a report of type {type(report).__name__}")
+    return flatten_report({key: data[key] for key in LAYER_METRIC_KEYS if key in data})
 
 
 #: Keys under which a validation report may hold the layer output's metrics;

@@ -25,3 +25,49 @@ def test_bad_options_fail_with_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_config_json_to_stdout_is_the_json_alone(capsys):
+    assert main(["config", "--set", "adc.bits=6", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert optical.OpticalConfig.from_dict(data) == optical.presets.get("iris-like").replace(
+        {"adc.bits": 6})
+
+
+#: Every command, cheap to start, with the options it needs.
+COMMANDS = {
+    "config": ["config"],
+    "validate": ["validate", "--model", "models/llama-3.2-1b", "--tokens", "4"],
+    "sweep": ["sweep", "--matmul", "4x8x4", "--jobs", "1", "--quiet"],
+    "plot": ["plot", "nowhere", "--x", "adc.bits", "--y", "sqnr_db"],
+    "energy": ["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "16"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("where", ["directory", "under a file"])
+def test_unwritable_json_path_is_refused_before_any_work(command, where, tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    path = tmp_path if where == "directory" else tmp_path / "file" / "out.json"
+    argv = [*COMMANDS[command], "--json", str(path)]
+    if command == "sweep":
+        argv += ["--out", str(tmp_path / "s")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    expected = "is a directory" if where == "directory" else f"{tmp_path / 'file'} is a file"
+    assert err.startswith(f"optical {command}: error: --json {path}: ") and expected in err
+    assert len(err.splitlines()) == 1 and capsys.readouterr().out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing ran
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_operating_system_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    from optical.commands import config as config_command
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(config_command, "write_json", full_disk)
+    assert main(["config", "--json", str(tmp_path / "cfg.json")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"optical config: error: {tmp_path / 'cfg.json'}: No space left on device\n"

@@ -53,3 +53,25 @@ def test_energy_command_rejects_bad_counts(capsys):
     with pytest.raises(SystemExit):
         main(["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "0"])
     assert "must be a positive integer" in capsys.readouterr().err
+
+
+def test_energy_json_to_stdout_is_the_json_alone(tmp_path, capsys):
+    argv = ["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "64"]
+    assert main([*argv, "--json", str(tmp_path / "e.json")]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads((tmp_path / "e.json").read_text())
+
+
+def test_energy_plot_problems_are_named_before_the_work(tmp_path, capsys, monkeypatch):
+    import sys
+
+    argv = ["energy", "--model", "models/llama-3.2-1b", "--json", str(tmp_path / "e.json")]
+    assert main([*argv, "--plot", str(tmp_path)]) == 2
+    assert f"--plot {tmp_path}: is a directory" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main([*argv, "--plot", str(tmp_path / "e.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("optical energy: error: --plot needs matplotlib") and \
+        "pip install 'optical[plot]'" in err and "Traceback" not in err
+    assert not (tmp_path / "e.json").exists()

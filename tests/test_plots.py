@@ -119,3 +119,36 @@ def test_save_png_svg_without_pyplot(grid, tmp_path):
     assert "<svg" in paths[1].read_text()
     if not had_pyplot:
         assert "matplotlib.pyplot" not in sys.modules
+
+
+def test_no_finished_runs_is_said_before_any_column_check(grid):
+    empty = frame_of([], ["adc.bits", "source.photons_per_mac"])
+    for draw in (lambda: plots.line(empty, "adc.bits", "sqnr_db"),
+                 lambda: plots.heatmap(empty, "adc.bits", "source.photons_per_mac", "sqnr_db"),
+                 lambda: plots.matmul_bars(empty)):
+        with pytest.raises(ValueError, match="^no finished runs to plot$"):
+            draw()
+    with pytest.raises(ValueError, match="^z 'snr' is not a metric of this sweep; metrics: "
+                                         "sqnr_db$"):
+        plots.heatmap(grid, "adc.bits", "source.photons_per_mac", "snr")
+
+
+def test_save_takes_the_format_from_a_suffix(grid, tmp_path):
+    fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
+    assert plots.save(fig, tmp_path / "a.pdf") == [tmp_path / "a.pdf"]
+    assert (tmp_path / "a.pdf").read_bytes()[:4] == b"%PDF"
+    assert plots.save(fig, tmp_path / "b.PNG", ["png", "svg"]) == [tmp_path / "b.png",
+                                                                  tmp_path / "b.svg"]
+    assert plots.save(fig, tmp_path / "c.v2") == [tmp_path / "c.v2.png", tmp_path / "c.v2.svg"]
+    with pytest.raises(ValueError, match="d.png names the format png, but the formats are svg"):
+        plots.save(fig, tmp_path / "d.png", ["svg"])
+    with pytest.raises(ValueError, match="formats: 'gif' is not valid"):
+        plots.save(fig, tmp_path / "e", ["gif"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.pdf", "b.png", "b.svg", "c.v2.png", "c.v2.svg"]
+
+
+def test_missing_matplotlib_names_the_install_command(grid, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"plots need matplotlib: pip install 'optical\[plot\]'"):
+        plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})

@@ -4,6 +4,7 @@ refusal of a changed sweep, executors agreeing bit for bit."""
 import dataclasses
 import json
 import math
+import signal
 
 import numpy as np
 import pytest
@@ -13,11 +14,13 @@ from optical.sweep import (
     Range,
     SweepDefinition,
     SweepError,
+    Terminated,
     _lock,
     execute,
     load,
     read_manifest,
     resume,
+    sigterm_as_exit,
 )
 
 pd = pytest.importorskip("pandas")
@@ -176,6 +179,12 @@ def test_changed_sweep_is_refused_naming_the_change(tmp_path, change, message):
     ({"adc.bits": [4]}, {"seeds": 0}, "seeds: 0 must be a positive number"),
     ({"adc.bits": [4]}, {"seeds": [1, 1]}, "repeats a seed"),
     ({"adc.bits": [4]}, {"samples": 0}, "samples: 0 must be a positive integer"),
+    ({"adc.bits": [4]}, {"seeds": [0, -1]}, r"seeds: -1 is out of range"),
+    ({"adc.bits": [4]}, {"seeds": np.array([0.0, 1.0])}, "seeds: an array of seeds must be 1-D "
+                                                         "and of integers"),
+    ({"adc.bits": [4]}, {"seeds": np.zeros((1, 2), int)}, "must be 1-D"),
+    ({"adc.bits": [4]}, {"seeds": np.array([], int)}, "non-empty sequence of seeds"),
+    ({"adc.bits": [4]}, {"samples": 2, "sample_seed": -1}, r"sample_seed: -1 is out of range"),
 ])
 def test_bad_definition_fails_before_any_work(tmp_path, params, kwargs, message):
     out = tmp_path / "never"
@@ -366,3 +375,179 @@ def test_vmap_executor_gives_the_serial_results_of_jax_runs(tmp_path):
     one = workload.run(BASE.replace({"source.photons_per_mac": 1e5}), 1)
     row = calibrated[(calibrated["source.photons_per_mac"] == 1e5) & (calibrated["seed"] == 1)]
     assert row["sqnr_db"].item() == one["sqnr_db"]
+
+
+def test_numpy_seeds_are_seeds():
+    """Seeds computed with numpy: an integer array, numpy integers, a numpy count."""
+    def seeds(value):
+        return SweepDefinition.build(WL, {}, seeds=value).seeds
+
+    assert seeds(np.arange(2)) == seeds([0, 1]) == seeds(np.int64(2)) == (0, 1)
+    assert seeds(np.array([7, 3], dtype=np.uint32)) == seeds([np.int64(7), np.int8(3)]) == (7, 3)
+    assert all(type(s) is int for s in seeds(np.arange(3)))
+
+
+def sweep_dir(tmp_path, runs=None):
+    """A finished (or, with ``runs``, partly finished) sweep of WL x PARAMS x 2 seeds."""
+    out = tmp_path / "s"
+    workload = WL if runs is None else Interruptible(WL, stop_after=runs)
+    try:
+        optical.sweep(workload, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
+                      progress=False)
+    except KeyboardInterrupt:
+        pass
+    return out
+
+
+def definition():
+    return SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_lost_manifest_advice_works_and_finds_the_finished_runs(tmp_path, damage):
+    """A truncated (or deleted) manifest: the error says to delete it and start
+    the same sweep again; doing so finds every finished run, re-running none."""
+    out = sweep_dir(tmp_path)
+    before = load(out)
+    manifest = out / "manifest.json"
+    if damage == "truncate":
+        manifest.write_text(manifest.read_text()[:100])
+        for call in (lambda: load(out), lambda: resume(out, progress=False),
+                     lambda: execute(definition(), out, executor="serial", progress=False)):
+            with pytest.raises(ValueError, match="not valid JSON") as info:
+                call()
+            assert str(manifest) in str(info.value) and "delete" in str(info.value)
+            assert "found again, not re-run" in str(info.value)
+        manifest.unlink()
+    else:
+        manifest.unlink()
+        with pytest.raises(FileNotFoundError, match="start the same sweep again"):
+            load(out)
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    summary = execute(definition(), out, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (8, 0)
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")} == stamps
+    pd.testing.assert_frame_equal(load(out), before)
+
+
+def _damage(manifest, change):
+    data = json.loads(manifest.read_text())
+    change(data)
+    manifest.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m.pop("definition"), "missing key 'definition'"),
+    (lambda m: m["definition"].pop("seeds"), "missing key 'definition.seeds'"),
+    (lambda m: m["definition"].update(workload=[1]), "'definition.workload' is not a JSON "
+                                                     "object"),
+    (lambda m: m.update(run_ids={}), "'run_ids' is not a JSON array"),
+    (lambda m: m["run_ids"].pop(), "'run_ids' has 3 entries for 4 points"),
+    (lambda m: m["run_ids"].__setitem__(1, "abc"), r"'run_ids'\[1\] is not a list of one run id "
+                                                   "per seed"),
+    (lambda m: m["points"][2].pop("adc.bits"), r"'points'\[2\] does not give a value"),
+    (lambda m: m.update(params=["adc.bits"]), "'params' does not list"),
+    (lambda m: m.update(format=None), "'format' is None"),
+    (lambda m: m["definition"]["workload"].update(kind="mystery"),
+     "cannot rebuild the sweep's definition from it: workload kind 'mystery'"),
+])
+def test_damaged_manifest_is_named_with_what_is_wrong(tmp_path, change, message):
+    out = sweep_dir(tmp_path)
+    _damage(out / "manifest.json", change)
+    calls = [lambda: resume(out, executor="serial", progress=False)]
+    if "rebuild" not in message:  # (only resuming rebuilds the definition)
+        calls += [lambda: load(out),
+                  lambda: execute(definition(), out, executor="serial", progress=False)]
+    for call in calls:
+        with pytest.raises(ValueError, match=message) as info:
+            call()
+        assert str(out / "manifest.json") in str(info.value)
+
+
+def test_a_manifest_not_of_this_version_or_not_a_sweeps_is_not_to_be_deleted(tmp_path):
+    out = sweep_dir(tmp_path)
+    _damage(out / "manifest.json", lambda m: m.update(format="optical-sweep/2"))
+    with pytest.raises(ValueError, match="format 'optical-sweep/2', written by another version"):
+        load(out)
+    (out / "manifest.json").write_text('{"name": "my notes"}')
+    with pytest.raises(ValueError, match="not an optical sweep manifest") as info:
+        load(out)
+    assert "delete" not in str(info.value)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: r.pop("seed"), "missing key 'seed'"),
+    (lambda r: r.update(point="0"), "'point' is '0', not an integer"),
+    (lambda r: r.update(point=9), "'point' 9 is not a point of this sweep"),
+    (lambda r: r.update(metrics=[1.0]), "'metrics' is \\[1.0\\], not a JSON object"),
+    (lambda r: r["metrics"].update(sqnr_db="high"), "metric 'sqnr_db' is 'high', not a number"),
+    (lambda r: r["params"].pop("adc.bits"), "'params' has no value of adc.bits"),
+    (lambda r: r.update(run_id="0123"), "'run_id' '0123' is not the file's name"),
+])
+def test_damaged_run_file_is_named_before_any_run(tmp_path, change, message):
+    out = sweep_dir(tmp_path, runs=3)
+    run = sorted((out / "runs").glob("*.json"))[1]
+    record = json.loads(run.read_text())
+    change(record)
+    run.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=message) as info:
+        load(out)
+    assert run.name in str(info.value) and "Delete it and resume" in str(info.value)
+    again = Interruptible(WL)
+    with pytest.raises(ValueError, match=message):
+        resume(out, workload=again, executor="serial", progress=False)
+    assert again.calls == []  # refused before any run
+    run.unlink()  # the advice: it runs again
+    summary = resume(out, workload=again, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (2, 6)
+    pd.testing.assert_frame_equal(metric_frame(load(out)),
+                                  metric_frame(load(sweep_dir(tmp_path / "whole"))))
+
+
+@dataclasses.dataclass(frozen=True)
+class Returns:
+    """A workload whose runs return ``metrics``."""
+
+    metrics: dict = dataclasses.field(hash=False)
+
+    def run(self, config, seed):
+        return dict(self.metrics)
+
+    def to_dict(self):
+        return {"kind": "returns"}
+
+
+@pytest.mark.parametrize(("metrics", "message"), [
+    ({"seed": 1.0}, "a metric named 'seed', which is a column of the run"),
+    ({"adc.bits": 1.0}, "a metric named 'adc.bits'"),
+    ({"error": "big"}, "metric 'error' = 'big', not a number"),
+])
+def test_metrics_that_cannot_be_columns_are_refused(tmp_path, metrics, message):
+    with pytest.raises(SweepError, match=message):
+        optical.sweep(Returns(metrics), {"adc.bits": [4]}, seeds=1, out=tmp_path / "s",
+                      executor="serial", progress=False)
+
+
+def test_older_runs_seed_metric_does_not_replace_the_seed_column(tmp_path):
+    """Layer sweeps of earlier versions recorded the report's seed as a metric."""
+    out = sweep_dir(tmp_path)
+    for run in (out / "runs").glob("*.json"):
+        record = json.loads(run.read_text())
+        record["metrics"]["seed"] = 99
+        run.write_text(json.dumps(record))
+    frame = load(out)
+    assert frame["seed"].tolist() == [0, 1] * 4 and "seed" not in frame.attrs["sweep"]["metrics"]
+
+
+def test_sigterm_becomes_terminated_inside_the_context_only():
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as info, sigterm_as_exit():
+        signal.raise_signal(signal.SIGTERM)  # in this (the main) thread
+    assert info.value.code == 128 + signal.SIGTERM and isinstance(info.value, SystemExit)
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_vmap_executor_says_when_it_vmapped_nothing(tmp_path):
+    summary = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
+                      tmp_path / "s", executor="vmap", progress=False)
+    assert summary.executor == "this process, one run at a time (nothing to vmap)"

@@ -67,6 +67,17 @@ def test_csv_results(tmp_path):
     (["--model", "nowhere", "--param", "adc.bits=4"], "no config.json in model directory"),
     (["--matmul", "4x4x4", "--jobs", "0"], "--jobs: 0 must be a positive integer"),
     (["--param", "adc.bits=4"], "give a workload (--matmul TxKxN or --model DIR)"),
+    (["--seeds", "0"], "--seeds: 0 must be a positive integer"),
+    (["--samples", "2", "--sample-seed", "-1"], "--sample-seed: -1 must be a non-negative"),
+    (["--sample-seed", "3"], "--sample-seed applies only with --samples"),
+    (["--data-seed", "-2"], "--data-seed: -2 must be a non-negative integer"),
+    (["--outlier-scale", "inf"], "--outlier-scale: inf must be a positive finite number"),
+    (["--layer", "1", "--tokens", "8"], "--layer, --tokens apply to --model, not to --matmul"),
+    (["--model", "models/llama-3.1-8b", "--inputs", "laplace"],
+     "--inputs applies to --matmul, not to --model"),
+    (["--model", "models/llama-3.1-8b", "--tokens", "0"], "--tokens: 0 must be a positive"),
+    (["--vmap"], "--vmap: none of this sweep's runs can be vmapped"),
+    (["--json", "."], "--json .: is a directory"),
 ])
 def test_malformed_options_fail_before_any_work(tmp_path, capsys, extra, message):
     out = tmp_path / "never"
@@ -176,6 +187,8 @@ def test_plot_heatmap_and_where(tmp_path):
     (["--x", "adc.bits", "--y", "sqnr_db", "--where", "source.photons_per_mac=5"],
      "where source.photons_per_mac=5.0: no runs match"),
     (["--kind", "bars"], "no per-matmul columns sqnr_db.<matmul>"),
+    (["--kind", "heatmap", "--x", "adc.bits", "--y", "source.photons_per_mac", "--z", "snr"],
+     "z 'snr' is not a metric of this sweep"),
     (["--x", "adc.bits", "--y", "sqnr_db", "--formats", "gif"], "--formats: 'gif' is not valid"),
 ])
 def test_bad_plot_options_are_named(tmp_path, capsys, extra, message):
@@ -208,6 +221,7 @@ def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM, stderr.decode()
+    assert f"run `optical sweep --out {out}` to resume" in stderr.decode()
     kept = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
     assert 4 <= len(kept) < total
     assert not list(runs.glob(".*.tmp"))
@@ -231,3 +245,187 @@ def test_vmap_option_batches_jax_runs(tmp_path):
     assert main(argv) == 0
     assert "vmapped" in json.loads((tmp_path / "v.json").read_text())["executor"]
     assert len(load(tmp_path / "v")) == 4
+
+
+def _definition_options():
+    """Every option of the sweep's definition, with a valid value: each is
+    refused when the sweep is resumed from --out alone (it would be ignored)."""
+    parser = build_parser()
+    sweep = parser._subparsers._group_actions[0].choices["sweep"]
+    groups = [g for g in sweep._action_groups
+              if g.title.startswith(("workload", "parameters"))]
+    options = [a for g in groups for a in g._group_actions
+               if a.dest not in ("matmul", "model")]
+    options += [a for a in sweep._actions if a.dest in ("preset", "overrides")]
+    values = {"param": "adc.bits=4", "overrides": "adc.bits=6", "preset": "ideal"}
+    cases = []
+    for action in options:
+        value = values.get(action.dest) or (action.choices[-1] if action.choices else
+                                            "3" if action.type in (int, float) else None)
+        assert value is not None, action.dest
+        cases.append((action.option_strings[0], value))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweeps") / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize(("option", "value"), _definition_options())
+def test_resume_refuses_options_it_would_ignore(finished_sweep, capsys, option, value):
+    """`optical sweep --out DIR --seeds 5` used to resume the old sweep with its
+    old seeds, saying nothing."""
+    stamps = {p.name: p.stat().st_mtime_ns for p in finished_sweep.rglob("*")}
+    capsys.readouterr()
+    assert main(["sweep", "--out", str(finished_sweep), option, value, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} given without a workload" in err and "Traceback" not in err
+    assert {p.name: p.stat().st_mtime_ns for p in finished_sweep.rglob("*")} == stamps
+
+
+def test_resume_takes_execution_options(finished_sweep, tmp_path):
+    assert main(["sweep", "--out", str(finished_sweep), "--jobs", "1", "--format", "csv",
+                 "--quiet", "--json", str(tmp_path / "r.json")]) == 0
+    summary = json.loads((tmp_path / "r.json").read_text())
+    assert (summary["already_done"], summary["ran"]) == (8, 0)
+    assert len(pd.read_csv(finished_sweep / "results.csv")) == 8
+
+
+def test_vmap_on_resume_of_a_sweep_it_cannot_batch(finished_sweep, capsys):
+    assert main(["sweep", "--out", str(finished_sweep), "--vmap", "--quiet"]) == 2
+    assert "--vmap: none of this sweep's runs can be vmapped" in capsys.readouterr().err
+
+
+def test_sigterm_prints_how_to_resume_and_keeps_finished_runs(tmp_path, capsys, monkeypatch):
+    from optical import workloads
+
+    real, calls = workloads.MatmulWorkload.run, []
+
+    def terminated_at_the_third_run(self, config, seed):
+        calls.append(seed)
+        if len(calls) == 3:
+            signal.raise_signal(signal.SIGTERM)  # in this (the main) thread
+        return real(self, config, seed)
+
+    monkeypatch.setattr(workloads.MatmulWorkload, "run", terminated_at_the_third_run)
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert f"terminated (SIGTERM); finished runs are kept in {out}" in err
+    assert f"`optical sweep --out {out}` to resume" in err and "Traceback" not in err
+    assert len(load(out)) == 2
+    monkeypatch.setattr(workloads.MatmulWorkload, "run", real)
+    assert main(["sweep", "--out", str(out), "--jobs", "1", "--quiet", "--json",
+                 str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["ran"] == 6
+
+
+def test_corrupt_manifest_advice_from_the_cli_works(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    before = load(out)
+    manifest = out / "manifest.json"
+    manifest.write_text(manifest.read_text()[:50])
+    capsys.readouterr()
+    assert main(["sweep", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"optical sweep: error: {manifest}: not valid JSON")
+    assert "delete" in err and "not only --out" in err and len(err.splitlines()) == 1
+    manifest.unlink()  # as advised
+    assert main([*SWEEP, "--out", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    summary = json.loads((tmp_path / "r.json").read_text())
+    assert (summary["already_done"], summary["ran"]) == (8, 0)
+    pd.testing.assert_frame_equal(load(out), before)
+
+
+def test_damaged_run_file_is_one_line_naming_it(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    run = sorted((out / "runs").glob("*.json"))[0]
+    record = json.loads(run.read_text())
+    del record["seed"]
+    run.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+                 "source.photons_per_mac=1e6"]) == 2
+    err = capsys.readouterr().err
+    assert f"optical plot: error: {run}: not a run record of this sweep: missing key 'seed'" \
+        in err
+
+
+def test_sweep_without_pandas_is_one_line_with_the_install_command(tmp_path, capsys,
+                                                                    monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas: ImportError
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("optical sweep: error: ") and "pip install 'optical[sweep]'" in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_unreachable_scheduler_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("distributed")
+    from optical.commands import sweep as sweep_command
+
+    monkeypatch.setattr(sweep_command, "SCHEDULER_TIMEOUT_S", 1)
+    out = tmp_path / "s"
+    argv = [a for a in SWEEP if a not in ("--jobs", "1")]
+    assert main([*argv, "--out", str(out), "--scheduler", "tcp://127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("optical sweep: error: --scheduler tcp://127.0.0.1:1: no Dask "
+                          "scheduler answered within 1 s")
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_plot_of_a_sweep_without_finished_runs_says_so(tmp_path, capsys):
+    from tests.test_sweep import Interruptible
+
+    out = tmp_path / "s"
+    with pytest.raises(KeyboardInterrupt):
+        optical.sweep(Interruptible(optical.MatmulWorkload(4, 8, 4), stop_after=0),
+                      {"adc.bits": [4, 8]}, seeds=1, out=out, executor="serial",
+                      progress=False)
+    for extra in (["--x", "adc.bits", "--y", "sqnr_db"],
+                  ["--kind", "heatmap", "--x", "adc.bits", "--y", "adc.bits", "--z", "cosine"],
+                  ["--kind", "bars"]):
+        assert main(["plot", str(out), *extra]) == 2
+        assert "optical plot: error: no finished runs to plot" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("output", "formats", "written"), [
+    ("fig.png", None, ["fig.png"]),
+    ("fig.svg", None, ["fig.svg"]),
+    ("fig.png", "png,svg", ["fig.png", "fig.svg"]),
+    ("fig", None, ["fig.png", "fig.svg"]),
+    ("fig.v2", "pdf", ["fig.v2.pdf"]),
+])
+def test_plot_output_suffix_names_the_format(finished_sweep, tmp_path, output, formats,
+                                             written):
+    argv = ["plot", str(finished_sweep), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+            "source.photons_per_mac=1e6", "--output", str(tmp_path / "figs" / output)]
+    assert main(argv + (["--formats", formats] if formats else [])) == 0
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == written
+    magic = {".png": b"\x89PNG", ".svg": b"<?xml", ".pdf": b"%PDF"}
+    for name in written:
+        path = tmp_path / "figs" / name
+        assert path.read_bytes().startswith(magic[path.suffix])
+
+
+def test_plot_output_suffix_against_formats_is_refused(finished_sweep, tmp_path, capsys):
+    assert main(["plot", str(finished_sweep), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+                 "source.photons_per_mac=1e6", "--output", str(tmp_path / "fig.svg"),
+                 "--formats", "png"]) == 2
+    assert "names the format svg, but --formats is png" in capsys.readouterr().err
+    assert not list(tmp_path.glob("fig*"))
+
+
+def test_plot_without_matplotlib_is_one_line_with_the_install_command(finished_sweep, capsys,
+                                                                       monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["plot", str(finished_sweep), "--x", "adc.bits", "--y", "sqnr_db"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("optical plot: error: ") and "pip install 'optical[plot]'" in err
+    assert "Traceback" not in err

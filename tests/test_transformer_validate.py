@@ -189,6 +189,14 @@ def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsy
     assert data["products"][0]["stats"]["passes"] == 8 * 2 * 1
 
 
+def test_cli_validate_json_to_stdout_is_the_json_alone(tiny_dir, capsys):
+    argv = ["validate", "--model", str(tiny_dir), "--layer", "1", "--tokens", "4",
+            "--set", "core.inputs=48", "--quiet", "--json", "-"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["layer"], data["tokens"]) == (1, 4) and data["products"][0]["name"] == "q_proj"
+
+
 @pytest.mark.parametrize(("changes", "steps"), [
     ({}, 1 + 1 + 7),  # calibration run, reference run, seven weight matmuls
     ({"adc.full_scale": "rms", "outliers.policy": "none", "mapping.attention": "optical"},

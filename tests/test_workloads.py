@@ -4,6 +4,7 @@ contract with optical.transformer.validate, report flattening."""
 import dataclasses
 import math
 import pickle
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,14 @@ from scipy import stats as scipy_stats
 
 import optical
 import optical.transformer
-from optical.workloads import LayerWorkload, MatmulWorkload, flatten_report, workload_from_dict
+from optical.workloads import (
+    LayerWorkload,
+    MatmulWorkload,
+    flatten_report,
+    layer_metrics,
+    workload_from_dict,
+)
+from tests.transformer_helpers import TINY_LLAMA, write_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -163,7 +171,11 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
         exact = x.astype(np.float64) @ model["w"].astype(np.float64)
         y = optical.matmul(x, model["w"], config, seed=seed)
         sqnr = optical.metrics.sqnr_db(exact, y)
-        return {"output": {"sqnr_db": sqnr}, "matmuls": {"q_proj": {"sqnr_db": sqnr + 1}}}
+        # what a report holds besides its metrics: never a metric column
+        return {"output": {"sqnr_db": sqnr}, "products": [{"name": "q_proj",
+                                                           "sqnr_db": sqnr + 1}],
+                "totals": {"passes": 7}, "config": config.to_dict(), "layer": layer,
+                "tokens": tokens, "seed": seed, "timings": {"optical_s": time.perf_counter()}}
 
     monkeypatch.setattr(optical.transformer, "load", load, raising=False)
     monkeypatch.setattr(optical.transformer, "validate", validate, raising=False)
@@ -176,6 +188,36 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
         workloads._load_model.cache_clear()
     assert calls[0] == ("load", "llama-3.1-8b", 5)
     assert calls[1:] == [("validate", 2, 8, b, s) for b in (4, 10) for s in (0, 1)]
-    assert list(frame.columns[3:5]) == ["sqnr_db", "sqnr_db.q_proj"]
+    assert list(frame.columns[3:6]) == ["sqnr_db", "sqnr_db.q_proj", "totals.passes"]
+    assert frame.attrs["sweep"]["metrics"] == ["sqnr_db", "sqnr_db.q_proj", "totals.passes"]
+    assert frame["seed"].tolist() == [0, 1, 0, 1]
     np.testing.assert_array_equal(frame["sqnr_db.q_proj"], frame["sqnr_db"] + 1)
     assert frame["sqnr_db"].iloc[2] > frame["sqnr_db"].iloc[0]  # 10 bits beat 4
+
+
+def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
+    """A layer sweep's metrics are the report's accuracy (layer output and each
+    product) and summed counts: no config field, no timing, nothing it was
+    asked to run; two identical sweeps give identical tables."""
+    model_dir = write_model(tmp_path / "tiny", TINY_LLAMA)
+    wl = LayerWorkload(str(model_dir), layer=1, tokens=6)
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    frames = [optical.sweep(wl, {"adc.bits": [8]}, seeds=1, out=tmp_path / name,
+                            base=base, executor="serial", progress=False) for name in "ab"]
+    report = optical.transformer.validate(optical.transformer.load(model_dir), layer=1,
+                                          tokens=6, config=base.replace({"adc.bits": 8}), seed=0)
+    accuracy = ("sqnr_db", "cosine", "relative_error", "worst_token_sqnr_db")
+    expected = {m: getattr(report.output, m) for m in accuracy}
+    for product in report.products:
+        expected |= {f"{m}.{product.name}": getattr(product, m) for m in accuracy
+                     if getattr(product, m) is not None}
+    expected |= {f"totals.{name}": value for name, value in report.totals.items()}
+    metrics = frames[0].attrs["sweep"]["metrics"]
+    assert sorted(metrics) == sorted(expected)
+    assert not [m for m in metrics if m.startswith("timings.") or m in ("layer", "tokens", "seed")
+                or m.split(".")[-1] in optical.OpticalConfig().to_dict()]
+    assert {m: frames[0][m].iloc[0] for m in metrics} == expected
+    assert layer_metrics(report) == expected
+    pd = pytest.importorskip("pandas")
+    pd.testing.assert_frame_equal(frames[0].drop(columns="elapsed_s"),
+                                  frames[1].drop(columns="elapsed_s"))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,50 @@ def config_from_args(args: argparse.Namespace) -> OpticalConfig:
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", metavar="PATH", type=Path,
                         help="also write the result as JSON to PATH ('-' for stdout)")
+
+
+def json_to_stdout(args: argparse.Namespace) -> bool:
+    """Whether ``--json -`` was given: stdout then holds the JSON alone, so the
+    command prints no table or summary."""
+    return str(getattr(args, "json_path", None)) == "-"
+
+
+def check_output_path(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output file that cannot be written:
+    ValueError naming ``option`` if ``path`` is a directory, lies under a
+    regular file, or is in a directory this process may not write to."""
+    if path is None or str(path) == "-":
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a directory, not a file")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{option} {path}: not writable (permission denied)")
+        return
+    parent = path.parent
+    while not parent.exists():  # the nearest existing ancestor: mkdir starts there
+        if parent == parent.parent:
+            break
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
+
+
+def check_json_path(args: argparse.Namespace) -> None:
+    """:func:`check_output_path` of ``--json``: every command calls it first."""
+    check_output_path(getattr(args, "json_path", None), "--json")
+
+
+def require(module: str, extra: str, purpose: str) -> Any:
+    """Import ``module``, or ImportError with the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{purpose} needs {module}, which is not installed: "
+                          f"pip install 'optical[{extra}]'") from None
 
 
 def _jsonable(value: Any) -> Any:

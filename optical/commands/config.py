@@ -7,7 +7,9 @@ import argparse
 from optical.commands._common import (
     add_config_options,
     add_json_option,
+    check_json_path,
     config_from_args,
+    json_to_stdout,
     write_json,
 )
 
@@ -27,8 +29,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_json_path(args)
     cfg = config_from_args(args)
-    for path, value in cfg.items():
-        print(f"{path:34s} {value!r}")
+    if not json_to_stdout(args):  # '-': stdout is the JSON
+        for path, value in cfg.items():
+            print(f"{path:34s} {value!r}")
     write_json(args.json_path, cfg.to_dict())
     return 0

@@ -10,7 +10,11 @@ from typing import Any
 from optical.commands._common import (
     add_config_options,
     add_json_option,
+    check_json_path,
+    check_output_path,
     config_from_args,
+    json_to_stdout,
+    require,
     write_json,
 )
 from optical.energy import compare, model, workload
@@ -84,6 +88,10 @@ def _table(report: model.PrefillEnergy) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_json_path(args)
+    if args.plot is not None:  # before the work, not after it
+        check_output_path(args.plot, "--plot")
+        require("matplotlib", "plot", "--plot")
     cfg = config_from_args(args)
     spec = read_spec(args.model)
     gpu = gpu_model.get_gpu(args.gpu)
@@ -98,7 +106,28 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare.compare(spec, args.prompt_tokens, cfg, gpu, batch=args.batch)
     work = workload.Workload(args.prompt_tokens, args.output_tokens, args.requests_per_s)
     split = workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
+    if not json_to_stdout(args):  # '-': stdout is the JSON
+        _print_report(args, name, cfg, gpu, opt, ref, comparison, split)
 
+    result: dict[str, Any] = {
+        "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
+        "preset": args.preset, "config": cfg.to_dict(),
+        "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
+        "disaggregated": split,
+    }
+    if args.plot is not None:
+        from optical.energy.plot import plot_breakdown
+
+        result["plot"] = str(plot_breakdown(opt, ref, args.plot))
+        if not json_to_stdout(args):
+            print(f"plot: {args.plot}")
+    write_json(args.json_path, result)
+    return 0
+
+
+def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
+                  opt: model.PrefillEnergy, ref: Any, comparison: dict[str, Any],
+                  split: dict[str, Any]) -> None:
     e = cfg.energy
     print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, preset "
           f"{args.preset}, {e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
@@ -128,17 +157,3 @@ def run(args: argparse.Namespace) -> int:
           f"GPU decode {per['disaggregated']['total']:.4g} ({split['ratio']:.3g}x); GPUs "
           f"{split['gpus']['all_gpu']} vs {split['gpus']['disaggregated']} + "
           f"{split['optical_machines']} optical machine(s)")
-
-    result: dict[str, Any] = {
-        "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
-        "preset": args.preset, "config": cfg.to_dict(),
-        "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
-        "disaggregated": split,
-    }
-    if args.plot is not None:
-        from optical.energy.plot import plot_breakdown
-
-        result["plot"] = str(plot_breakdown(opt, ref, args.plot))
-        print(f"plot: {args.plot}")
-    write_json(args.json_path, result)
-    return 0

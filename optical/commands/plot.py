@@ -7,7 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from optical.commands._common import add_json_option, write_json
+from optical.commands._common import (
+    add_json_option,
+    check_json_path,
+    json_to_stdout,
+    require,
+    write_json,
+)
 from optical.config import parse_value
 
 EXAMPLES = """examples:
@@ -21,7 +27,8 @@ EXAMPLES = """examples:
   optical plot runs/llama --kind bars --y sqnr_db --hue adc.bits --where dac.bits=8
 
 Other swept parameters must be held fixed with --where PATH=VALUE (or be the --hue).
-Writes DIR/plots/<name>.png and .svg unless --output STEM is given.
+Writes DIR/plots/<name>.png and .svg unless --output STEM is given; --output
+fig.png (a format's suffix) writes that file alone unless --formats says more.
 """
 
 
@@ -43,9 +50,11 @@ def register(subparsers) -> None:
     parser.add_argument("--where", action="append", default=[], metavar="PATH=VALUE",
                         help="hold a swept parameter at one value (repeatable)")
     parser.add_argument("--output", type=Path, metavar="STEM",
-                        help="write STEM.png, STEM.svg (default DIR/plots/<name>)")
-    parser.add_argument("--formats", default="png,svg", metavar="LIST",
-                        help="comma-separated file formats (default png,svg)")
+                        help="write STEM.png, STEM.svg (default DIR/plots/<name>); "
+                             "STEM.png alone if STEM ends in .png (or .svg, .pdf)")
+    parser.add_argument("--formats", metavar="LIST",
+                        help="comma-separated file formats: png, svg, pdf (default png,svg; "
+                             "or the suffix of --output)")
     add_json_option(parser)
     parser.set_defaults(run=run)
 
@@ -95,15 +104,31 @@ def run(args: argparse.Namespace) -> int:
     from optical import plots
     from optical.sweep import load
 
-    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    for fmt in formats:
-        if fmt not in ("png", "svg", "pdf"):
-            raise ValueError(f"--formats: {fmt!r} is not valid; valid: png, svg, pdf")
+    check_json_path(args)
+    formats = None
+    if args.formats is not None:
+        formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
+        for fmt in formats:
+            if fmt not in plots.FORMATS:
+                raise ValueError(f"--formats: {fmt!r} is not valid; valid: "
+                                 f"{', '.join(plots.FORMATS)}")
+        if not formats:
+            raise ValueError(f"--formats: {args.formats!r} names no format; valid: "
+                             f"{', '.join(plots.FORMATS)}")
+    if args.output is not None:
+        suffix = args.output.suffix.lower().lstrip(".")
+        if suffix in plots.FORMATS and formats is not None and suffix not in formats:
+            raise ValueError(f"--output {args.output}: names the format {suffix}, but "
+                             f"--formats is {','.join(formats)}; drop the suffix or add "
+                             "the format")
+    require("matplotlib", "plot", "plots")
     frame = load(args.sweep_dir)
     fig, name = make_figure(frame, args)
-    stem = args.output or args.sweep_dir / "plots" / name
-    paths = plots.save(fig, stem, formats)
-    if str(args.json_path) != "-":
+    if args.output is None:
+        paths = plots.save(fig, args.sweep_dir / "plots" / name, formats or ["png", "svg"])
+    else:
+        paths = plots.save(fig, args.output, formats)
+    if not json_to_stdout(args):  # '-': stdout is the JSON
         for path in paths:
             print(path)
     write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,

@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from optical.commands._common import add_config_options, add_json_option, write_json
+from optical.commands._common import (
+    add_config_options,
+    add_json_option,
+    check_json_path,
+    json_to_stdout,
+    write_json,
+)
 from optical.config import parse_value
 
 EXAMPLES = """examples:
@@ -30,15 +36,17 @@ EXAMPLES = """examples:
       --param adc.bits=4,6,8 --samples 50 --out runs/random
 
   # photons per MAC x seeds in one process, vmapped on the JAX backend (GPU if present)
-  optical sweep --matmul 512x4096x4096 --backend jax --vmap \
-      --param source.photons_per_mac=1e3,1e4,1e5 --set adc.full_scale=rms \
+  optical sweep --matmul 512x4096x4096 --backend jax --vmap \\
+      --param source.photons_per_mac=1e3,1e4,1e5 --set adc.full_scale=rms \\
       --seeds 8 --out runs/vmap
 
   # resume an interrupted (or finish a finished) sweep from its manifest
   optical sweep --out runs/adc
 
 Re-running a sweep skips the runs already in --out; a different sweep in the same
---out is refused. Results: DIR/results.parquet, one row per point and seed.
+--out is refused, and so are options of the sweep's definition given with --out
+alone (they would be ignored). Results: DIR/results.parquet, one row per point
+and seed.
 """
 
 
@@ -47,25 +55,31 @@ def register(subparsers) -> None:
         "sweep", help="sweep config parameters x seeds (resumable; local cores or Dask)",
         description=__doc__.split("\n")[0].split(": ", 1)[1], epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    what = parser.add_argument_group("workload (omit to resume the sweep in --out)")
+    what = parser.add_argument_group(
+        "workload (omit it, and every option of this group and the next, to resume the "
+        "sweep in --out as its manifest defines it)")
     which = what.add_mutually_exclusive_group()
     which.add_argument("--matmul", metavar="TxKxN",
                        help="a synthetic (T, K) @ (K, N) matmul, e.g. 512x4096x4096")
     which.add_argument("--model", metavar="DIR", help="a model directory (config.json)")
-    what.add_argument("--layer", type=int, default=0, help="layer of --model (default 0)")
-    what.add_argument("--tokens", type=int, default=512,
+    # Defaults are None so that an option given is known: it is refused where it
+    # would be ignored (a resume from --out alone, the other workload's option).
+    what.add_argument("--layer", type=int, help="layer of --model (default 0)")
+    what.add_argument("--tokens", type=int,
                       help="prompt tokens of --model's prefill (default 512)")
-    what.add_argument("--weights-seed", type=int, default=0,
+    what.add_argument("--weights-seed", type=int,
                       help="seed of --model's synthetic weights (default 0)")
     what.add_argument("--inputs", choices=("gaussian", "uniform", "laplace"),
-                      default="gaussian", help="input distribution of --matmul")
-    what.add_argument("--outlier-channels", type=int, default=0, metavar="N",
+                      help="input distribution of --matmul (default gaussian)")
+    what.add_argument("--outlier-channels", type=int, metavar="N",
                       help="input channels of --matmul scaled by --outlier-scale (default 0)")
-    what.add_argument("--outlier-scale", type=float, default=20.0, metavar="X")
-    what.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    what.add_argument("--data-seed", type=int, default=0,
-                      help="seed of --matmul's data (independent of the noise seeds)")
-    what.add_argument("--backend", choices=("auto", "numpy", "numba", "jax"), default="auto",
+    what.add_argument("--outlier-scale", type=float, metavar="X",
+                      help="factor of --matmul's outlier channels (default 20)")
+    what.add_argument("--dtype", choices=("float32", "float64"),
+                      help="dtype of --matmul (default float32)")
+    what.add_argument("--data-seed", type=int,
+                      help="seed of --matmul's data (independent of the noise seeds; default 0)")
+    what.add_argument("--backend", choices=("auto", "numpy", "numba", "jax"),
                       help="engine of --matmul (default auto: numba); jax runs can be "
                            "batched with --vmap")
 
@@ -74,11 +88,12 @@ def register(subparsers) -> None:
                       help="a dotted config path and its values, e.g. adc.bits=4,6,8 "
                            "(repeatable; the grid is their product); LO:HI or LO:HI:log "
                            "draws from a range with --samples")
-    grid.add_argument("--seeds", type=int, default=1, metavar="N",
+    grid.add_argument("--seeds", type=int, metavar="N",
                       help="noise seeds 0..N-1 at every point (default 1)")
     grid.add_argument("--samples", type=int, metavar="N",
                       help="N random points instead of the grid")
-    grid.add_argument("--sample-seed", type=int, default=0, metavar="S")
+    grid.add_argument("--sample-seed", type=int, metavar="S",
+                      help="seed of the random points of --samples (default 0)")
     add_config_options(parser)
     parser.set_defaults(preset=None)  # None: not given (resume), iris-like when starting
 
@@ -121,25 +136,74 @@ def parse_param(item: str) -> tuple[str, Any]:
         raise ValueError(f"--param {item!r}: {err}") from None
 
 
+#: Options of each workload: attribute, option, default.
+MATMUL_OPTIONS = (("inputs", "--inputs", "gaussian"), ("outlier_channels", "--outlier-channels", 0),
+                  ("outlier_scale", "--outlier-scale", 20.0), ("dtype", "--dtype", "float32"),
+                  ("data_seed", "--data-seed", 0), ("backend", "--backend", "auto"))
+MODEL_OPTIONS = (("layer", "--layer", 0), ("tokens", "--tokens", 512),
+                 ("weights_seed", "--weights-seed", 0))
+#: Options of the sweep's definition besides its workload.
+GRID_OPTIONS = (("param", "--param", []), ("overrides", "--set", []),
+                ("preset", "--preset", "iris-like"), ("seeds", "--seeds", 1),
+                ("samples", "--samples", None), ("sample_seed", "--sample-seed", 0))
+#: Integer options and their least valid value.
+MINIMUM = {"layer": 0, "tokens": 1, "weights_seed": 0, "outlier_channels": 0, "data_seed": 0,
+           "seeds": 1, "samples": 1, "sample_seed": 0}
+#: How long to wait for a --scheduler to answer.
+SCHEDULER_TIMEOUT_S = 20
+
+
+def _given(args: argparse.Namespace, options: tuple[tuple[str, str, Any], ...]) -> list[str]:
+    return [option for attr, option, _ in options if getattr(args, attr) not in (None, [])]
+
+
+def _fill_defaults(args: argparse.Namespace) -> None:
+    for attr, option, default in (*MATMUL_OPTIONS, *MODEL_OPTIONS, *GRID_OPTIONS):
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
+        value = getattr(args, attr)
+        if attr in MINIMUM and value is not None:
+            if value < MINIMUM[attr]:
+                kind = "positive" if MINIMUM[attr] else "non-negative"
+                raise ValueError(f"{option}: {value} must be a {kind} integer")
+            if attr.endswith("seed") and value >= 2**64:
+                raise ValueError(f"{option}: {value} is out of range; valid: [0, 2**64)")
+    if not (0 < args.outlier_scale < float("inf")):
+        raise ValueError(f"--outlier-scale: {args.outlier_scale} must be a positive finite "
+                         "number")
+
+
 def _definition(args: argparse.Namespace) -> Any:
-    """The sweep definition the options give, or None when only --out is given."""
+    """The sweep definition the options give, or None when only --out is given
+    (resume). Options that would be ignored are refused, by name."""
     from optical.commands._common import config_from_args
     from optical.sweep import SweepDefinition
     from optical.workloads import LayerWorkload, MatmulWorkload
 
     if args.matmul is None and args.model is None:
-        if args.param or args.overrides or args.preset is not None or args.samples:
-            raise ValueError("give a workload (--matmul TxKxN or --model DIR) with --param, "
-                             "or only --out DIR to resume the sweep there")
+        given = _given(args, (*GRID_OPTIONS, *MATMUL_OPTIONS, *MODEL_OPTIONS))
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} given without a workload: give a workload (--matmul "
+                "TxKxN or --model DIR) with the sweep's options, or only --out DIR (with "
+                "--jobs, --scheduler, --vmap, --format, --quiet, --json) to resume the sweep "
+                "there as its manifest defines it")
         return None
+    other = MODEL_OPTIONS if args.matmul is not None else MATMUL_OPTIONS
+    if misplaced := _given(args, other):
+        own, alien = ("--matmul", "--model") if args.matmul is not None else ("--model",
+                                                                             "--matmul")
+        raise ValueError(f"{', '.join(misplaced)} appl{'ies' if len(misplaced) == 1 else 'y'} "
+                         f"to {alien}, not to {own}")
+    if args.sample_seed is not None and args.samples is None:
+        raise ValueError("--sample-seed applies only with --samples (random points)")
+    _fill_defaults(args)
     params: dict[str, Any] = {}
     for item in args.param:
         path, values = parse_param(item)
         if path in params:
             raise ValueError(f"--param {item!r}: {path} is given twice")
         params[path] = values
-    if args.preset is None:
-        args.preset = "iris-like"
     base = config_from_args(args)
     if args.matmul is not None:
         workload: Any = MatmulWorkload.from_shape(
@@ -153,19 +217,43 @@ def _definition(args: argparse.Namespace) -> Any:
                                  samples=args.samples, sample_seed=args.sample_seed)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from optical.sweep import SweepDefinition, SweepError, execute, read_manifest, sigterm_as_exit
+def _vmappable(definition: Any) -> bool:
+    """Whether the vmap executor would batch any run of ``definition``."""
+    key_of = getattr(definition.workload, "batch_key", None)
+    return key_of is not None and any(key_of(c) is not None for c in definition.configs())
 
+
+def _connect(address: str) -> Any:
+    """A Dask client of the scheduler at ``address``; errors name the address."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ImportError("--scheduler needs dask.distributed, which is not installed: "
+                          "pip install 'optical[sweep]'") from None
+    try:
+        return Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
+    except (OSError, TimeoutError) as err:
+        raise ConnectionError(f"--scheduler {address}: no Dask scheduler answered within "
+                              f"{SCHEDULER_TIMEOUT_S} s ({err})") from None
+    except ValueError as err:
+        raise ValueError(f"--scheduler {address}: {err}") from None
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from optical.sweep import SweepError, Terminated, execute, sigterm_as_exit, stored_definition
+
+    check_json_path(args)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
     definition = _definition(args)
     if definition is None:
-        definition = SweepDefinition.from_dict(read_manifest(args.out)["definition"])
+        definition = stored_definition(args.out)
+    if args.vmap and not _vmappable(definition):
+        raise ValueError("--vmap: none of this sweep's runs can be vmapped (only a --matmul "
+                         "sweep with --backend jax batches its runs); drop --vmap")
     client = None
     if args.scheduler is not None:
-        from distributed import Client
-
-        client = Client(args.scheduler, timeout="20s")
+        client = _connect(args.scheduler)
         executor: Any = client
     elif args.vmap:
         executor = "vmap"
@@ -175,17 +263,18 @@ def run_command(args: argparse.Namespace) -> int:
         with sigterm_as_exit():
             summary = execute(definition, args.out, executor=executor,
                               progress=not args.quiet, results_format=args.format)
-    except KeyboardInterrupt:
-        print(f"optical sweep: interrupted; finished runs are kept in {args.out}; run "
+    except (KeyboardInterrupt, Terminated) as stop:
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        print(f"optical sweep: {how}; finished runs are kept in {args.out}; run "
               f"`optical sweep --out {args.out}` to resume", file=sys.stderr)
-        return 130
+        return int(stop.code) if isinstance(stop, Terminated) else 130
     except SweepError as err:
         print(f"optical sweep: error: {err}", file=sys.stderr)
         return 1
     finally:
         if client is not None:
             client.close()
-    if not args.quiet and str(args.json_path) != "-":  # '-': stdout is the JSON
+    if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
         print(f"{args.out}: {summary.runs} runs ({summary.already_done} already done, "
               f"{summary.ran} run now on {summary.executor})")
         _print_table(summary.results_path, definition.paths)

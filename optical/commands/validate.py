@@ -7,7 +7,9 @@ import argparse
 from optical.commands._common import (
     add_config_options,
     add_json_option,
+    check_json_path,
     config_from_args,
+    json_to_stdout,
     write_json,
 )
 
@@ -51,6 +53,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from optical.transformer import load, validate
 
+    check_json_path(args)
     config = config_from_args(args)
     for name in ("tokens", "batch"):
         if getattr(args, name) < 1:
@@ -59,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,
                       progress=not args.quiet)
-    print(report.table(preset=args.preset + (" + " + ", ".join(args.overrides)
-                                             if args.overrides else "")))
+    if not json_to_stdout(args):  # '-': stdout is the JSON
+        print(report.table(preset=args.preset + (" + " + ", ".join(args.overrides)
+                                                 if args.overrides else "")))
     data = report.to_dict()
     data["preset"], data["overrides"] = args.preset, list(args.overrides)
     write_json(args.json_path, data)
