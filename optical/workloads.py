@@ -72,8 +72,9 @@ class MatmulWorkload:
         Engine of ``optical.matmul``. With "jax" (float32), runs that differ
         only in their seed and numeric noise fields can be computed together
         in one ``vmap`` (:meth:`run_batch`, the sweep's ``"vmap"`` executor);
-        a single run takes the same path, so its numbers do not depend on
-        how runs were batched.
+        a single run takes the same path, so its outputs and accuracy do
+        not depend on how runs were batched (its detected-photon count, a
+        float32 sum inside XLA, may move in the last digits).
     """
 
     kind: ClassVar[str] = "matmul"
@@ -289,12 +290,9 @@ class LayerWorkload:
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         from optical import transformer
 
-        validate = getattr(transformer, "validate", None)
-        if validate is None:
-            raise NotImplementedError("optical.transformer.validate is not available in this "
-                                      "version of optical: layer sweeps need it")
         model = _load_model(self.model_dir, self.weights_seed)
-        report = validate(model, layer=self.layer, tokens=self.tokens, config=config, seed=seed)
+        report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
+                                      seed=seed)
         return layer_metrics(report)
 
     def to_dict(self) -> dict[str, Any]:

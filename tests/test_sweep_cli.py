@@ -135,8 +135,12 @@ def test_sweep_on_a_dask_scheduler(tmp_path):
 
 
 def test_every_command_has_help_with_examples(capsys):
+    from optical.cli import COMMANDS
+
     parser = build_parser()
-    for command in ("config", "sweep", "plot"):
+    commands = [module.__name__.rsplit(".", 1)[1] for module in COMMANDS]
+    assert set(commands) >= {"config", "validate", "sweep", "plot", "energy"}
+    for command in commands:
         with pytest.raises(SystemExit):
             parser.parse_args([command, "--help"])
         text = capsys.readouterr().out

@@ -107,8 +107,6 @@ def test_layer_workload_checks_its_model_directory(tmp_path):
 
 
 def test_layer_sweep_through_validate(tmp_path):
-    if not hasattr(optical.transformer, "validate"):
-        pytest.skip("optical.transformer.validate is not available yet")
     wl = LayerWorkload(str(MODELS / "all-minilm-l6-v2"), layer=0, tokens=8)
     frame = optical.sweep(wl, {"adc.bits": [6, 10]}, seeds=1, out=tmp_path / "s",
                           executor="serial", progress=False)
@@ -116,13 +114,6 @@ def test_layer_sweep_through_validate(tmp_path):
     assert "sqnr_db" in frame.columns and len(per_matmul) >= 4
     # more ADC bits: a more accurate layer output
     assert frame["sqnr_db"].iloc[1] > frame["sqnr_db"].iloc[0]
-
-
-def test_layer_run_without_validate_says_so(monkeypatch):
-    monkeypatch.delattr(optical.transformer, "validate", raising=False)
-    wl = LayerWorkload(str(MODELS / "all-minilm-l6-v2"), layer=0, tokens=8)
-    with pytest.raises(NotImplementedError, match="optical.transformer.validate"):
-        wl.run(optical.presets.get("ideal"), 0)
 
 
 @dataclasses.dataclass
