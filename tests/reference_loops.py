@@ -1,7 +1,8 @@
 """An independent, deliberately plain re-derivation of the noise-free optical
 matmul (DAC, mask, encodings, balanced or per-rail detection, ADC windows),
 written from the physical description with explicit loops over tokens and
-tiles. Used as the truth for ``optical.matmul`` when every noise is off."""
+tiles. Used as the truth for ``optical.matmul`` when every noise is off,
+and for its count of clipped ADC conversions."""
 
 import math
 
@@ -43,7 +44,11 @@ def _share(lo, hi, n):
     return lo, hi
 
 
-def reference_matmul(x, w, cfg):
+def reference_matmul(x, w, cfg, *, return_clipped=False):
+    """The noise-free optical ``x @ w`` under ``cfg``, one token, K-tile, pass
+    and ADC at a time. With ``return_clipped``, also ``(below, above)``: how
+    many ADC conversions rounded to a code under 0 or over the top code."""
+    below = above = 0
     x = np.asarray(x, np.float64).reshape(-1, w.shape[0])
     w = np.asarray(w, np.float64)
     big_k, big_n = w.shape
@@ -98,8 +103,10 @@ def reference_matmul(x, w, cfg):
                             lo, hi = _share(lo, hi, cfg.core.outputs)
                         top = 2**cfg.adc.bits - 1
                         step = (hi - lo) / top
-                        code = np.clip(np.round((readout - lo) / np.where(step > 0, step, 1)), 0, top)
-                        readout = lo + code * step
+                        code = np.round((readout - lo) / np.where(step > 0, step, 1))
+                        below += int(np.sum((code < 0) & (step > 0)))
+                        above += int(np.sum((code > top) & (step > 0)))
+                        readout = lo + np.clip(code, 0, top) * step
                     digitised.append(readout)
                 if balanced:
                     dot = digitised[0] / (1 - t_min)
@@ -110,4 +117,4 @@ def reference_matmul(x, w, cfg):
                 y[i] += coeff * dot * sw
         y[i] *= sx[i]
     assert math.isinf(cfg.source.photons_per_mac)
-    return y
+    return (y, (below, above)) if return_clipped else y

@@ -148,6 +148,59 @@ def test_layer_and_head_work_of_a_tiny_llama_match_a_hand_count():
     assert head["lm_head"].dram_bytes == 10 * 8 * 2
 
 
+TINY_BERT = ModelSpec.from_config({
+    "model_type": "bert", "hidden_size": 8, "intermediate_size": 16,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10,
+    "max_position_embeddings": 16})
+
+
+def test_layer_and_head_work_of_a_tiny_bert_match_a_hand_count():
+    """A BERT layer: query, key, value (8 -> 8 each), attention output
+    (8 -> 8), intermediate (8 -> 16), output (16 -> 8), each with a bias; two
+    post-LayerNorms (attention and MLP blocks); GELU on the intermediate; no
+    rotary embedding, no grouped heads (q = kv = 8). The head is mean pooling
+    and no LM head (the embedding is tied). 2 prompts of 3 tokens: 6 rows,
+    context 3, 2 heads -> 36 scores."""
+    work = counts.layer_work(TINY_BERT, 3, batch=2)
+    ops = {k: w.ops for k, w in work.items()}
+    assert ops == {
+        "norms": 2 * 8 * 8 * 6,  # two LayerNorms of 8 H operations per row
+        "attention.products": 2 * 2 * 3 * 8 * 6,  # Q K^T and P V: 2 x context x q MACs
+        "softmax": 6 * 36,
+        "mlp_activation": 8 * 16 * 6,  # GELU: 8 operations per intermediate element
+        "residual": 2 * 8 * 6,
+        "bias": (8 + 8 + 8 + 8 + 16 + 8) * 6,  # one add per output of the six linears
+    }
+    sram = {k: w.sram_bytes for k, w in work.items()}
+    assert sram == {
+        "norms": 2 * (8 + 8) * 6 * 2,  # each norm reads and writes H, bf16
+        "attention.products": (2 * 8 * 6 + 2 * 8 * 3 * 2) * 2,  # Q in, O out; K, V per prompt
+        "softmax": 4 * 36 * 2,
+        "mlp_activation": (16 + 16) * 6 * 2,  # GELU reads one input, writes one output
+        "residual": 2 * 3 * 8 * 6 * 2,
+        "bias": 0,
+    }
+    assert all(w.dram_bytes == 0 for w in work.values())
+    optical_attention = counts.layer_work(TINY_BERT, 3, batch=2, attention="optical")
+    assert "attention.products" not in optical_attention
+    assert optical_attention["softmax"].sram_bytes == 2 * 36 * 2
+    head = counts.head_work(TINY_BERT, 3, batch=2)
+    assert set(head) == {"embedding", "pooling"}
+    assert head["embedding"] == counts.Work(dram_bytes=6 * 8 * 2)
+    # Mean pooling sums 3 tokens of H per prompt, then 3 H (divide, normalise).
+    assert head["pooling"] == counts.Work(ops=2 * (3 * 8 + 3 * 8))
+    assert counts.weight_count(TINY_BERT) == {"linear": 2 * (4 * 8 * 8 + 2 * 8 * 16),
+                                              "embedding": 10 * 8, "lm_head": 0}
+    # prefill prices each item: operations, on-chip and off-chip bytes, every layer.
+    rep = model.prefill(TINY_BERT, 3, tiny_config(), batch=2)
+    for name in ops:
+        assert rep.digital[name] == pytest.approx(
+            2 * (ops[name] * 0.5e-12 + sram[name] * 1e-12), rel=1e-12), name
+    assert rep.digital["pooling"] == pytest.approx(96 * 0.5e-12, rel=1e-12)
+    assert rep.digital["embedding"] == pytest.approx(96 * 30e-12, rel=1e-12)
+    assert "rope" not in rep.digital and "lm_head" not in rep.digital
+
+
 def test_prefill_total_is_the_sum_of_independently_counted_parts():
     cfg = tiny_config()
     rep = model.prefill(TINY, 3, cfg, batch=2)

@@ -94,11 +94,16 @@ def test_quantised_machine_matches_reference_and_loops(rng, inputs, weights, bal
     for exact in (False, True):
         y = optical.matmul(x, w, cfg, seed=0, backend="numba", exact=exact)
         for other in (truth, reference):
-            close = np.isclose(y, other, rtol=1e-9, atol=1e-9 * np.abs(other).max())
             # Balanced rails subtracted before (fast) or after (exact) the GEMM
-            # round differently: an ADC code may move where a readout sits on a boundary.
-            assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} differ"
+            # round differently, so an ADC code could move where a readout sits
+            # within rounding of a code boundary; none of these readouts does.
+            close = np.isclose(y, other, rtol=1e-9, atol=1e-9 * np.abs(other).max())
+            assert close.all(), f"{(~close).sum()} of {close.size} differ"
         assert metrics.sqnr_db(truth, y) > 40
+    # Exact mode runs the reference's GEMMs and codes; only the decoding's
+    # float operations differ in order (offset weights: a few ulps).
+    np.testing.assert_allclose(optical.matmul(x, w, cfg, seed=0, backend="numba", exact=True),
+                               reference, rtol=0, atol=1e-13 * np.abs(reference).max())
 
 
 # --------------------------------------------------------------------------- #
@@ -109,17 +114,19 @@ def test_quantised_machine_matches_reference_and_loops(rng, inputs, weights, bal
 @pytest.mark.parametrize("shot", ["gaussian", "poisson"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_exact_mode_reproduces_the_reference_under_noise(rng, shot, dtype):
+    """Draw for draw, and the same GEMMs: every output bit for bit (a readout
+    within rounding of a code boundary could move a code; none here does),
+    and the same conversions clipped (a tight window: some 2% clip)."""
     x = rng.standard_normal((40, 150)).astype(dtype)
     w = rng.standard_normal((150, 50)).astype(dtype)
-    cfg = noisy(**{"detector.shot_noise": shot, "detector.dark_electrons": 20.0})
+    cfg = noisy(**{"detector.shot_noise": shot, "detector.dark_electrons": 20.0,
+                   "adc.headroom": 2.0})
     reference, ref_stats = optical.matmul(x, w, cfg, seed=4, backend="numpy",
                                           return_stats=True)
     y, st = optical.matmul(x, w, cfg, seed=4, backend="numba", exact=True, return_stats=True)
-    step = np.abs(reference).max() * 1e-3
-    close = np.isclose(y, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=step * 1e-3)
-    assert close.mean() > 0.98, f"{(~close).sum()} of {close.size} differ"
+    np.testing.assert_array_equal(y, reference)
     assert st.detected_photons == pytest.approx(ref_stats.detected_photons, rel=1e-6)
-    assert st.clipped_fraction == pytest.approx(ref_stats.clipped_fraction, abs=0.002)
+    assert st.clipped_fraction == ref_stats.clipped_fraction > 0.005
 
 
 def test_iris_like_as_deployed_runs_on_numba(rng):
@@ -134,8 +141,8 @@ def test_iris_like_as_deployed_runs_on_numba(rng):
     assert pw.bypass is not None
     ref, ref_stats = optical.matmul(x, pw, cfg, seed=2, backend="numpy", return_stats=True)
     y, st = optical.matmul(x, pw, cfg, seed=2, backend="numba", exact=True, return_stats=True)
-    close = np.isclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    assert close.mean() > 0.98
+    np.testing.assert_array_equal(y, ref)
+    assert st.clipped_fraction == ref_stats.clipped_fraction
     assert st.digital_channels == ref_stats.digital_channels > 0
     fast = optical.matmul(x, pw, cfg, seed=2, backend="numba")
     truth = x.astype(np.float64) @ w
@@ -200,7 +207,8 @@ def test_low_rank_light_error(rng):
         return np.abs(np.sqrt(a @ left @ right / (a @ tsum)) - 1)
 
     err = error(_fastpath.LIGHT_RANK)
-    assert np.median(err) < 0.005 and err.max() < 0.03, (np.median(err), err.max())
+    # Measured 0.10% median, 2.3% worst (docs/ARCHITECTURE.md quotes these bounds).
+    assert np.median(err) < 0.002 and err.max() < 0.025, (np.median(err), err.max())
     # Two more singular directions of the centred rest buy nothing measurable:
     # what is left is the rest's unstructured part (why the default is rank 1).
     richer = error(3)
@@ -285,6 +293,46 @@ def test_bit_identical_whatever_threads_and_chunks(rng, exact):
     assert np.mean(optical.matmul(x, w, cfg, seed=12, backend="numba", exact=exact) != first) > 0.5
 
 
+@pytest.mark.parametrize("shot", ["gaussian", "poisson"])
+def test_exact_mode_reproduces_the_reference_beyond_one_token_block(rng, shot):
+    """numba works in blocks of BLOCK_TOKENS tokens; every draw of the second
+    block must be keyed by its absolute token, as the reference's are."""
+    x = rng.standard_normal((numba_backend.BLOCK_TOKENS + 77, 100)).astype(np.float32)
+    w = rng.standard_normal((100, 45)).astype(np.float32)
+    cfg = noisy(**{"detector.shot_noise": shot})
+    pw = optical.program(w, cfg)
+    reference = optical.matmul(x, pw, cfg, seed=11, backend="numpy")
+    np.testing.assert_array_equal(
+        optical.matmul(x, pw, cfg, seed=11, backend="numba", exact=True), reference)
+
+
+@pytest.mark.parametrize("noise", ["readout", "rin"])
+def test_fast_noise_does_not_repeat_from_one_token_block_to_the_next(rng, noise):
+    """Identical rows, so every row's error is that row's noise: the noise of
+    row t and of row t + BLOCK_TOKENS must be uncorrelated (fast mode). The
+    readout noise is independent over columns too: the pooled correlation of
+    N = BLOCK_TOKENS * 45 pairs has standard error 1 / sqrt(N). RIN is shared
+    by the columns of a pass, so its bound is that of one column's
+    BLOCK_TOKENS pairs, which bounds their mean over the columns as well."""
+    block = numba_backend.BLOCK_TOKENS
+    x = np.tile(rng.standard_normal((1, 100)), (2 * block, 1)).astype(np.float32)
+    w = rng.standard_normal((100, 45)).astype(np.float32)
+    if noise == "readout":
+        cfg = noisy(**{"source.rin_db_per_hz": -math.inf})
+    else:
+        cfg = noisy(**{"source.photons_per_mac": math.inf, "adc.bits": None})
+    y = optical.matmul(x, w, cfg, seed=11, backend="numba").astype(np.float64)
+    e = y - y.mean(axis=0)
+    first, second = e[:block], e[block:]
+    assert np.all(first.std(axis=0) > 0)
+    if noise == "readout":
+        r = np.sum(first * second) / np.sqrt(np.sum(first**2) * np.sum(second**2))
+        assert abs(r) < 5 / math.sqrt(first.size), r
+    else:
+        r = np.mean([np.corrcoef(first[:, j], second[:, j])[0, 1] for j in range(45)])
+        assert abs(r) < 5 / math.sqrt(block), r
+
+
 def test_stats_match_the_reference(rng):
     x = rng.standard_normal((2, 5, 100))
     w = rng.standard_normal((100, 70))
@@ -294,8 +342,9 @@ def test_stats_match_the_reference(rng):
     _, ref = optical.matmul(x, w, cfg, seed=0, backend="numpy", return_stats=True)
     _, got = optical.matmul(x, w, cfg, seed=0, backend="numba", return_stats=True)
     assert got.detected_photons == pytest.approx(ref.detected_photons, rel=1e-9)
-    assert got.clipped_fraction == pytest.approx(ref.clipped_fraction, abs=0.01)
-    assert 0 < got.clipped_fraction
+    # Poisson shot noise (the ideal preset's) is drawn as the reference draws
+    # it, so the very same conversions clip.
+    assert got.clipped_fraction == ref.clipped_fraction > 0
     counted = {k: v for k, v in got.to_dict().items() if k in optical.schedule(10, 100, 70, cfg)
                .to_dict()}
     assert counted == optical.schedule(10, 100, 70, cfg).to_dict()

@@ -28,6 +28,22 @@ def test_pair_metrics_by_hand():
         metrics.compare(ref, np.full_like(test, np.nan))
 
 
+def test_max_abs_error_by_hand():
+    ref = [[1.0, 2.0], [3.0, 4.0]]
+    test = [[1.0, 2.5], [3.0, 1.0]]  # errors ref - test: 0, -0.5, 0, 3
+    assert metrics.max_abs_error(ref, test) == 3.0
+    # Swapped, the largest error is -3: its size counts, not its sign.
+    assert metrics.max_abs_error(test, ref) == 3.0
+    assert metrics.max_abs_error(ref, ref) == 0.0
+    # float32 operands are compared in float64: 2**24 - (-1) = 16777217 exactly,
+    # which float32 arithmetic would round to 16777216.
+    ref32 = np.array([[2.0**24, 0.5]], dtype=np.float32)
+    test32 = np.array([[-1.0, 0.25]], dtype=np.float32)
+    assert np.float32(ref32[0, 0]) - np.float32(test32[0, 0]) == np.float32(2.0**24)
+    got = metrics.max_abs_error(ref32, test32)
+    assert type(got) is float and got == 16777217.0
+
+
 def test_kl_divergence_of_a_two_class_softmax_by_hand():
     # softmax([0, ln 2]) = (1/3, 2/3); softmax([0, 0]) = (1/2, 1/2).
     ref = np.array([[0.0, math.log(2.0)]])

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 
@@ -12,10 +13,36 @@ def test_names_and_unknown_preset():
         optical.presets.get("iris")
 
 
+#: A journal reference, "Nat. Commun. 13, 123 (2022)": abbreviated title,
+#: volume, page and year.
+_JOURNAL = re.compile(r"\b(?:[A-Z][a-z]*\. ?)+ \d+, \d+ \((?:19|20)\d{2}\)")
+#: A "Sources:" paragraph whose first source carries its year, "Lumai ... (2026)".
+_SOURCES = re.compile(r"^\s*Sources?: [^;\n]+\((?:19|20)\d{2}\)", re.MULTILINE)
+
+
 @pytest.mark.parametrize("name", optical.presets.names())
 def test_every_preset_cites_its_sources(name):
-    fn = optical.presets._PRESETS[name]
-    assert fn.__doc__ and len(fn.__doc__) > 200
+    """A machine modelled on real hardware names where its numbers come from:
+    a journal reference or a "Sources:" paragraph, with years; one named after
+    a paper ("wang-2022") cites that year's paper. The ideal machine models
+    no hardware: it must say it is the physics' exact limit instead."""
+    doc = optical.presets._PRESETS[name].__doc__
+    assert doc
+    if name == "ideal":
+        assert "limit" in doc and "exact" in doc
+        return
+    citations = _JOURNAL.findall(doc) + _SOURCES.findall(doc)
+    assert citations, doc
+    year = re.search(r"-((?:19|20)\d{2})$", name)
+    if year:
+        assert any(f"({year.group(1)})" in c for c in _JOURNAL.findall(doc)), citations
+
+
+def test_the_citation_patterns_recognise_citations():
+    assert _JOURNAL.search("Wang et al., Nat. Commun. 13, 123 (2022).")
+    assert _JOURNAL.search("Halko, Martinsson & Tropp, SIAM Rev. 53, 217, 2011") is None
+    assert _SOURCES.search("    Sources: Lumai Iris Nova press release (2026); vendor data")
+    assert _SOURCES.search("    Sources: vendor data.") is None
 
 
 def test_iris_like_derived_numbers_match_the_reference_sheet():
