@@ -14,7 +14,7 @@ can be kept too, but buy nothing measurable: the error is the rest's
 unstructured part, which no low rank captures. With offset-encoded inputs the
 light is its constant offset plus a smaller signal, and the shot-noise
 standard deviation from the column mean alone comes out within 0.1-0.2%
-(median) and 2% (worst of 256 x 1024 readouts) of the exact one for Gaussian
+(median) and 2.3% (worst of 256 x 512 readouts) of the exact one for Gaussian
 weights and inputs with massive activations, and within 0.2% / 1.7% for a
 programmed Llama-3.1-8B gate_proj K-tile; keeping two more directions
 changes neither figure in its second digit (measured by
