@@ -63,6 +63,35 @@ def test_validate_iris_like(benchmark, llama8b, record, record_seconds):
     record_seconds(CASE, "    of which programming the masks", timings["program_s"])
 
 
+def test_validate_over_the_fp32_forward_of_the_same_round(llama8b):
+    """The same ratio, immune to this host's drift between the two tests
+    above: three rounds, each timing the fp32 forward and then validate, back
+    to back; the median of the three per-round ratios."""
+    import statistics
+    import time
+
+    model, layer, h = llama8b
+    cfg = optical.presets.get("iris-like")
+    transformer.validate(model, layer=0, tokens=512, config=cfg, hidden=h)  # warm-up
+    ratios, rounds = [], []
+    for _ in range(3):
+        start = time.perf_counter()
+        layer.reference(h, dtype="float32")
+        middle = time.perf_counter()
+        transformer.validate(model, layer=0, tokens=512, config=cfg, hidden=h)
+        end = time.perf_counter()
+        ratios.append((end - middle) / (middle - start))
+        rounds.append(f"{end - middle:.2f} s / {middle - start:.2f} s")
+    median = statistics.median(ratios)
+    print(f"\n{CASE}: validate over the fp32 forward of the same round: "
+          + ", ".join(f"{r:.2f}x ({t})" for r, t in zip(ratios, rounds, strict=True))
+          + f"; median {median:.2f}x (target <= 3x)")
+    out = Path(".benchmarks")
+    out.mkdir(exist_ok=True)
+    (out / "validate_rounds.json").write_text(json.dumps(
+        {CASE: {"ratios": ratios, "median": median}}, indent=2))
+
+
 _PEAK_SCRIPT = """
 import json, resource, sys, time
 import optical
