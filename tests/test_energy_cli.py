@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -75,3 +76,122 @@ def test_energy_plot_problems_are_named_before_the_work(tmp_path, capsys, monkey
     assert err.startswith("optical energy: error: --plot needs matplotlib") and \
         "pip install 'optical[plot]'" in err and "Traceback" not in err
     assert not (tmp_path / "e.json").exists()
+
+
+# --------------------------------------------------------------------------- #
+# --batch, --output-tokens, --requests-per-s against the energy API
+# --------------------------------------------------------------------------- #
+
+MODEL = "models/llama-3.2-1b"
+PROMPT = 256
+
+
+def _as_written(data):
+    """``data`` as ``--json`` writes it: standard JSON, non-finite floats as strings."""
+    return json.loads(json.dumps(data, default=lambda value: value.item()),
+                      parse_constant=lambda name: str(float(name)))
+
+
+def _energy(capsys, *extra):
+    """What ``optical energy`` on MODEL writes with ``--json -``."""
+    assert main(["energy", "--model", MODEL, "--prompt-tokens", str(PROMPT), *extra,
+                 "--json", "-"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _expected(batch=1, output_tokens=256, requests_per_s=1.0):
+    """The command's sections computed with the API, iris-like on an H100."""
+    from optical.energy import compare, workload
+
+    spec, cfg, h100 = read_spec(MODEL), optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    work = workload.Workload(PROMPT, output_tokens, requests_per_s)
+    return _as_written({
+        "batch": batch,
+        "optical": optical.energy.prefill(spec, PROMPT, cfg, batch=batch,
+                                          model="llama-3.2-1b").to_dict(),
+        "gpu": gpu.prefill(spec, PROMPT, h100, batch=batch).to_dict(),
+        "comparison": compare.compare(spec, PROMPT, cfg, h100, batch=batch),
+        "disaggregated": workload.disaggregated(spec, work, cfg, h100, prefill_batch=batch),
+    })
+
+
+def _sections(data):
+    return {key: data[key] for key in ("batch", "optical", "gpu", "comparison", "disaggregated")}
+
+
+def _littles_law(split):
+    """Sequences decoding at once = arrival rate per instance x time in decode
+    (output tokens x step time): the disaggregated estimate's decode."""
+    work, decode = split["workload"], split["decode"]
+    return pytest.approx(work["requests_per_s"] / decode["instances"] * work["output_tokens"]
+                         * decode["step_time_s"], rel=1e-12)
+
+
+def test_energy_batch_is_prefill_of_that_many_prompts(capsys):
+    """--batch 4: the API with batch=4 everywhere; the masks are loaded once per
+    batch, so what streams (passes, conversions, light) grows 4x and the mask
+    loads do not."""
+    one, four = _energy(capsys), _energy(capsys, "--batch", "4")
+    assert _sections(one) == _expected()
+    assert _sections(four) == _expected(batch=4)
+    a, b = one["optical"], four["optical"]
+    for count in ("passes", "dac_conversions", "adc_conversions", "detector_readouts", "macs"):
+        assert b["counts"][count] == 4 * a["counts"][count], count
+    assert b["counts"]["weight_loads"] == a["counts"]["weight_loads"]
+    assert b["counts"]["rows_per_weight_load"] == 4 * PROMPT
+    for part in ("laser", "dac", "adc", "detector"):
+        assert b["energy_j"]["components"][part] == pytest.approx(
+            4 * a["energy_j"]["components"][part], rel=1e-12), part
+    assert b["energy_j"]["components"]["mask_load"] == a["energy_j"]["components"]["mask_load"]
+    assert b["energy_j"]["per_request"] == pytest.approx(b["energy_j"]["total"] / 4, rel=1e-12)
+    assert four["disaggregated"]["prefill_batch"] == 4
+    assert four["disaggregated"]["energy_per_request_j"]["disaggregated"]["prefill"] == \
+        pytest.approx(b["energy_j"]["per_request"], rel=1e-12)
+    assert main(["energy", "--model", MODEL, "--prompt-tokens", str(PROMPT), "--batch", "4"]) == 0
+    assert f"{PROMPT} prompt tokens x batch 4" in capsys.readouterr().out
+
+
+def test_energy_output_tokens_change_only_the_decode(capsys):
+    """--output-tokens N: the disaggregated estimate of N tokens per request;
+    its decode energy is N x the energy of an output token, Little's law holds,
+    and nothing of the prefill moves."""
+    default, short = _energy(capsys), _energy(capsys, "--output-tokens", "64")
+    assert _sections(short) == _expected(output_tokens=64)
+    for section in ("optical", "gpu", "comparison"):
+        assert short[section] == default[section], section
+    for data, tokens in ((default, 256), (short, 64)):
+        split = data["disaggregated"]
+        assert split["workload"]["output_tokens"] == tokens
+        energy = split["energy_per_request_j"]
+        per_token = split["decode"]["energy_per_output_token_j"]
+        for deployment in ("all_gpu", "disaggregated"):
+            assert energy[deployment]["decode"] == pytest.approx(tokens * per_token, rel=1e-12)
+        assert split["decode"]["concurrent_sequences"] == _littles_law(split)
+    for deployment in ("all_gpu", "disaggregated"):
+        assert short["disaggregated"]["energy_per_request_j"][deployment]["prefill"] == \
+            default["disaggregated"]["energy_per_request_j"][deployment]["prefill"]
+    assert main(["energy", "--model", MODEL, "--prompt-tokens", str(PROMPT),
+                 "--output-tokens", "64"]) == 0
+    assert "disaggregated (64 output tokens, 1 requests/s)" in capsys.readouterr().out
+
+
+def test_energy_requests_per_s_set_the_power_and_the_machines(capsys):
+    """--requests-per-s R: the disaggregated estimate at R requests/s; power is
+    energy per request x R, the optical machines keep up with R prefills/s
+    (ceil(R x TTFT)), Little's law holds, and nothing of the prefill moves."""
+    default, busy = _energy(capsys), _energy(capsys, "--requests-per-s", "10")
+    assert _sections(busy) == _expected(requests_per_s=10.0)
+    for section in ("optical", "gpu", "comparison"):
+        assert busy[section] == default[section], section
+    for data, rate in ((default, 1.0), (busy, 10.0)):
+        split = data["disaggregated"]
+        assert split["workload"]["requests_per_s"] == rate
+        for deployment in ("all_gpu", "disaggregated"):
+            assert split["power_w"][deployment] == pytest.approx(
+                rate * split["energy_per_request_j"][deployment]["total"], rel=1e-12)
+        assert split["optical_machines"] == math.ceil(rate * data["optical"]["ttft_s"])
+        assert split["decode"]["concurrent_sequences"] == _littles_law(split)
+    assert busy["disaggregated"]["optical_machines"] == 10  # a ~0.96 s prefill at 10/s
+    assert main(["energy", "--model", MODEL, "--prompt-tokens", str(PROMPT),
+                 "--requests-per-s", "2.5"]) == 0
+    assert "(256 output tokens, 2.5 requests/s)" in capsys.readouterr().out

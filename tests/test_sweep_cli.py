@@ -433,3 +433,164 @@ def test_plot_without_matplotlib_is_one_line_with_the_install_command(finished_s
     err = capsys.readouterr().err
     assert err.startswith("optical plot: error: ") and "pip install 'optical[plot]'" in err
     assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- #
+# Each option of the sweep's definition against what it stands for in the API
+# --------------------------------------------------------------------------- #
+
+#: SWEEP's machine: iris-like on a 32-input core.
+BASE = optical.presets.get("iris-like").replace({"core.inputs": 32})
+SMALL = ["sweep", "--matmul", "16x64x32", "--param", "adc.bits=6,8", "--seeds", "2",
+         "--set", "core.inputs=32", "--jobs", "1", "--quiet"]
+
+
+def _stored_workload(out):
+    return json.loads((out / "manifest.json").read_text())["definition"]["workload"]
+
+
+def _assert_runs_are(frame, run, base, paths):
+    """Each row's metrics are ``run(config, seed)`` at its point, computed here."""
+    assert len(frame) > 0
+    for row in frame.to_dict("records"):
+        expected = run(base.replace({path: row[path] for path in paths}), row["seed"])
+        assert {name: row[name] for name in expected} == expected, row["run_id"]
+
+
+@pytest.mark.parametrize(("options", "fields"), [
+    (["--inputs", "uniform"], {"inputs": "uniform"}),
+    (["--inputs", "laplace"], {"inputs": "laplace"}),
+    (["--outlier-channels", "3"], {"outlier_channels": 3}),
+    (["--outlier-channels", "3", "--outlier-scale", "2.5"],
+     {"outlier_channels": 3, "outlier_scale": 2.5}),
+    (["--data-seed", "7"], {"data_seed": 7}),
+])
+def test_matmul_options_are_the_workload_fields(tmp_path, options, fields):
+    """Each --matmul option sets the MatmulWorkload field of its name: the
+    manifest holds that workload, and every run's metrics are its run(config,
+    seed) computed here, which the default workload's are not."""
+    out = tmp_path / "s"
+    assert main([*SMALL, "--out", str(out), *options]) == 0
+    workload = optical.MatmulWorkload(16, 64, 32, **fields)
+    assert _stored_workload(out) == json.loads(json.dumps(workload.to_dict()))
+    frame = load(out)
+    _assert_runs_are(frame, workload.run, BASE, ["adc.bits"])
+    default = optical.MatmulWorkload(16, 64, 32).run(BASE.replace({"adc.bits": 6}), 0)
+    assert frame["sqnr_db"].iloc[0] != default["sqnr_db"]
+
+
+@pytest.mark.parametrize(("options", "digital"), [
+    ([], 0),
+    (["--outlier-channels", "3"], 3),
+    (["--outlier-channels", "5", "--outlier-scale", "50"], 5),
+    (["--outlier-channels", "3", "--outlier-scale", "2"], 0),
+])
+def test_outlier_channels_over_the_threshold_go_around_the_optics(tmp_path, options, digital):
+    """iris-like sends around the optics the input channels whose abs-max
+    exceeds 6x the median channel's (outliers.threshold). A Gaussian channel's
+    abs-max over 16 tokens is about 2 (1 to 4): channels scaled by 20 (the
+    default --outlier-scale) or 50 are all over 12, channels scaled by 2 all under."""
+    assert BASE.outliers.policy == "static" and BASE.outliers.threshold == 6
+    out = tmp_path / "s"
+    assert main([*SMALL, "--out", str(out), *options]) == 0
+    frame = load(out)
+    assert (frame["digital_channels"] == digital).all()
+    assert (frame["digital_macs"] == 16 * digital * 32).all()
+    assert (frame["digital_mac_fraction"] == digital / 64).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    return write_model(tmp_path_factory.mktemp("tiny"), TINY_LLAMA)
+
+
+def test_model_sweep_validates_the_layer_and_weights_asked_for(tiny_model, tmp_path):
+    """--model DIR --layer L --weights-seed W: each run is layer_metrics of
+    transformer.validate of layer L of DIR loaded with seed W, at the run's
+    noise seed; defaults layer 0, weights seed 0."""
+    from optical import transformer
+    from optical.workloads import LayerWorkload, layer_metrics
+
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    argv = ["sweep", "--model", str(tiny_model), "--tokens", "6", "--set", "core.inputs=48",
+            "--set", "core.outputs=40", "--jobs", "1", "--quiet"]
+
+    def validate(layer, weights_seed):
+        model = transformer.load(tiny_model, seed=weights_seed)
+        return lambda config, seed: layer_metrics(transformer.validate(
+            model, layer=layer, tokens=6, config=config, seed=seed))
+
+    out = tmp_path / "s"
+    assert main([*argv, "--layer", "2", "--weights-seed", "5", "--param", "adc.bits=6,8",
+                 "--seeds", "2", "--out", str(out)]) == 0
+    assert _stored_workload(out) == LayerWorkload(str(tiny_model), layer=2, tokens=6,
+                                                  weights_seed=5).to_dict()
+    frame = load(out)
+    assert len(frame) == 4
+    _assert_runs_are(frame, validate(2, 5), base, ["adc.bits"])
+    first = base.replace({"adc.bits": 6})
+    for layer, weights_seed in ((1, 5), (2, 0)):  # another layer, other weights
+        assert validate(layer, weights_seed)(first, 0)["sqnr_db"] != frame["sqnr_db"].iloc[0]
+
+    out = tmp_path / "defaults"
+    assert main([*argv, "--out", str(out)]) == 0
+    assert _stored_workload(out) == LayerWorkload(str(tiny_model), layer=0, tokens=6).to_dict()
+    _assert_runs_are(load(out), validate(0, 0), base, [])
+
+
+RANDOM = ["sweep", "--matmul", "16x64x32", "--param", "source.photons_per_mac=1e3:1e6:log",
+          "--param", "adc.bits=4,6,8", "--set", "core.inputs=32", "--jobs", "1", "--quiet"]
+
+
+@pytest.mark.parametrize(("samples", "sample_seed"), [(5, None), (7, 3)])
+def test_samples_are_the_python_api_s_random_points(tmp_path, capsys, samples, sample_seed):
+    """--samples N [--sample-seed S]: the table of optical.sweep(..., samples=N,
+    sample_seed=S) (default 0): N points (a continuous range never draws a
+    point twice), photons per MAC in [1e3, 1e6], bits from the list; the same
+    options again are the same sweep (all resumed)."""
+    from optical.sweep import Range
+
+    options = ["--samples", str(samples)]
+    options += [] if sample_seed is None else ["--sample-seed", str(sample_seed)]
+    out = tmp_path / "cli"
+    assert main([*RANDOM, *options, "--out", str(out)]) == 0
+    frame = load(out)
+    expected = optical.sweep(optical.MatmulWorkload(16, 64, 32),
+                             {"source.photons_per_mac": Range(1e3, 1e6, log=True),
+                              "adc.bits": [4, 6, 8]},
+                             seeds=1, base=BASE, samples=samples, sample_seed=sample_seed or 0,
+                             out=tmp_path / "api", executor="serial", progress=False)
+    pd.testing.assert_frame_equal(frame.drop(columns="elapsed_s"),
+                                  expected.drop(columns="elapsed_s"))
+    definition = json.loads((out / "manifest.json").read_text())["definition"]
+    assert (definition["sampling"], definition["samples"], definition["sample_seed"]) == \
+        ("random", samples, sample_seed or 0)
+    assert len(frame) == samples and frame["source.photons_per_mac"].between(1e3, 1e6).all()
+    assert set(frame["adc.bits"]) <= {4, 6, 8}
+    capsys.readouterr()
+    assert main([*RANDOM, *options, "--out", str(out), "--json", "-"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["already_done"], summary["ran"]) == (samples, 0)
+
+
+def test_sample_seed_draws_other_points(tmp_path):
+    photons = []
+    for sample_seed in ("0", "3"):
+        out = tmp_path / sample_seed
+        assert main([*RANDOM, "--samples", "5", "--sample-seed", sample_seed,
+                     "--out", str(out)]) == 0
+        photons.append(set(load(out)["source.photons_per_mac"]))
+    assert photons[0].isdisjoint(photons[1])
+
+
+def test_samples_of_a_list_are_its_distinct_draws(tmp_path):
+    """Identical draws are one point: 20 draws from 3 values give those 3 points
+    (all 3 drawn but with probability 3 (2/3)**20 < 0.1%)."""
+    out = tmp_path / "s"
+    assert main(["sweep", "--matmul", "16x64x32", "--param", "adc.bits=4,6,8", "--samples",
+                 "20", "--set", "core.inputs=32", "--jobs", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    frame = load(out)
+    assert sorted(frame["adc.bits"]) == [4, 6, 8] and frame["point"].tolist() == [0, 1, 2]
