@@ -385,12 +385,6 @@ def test_cli_validate_local_leaves_out_the_error_from_upstream(tiny_dir, capsys)
         assert row["sqnr_db"] < 80 < 100 < row["local_sqnr_db"], row["name"]
 
 
-@pytest.mark.xfail(strict=True, reason="validate's default held-out calibration input is "
-                   "calibration.max_tokens (256) long whatever the model's "
-                   "max_position_embeddings: a model with fewer positions (Llama or BERT) "
-                   "fails under every calibrated config, the default iris-like included, "
-                   "with 'tokens: 256 exceed max_position_embeddings', a length never asked "
-                   "for (workaround: --set calibration.max_tokens=N)")
 def test_cli_validate_calibrates_a_model_with_fewer_positions_than_max_tokens(
         tiny_bert_dir, capsys):
     """A prompt of 8 tokens on a BERT of 64 positions, on the default machine."""
@@ -398,7 +392,7 @@ def test_cli_validate_calibrates_a_model_with_fewer_positions_than_max_tokens(
         "max_position_embeddings"] < CFG.calibration.max_tokens
     data = _cli_report(capsys, "--model", str(tiny_bert_dir), "--layer", "1", "--tokens", "8",
                        *_sets(CORE_SETS))
-    assert 0 < data["calibration_tokens"] <= 64
+    assert data["calibration_tokens"] == 64  # max_position_embeddings, below max_tokens 256
 
 
 def test_worst_row_sqnr_over_many_row_blocks(rng):

@@ -100,12 +100,17 @@ class ModelSpec:
                    num_layers=need("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
                    head_dim=head_dim, vocab_size=need("vocab_size"), raw=dict(config))
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest prompt the config allows: ``max_position_embeddings``
+        (BERT's default 512; None for a Llama config without the key)."""
+        return self.raw.get("max_position_embeddings", 512 if self.architecture == "bert"
+                            else None)
+
     def check_tokens(self, tokens: int) -> None:
         """ValueError when a prompt of ``tokens`` tokens (positions 0..tokens-1)
-        exceeds the config's ``max_position_embeddings`` (BERT's default 512;
-        no limit for a Llama config without the key)."""
-        default = 512 if self.architecture == "bert" else None
-        limit = self.raw.get("max_position_embeddings", default)
+        exceeds :attr:`max_positions`."""
+        limit = self.max_positions
         if limit is not None and tokens > limit:
             raise ValueError(f"tokens: {tokens} exceed max_position_embeddings {limit} of "
                              "config.json (positions run 0..tokens-1)")

@@ -198,8 +198,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibrated on its inputs in a float32 reference run of a held-out
         input of this many tokens (a different seed), drawn from
         ``model.hidden_states`` even when ``hidden`` is given. Default:
-        ``config.calibration.max_tokens``, as many as programming uses,
-        whatever the prompt length: the machine's calibration does not depend
+        ``config.calibration.max_tokens``, as many as programming uses (or the
+        model's ``max_position_embeddings`` if fewer), whatever the prompt
+        length: the machine's calibration does not depend
         on the prompt it scores (a short prompt calibrated on its own length
         is mostly scored on the luck of a small calibration set: 12.7 against
         24.5 dB for q_proj of a Llama-3.2-1B layer at 8 tokens). The
@@ -246,7 +247,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         if needs_calibration:
             bar.set_postfix_str("calibration run")
             if calibration_tokens is None:
-                calibration_tokens = config.calibration.max_tokens
+                calibration_tokens = min(config.calibration.max_tokens,
+                                         model.spec.max_positions or math.inf)
             held_out = model.hidden_states(layer, calibration_tokens,
                                            seed=derive_seed(seed, "calibration"), batch=1)
             calibration = block.matmul_inputs(held_out, dtype="float32")
