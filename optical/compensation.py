@@ -143,8 +143,11 @@ _REACH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
     """Largest target scale of each K-tile column that every pixel can reach.
 
-    With self-coupling ``D`` and leakage ``L = |F(open) - D|`` (what all open
-    neighbours put on a pixel) per pixel: split weights need
+    With self-coupling ``D`` and leakage ``L`` per pixel -- the most light
+    any mask's neighbours can put on it: ``optics.leak_bound(tiling)`` where
+    the optics define it (the lens map with every coupling term at its
+    absolute value, on an open mask, less ``D``), else ``|F(open) - D|``, the
+    bound for optics whose coupling terms are all positive -- split weights need
     ``|d| <= 1 - t_min`` where ``D d = g (1 - t_min) v - leak`` and
     ``|leak| <= L (1 - t_min)``, so ``g <= D - L``; offset weights need the
     top target ``t_min + (1 - t_min)(1 + g) / 2 <= D - L t_min`` (neighbours
@@ -189,7 +192,11 @@ def _tile_reach(optics, tile, t_min: float, scheme: str, rails: int) -> np.ndarr
     """The gain every pixel of one tile (a one-tile ``Tiling``) can reach, per column."""
     shape = (rails, tile.k, tile.n)
     diag = np.broadcast_to(optics.diagonal(tile), shape).astype(np.float64)
-    leak = np.abs(optics.apply(np.ones(shape), tile) - diag)
+    bound = getattr(optics, "leak_bound", None)
+    # Optics whose coupling terms are all positive leak the most into a pixel
+    # through an open mask; others say what their worst case is.
+    leak = np.broadcast_to(bound(tile), shape) if bound is not None else \
+        np.abs(optics.apply(np.ones(shape), tile) - diag)
     if scheme == "split":
         reach = diag - leak
     else:

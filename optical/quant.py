@@ -233,6 +233,23 @@ class _LensOptics:
     def apply(self, t: np.ndarray, tiling: Tiling) -> np.ndarray:
         return crosstalk.effective_transmissions(t, tiling, self.config)
 
+    def leak_bound(self, tiling: Tiling) -> np.ndarray:
+        """The most light any mask can put on each pixel from its neighbours,
+        shape (rails, K, N), per unit of full transmission: the lens map with
+        every coupling term at its absolute value, on an open mask, less each
+        pixel's own light. (With negative interference terms, as the iris-like
+        relay has, an open mask leaks less than a pattern whose neighbours
+        are lit only where the terms are positive; its leak is no bound.)"""
+        kern = self.kernels
+        absolute = dataclasses.replace(
+            kern, input_coupling=np.abs(kern.input_coupling),
+            output_mutual=np.abs(np.real(kern.output_mutual)).astype(kern.output_mutual.dtype))
+        k_bounds = [(s.start, s.stop) for s in map(tiling.k_slice, range(tiling.k_tiles))]
+        n_bounds = [(s.start, s.stop) for s in map(tiling.n_slice, range(tiling.n_tiles))]
+        open_mask = np.ones((kern.rails, tiling.k, tiling.n))
+        lit = crosstalk._apply(open_mask, absolute, k_bounds, n_bounds, 0)
+        return np.maximum(lit - self.diagonal(tiling), 0.0)
+
     def diagonal(self, tiling: Tiling) -> np.ndarray:
         """Each pixel's self-coupling, shape (rails, 1, N): the centre of the
         input kernel, times the centre of the output mutual intensity, times

@@ -46,6 +46,9 @@ class _Reference:
     def diagonal(self, tiling):
         return self.optics.diagonal(tiling)
 
+    def leak_bound(self, tiling):  # the optics' worst-case leak: physics, not the fast path
+        return self.optics.leak_bound(tiling)
+
 
 def _reference_load(w, rows, tiling, policy):
     wr = w if rows is None else w[rows]
