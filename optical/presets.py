@@ -94,7 +94,10 @@ def iris_like() -> OpticalConfig:
     - energy (docs/energy.md lists every source): laser wall-plug efficiency
       0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW); half the
       emitted light reaches the detectors (an assumption: fill factor 0.9,
-      lens and coupling losses); converters at a Walden FOM of 25 fJ per
+      lens and coupling losses; the diffraction model of these optics
+      detects 37%, ``crosstalk.kernels(cfg).throughput``, and
+      ``energy.optical_efficiency=0.37`` prices that: 1.35x the laser
+      energy); converters at a Walden FOM of 25 fJ per
       conversion-step (median of the Nyquist ADCs at 0.5-5 GS/s and ENOB 5-8
       published at ISSCC/VLSI 2015-2025, Murmann's ADC survey), i.e. 6.4 pJ
       per 8-bit DAC and 2.3 pJ per ADC conversion; 1 pJ per detector readout
@@ -104,8 +107,10 @@ def iris_like() -> OpticalConfig:
       DLP4710, DLP470TP); 31 pJ/byte off-chip (HBM2, ~3.9 pJ/bit), 1.25
       pJ/byte on-chip (Horowitz, ISSCC 2014: 10 pJ per 64-bit 8 kB SRAM
       access); 0.71 pJ and 1/989e12 s per digital operation (an H100's 700 W
-      at 989 TFLOP/s dense BF16: digital work costs what it costs on the
-      GPU baseline); no static power; 1 pJ/bit for the KV-cache link.
+      at 989 TFLOP/s dense BF16, i.e. at its peak rate: an optimistic bound
+      for the digital side, since the GPU baseline itself is charged at 50%
+      utilisation, 1.42 pJ per FLOP); no static power; 1 pJ/bit for the
+      KV-cache link.
 
     Sources: Lumai Iris Nova press release (2026); RIN and responsivity
     ranges from vendor data; Walden-FOM converter range (see docs/energy.md).

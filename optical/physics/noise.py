@@ -56,8 +56,14 @@ def tia_noise_electrons(current_noise_density: float, bandwidth: float) -> float
     """Input-referred RMS noise, in electrons, of a TIA read out once per
     ``1 / bandwidth`` seconds.
 
-    The noise current ``i_n sqrt(B)`` integrated over ``tau = 1 / B`` gives a
-    charge ``i_n / sqrt(B)``.
+    The convention: a receiver whose noise bandwidth equals its readout rate
+    ``B``, its RMS noise current ``i_n sqrt(B)`` held over ``tau = 1 / B``: a
+    charge ``i_n / sqrt(B)``. This is 3 dB (in variance) above an ideal
+    integrate-and-dump over the same window, whose noise bandwidth is
+    ``1 / (2 tau)`` (charge ``i_n sqrt(tau / 2)``: 1396 electrons in the
+    example below) and whose shot noise is exactly the Poisson count the
+    detector draws: conservative for TIA noise against shot noise. The RIN
+    of :func:`rin_sigma` is integrated over the same ``B``.
 
     Parameters
     ----------
