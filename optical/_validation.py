@@ -71,3 +71,16 @@ def check_seed(seed: object) -> int:
     if not 0 <= seed < 2**64:
         raise ValueError(f"seed: {seed} is out of range; valid: integer in [0, 2**64)")
     return seed
+
+
+def check_operands(x_shape: tuple[int, ...], x_dtype: object, k: int,
+                   w_dtype: object | None = None) -> None:
+    """``x`` (..., K) against weights of ``k`` rows (and ``w_dtype``, if
+    given): ValueError for another K, TypeError for another dtype (nothing
+    is cast silently)."""
+    if x_shape[-1] != k:
+        raise ValueError(f"shape mismatch: x has {x_shape[-1]} features (last axis of "
+                         f"{tuple(x_shape)}) but w has {k} rows")
+    if w_dtype is not None and np.dtype(x_dtype) != np.dtype(w_dtype):
+        raise TypeError(f"dtype mismatch: x is {np.dtype(x_dtype)} but w is "
+                        f"{np.dtype(w_dtype)}; cast one explicitly")

@@ -33,7 +33,12 @@ import numpy as np
 
 from optical import _rng, kernels, outliers
 from optical._gemm import row_block, rows_matmul
-from optical._validation import check_float_array, check_positive_int, check_seed
+from optical._validation import (
+    check_float_array,
+    check_operands,
+    check_positive_int,
+    check_seed,
+)
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding, noise
 from optical.quant import ProgrammedWeights, adc_rails, calibration_needs, program
@@ -213,12 +218,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         programmed = w
     else:
         w = check_float_array(w, "w", ndim=2)
-        if x.shape[-1] != w.shape[0]:
-            raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
-                             f"{x.shape}) but w has {w.shape[0]} rows")
-        if x.dtype != w.dtype:
-            raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {w.dtype}; "
-                            "cast one explicitly")
+        check_operands(x.shape, x.dtype, w.shape[0], w.dtype)
         # Settings that need calibration inputs are calibrated on this call's own
         # inputs: an oracle, the best calibration can do (held-out data: program()).
         needs = calibration_needs(config)
@@ -226,12 +226,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
             raise ValueError(_no_tokens_to_calibrate(x.shape, needs))
         programmed = program(w, config, calibration=x if needs else None)
     k, n = programmed.shape
-    if x.shape[-1] != k:
-        raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
-                         f"{x.shape}) but w has {k} rows")
-    if x.dtype != programmed.dtype:
-        raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {programmed.dtype}; "
-                        "cast one explicitly")
+    check_operands(x.shape, x.dtype, k, programmed.dtype)
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     if not isinstance(exact, bool):

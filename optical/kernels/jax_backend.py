@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from optical import _rng
-from optical._validation import check_positive_int
+from optical._validation import check_operands, check_positive_int
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.physics import encoding
@@ -487,9 +487,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         pw, shape, input_range = None, tuple(w.shape), None
     else:
         w_np = check_float_array(np.asarray(w), "w", ndim=2)
-        if x.shape[-1] != w_np.shape[0]:
-            raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
-                             f"{x.shape}) but w has {w_np.shape[0]} rows")
+        check_operands(x.shape, x.dtype, w_np.shape[0])
         # As optical.matmul: what needs calibration inputs is calibrated on x itself.
         needs = calibration_needs(config)
         if needs and x.size == 0:
@@ -507,12 +505,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         return _static_bypass(x, pw, config, seed=seed, return_stats=return_stats,
                               chunk_tokens=chunk_tokens, exact=exact, params=params)
     k, n = shape
-    if x.shape[-1] != k:
-        raise ValueError(f"shape mismatch: x has {x.shape[-1]} features (last axis of "
-                         f"{x.shape}) but w has {k} rows")
-    if (pw.dtype if pw is not None else np.dtype(w.dtype)) != dtype:
-        raise TypeError(f"dtype mismatch: x is {dtype} but w is "
-                        f"{pw.dtype if pw is not None else w.dtype}; cast one explicitly")
+    check_operands(x.shape, dtype, k, pw.dtype if pw is not None else w.dtype)
     st = _static(shape, config, input_range, exact, varied, dtype)
     prog = _traced_arrays(w, config, st) if traced_w else _device_arrays(pw, st)
     w2 = w if traced_w else prog["w_eff"]
@@ -579,12 +572,7 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     x = check_float_array(x, "x", ndim=2)
-    if x.shape[1] != pw.shape[0]:
-        raise ValueError(f"shape mismatch: x has {x.shape[1]} features (last axis of "
-                         f"{x.shape}) but w has {pw.shape[0]} rows")
-    if x.dtype != pw.dtype:
-        raise TypeError(f"dtype mismatch: x is {x.dtype} but w is {pw.dtype}; cast one "
-                        "explicitly")
+    check_operands(x.shape, x.dtype, pw.shape[0], pw.dtype)
     seeds = _check_seeds(seeds)
     params = dict(params or {})
     for path, values in params.items():
