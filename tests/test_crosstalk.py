@@ -350,3 +350,26 @@ def test_cached_kernels_cannot_be_changed_by_a_caller():
         kern.input_coupling[0] = 1.0
     with pytest.raises(ValueError, match="read-only"):
         kern.envelope_field[:] = 0
+
+
+def test_a_gaussian_fan_out_beam_narrower_than_the_mask():
+    """A 6 um source waist spreads to r = lambda f / (pi w0) = 2.25 mm on a
+    20 mm row of rails: the envelope is the beam's Gaussian, exp(-(x/r)^2)
+    in field, and its far tail is no light (it was a rounding error below
+    zero, a NaN, and a misleading "no light reaches the mask")."""
+    import warnings
+
+    cfg = optical.presets.get("iris-like").replace({
+        "optics.beam_profile": "gaussian", "optics.beam_waist": 6e-6})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kern = X.kernels(cfg)
+    field = np.abs(kern.envelope_field)
+    assert np.isfinite(field).all() and field.max() == pytest.approx(1.0)
+    o = cfg.optics
+    radius = cfg.source.wavelength * o.fan_out_focal_length / (np.pi * o.beam_waist)
+    x = (np.arange(field.size) - (field.size - 1) / 2) * o.pixel_pitch
+    expected = np.exp(-(x / radius) ** 2)
+    bright = expected > 1e-3
+    np.testing.assert_allclose(field[bright], expected[bright], rtol=2e-2)
+    assert field[~bright].max() < 2e-3

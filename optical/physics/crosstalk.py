@@ -357,7 +357,9 @@ def _envelope(optics: OpticsConfig, wavelength: float, columns: int) -> np.ndarr
     mean_power = _integrate(np.abs(mask_plane) ** 2, dx, 2 * half, centres) / (2 * half)
     mean_field = _integrate(mask_plane, dx, 2 * half, centres) / (2 * half)
     phase = np.exp(1j * np.angle(mean_field))
-    return np.sqrt(mean_power / source_power) * phase
+    # Far out in a beam's tail the integrated power can come out a rounding
+    # error below zero: that is no light, not a NaN.
+    return np.sqrt(np.maximum(mean_power, 0.0) / source_power) * phase
 
 
 # --------------------------------------------------------------------------- #
