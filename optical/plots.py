@@ -204,14 +204,22 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     return fig
 
 
-def heatmap(frame: Any, x: str, y: str, z: str, *,
-            where: Mapping[str, Any] | None = None, annotate: bool | None = None) -> Any:
+def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
+            where: Mapping[str, Any] | None = None, annotate: bool | None = None,
+            value: str | None = None) -> Any:
     """A metric ``z`` (mean over seeds) over two swept parameters ``x`` and ``y``.
 
     Missing cells (random sampling, an unfinished sweep) are left blank;
     cells are annotated with their values when the grid is small (at most
-    12 x 12) unless ``annotate`` says otherwise.
+    12 x 12) unless ``annotate`` says otherwise. ``value`` is the former
+    name of ``z``, still accepted.
     """
+    if value is not None:
+        if z is not None:
+            raise TypeError("heatmap: give the metric as z (value is its former name), not both")
+        z = value
+    if z is None:
+        raise TypeError("heatmap: missing the metric to plot, z")
     _check_runs(frame)
     _check_param(frame, x, "x")
     _check_param(frame, y, "y")

@@ -364,7 +364,9 @@ def _rebuild_advice(out: Path) -> str:
     return (f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and start "
             "the same sweep again on this directory (the whole `optical sweep` command with "
             "its workload and options, not only --out; or the same optical.sweep call): the "
-            "manifest is rebuilt and the finished runs are found again, not re-run")
+            "manifest is rebuilt and the finished runs whose workload, config and seed it "
+            "names again are found by their ids, not re-run (a run of a definition that "
+            "differs, or of a library version with other config fields, runs again)")
 
 
 def _read_json(path: Path, advice: str) -> Any:
@@ -462,14 +464,17 @@ _RECORD_KEYS = (("run_id", str, "a string"), ("point", int, "an integer"),
 
 
 def _stored_number(value: Any) -> bool:
-    """A metric value as :func:`_encode` stores it."""
+    """A metric value as :func:`_encode` stores it (booleans, which versions
+    before the checks stored for custom workloads, are read as 0 / 1)."""
     if isinstance(value, str):
         return value in ("inf", "-inf", "nan")
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    return value is None or isinstance(value, int | float)
 
 
-def _read_record(path: Path, paths: Sequence[str], points: int) -> dict[str, Any]:
-    """One run file, its structure checked; ValueError names the file."""
+def _read_record(path: Path, paths: Sequence[str]) -> dict[str, Any]:
+    """One run file, its structure checked; ValueError names the file. (Its
+    ``point`` is where the run stood when it ran; the manifest says where it
+    stands now, which may differ after a rebuilt manifest.)"""
     advice = "Delete it and resume the sweep to run that run again"
     record = _read_json(path, advice)
     problem = None
@@ -486,8 +491,6 @@ def _read_record(path: Path, paths: Sequence[str], points: int) -> dict[str, Any
         else:
             if record["run_id"] != path.stem:
                 problem = f"'run_id' {record['run_id']!r} is not the file's name"
-            elif not 0 <= record["point"] < points:
-                problem = f"'point' {record['point']} is not a point of this sweep"
             elif missing := [p for p in paths if p not in record["params"]]:
                 problem = f"'params' has no value of {', '.join(missing)}"
             else:
@@ -632,7 +635,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         done = {p.stem for p in runs_dir.glob("*.json")}
         for ids in run_ids:  # a damaged run file is named now, not after the runs
             for run_id in done.intersection(ids):
-                _read_record(runs_dir / f"{run_id}.json", definition.paths, len(points))
+                _read_record(runs_dir / f"{run_id}.json", definition.paths)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):
@@ -786,9 +789,17 @@ def load(out: str | os.PathLike) -> Any:
 def _frame(out: Path, pd: Any) -> Any:
     manifest = read_manifest(out)
     paths = list(manifest["params"])
-    expected = {run_id for ids in manifest["run_ids"] for run_id in ids}
-    records = [_read_record(out / RUNS / f"{run_id}.json", paths, len(manifest["points"]))
-               for run_id in sorted(expected) if (out / RUNS / f"{run_id}.json").is_file()]
+    # Point and seed of each run as the manifest places it (run ids hash the
+    # workload, config and seed, not the point's position).
+    place = {run_id: (point, seed)
+             for point, ids in enumerate(manifest["run_ids"])
+             for seed, run_id in zip(manifest["definition"]["seeds"], ids, strict=False)}
+    records = []
+    for run_id in sorted(place):
+        if (out / RUNS / f"{run_id}.json").is_file():
+            record = _read_record(out / RUNS / f"{run_id}.json", paths)
+            record["point"], record["seed"] = place[run_id]
+            records.append(record)
     records.sort(key=lambda r: (r["point"], r["seed"]))
     reserved = set(META_COLUMNS) | set(paths)
     metric_names: dict[str, None] = {}

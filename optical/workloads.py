@@ -400,7 +400,9 @@ def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkloa
     fields = dict(data)
     kind = fields.pop("kind", None)
     if kind not in _WORKLOADS:
-        raise ValueError(f"workload kind {kind!r} is not known; valid: {', '.join(_WORKLOADS)}")
+        raise ValueError(f"workload kind {kind!r} is not known; valid: {', '.join(_WORKLOADS)} "
+                         "(a custom workload's sweep resumes with its object: "
+                         "optical.sweep.resume(out, workload=...))")
     try:
         return _WORKLOADS[kind](**fields)
     except TypeError as err:

@@ -158,3 +158,14 @@ def test_missing_matplotlib_names_the_install_command(grid, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"plots need matplotlib: pip install 'optical\[plot\]'"):
         plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
+
+
+def test_heatmap_takes_its_metric_as_z_or_by_its_former_name(grid):
+    by_z = plots.heatmap(grid, "adc.bits", "source.photons_per_mac", z="sqnr_db")
+    by_value = plots.heatmap(grid, "adc.bits", "source.photons_per_mac", value="sqnr_db")
+    a, b = (np.asarray(f.axes[0].images[0].get_array()) for f in (by_z, by_value))
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="not both"):
+        plots.heatmap(grid, "adc.bits", "source.photons_per_mac", "sqnr_db", value="sqnr_db")
+    with pytest.raises(TypeError, match="missing the metric to plot, z"):
+        plots.heatmap(grid, "adc.bits", "source.photons_per_mac")
