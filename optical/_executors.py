@@ -105,9 +105,10 @@ class VmapExecutor(Executor):
 
     def __init__(self, batch_size: int = 64) -> None:
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.batched = self.single = 0  # runs so far in batches / one by one
+        self.batched = self.single = 0  # runs of the last call in batches / one by one
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        self.batched = self.single = 0  # describe() tells of this call alone
         groups: dict[tuple[str, str], list[Task]] = {}
         for task in tasks:
             key_of = getattr(task.workload, "batch_key", None)

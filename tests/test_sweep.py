@@ -594,3 +594,17 @@ def test_vmap_executor_says_when_it_vmapped_nothing(tmp_path):
     summary = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
                       tmp_path / "s", executor="vmap", progress=False)
     assert summary.executor == "this process, one run at a time (nothing to vmap)"
+
+
+def test_a_reused_vmap_executor_describes_each_sweep_alone(tmp_path):
+    from optical._executors import VmapExecutor
+
+    runner = VmapExecutor()
+    jax_wl = optical.MatmulWorkload(tokens=8, k=32, n=16, backend="jax")
+    first = execute(SweepDefinition.build(jax_wl, {"source.photons_per_mac": [1e4, 1e5]},
+                                          seeds=1, base=BASE),
+                    tmp_path / "a", executor=runner, progress=False)
+    assert first.executor.startswith("this process, vmapped batches")
+    second = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
+                     tmp_path / "b", executor=runner, progress=False)
+    assert second.executor == "this process, one run at a time (nothing to vmap)"
