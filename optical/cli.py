@@ -11,6 +11,7 @@ from optical.commands import energy as energy_command
 from optical.commands import plot as plot_command
 from optical.commands import sweep as sweep_command
 from optical.commands import validate as validate_command
+from optical.commands._common import check_json_path
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
 COMMANDS = [config_command, validate_command, sweep_command, plot_command, energy_command]
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_json_path(args)  # an unwritable --json is refused before any work
         return int(args.run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
         # Bad input: one clear line, no traceback.

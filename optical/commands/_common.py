@@ -74,7 +74,8 @@ def check_output_path(path: Path | None, option: str) -> None:
 
 
 def check_json_path(args: argparse.Namespace) -> None:
-    """:func:`check_output_path` of ``--json``: every command calls it first."""
+    """:func:`check_output_path` of ``--json``: ``optical.cli.main`` calls it
+    before it runs any command."""
     check_output_path(getattr(args, "json_path", None), "--json")
 
 

@@ -7,7 +7,6 @@ import argparse
 from optical.commands._common import (
     add_config_options,
     add_json_option,
-    check_json_path,
     config_from_args,
     json_to_stdout,
     write_json,
@@ -29,7 +28,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_json_path(args)
     cfg = config_from_args(args)
     if not json_to_stdout(args):  # '-': stdout is the JSON
         for path, value in cfg.items():

@@ -10,7 +10,6 @@ from typing import Any
 from optical.commands._common import (
     add_config_options,
     add_json_option,
-    check_json_path,
     check_output_path,
     config_from_args,
     json_to_stdout,
@@ -88,7 +87,6 @@ def _table(report: model.PrefillEnergy) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_json_path(args)
     if args.plot is not None:  # before the work, not after it
         check_output_path(args.plot, "--plot")
         require("matplotlib", "plot", "--plot")

@@ -9,7 +9,6 @@ from typing import Any
 
 from optical.commands._common import (
     add_json_option,
-    check_json_path,
     json_to_stdout,
     require,
     write_json,
@@ -104,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from optical import plots
     from optical.sweep import load
 
-    check_json_path(args)
     formats = None
     if args.formats is not None:
         formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]

@@ -11,8 +11,8 @@ from typing import Any
 from optical.commands._common import (
     add_config_options,
     add_json_option,
-    check_json_path,
     json_to_stdout,
+    require,
     write_json,
 )
 from optical.config import parse_value
@@ -225,14 +225,10 @@ def _vmappable(definition: Any) -> bool:
 
 def _connect(address: str) -> Any:
     """A Dask client of the scheduler at ``address``; errors name the address."""
+    client_class = require("distributed", "sweep", "--scheduler").Client
     try:
-        from distributed import Client
-    except ImportError:
-        raise ImportError("--scheduler needs dask.distributed, which is not installed: "
-                          "pip install 'optical[sweep]'") from None
-    try:
-        return Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
-    except (OSError, TimeoutError) as err:
+        return client_class(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
+    except OSError as err:  # TimeoutError included
         raise ConnectionError(f"--scheduler {address}: no Dask scheduler answered within "
                               f"{SCHEDULER_TIMEOUT_S} s ({err})") from None
     except ValueError as err:
@@ -242,7 +238,6 @@ def _connect(address: str) -> Any:
 def run_command(args: argparse.Namespace) -> int:
     from optical.sweep import SweepError, Terminated, execute, sigterm_as_exit, stored_definition
 
-    check_json_path(args)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
     definition = _definition(args)

@@ -7,7 +7,6 @@ import argparse
 from optical.commands._common import (
     add_config_options,
     add_json_option,
-    check_json_path,
     config_from_args,
     json_to_stdout,
     write_json,
@@ -53,7 +52,6 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from optical.transformer import load, validate
 
-    check_json_path(args)
     config = config_from_args(args)
     for name in ("tokens", "batch"):
         if getattr(args, name) < 1:
