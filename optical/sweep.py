@@ -360,13 +360,16 @@ def _atomic_write(path: Path, text: str) -> None:
 _SWEEP_FILES = (".lock", RUNS, "results.parquet", "results.csv", "plots")
 
 
-def _rebuild_advice(out: Path) -> str:
-    return (f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and start "
-            "the same sweep again on this directory (the whole `optical sweep` command with "
-            "its workload and options, not only --out; or the same optical.sweep call): the "
-            "manifest is rebuilt and the finished runs whose workload, config and seed it "
+#: How a sweep directory without a (readable) manifest gets one back.
+_RESTART = ("start the same sweep again on this directory (the whole `optical sweep` command "
+            "with its workload and options, not only --out; or the same optical.sweep call): "
+            "the manifest is rebuilt and the finished runs whose workload, config and seed it "
             "names again are found by their ids, not re-run (a run of a definition that "
             "differs, or of a library version with other config fields, runs again)")
+
+
+def _rebuild_advice(out: Path) -> str:
+    return f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and {_RESTART}"
 
 
 def _read_json(path: Path, advice: str) -> Any:
@@ -380,23 +383,30 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _keys_problem(data: dict, keys: Sequence[tuple[str, type]], prefix: str = "") -> str | None:
+    """The first of ``keys`` (name, dict or list) that ``data`` lacks or holds
+    as another JSON type, named with ``prefix`` (None: all there)."""
+    for key, kind in keys:
+        if key not in data:
+            return f"missing key {prefix + key!r}"
+        if not isinstance(data[key], kind):
+            return f"{prefix + key!r} is not a JSON {'object' if kind is dict else 'array'}"
+    return None
+
+
 def _manifest_problem(manifest: Any) -> str | None:
     """What is wrong with a manifest's structure (None: nothing)."""
     if not isinstance(manifest, dict):
         return f"expected a JSON object, got {type(manifest).__name__}"
-    for key, kind in (("definition", dict), ("params", list), ("points", list),
-                      ("run_ids", list)):
-        if key not in manifest:
-            return f"missing key {key!r}"
-        if not isinstance(manifest[key], kind):
-            return f"{key!r} is not a JSON {'object' if kind is dict else 'array'}"
+    problem = _keys_problem(manifest, (("definition", dict), ("params", list),
+                                       ("points", list), ("run_ids", list)))
+    if problem:
+        return problem
     definition = manifest["definition"]
-    for key, kind in (("workload", dict), ("base_config", dict), ("params", dict),
-                      ("seeds", list)):
-        if key not in definition:
-            return f"missing key 'definition.{key}'"
-        if not isinstance(definition[key], kind):
-            return f"'definition.{key}' is not a JSON {'object' if kind is dict else 'array'}"
+    problem = _keys_problem(definition, (("workload", dict), ("base_config", dict),
+                                         ("params", dict), ("seeds", list)), "definition.")
+    if problem:
+        return problem
     params = manifest["params"]
     if not _is_str_list(params) or sorted(params) != sorted(definition["params"]):
         return "'params' does not list the definition's parameters"
@@ -423,9 +433,7 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
         if (out / RUNS).is_dir():
             raise FileNotFoundError(
                 f"{out}: no sweep manifest ({MANIFEST} not found), but {out / RUNS} holds the "
-                "sweep's runs: start the same sweep again on this directory (the whole "
-                "`optical sweep` command with its workload and options, not only --out) to "
-                "rebuild the manifest; the finished runs are found again, not re-run")
+                f"sweep's runs: {_RESTART}")
         raise FileNotFoundError(f"{out}: no sweep here ({MANIFEST} not found)")
     manifest = _read_json(path, _rebuild_advice(out))
     if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
