@@ -215,10 +215,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     x = check_float_array(x, "x", min_ndim=1)
     if isinstance(w, ProgrammedWeights):
         w.check_compatible(config)
+        check_operands(x.shape, x.dtype, w.shape[0], w.dtype)
         programmed = w
     else:
         w = check_float_array(w, "w", ndim=2)
-        check_operands(x.shape, x.dtype, w.shape[0], w.dtype)
+        check_operands(x.shape, x.dtype, w.shape[0], w.dtype)  # before programming it
         # Settings that need calibration inputs are calibrated on this call's own
         # inputs: an oracle, the best calibration can do (held-out data: program()).
         needs = calibration_needs(config)
@@ -226,7 +227,6 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
             raise ValueError(_no_tokens_to_calibrate(x.shape, needs))
         programmed = program(w, config, calibration=x if needs else None)
     k, n = programmed.shape
-    check_operands(x.shape, x.dtype, k, programmed.dtype)
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     if not isinstance(exact, bool):
