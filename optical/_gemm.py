@@ -128,32 +128,26 @@ def rows_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     """
     m = a.shape[0]
     out = np.empty((m, b.shape[1]), dtype=np.result_type(a, b))
-    starts = range(0, m, block)
 
-    def one(start: int) -> None:
-        _ONE_BLAS_THREAD.this_thread()
-        rows = a[start:start + block]
-        if rows.shape[0] < block:
-            padded = np.zeros((block, a.shape[1]), dtype=a.dtype)
-            padded[:rows.shape[0]] = rows
-            rows = padded
-        out[start:start + block] = (rows @ b)[:min(block, m - start)]
+    def rows_from(start: int):
+        def run() -> None:
+            rows = a[start:start + block]
+            if rows.shape[0] < block:
+                padded = np.zeros((block, a.shape[1]), dtype=a.dtype)
+                padded[:rows.shape[0]] = rows
+                rows = padded
+            out[start:start + block] = (rows @ b)[:min(block, m - start)]
+        return run
 
-    with _ONE_BLAS_THREAD:
-        if len(starts) == 1 and not _ONE_BLAS_THREAD.per_thread:
-            one(0)
-        else:
-            # Per-thread BLAS settings (OpenMP builds) are changed only on the
-            # pool's own threads, never on the caller's.
-            for future in [_get_pool().submit(one, s) for s in starts]:
-                future.result()
+    _concurrently([rows_from(start) for start in range(0, m, block)])
     return out
 
 
 def _concurrently(tasks: list) -> None:
     """Run ``tasks`` (callables) with every BLAS library on one thread, on
     the pool (in the caller's thread when there is one task and BLAS keeps
-    no per-thread settings)."""
+    no per-thread settings: per-thread settings, of OpenMP builds, are
+    changed only on the pool's own threads, never on the caller's)."""
     def one(task) -> None:
         _ONE_BLAS_THREAD.this_thread()
         task()
