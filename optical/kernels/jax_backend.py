@@ -46,7 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from optical import _rng
-from optical._validation import check_operands, check_positive_int
+from optical._validation import (
+    check_float_array,
+    check_operands,
+    check_positive_int,
+    check_seed,
+)
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.physics import encoding
@@ -453,7 +458,6 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     y : jax.Array, shape (..., N)
     stats : MatmulStats, if ``return_stats``
     """
-    from optical._validation import check_float_array, check_seed
     from optical.core import MatmulStats, schedule
 
     if not isinstance(config, OpticalConfig):
@@ -468,9 +472,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         if not jnp.issubdtype(seed.dtype, jnp.integer) or seed.ndim:
             raise TypeError("seed: expected an integer scalar")
     else:
-        seed = check_seed(seed)
-        if seed >= 2**32:
-            raise ValueError(f"seed: {seed} is out of range for the JAX backend; valid: [0, 2**32)")
+        seed = _jax_seed(seed)
     varied = frozenset(params or ())
     param_values = _params(config, params)
     traced_w = isinstance(w, jax.core.Tracer)
@@ -563,8 +565,6 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     photons, clipped : ndarray, shape (R,)
         Detected photons and clipped ADC conversions of each run.
     """
-    from optical._validation import check_float_array
-
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     if not isinstance(pw, ProgrammedWeights):
@@ -613,20 +613,21 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
 
 def _check_seeds(seeds) -> np.ndarray:
     """``matmul_runs``'s seeds: a non-empty sequence of ints in [0, 2**32)."""
-    from optical._validation import check_seed
 
     if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__") or np.ndim(seeds) != 1:
         raise TypeError(f"seeds: expected a sequence of ints, got {type(seeds).__name__}")
     if len(seeds) == 0:
         raise ValueError("seeds: empty; give at least one seed")
-    checked = []
-    for seed in seeds:
-        seed = check_seed(seed)
-        if seed >= 2**32:
-            raise ValueError(f"seeds: {seed} is out of range for the JAX backend; "
-                             "valid: [0, 2**32)")
-        checked.append(seed)
-    return np.asarray(checked, dtype=np.uint32)
+    return np.asarray([_jax_seed(seed, "seeds") for seed in seeds], dtype=np.uint32)
+
+
+def _jax_seed(seed: object, name: str = "seed") -> int:
+    """:func:`optical._validation.check_seed`, below the JAX keys' 2**32."""
+    seed = check_seed(seed)
+    if seed >= 2**32:
+        raise ValueError(f"{name}: {seed} is out of range for the JAX backend; "
+                         "valid: [0, 2**32)")
+    return seed
 
 
 def _static_bypass(x, pw: ProgrammedWeights, config: OpticalConfig, *, return_stats: bool,
@@ -653,8 +654,6 @@ def _static_bypass(x, pw: ProgrammedWeights, config: OpticalConfig, *, return_st
 def _check_x(x):
     """x as a JAX array of a float dtype JAX can hold, finite where concrete."""
     if isinstance(x, np.ndarray):
-        from optical._validation import check_float_array
-
         check_float_array(x, "x", min_ndim=1)
         if x.dtype == np.float64 and not jax.config.jax_enable_x64:
             raise TypeError("x: float64 needs jax.config.update('jax_enable_x64', True); "
