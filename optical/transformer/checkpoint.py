@@ -161,15 +161,12 @@ class Checkpoint:
         except Exception as err:  # the Rust reader's own error types: a damaged file
             raise ValueError(f"tensor {name!r}: {path} is not a readable safetensors file "
                              f"({err})") from None
-        if array.dtype == np.float64:  # only values float32 can hold, then exactly cast
-            if not np.isfinite(array).all():
-                raise ValueError(f"tensor {name!r} in {path.name} contains NaN or infinite "
-                                 "values")
-            if np.abs(array).max(initial=0.0) > np.finfo(np.float32).max:
+        with np.errstate(over="ignore"):  # F64 beyond float32's range: named below
+            out = array.astype(np.float32)
+        if not np.isfinite(out).all():
+            if np.isfinite(array).all():  # finite F64 values that float32 cannot hold
                 raise ValueError(f"tensor {name!r} in {path.name} holds values beyond "
                                  "float32's range (the emulator computes in float32)")
-        out = np.asarray(array).astype(np.float32)
-        if not np.isfinite(out).all():
             raise ValueError(f"tensor {name!r} in {path.name} contains NaN or infinite values")
         return out
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from optical.transformer.spec import is_positive_number
+
 __all__ = ["apply_rope", "inverse_frequencies", "rope_settings", "rope_tables", "rotate_half"]
 
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
@@ -35,8 +37,7 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     else:
         theta, scaling, key = config.get("rope_theta", 10000.0), config.get("rope_scaling"), \
             "rope_scaling"
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or not math.isfinite(theta) \
-            or theta <= 0:
+    if not is_positive_number(theta):
         raise ValueError(f"{key if key == 'rope_parameters' else 'config.json'}: rope_theta "
                          f"must be a positive number, got {theta!r}")
     if scaling is not None and not isinstance(scaling, Mapping):
@@ -70,10 +71,9 @@ def inverse_frequencies(head_dim: int, theta: float,
         if field not in scaling:
             raise ValueError(f"{key}.{field}: missing for rope_type 'llama3'")
     for field in _LLAMA3_KEYS:
-        value = scaling[field]
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{key}.{field}: must be a positive number, got {value!r}")
+        if not is_positive_number(scaling[field]):
+            raise ValueError(f"{key}.{field}: must be a positive number, got "
+                             f"{scaling[field]!r}")
     factor = float(scaling["factor"])
     low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
     old_context = float(scaling["original_max_position_embeddings"])

@@ -18,6 +18,12 @@ __all__ = ["LinearShape", "ModelSpec", "read_spec"]
 _ARCHITECTURES = {"llama": "llama", "bert": "bert"}
 
 
+def is_positive_number(value: Any) -> bool:
+    """Whether a config.json value is a finite number above zero (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) \
+        and math.isfinite(value) and value > 0
+
+
 @dataclasses.dataclass(frozen=True)
 class LinearShape:
     """One weight matmul of a layer: ``y (T, out) = x (T, in) @ W.T``."""
@@ -69,8 +75,7 @@ class ModelSpec:
 
         def positive(key: str) -> None:  # optional keys the layers read as numbers
             value = config.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(
-                    value, int | float) or not math.isfinite(value) or value <= 0):
+            if value is not None and not is_positive_number(value):
                 raise ValueError(f"{source}: key {key!r} must be a positive number, "
                                  f"got {value!r}")
 
