@@ -244,10 +244,7 @@ class _LensOptics:
         absolute = dataclasses.replace(
             kern, input_coupling=np.abs(kern.input_coupling),
             output_mutual=np.abs(np.real(kern.output_mutual)).astype(kern.output_mutual.dtype))
-        k_bounds = [(s.start, s.stop) for s in map(tiling.k_slice, range(tiling.k_tiles))]
-        n_bounds = [(s.start, s.stop) for s in map(tiling.n_slice, range(tiling.n_tiles))]
-        open_mask = np.ones((kern.rails, tiling.k, tiling.n))
-        lit = crosstalk._apply(open_mask, absolute, k_bounds, n_bounds, 0)
+        lit = crosstalk._apply_tiled(np.ones((kern.rails, tiling.k, tiling.n)), absolute, tiling)
         return np.maximum(lit - self.diagonal(tiling), 0.0)
 
     def diagonal(self, tiling: Tiling) -> np.ndarray:

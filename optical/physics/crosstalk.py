@@ -445,6 +445,13 @@ def effective_transmissions(transmissions: np.ndarray, tiling, config: OpticalCo
                          f"({tiling.k}, {tiling.n})")
     if tiling.tile_k > kern.inputs or tiling.tile_n * kern.rails > kern.envelope_field.size:
         raise ValueError("tiling: tiles are larger than the core the kernels describe")
+    return _apply_tiled(t, kern, tiling, out)
+
+
+def _apply_tiled(t: np.ndarray, kern: Kernels, tiling, out: np.ndarray | None = None
+                ) -> np.ndarray:
+    """:func:`effective_transmissions` with the kernels given and ``t``
+    (rails, K, N) already checked: each tile of ``tiling`` on its own."""
     k_bounds = [(s.start, s.stop) for s in map(tiling.k_slice, range(tiling.k_tiles))]
     n_bounds = [(s.start, s.stop) for s in map(tiling.n_slice, range(tiling.n_tiles))]
     return _apply(t, kern, k_bounds, n_bounds, 0, out)
