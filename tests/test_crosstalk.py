@@ -151,6 +151,26 @@ def test_kernels_are_normalised_to_the_photons_per_mac_convention():
     assert eff[0, 32, 32] == pytest.approx(kern.envelope[2 * (start + 32)], rel=2e-3)
 
 
+@pytest.mark.parametrize("aperture", [25.4e-3, 6e-3])
+@pytest.mark.parametrize("radius", [1, 4, 16, 20])
+def test_truncation_bounds_what_a_wider_kernel_changes(aperture, radius):
+    # Kernels cut at `radius` against the same optics cut much further out, on
+    # an open, a random and a binary mask: every readout moves by at most
+    # `truncation` of the open mask's brightest one (it was 0 from radius 16,
+    # its old assessment reach, on).
+    cut = diffraction(kernel_radius=radius, fan_in_aperture=aperture,
+                      fan_out_aperture=aperture).replace({"core.inputs": 48, "core.outputs": 48})
+    narrow = X.kernels(cut)
+    wide = X.kernels(cut.replace({"optics.kernel_radius": 2 * radius + 8}))
+    rng = np.random.default_rng(radius)
+    masks = [np.ones((2, 48, 48)), rng.uniform(0.02, 1, (2, 48, 48)),
+             np.where(rng.uniform(size=(2, 48, 48)) < 0.5, 1.0, 0.02)]
+    full = X.effective_tile(masks[0], wide).max()
+    moved = max(np.abs(X.effective_tile(t, narrow) - X.effective_tile(t, wide)).max()
+                for t in masks) / full
+    assert 0 < moved <= narrow.truncation
+
+
 # --------------------------------------------------------------------------- #
 # The fast tile map
 # --------------------------------------------------------------------------- #

@@ -83,7 +83,8 @@ __all__ = [
 
 #: Least samples per pixel pitch on the 1-D grids the kernels are computed on.
 _SAMPLES_PER_PIXEL = 8
-#: Pixels on each side over which :attr:`Kernels.truncation` is assessed.
+#: Least pixels on each side over which :attr:`Kernels.truncation` is assessed
+#: (it is assessed out to twice ``optics.kernel_radius`` beyond that).
 _ASSESS_RADIUS = 16
 #: Largest 1-D grid the kernel computation may use.
 _MAX_GRID = 1 << 21
@@ -120,7 +121,11 @@ class Kernels:
         diffraction losses; 1 for ideal optics).
     truncation : float
         Worst case (open mask) relative error of a detector's readout from
-        cutting the kernels at ``radius``, assessed out to 16 pixels.
+        cutting the kernels at ``radius``, assessed out to ``max(16, 2 *
+        radius)`` pixels. Every neglected coupling term is taken at its
+        absolute value, so for a hard-edged pupil, whose coherent ringing
+        decays only as 1/d, it grows slowly with the assessed reach and is
+        far above the typical error; informational, not enforced.
     ideal : bool
         True for ideal optics: :func:`effective_tile` is the identity.
     """
@@ -190,8 +195,8 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
                          f"{wavelength} m; scalar diffraction needs pixels wider than the "
                          "wavelength")
     r = optics.kernel_radius
-    c_in = _input_coupling(optics, wavelength, max(r, _ASSESS_RADIUS))
-    m_abs = _output_mutual(optics, wavelength, max(r, _ASSESS_RADIUS))
+    c_in = _input_coupling(optics, wavelength, max(2 * r, _ASSESS_RADIUS))
+    m_abs = _output_mutual(optics, wavelength, max(2 * r, _ASSESS_RADIUS))
     env = _envelope(optics, wavelength, columns)
 
     big = (c_in.size - 1) // 2
