@@ -555,9 +555,16 @@ def _prepare(definition: SweepDefinition,
     # new manifest finds the finished runs again by their ids.
     foreign = [p.name for p in out.iterdir() if p.name not in _SWEEP_FILES
                and not (p.name.startswith(".") and p.name.endswith(".tmp"))]
-    if foreign or ((out / RUNS).exists() and not (out / RUNS).is_dir()):
-        raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); choose "
-                         "a new directory")
+    if (out / RUNS).exists() and not (out / RUNS).is_dir():
+        foreign.append(RUNS)
+    if foreign:
+        names = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
+        advice = "choose a new directory"
+        if (out / RUNS).is_dir():  # most likely a sweep whose manifest was lost
+            advice += (f"; if it is a sweep whose {MANIFEST} was lost, move those away "
+                       "and start the same sweep again to rebuild it")
+        raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); it also "
+                         f"holds {names}: {advice}")
     points = definition.points()
     run_ids = [[definition.run_id(config, seed) for seed in definition.seeds]
                for config in definition.configs(points)]

@@ -423,6 +423,12 @@ def test_lost_manifest_advice_works_and_finds_the_finished_runs(tmp_path, damage
         manifest.unlink()
         with pytest.raises(FileNotFoundError, match="start the same sweep again"):
             load(out)
+        # A file of the user's in the directory (say a --json summary) stops
+        # the rebuild, and the error names it and says what to do.
+        (out / "summary.json").write_text("{}")
+        with pytest.raises(ValueError, match=r"holds summary.json: .*move those away"):
+            execute(definition(), out, executor="serial", progress=False)
+        (out / "summary.json").unlink()
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
     summary = execute(definition(), out, executor="serial", progress=False)
     assert (summary.already_done, summary.ran) == (8, 0)
