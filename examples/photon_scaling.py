@@ -17,10 +17,11 @@ power-law fit of p* against d gives the exponent:
 
 With --preset iris-like the read noise, RIN and 8-bit converters of that
 preset stay on (its core is resized to d x outputs); the converters set an
-SNR ceiling, so keep the target below it. Its "rms" ADC window is centred for
-zero-mean inputs, so coherent operands clip: add --set adc.full_scale=max
-for them (the "max" window in turn leaves zero-mean sums, which grow only as
-sqrt(d), too few ADC codes).
+SNR ceiling, so keep the target below it. Its calibrated ADC windows (fitted
+on each call's own inputs, as raw weights are programmed) suit both kinds of
+operands; with --set adc.full_scale=rms, a window centred for zero-mean
+inputs, coherent operands clip and their SNR stops rising (the "max" window
+in turn leaves zero-mean sums, which grow only as sqrt(d), too few ADC codes).
 """
 
 import argparse

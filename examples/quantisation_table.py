@@ -10,7 +10,8 @@ x100; calibration inputs (512 tokens) and evaluation inputs are drawn
 separately from the same distribution. DAC, mask and ADC all have the
 column's number of bits; the rest of the machine is the preset's (default
 "ideal": no noise, so the table shows the mapping alone; "iris-like" adds its
-noise and its converters' 1.5 lost bits). The reference is the exact float64
+noise, its converters' 1.5 lost bits, and its lens optics with the mask
+pre-distorted for them, ``mask.compensate``). The reference is the exact float64
 product.
 """
 

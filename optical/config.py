@@ -540,7 +540,8 @@ class CalibrationConfig(_Section):
         layer with per-column windows (1024: the same as 512), and halves the
         readouts' GEMMs of a 512-token validation (docs/quantisation.md).
         It is also the default length of the held-out input that
-        ``transformer.validate`` calibrates on (shorter prompts: theirs).
+        ``transformer.validate`` calibrates on, whatever the prompt's length
+        (capped at the model's ``max_position_embeddings``).
     """
 
     _name: ClassVar[str] = "calibration"

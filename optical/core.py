@@ -201,7 +201,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
 
     Returns
     -------
-    y : ndarray, shape (..., N), dtype of ``x`` and ``w`` combined
+    y : ndarray, shape (..., N), dtype of ``x`` (which ``w`` must share)
     stats : MatmulStats, if ``return_stats``
     """
     if not isinstance(config, OpticalConfig):

@@ -747,9 +747,11 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
     out : path
         Directory of the sweep. Re-running the same sweep resumes it: runs
         already there are skipped. A different sweep there is refused.
-    executor : None, int, "serial", "processes", dask.distributed.Client or Executor
+    executor : None, int, "serial", "processes", "vmap", dask.distributed.Client or Executor
         None: worker processes on every core; an int: that many (1: this
-        process); a Dask client: its cluster.
+        process); "vmap": in this process, runs that differ only in seed and
+        numeric noise fields batched under ``jax.vmap``; a Dask client: its
+        cluster.
     base : str or OpticalConfig
         The config the parameters change (a preset name or a config).
     samples, sample_seed : int, optional

@@ -402,7 +402,7 @@ def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkloa
     if kind not in _WORKLOADS:
         raise ValueError(f"workload kind {kind!r} is not known; valid: {', '.join(_WORKLOADS)} "
                          "(a custom workload's sweep resumes with its object: "
-                         "optical.sweep.resume(out, workload=...))")
+                         "from optical.sweep import resume; resume(out, workload=...))")
     try:
         return _WORKLOADS[kind](**fields)
     except TypeError as err:

@@ -50,7 +50,7 @@ def _positive_float(text: str) -> float:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "energy", help="energy and time to first token of a prefill, optical vs GPU",
-        description=__doc__.split("\n\n")[0].replace("\n", " "), epilog=EXAMPLES,
+        description=__doc__.split("\n\n")[0].replace("\n", " ").split(": ", 1)[1], epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path, metavar="DIR",
                         help="model directory with a config.json")
