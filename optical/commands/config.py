@@ -20,7 +20,8 @@ EXAMPLES = """examples:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "config", help="show a hardware configuration", description=__doc__.split("\n")[0].split(": ", 1)[1],
+        "config", help="show a hardware configuration",
+        description=__doc__.split("\n")[0].split(": ", 1)[1],
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(parser)
     add_json_option(parser)
