@@ -194,14 +194,16 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         reference; "auto" takes "jax" for JAX arrays, else "numba" (or
         "numpy" for cores of fewer than ``kernels.MIN_FAST_TILE`` weights).
     exact : bool
-        On the fast backends, reproduce the reference's noise exactly rather
-        than in distribution, and compute the shot noise of balanced rails
-        without the low-rank approximation (slower). The numpy backend is
-        always exact.
+        On the numba backend, reproduce the reference's noise exactly rather
+        than in distribution; on numba and JAX, compute the shot noise of
+        balanced rails without the low-rank approximation and draw every
+        noise separately (slower; JAX's draws still differ from the
+        reference's, in distribution alike). The numpy backend is always exact.
 
     Returns
     -------
-    y : ndarray, shape (..., N), dtype of ``x`` (which ``w`` must share)
+    y : ndarray (a jax.Array on the JAX backend), shape (..., N), dtype of ``x``
+        (which ``w`` must share)
     stats : MatmulStats, if ``return_stats``
     """
     if not isinstance(config, OpticalConfig):

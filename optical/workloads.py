@@ -72,9 +72,10 @@ class MatmulWorkload:
         Engine of ``optical.matmul``. With "jax" (float32), runs that differ
         only in their seed and numeric noise fields can be computed together
         in one ``vmap`` (:meth:`run_batch`, the sweep's ``"vmap"`` executor);
-        a single run takes the same path, so its outputs and accuracy do
-        not depend on how runs were batched (its detected-photon count, a
-        float32 sum inside XLA, may move in the last digits).
+        a single run takes the same path and the same noise, but XLA's
+        batched GEMMs may round differently, so outputs and accuracy can
+        move by float32 rounding with the batch a run was in (~1e-5
+        relative with RIN; exact without), as can its detected-photon count.
     """
 
     kind: ClassVar[str] = "matmul"

@@ -189,7 +189,7 @@ def test_matmul_runs_checks_every_argument(rng):
     # Seeds: integers in [0, 2**32), not truncated floats or wrapped negatives.
     with pytest.raises(TypeError, match="seed: expected a non-negative integer, got float"):
         jax_backend.matmul_runs(x, pw, cfg, seeds=[1.7, 2.2])
-    with pytest.raises(ValueError, match="seed: -1 is out of range"):
+    with pytest.raises(ValueError, match=r"seeds: -1 is negative; valid for the JAX backend"):
         jax_backend.matmul_runs(x, pw, cfg, seeds=[-1])
     with pytest.raises(ValueError, match=r"seeds: 4294967296 is out of range"):
         jax_backend.matmul_runs(x, pw, cfg, seeds=[2**32])
@@ -219,3 +219,94 @@ def test_zero_tokens(rng):
     iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
     with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens.*optical.program"):
         jax_backend.matmul(jnp.zeros((0, 40), jnp.float32), w, iris, seed=0)
+
+
+def test_programmed_weights_survive_a_jit_trace(rng):
+    # The device arrays cached on a ProgrammedWeights must be concrete, even
+    # when a jit trace asked for them first: later calls reuse them.
+    x = jnp.asarray(rng.standard_normal((4, 64)).astype(np.float32))
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    pw = optical.program(w, cfg)
+    traced = jax.jit(lambda v: jax_backend.matmul(v, pw, cfg, seed=0))(x)
+    eager = jax_backend.matmul(x, pw, cfg, seed=0)
+    np.testing.assert_array_equal(np.asarray(traced), np.asarray(eager))
+    again = jax.jit(lambda v: jax_backend.matmul(v * 1, pw, cfg, seed=1))(x)
+    assert np.isfinite(np.asarray(again)).all()
+
+
+@pytest.mark.parametrize("full_scale", ["rms", "max"])
+def test_rederived_windows_keep_the_per_tile_policy(rng, full_scale):
+    # Giving a noise field its own value through params re-derives the ADC
+    # windows from the rule; they must be the programmed ones, per-tile
+    # windows shared by each tile's columns included (30 columns: a partial
+    # last tile of 10).
+    x = jnp.asarray(rng.standard_normal((6, 70)).astype(np.float32))
+    w = rng.standard_normal((70, 30)).astype(np.float32)
+    for window in ("per_column", "per_tile"):
+        cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.window": window,
+                       "adc.full_scale": full_scale})
+        as_programmed = np.asarray(jax_backend.matmul(x, w, cfg, seed=0))
+        rederived = np.asarray(jax_backend.matmul(
+            x, w, cfg, seed=0, params={"source.photons_per_mac": 40.0}))
+        np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
+                                   atol=1e-4 * np.abs(as_programmed).max())
+
+
+def test_poisson_shot_noise_at_large_and_infinite_photon_counts(rng):
+    # jax.random.poisson counts in int32 and, in float32, overstates the
+    # variance at large means; the backend draws the normal law there. Truth:
+    # the numpy reference's SQNR at the same settings (within 1.5 dB), and at
+    # photons_per_mac = inf (traced, through params) the noise-free result.
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    cfg = optical.presets.get("wang-2022").replace({
+        "core.inputs": 32, "core.outputs": 16, "adc.full_scale": "rms", "adc.bits": None,
+        "outliers.policy": "none", "detector.shot_noise": "poisson"})
+    exact = x.astype(np.float64) @ w
+    for p in (1e6, 1e9):
+        c = cfg.replace({"source.photons_per_mac": p})
+        got = metrics.sqnr_db(exact, np.asarray(jax_backend.matmul(jnp.asarray(x), w, c, seed=0)))
+        want = metrics.sqnr_db(exact, optical.matmul(x, w, c, seed=0, backend="numpy"))
+        assert abs(got - want) < 1.5, (p, got, want)
+    c = cfg.replace({"source.photons_per_mac": 100.0})
+    noiseless = cfg.replace({"source.photons_per_mac": math.inf})
+    y = jax.vmap(lambda p: jax_backend.matmul(jnp.asarray(x), w, c, seed=0,
+                                              params={"source.photons_per_mac": p}))(
+        jnp.array([100.0, jnp.inf]))
+    np.testing.assert_allclose(np.asarray(y[1]),
+                               np.asarray(jax_backend.matmul(jnp.asarray(x), w, noiseless,
+                                                             seed=0)), rtol=1e-5, atol=1e-5)
+
+
+def test_large_poisson_means_have_poisson_moments():
+    # Above POISSON_NORMAL_ABOVE the draws are the normal law: mean and
+    # variance lam (standard errors 0.2 % of the variance at 2e5 draws).
+    lam = jnp.full((4, 50_000), 3e6, jnp.float32)
+    counts = np.asarray(jax_backend._token_poisson(jax.random.PRNGKey(0), 1, 0, lam),
+                        np.float64)
+    assert abs(counts.mean() / 3e6 - 1) < 1e-5
+    assert abs(counts.var() / 3e6 - 1) < 0.015
+
+
+def test_traced_arguments_are_checked_like_concrete_ones(rng):
+    x = jnp.asarray(rng.standard_normal((4, 64)).astype(np.float32))
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    # The dynamic bypass cannot run under a trace: refused, not skipped.
+    dynamic = cfg.replace({"outliers.policy": "dynamic"})
+    with pytest.raises(ValueError, match="outliers.policy = 'dynamic'"):
+        jax.jit(lambda v: jax_backend.matmul(x, v, dynamic, seed=0))(jnp.asarray(w))
+    # params are checked together, with the rules between fields.
+    with pytest.raises(ValueError, match="relative intensity noise"):
+        jax_backend.matmul(x, w, cfg, seed=0, params={"source.rin_db_per_hz": -100.0,
+                                                      "source.rin_bandwidth": 1e12})
+    with pytest.raises(TypeError, match="params: source.photons_per_mac = 'abc'"):
+        jax_backend.matmul(x, w, cfg, seed=0, params={"source.photons_per_mac": "abc"})
+    with pytest.raises(TypeError, match="params: expected a mapping"):
+        jax_backend.matmul(x, w, cfg, seed=0, params=[("source.photons_per_mac", 1.0)])
+    # A concrete JAX seed is range-checked like an int.
+    with pytest.raises(ValueError, match=r"seed: -1 is negative; valid for the JAX backend"):
+        jax_backend.matmul(x, w, cfg, seed=jnp.int32(-1))
+    with pytest.raises(ValueError, match=r"seed: -1 is negative"):
+        jax_backend.matmul(x, w, cfg, seed=-1)

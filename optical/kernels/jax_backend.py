@@ -104,6 +104,7 @@ class _Static:
     use_diff: bool
     rin: bool
     windows: str  # "programmed", "max" or "rms": where the ADC windows come from
+    window_per_tile: bool  # re-derived windows shared by each tile's columns
     per_tensor: bool
     input_range: float | None
     h: tuple[float, ...]
@@ -139,7 +140,8 @@ def _static(shape: tuple[int, int], config: OpticalConfig, input_range: float | 
         adc_bits=config.adc.bits, poisson=poisson, exact=exact or poisson,
         low_rank=low_rank, use_diff=low_rank or (not exact and not finite and dec.balanced),
         rin=config.source.rin_sigma > 0 or bool(varied & {"source.rin_db_per_hz"}),
-        windows=windows, per_tensor=config.dac.scaling == "per_tensor", input_range=input_range,
+        windows=windows, window_per_tile=config.adc.window == "per_tile",
+        per_tensor=config.dac.scaling == "per_tensor", input_range=input_range,
         h=tuple(float(v) for v in dec.h), t_min=dec.t_min, c_sum=dec.c_sum,
         w_const=dec.w_const, in_coeffs=tuple(float(v) for v in dec.in_coeffs),
         in_const=dec.in_const, g=tuple(tuple(float(v) for v in r) for r in adc_rails(config)),
@@ -207,8 +209,12 @@ def _host_arrays(pw: ProgrammedWeights, st: _Static) -> dict[str, np.ndarray]:
 
 
 def _device_arrays(pw: ProgrammedWeights, st: _Static) -> dict[str, jax.Array]:
-    return _fastpath.derived(pw, ("jax", st, pw.config),
-                             lambda p: {k: jnp.asarray(v) for k, v in _host_arrays(p, st).items()},
+    def build(p: ProgrammedWeights) -> dict[str, jax.Array]:
+        # Concrete even when first asked for under jit: the cache outlives the trace.
+        with jax.ensure_compile_time_eval():
+            return {k: jnp.asarray(v) for k, v in _host_arrays(p, st).items()}
+
+    return _fastpath.derived(pw, ("jax", st, pw.config), build,
                              arrays=("transmissions", "adc_lo", "adc_hi", "scale", "weight_sums"))
 
 
@@ -230,12 +236,21 @@ def _traced_arrays(w: jax.Array, config: OpticalConfig, st: _Static) -> dict[str
 
 def _params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     values = {p: config.get(p) for p in PARAMS}
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"params: expected a mapping of path to value, got "
+                        f"{type(overrides).__name__}")
+    concrete = {}
     for path, value in (overrides or {}).items():
         if path not in PARAMS:
             raise ValueError(f"params: {path!r} cannot be varied here; valid: {', '.join(PARAMS)}")
         if not isinstance(value, jax.core.Tracer):
-            config.replace({path: float(value)})  # validates the range, naming the path
+            if isinstance(value, bool) or np.ndim(value) != 0 or not np.issubdtype(
+                    np.asarray(value).dtype, np.number):
+                raise TypeError(f"params: {path} = {value!r} is not a real number")
+            concrete[path] = float(value)
         values[path] = value
+    # Validates the ranges and the rules between fields (e.g. RIN), naming the paths.
+    config.replace(concrete)
     p = jnp.asarray(values["source.photons_per_mac"], dtype=jnp.float32)
     rin_var = 10.0 ** (jnp.asarray(values["source.rin_db_per_hz"], jnp.float32) / 10.0) \
         * values["source.rin_bandwidth"]
@@ -246,6 +261,13 @@ def _params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> dict[
             "headroom": jnp.asarray(values["adc.headroom"], jnp.float32)}
 
 
+#: Mean count above which Poisson draws (shot and dark noise) are taken as
+#: ``round(lam + sqrt(lam) N(0, 1))``: ``jax.random.poisson`` counts in int32
+#: (it saturates at 2**31) and, in float32, overstates the variance from
+#: about 1e6 on (by 3 %); the normal law's skewness error here is 1/256.
+POISSON_NORMAL_ABOVE = float(1 << 16)
+
+
 def _token_normals(key, stream: int, t0, tokens: int, shape: tuple[int, ...], dtype):
     """Standard normals of shape (tokens, *shape), each token's from its own key."""
     base = jax.random.fold_in(key, stream)
@@ -254,12 +276,19 @@ def _token_normals(key, stream: int, t0, tokens: int, shape: tuple[int, ...], dt
 
 
 def _token_poisson(key, stream: int, t0, lam):
-    """Poisson counts of means ``lam`` (tokens first), each token's from its own key."""
+    """Poisson counts of means ``lam`` (tokens first), each token's from its own
+    key; means above :data:`POISSON_NORMAL_ABOVE` draw ``round(lam + sqrt(lam) N(0, 1))``."""
     base = jax.random.fold_in(key, stream)
     ids = t0 + jnp.arange(lam.shape[0], dtype=jnp.uint32)
-    draw = jax.vmap(lambda t, m: jax.random.poisson(jax.random.fold_in(base, t), m,
-                                                    dtype=jnp.int32))
-    return draw(ids, lam).astype(lam.dtype)
+
+    def draw(t, m):
+        token = jax.random.fold_in(base, t)
+        counts = jax.random.poisson(token, jnp.minimum(m, POISSON_NORMAL_ABOVE),
+                                    dtype=jnp.int32).astype(m.dtype)
+        z = jax.random.normal(jax.random.fold_in(token, 1), m.shape, m.dtype)
+        return jnp.where(m > POISSON_NORMAL_ABOVE, jnp.round(m + jnp.sqrt(m) * z), counts)
+
+    return jax.vmap(draw)(ids, lam)
 
 
 def _windows(st: _Static, prog, params):
@@ -268,7 +297,7 @@ def _windows(st: _Static, prog, params):
     if st.windows == "programmed":
         return prog["lo"], prog["hi"]
     if st.windows == "max":
-        return prog["floor"], prog["ceiling"]
+        return _shared_per_tile(st, prog["floor"], prog["ceiling"])
     mean_a, var_a = _UNIFORM_INPUT_MOMENTS["offset" if st.offset_inputs else "split"]
     inv_p = params["inv_p"]
     g2sum = jnp.asarray(np.square(np.array(st.g)).sum(axis=1))[None, :, None]
@@ -279,8 +308,21 @@ def _windows(st: _Static, prog, params):
                  + (params["read"] * inv_p) ** 2)
     half = params["headroom"] * jnp.sqrt(signal_var + noise_var)
     noise_half = params["headroom"] * jnp.sqrt(noise_var)
-    return (jnp.maximum(mean - half, prog["floor"] - noise_half),
-            jnp.minimum(mean + half, prog["ceiling"] + noise_half))
+    return _shared_per_tile(st, jnp.maximum(mean - half, prog["floor"] - noise_half),
+                            jnp.minimum(mean + half, prog["ceiling"] + noise_half))
+
+
+def _shared_per_tile(st: _Static, lo, hi):
+    """Per-column windows (kt, n_adc, Np), or with ``adc.window = "per_tile"``
+    the union over each tile's real columns (as ``quant._share_windows``)."""
+    if not st.window_per_tile:
+        return lo, hi
+    real = np.arange(st.n_tiles * st.tile_n) < st.n
+    tiles = (*lo.shape[:-1], st.n_tiles, st.tile_n)
+    lo = jnp.where(real, lo, jnp.inf).reshape(tiles).min(axis=-1, keepdims=True)
+    hi = jnp.where(real, hi, -jnp.inf).reshape(tiles).max(axis=-1, keepdims=True)
+    flat = (*tiles[:-2], st.n_tiles * st.tile_n)
+    return (jnp.broadcast_to(lo, tiles).reshape(flat), jnp.broadcast_to(hi, tiles).reshape(flat))
 
 
 def _adc(value, lo, hi, bits):
@@ -295,8 +337,8 @@ def _adc(value, lo, hi, bits):
 def _chunk(st: _Static, prog, params, x, scale, t0, seed):
     """y (T, N), the detected photons of each token (T,) and the clipped
     conversions of a chunk of tokens. (Photons per token: the host adds them
-    in float64, so that the total does not depend on how XLA reduces a
-    batched or an unbatched call.)"""
+    in float64, so that the total depends on the batching only through
+    the float32 rounding of XLA's GEMMs.)"""
     dt = x.dtype
     hp = jax.lax.Precision.HIGHEST
     tokens = x.shape[0]
@@ -353,9 +395,12 @@ def _chunk(st: _Static, prog, params, x, scale, t0, seed):
     else:
         det = means
         if st.poisson:
-            p = 1.0 / inv_p
-            lam = jnp.moveaxis(jnp.maximum(means, 0) * p, 2, 0)  # tokens first
-            det = _token_poisson(key, _rng.STREAMS["shot"], t0, lam) / p
+            # photons_per_mac = inf (a traced value) gives the means themselves.
+            lit = inv_p > 0
+            p = 1.0 / jnp.where(lit, inv_p, 1.0)
+            lam = jnp.moveaxis(jnp.where(lit, jnp.maximum(means, 0) * p, 0.0), 2, 0)  # tokens first
+            det = jnp.where(lit, _token_poisson(key, _rng.STREAMS["shot"], t0, lam) / p,
+                            jnp.moveaxis(means, 2, 0))
             dark = _token_poisson(key, _rng.STREAMS["dark"], t0,
                                   jnp.broadcast_to(params["dark"], lam.shape))
             det = jnp.moveaxis(det + (dark - params["dark"]) * inv_p, 0, 2).astype(dt)
@@ -427,6 +472,10 @@ _emulate.defvjp(_emulate_fwd, _emulate_bwd)
 # The public entry point
 # --------------------------------------------------------------------------- #
 
+_DYNAMIC_BYPASS = ("outliers.policy = 'dynamic': the JAX backend runs only a static bypass "
+                   "(its channels fix the shapes under jit); use outliers.policy='static', or "
+                   "backend='numba' or 'numpy'")
+
 
 def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
            chunk_tokens: int | None = None, exact: bool = False,
@@ -452,6 +501,9 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     params : mapping of str to float or traced scalar, optional
         Values for the numeric fields in :data:`PARAMS`, overriding ``config``;
         when they enter the ADC windows' rule, the windows are re-derived from them.
+        They can be traced (``vmap`` over noise levels) but not differentiated:
+        the backward pass treats the noise as a constant, so ``jax.grad``
+        with respect to them is 0.
 
     Returns
     -------
@@ -471,6 +523,8 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     if isinstance(seed, jax.Array):
         if not jnp.issubdtype(seed.dtype, jnp.integer) or seed.ndim:
             raise TypeError("seed: expected an integer scalar")
+        if not isinstance(seed, jax.core.Tracer):
+            seed = _jax_seed(int(seed))  # a concrete one: range-checked like an int
     else:
         seed = _jax_seed(seed)
     varied = frozenset(params or ())
@@ -486,6 +540,8 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
             raise ValueError(f"{' and '.join(calibration_needs(config))} needs calibration "
                              "inputs: with a traced w, pass optical.program(w, config, "
                              "calibration=...) instead")
+        if config.outliers.policy == "dynamic":
+            raise ValueError(_DYNAMIC_BYPASS)
         pw, shape, input_range = None, tuple(w.shape), None
     else:
         w_np = check_float_array(np.asarray(w), "w", ndim=2)
@@ -501,9 +557,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         shape, input_range = pw.shape, pw.input_range
     if pw is not None and pw.bypass is not None:
         if pw.bypass.channels is None:
-            raise ValueError("outliers.policy = 'dynamic': the JAX backend runs only a static "
-                             "bypass (its channels fix the shapes under jit); use "
-                             "outliers.policy='static', or backend='numba' or 'numpy'")
+            raise ValueError(_DYNAMIC_BYPASS)
         return _static_bypass(x, pw, config, seed=seed, return_stats=return_stats,
                               chunk_tokens=chunk_tokens, exact=exact, params=params)
     k, n = shape
@@ -623,6 +677,8 @@ def _check_seeds(seeds) -> np.ndarray:
 
 def _jax_seed(seed: object, name: str = "seed") -> int:
     """:func:`optical._validation.check_seed`, below the JAX keys' 2**32."""
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool) and seed < 0:
+        raise ValueError(f"{name}: {seed} is negative; valid for the JAX backend: [0, 2**32)")
     seed = check_seed(seed)
     if seed >= 2**32:
         raise ValueError(f"{name}: {seed} is out of range for the JAX backend; "
