@@ -145,14 +145,23 @@ def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
 
 
 def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
-    """Per-token scale that maps each row of ``x2`` into [-1, 1] (shape (T,))."""
+    """Per-token scale that maps each row of ``x2`` into [-1, 1] (shape (T,)):
+    its abs-max, 0 for an all-zero row (the digital side multiplies the
+    readouts by it, so such a token's output is exactly 0, whatever its
+    units; it is encoded as zeros, see :func:`_divisor`)."""
     if policy == "per_token":
         absmax = np.max(np.abs(x2), axis=1)
     elif policy == "per_tensor":
         absmax = np.full(x2.shape[0], np.max(np.abs(x2)) if x2.size else 0.0)
     else:
         raise ValueError(f"dac.scaling: {policy!r} is not valid")
-    return np.where(absmax > 0, absmax, 1).astype(x2.dtype)
+    return absmax.astype(x2.dtype)
+
+
+def _divisor(scale: np.ndarray) -> np.ndarray:
+    """What the inputs are divided by: ``scale``, with 1 for a zero scale
+    (an all-zero token, whose normalised input is then 0)."""
+    return np.where(scale > 0, scale, 1).astype(scale.dtype)
 
 
 def _no_tokens_to_calibrate(shape: tuple[int, ...], needs: list[str]) -> str:
@@ -249,7 +258,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     totals = np.zeros(3)  # detected photons, readouts, clipped ADC conversions
     if backend == "numba":
         from optical.kernels import numba_backend
-        y = numba_backend.accumulate(x2, scale, programmed, config, seed, totals, exact=exact)
+        y = numba_backend.accumulate(x2, _divisor(scale), programmed, config, seed, totals,
+                                     exact=exact)
     else:
         y = np.zeros((tokens, n), dtype=x.dtype)
         block = row_block(tokens)
@@ -262,7 +272,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         for start in range(0, tokens, chunk_tokens):
             stop = min(start + chunk_tokens, tokens)
             # Clipping only bites for a static input range: abs-max scaling is exact.
-            xn = np.clip(x2[start:stop] / scale[start:stop, None], -1, 1)
+            xn = np.clip(x2[start:stop] / _divisor(scale[start:stop])[:, None], -1, 1)
             y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals)
     y *= scale[:, None]
     y = y.reshape(*x.shape[:-1], n)

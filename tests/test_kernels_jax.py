@@ -310,3 +310,13 @@ def test_traced_arguments_are_checked_like_concrete_ones(rng):
         jax_backend.matmul(x, w, cfg, seed=jnp.int32(-1))
     with pytest.raises(ValueError, match=r"seed: -1 is negative"):
         jax_backend.matmul(x, w, cfg, seed=-1)
+
+
+def test_an_all_zero_token_gives_exactly_zero(rng):
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    x[2] = 0.0
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    for scale in (1.0, 1e-3):
+        y = np.asarray(jax_backend.matmul(jnp.asarray(x * scale), w, cfg, seed=0))
+        assert np.all(y[2] == 0) and np.all(y[[0, 1, 3]] != 0)

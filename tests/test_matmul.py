@@ -10,7 +10,7 @@ import pytest
 import optical
 from optical import metrics
 
-from .configs import ENCODINGS, ideal
+from .configs import ENCODINGS, ideal, noisy
 from .conftest import EXACT_RTOL
 from .reference_loops import reference_matmul
 
@@ -230,6 +230,16 @@ def test_read_and_dark_noise_add_their_variance(rng):
 # that sum is pinned here against its law, on all three paths.
 # --------------------------------------------------------------------------- #
 
+def _zero_tokens(tokens, k):
+    """``tokens`` all-zero tokens after one lit token (x[0, 0] = 1): with
+    ``dac.scaling = "per_tensor"`` the lit token sets a scale of 1 for all, so
+    the zero tokens are read out in these units (an all-zero token alone has
+    scale 0 and an exact 0 output). Drop row 0 from the statistics."""
+    x = np.zeros((tokens + 1, k))
+    x[0, 0] = 1.0
+    return x
+
+
 def _assert_noise_law(y, mean, variance):
     """Every column's sample mean and variance against the law, within five
     standard errors (var of a sample variance: 2 var^2 / n, Gaussian noise)."""
@@ -255,17 +265,18 @@ def test_dark_and_read_noise_in_the_dark(rng, backend, exact, balanced, source):
     var(y) = s**2 * 2 * (2 dark + n_adc read**2) / p**2, n_adc = 1 or 2."""
     p = 100.0
     dark, read = (40.0, 0.0) if source == "dark" else (0.0, 30.0)
-    x = np.zeros((20000, 16))
+    x = _zero_tokens(20000, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
                    "encoding.inputs": "split", "encoding.weights": "split",
                    "detector.balanced": balanced, "detector.dark_electrons": dark,
-                   "detector.read_noise_electrons": read, "core.inputs": 16})
+                   "detector.read_noise_electrons": read, "core.inputs": 16,
+                   "dac.scaling": "per_tensor"})
     n_adc = 1 if balanced else 2
     theory = s**2 * 2 * (2 * dark + n_adc * read**2) / p**2
     y = optical.matmul(x, w, cfg, seed=3, backend=backend, exact=exact)
-    _assert_noise_law(y, 0.0, theory)
+    _assert_noise_law(y[1:], 0.0, theory)
 
 
 @pytest.mark.parametrize(("backend", "exact"), BACKENDS)
@@ -278,17 +289,17 @@ def test_enob_noise_alone_follows_the_converter_law(rng, backend, exact):
     rounding, so the two add to the 4-bit law (to ~exp(-2 pi^2 sigma^2 /
     step^2) ~ 1e-11). Decoding doubles the weight rail (2 u - 1) and the input
     rail (2 a - 1): var(y) = s**2 * 16 * (4 step)**2 / 12."""
-    x = np.zeros((20000, 16))
+    x = _zero_tokens(20000, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"adc.bits": 6, "adc.enob_loss": 2.0, "adc.full_scale": "max",
                    "encoding.inputs": "offset", "encoding.weights": "offset",
                    "detector.balanced": False, "detector.shot_noise": "gaussian",
-                   "core.inputs": 16})
+                   "core.inputs": 16, "dac.scaling": "per_tensor"})
     step = ((w / s + 1) / 2).sum(axis=0) / 63
     theory = s**2 * 16 * (step * 2**2) ** 2 / 12
     y, st = optical.matmul(x, w, cfg, seed=1, backend=backend, exact=exact, return_stats=True)
-    _assert_noise_law(y, 0.0, theory)
+    _assert_noise_law(y[1:], 0.0, theory)
     assert st.clipped_fraction == 0.0
 
 
@@ -306,7 +317,7 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
     Decoding: (sum_e h_e value_e) / (1 - t_min) with h_e = +-1, times 2 for
     the offset input rail, times the weight scale s."""
     p, dark, read, t_min = 200.0, 400.0, 30.0, 0.02
-    x = np.zeros((20000, 16))
+    x = _zero_tokens(20000, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
@@ -314,7 +325,7 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
                    "detector.balanced": balanced, "mask.contrast_ratio": 1 / t_min,
                    "adc.bits": 6, "adc.enob_loss": 2.0, "adc.full_scale": "max",
                    "encoding.inputs": "offset", "encoding.weights": "split",
-                   "core.inputs": 16})
+                   "core.inputs": 16, "dac.scaling": "per_tensor"})
     v = w / s
     rails = np.stack([t_min + (1 - t_min) * np.maximum(v, 0),
                       t_min + (1 - t_min) * np.maximum(-v, 0)])  # (2, K, N)
@@ -328,7 +339,7 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
                                            + (step * 2**2) ** 2 / 12)
     theory = s**2 * 4 * per_conversion / (1 - t_min) ** 2
     y, st = optical.matmul(x, w, cfg, seed=5, backend=backend, exact=exact, return_stats=True)
-    _assert_noise_law(y, 0.0, theory)
+    _assert_noise_law(y[1:], 0.0, theory)
     assert st.clipped_fraction == 0.0
 
 
@@ -522,3 +533,24 @@ def test_zero_tokens_are_an_empty_result_or_a_clear_error(rng):
     with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens, and "
                                          r"adc.full_scale = 'calibrated'"):
         optical.matmul(np.zeros((0, 40), np.float32), w, iris, seed=0)
+
+
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_an_all_zero_token_gives_exactly_zero_whatever_the_units(rng, backend, exact):
+    # Per-token scaling: the digital side multiplies a token's readouts by its
+    # abs-max, 0 here, so its output is 0 -- not noise in whatever units the
+    # other tokens happen to use. The other tokens scale with x.
+    x = rng.standard_normal((4, 64))
+    x[2] = 0.0
+    w = rng.standard_normal((64, 16))
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "optics.model": "ideal"})
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend, exact=exact)
+    small = optical.matmul(x * 1e-3, w, cfg, seed=0, backend=backend, exact=exact)
+    assert np.all(y[2] == 0) and np.all(small[2] == 0)
+    np.testing.assert_allclose(small[[0, 1, 3]], 1e-3 * y[[0, 1, 3]], rtol=1e-9)
+    # Dynamic bypass: a token whose only nonzero inputs are outlier channels
+    # gets their exact digital product.
+    x[2, 5] = 50.0
+    y = optical.matmul(x, w, cfg.replace({"outliers.policy": "dynamic"}), seed=0,
+                       backend=backend, exact=exact)
+    np.testing.assert_allclose(y[2], 50.0 * w[5], rtol=1e-12)

@@ -344,7 +344,7 @@ def _chunk(st: _Static, prog, params, x, scale, t0, seed):
     tokens = x.shape[0]
     kp = st.k_tiles * st.tile_k
     key = jax.random.key(seed)
-    xn = jnp.clip(x / scale[:, None], -1, 1)
+    xn = jnp.clip(x / jnp.where(scale > 0, scale, 1)[:, None], -1, 1)  # zero tokens: 0
     if st.offset_inputs:
         a = ((xn + 1) / 2)[None]
     else:
@@ -545,7 +545,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         pw, shape, input_range = None, tuple(w.shape), None
     else:
         w_np = check_float_array(np.asarray(w), "w", ndim=2)
-        check_operands(x.shape, x.dtype, w_np.shape[0])
+        check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
         # As optical.matmul: what needs calibration inputs is calibrated on x itself.
         needs = calibration_needs(config)
         if needs and x.size == 0:
@@ -586,12 +586,13 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
 
 
 def _input_scale(x2, st: _Static, input_range: float | None):
-    """Per-token input scale: static, or abs-max per token / tensor (no gradient)."""
+    """Per-token input scale: static, or abs-max per token / tensor (no
+    gradient); 0 for an all-zero token, whose output is then exactly 0."""
     if input_range is not None:
         return jnp.full(x2.shape[0], input_range, dtype=x2.dtype)
     absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], x2.dtype) if st.per_tensor \
         else jnp.max(jnp.abs(x2), axis=1)
-    return jax.lax.stop_gradient(jnp.where(absmax > 0, absmax, 1).astype(x2.dtype))
+    return jax.lax.stop_gradient(absmax.astype(x2.dtype))
 
 
 def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
