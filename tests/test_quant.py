@@ -446,6 +446,12 @@ def test_mapping_choices_at_6_bits_on_activations_with_outlier_channels(rng):
     ({"groups": np.array([0])}, ValueError, "groups: expected 2 non-negative integer"),
     ({"groups": np.array([0.0, 1.0])}, ValueError, "groups: expected 2 non-negative integer"),
     ({"n_bins": 0}, ValueError, "n_bins: 0 is not valid"),
+    ({"enob_loss": -1.0}, ValueError, "enob_loss: -1.0 is not valid"),
+    ({"enob_loss": math.nan}, ValueError, "enob_loss: nan is not valid"),
+    ({"enob_loss": math.inf}, ValueError, "enob_loss: inf is not valid"),
+    ({"sigma": np.zeros(5)}, ValueError, r"sigma: shape \(5,\) does not match the 2 columns"),
+    ({"samples": np.ones((4, 3)), "groups": np.array([0, 2, 2])}, ValueError,
+     r"groups: ids must be 0..2, .* no column has id\(s\) \[1\]"),
 ])
 def test_mse_windows_refuses_bad_arguments(kwargs, error, match):
     args = {"samples": np.arange(8.0).reshape(4, 2), "sigma": 0.1, "bits": 4, **kwargs}
