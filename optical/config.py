@@ -377,8 +377,9 @@ class DetectorConfig(_Section):
         emitted photons for energy accounting (it does not enter the noise,
         which ``photons_per_mac`` already counts in detected photons).
     dark_electrons : float, electrons
-        Mean dark counts per readout (Poisson); the mean is subtracted
-        digitally, its shot noise remains.
+        Mean dark counts per readout (Poisson, or Gaussian following
+        ``detector.shot_noise``); the mean is subtracted digitally, its shot
+        noise remains.
     read_noise_electrons : float, electrons
         RMS input-referred read/TIA noise per readout (Gaussian).
     shot_noise : {"poisson", "gaussian"}
@@ -407,9 +408,12 @@ class ADCConfig(_Section):
         exact (no quantisation, no clipping).
     enob_loss : float, bits
         ``bits`` minus the effective number of bits (ENOB): the converter adds
-        Gaussian noise so that its total error variance is that of an ideal
-        ``bits - enob_loss``-bit converter. Given as a loss so that sweeping
-        ``adc.bits`` keeps the converter's quality. Ignored when ``bits`` is None.
+        Gaussian noise so that its total error variance is
+        ``(step * 2**enob_loss)**2 / 12``, ``step`` being the code step of its
+        ``bits``-bit window (close to, not exactly, that of an ideal
+        ``bits - enob_loss``-bit converter over the window). Given as a loss
+        so that sweeping ``adc.bits`` keeps the converter's quality. Ignored
+        when ``bits`` is None.
     full_scale : {"max", "rms", "calibrated"}
         How each column's window is set when the tile is programmed: "max"
         spans every readout the programmed weights can produce (never clips);
