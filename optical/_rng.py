@@ -84,8 +84,11 @@ def poisson(seed: int, stream: int, index: np.ndarray, lam: np.ndarray) -> np.nd
     Inversion for ``lam < 10``; above, the transformed rejection method PTRS
     (Hormann, Insurance: Math. Econ. 12, 39, 1993), each rejection attempt
     keyed separately so the result stays a function of the index alone.
+    ``lam`` must be finite and ``>= 0`` (a NaN would never be accepted).
     """
     lam = np.asarray(lam, dtype=np.float64)
+    if lam.size and not (lam.min() >= 0 and lam.max() < np.inf):
+        raise ValueError(f"lam: must be finite and >= 0; got values in [{lam.min()}, {lam.max()}]")
     index = np.asarray(index, dtype=np.uint64)
     index, lam = np.broadcast_arrays(index, lam)
     out = np.zeros(lam.shape, dtype=np.float64)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
@@ -211,11 +212,14 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
     samples : ndarray, shape (S, C)
         Noise-free readouts: S samples of C columns.
     sigma : ndarray, shape (C,)
-        Readout noise standard deviation per column (same unit).
+        Readout noise standard deviation per column (same unit); a scalar
+        applies to every column.
     bits : int
     enob_loss : float, bits
+        Finite, ``>= 0``.
     groups : ndarray of int, shape (C,), optional
-        Columns sharing one window (ids ``0..G-1``); default: one per column.
+        Columns sharing one window: ids ``0..G-1``, each used by at least one
+        column; default: one per column.
     tails : bool
         Fit exponential tails beyond the samples (True), or take the samples
         as the whole distribution (False).
@@ -239,6 +243,9 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
                          "ADC, bits None, needs no window)")
     if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
         raise ValueError(f"n_bins: {n_bins!r} is not valid; valid: a positive integer")
+    if isinstance(enob_loss, bool) or not isinstance(enob_loss, numbers.Real) \
+            or not 0 <= enob_loss < math.inf:
+        raise ValueError(f"enob_loss: {enob_loss!r} is not valid; valid: a finite number >= 0")
     samples = np.asarray(samples)
     if samples.dtype.kind in "biu":  # integer readouts (ADC codes, say) are exact in float64
         samples = samples.astype(np.float64)
@@ -246,7 +253,11 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
     if samples.shape[0] == 0 or samples.shape[1] == 0:
         raise ValueError(f"samples: shape {samples.shape} is empty; expected (S, C) with "
                          "S, C >= 1")
-    sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), samples.shape[1:])
+    sigma = np.asarray(sigma, dtype=np.float64)
+    if sigma.shape not in ((), (1,), samples.shape[1:]):
+        raise ValueError(f"sigma: shape {sigma.shape} does not match the {samples.shape[1]} "
+                         "columns of samples; expected one per column or a scalar")
+    sigma = np.broadcast_to(sigma, samples.shape[1:])
     if not (np.isfinite(sigma).all() and (sigma >= 0).all()):
         raise ValueError("sigma: expected finite, non-negative noise standard deviations")
     n_cols = samples.shape[1]
@@ -259,6 +270,11 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
                          f"column, got {groups.dtype} {groups.shape}")
     groups = groups.astype(np.int64)
     n_groups = int(groups.max()) + 1 if groups.size else 0
+    unused = np.flatnonzero(np.bincount(groups, minlength=n_groups) == 0)
+    if unused.size:
+        # A group with no column would get a NaN window.
+        raise ValueError(f"groups: ids must be 0..{n_groups - 1}, each used by some column; "
+                         f"no column has id(s) {unused.tolist()}")
     col_min = samples.min(axis=0).astype(np.float64)
     col_max = samples.max(axis=0).astype(np.float64)
     noisy = bool(np.any(sigma > NEGLIGIBLE_NOISE * (col_max - col_min)))

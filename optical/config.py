@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 MAX_BITS = 24
+#: Largest finite ``source.photons_per_mac``; ``inf`` means no shot noise.
+MAX_FINITE_PHOTONS_PER_MAC = 1e30
 
 # --------------------------------------------------------------------------- #
 # Field specifications: one place that knows each field's kind and valid range.
@@ -200,7 +202,8 @@ class SourceConfig(_Section):
         full transmission (the convention of Wang et al., Nat. Commun. 13, 123,
         2022). A detector readout of ``k`` MACs at inputs ``a`` and
         transmissions ``t`` collects ``photons_per_mac * sum(a * t)``
-        photoelectrons on average. ``inf`` is the shot-noise-free limit.
+        photoelectrons on average. ``inf`` is the shot-noise-free limit; finite
+        values are at most ``1e30`` (beyond, photon counts overflow float64).
     rin_db_per_hz : float, dB/Hz
         Relative intensity noise of each source; ``-inf`` for none.
     rin_bandwidth : float, Hz
@@ -222,6 +225,12 @@ class SourceConfig(_Section):
         return math.sqrt(10.0 ** (self.rin_db_per_hz / 10.0) * self.rin_bandwidth)
 
     def _check_consistency(self) -> None:
+        # Near float64's maximum, mean * photons_per_mac overflows to NaN; at
+        # 1e30 the relative shot noise, ~1e-15, is already float64's resolution.
+        if MAX_FINITE_PHOTONS_PER_MAC < self.photons_per_mac < math.inf:
+            raise ValueError(f"source.photons_per_mac: {self.photons_per_mac} is out of range; "
+                             f"finite values must be at most {MAX_FINITE_PHOTONS_PER_MAC:g}: "
+                             "use inf for no shot noise")
         # Gaussian RIN multiplies the intensity by (1 + sigma z): beyond sigma = 1
         # the model is meaningless (and at 1e150 it overflows float32 to NaN).
         if not self.rin_sigma <= 1.0:
@@ -368,8 +377,9 @@ class DetectorConfig(_Section):
         emitted photons for energy accounting (it does not enter the noise,
         which ``photons_per_mac`` already counts in detected photons).
     dark_electrons : float, electrons
-        Mean dark counts per readout (Poisson); the mean is subtracted
-        digitally, its shot noise remains.
+        Mean dark counts per readout (Poisson, or Gaussian following
+        ``detector.shot_noise``); the mean is subtracted digitally, its shot
+        noise remains.
     read_noise_electrons : float, electrons
         RMS input-referred read/TIA noise per readout (Gaussian).
     shot_noise : {"poisson", "gaussian"}
@@ -398,9 +408,12 @@ class ADCConfig(_Section):
         exact (no quantisation, no clipping).
     enob_loss : float, bits
         ``bits`` minus the effective number of bits (ENOB): the converter adds
-        Gaussian noise so that its total error variance is that of an ideal
-        ``bits - enob_loss``-bit converter. Given as a loss so that sweeping
-        ``adc.bits`` keeps the converter's quality. Ignored when ``bits`` is None.
+        Gaussian noise so that its total error variance is
+        ``(step * 2**enob_loss)**2 / 12``, ``step`` being the code step of its
+        ``bits``-bit window (close to, not exactly, that of an ideal
+        ``bits - enob_loss``-bit converter over the window). Given as a loss
+        so that sweeping ``adc.bits`` keeps the converter's quality. Ignored
+        when ``bits`` is None.
     full_scale : {"max", "rms", "calibrated"}
         How each column's window is set when the tile is programmed: "max"
         spans every readout the programmed weights can produce (never clips);

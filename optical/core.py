@@ -93,7 +93,8 @@ class MatmulStats(Schedule):
     Attributes
     ----------
     detected_photons : float, photons
-        Mean detected photons over the whole call (``inf`` for the ideal source).
+        Expected total of detected photons over the whole call: the sum of every
+        readout's mean count (``inf`` for the ideal source).
     mean_photoelectrons : float, electrons
         Mean photoelectrons per detector readout.
     clipped_fraction : float

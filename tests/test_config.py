@@ -165,3 +165,13 @@ def test_relative_intensity_noise_above_one_is_refused():
     assert ok.source.rin_sigma == pytest.approx(1.0)  # 10**-9 * 1e9 = 1: the edge
     with pytest.raises(ValueError, match="relative intensity noise of 1e\\+150"):
         cfg.replace({"source.rin_db_per_hz": -1e-9, "source.rin_bandwidth": 1e300})
+
+
+def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
+    # At 1.7e308 the readout means times photons_per_mac overflowed to NaN.
+    cfg = optical.presets.get("iris-like")
+    assert cfg.replace({"source.photons_per_mac": 1e30}).source.photons_per_mac == 1e30
+    assert cfg.replace({"source.photons_per_mac": math.inf}).source.photons_per_mac == math.inf
+    for huge in (1.0000001e30, 1e200, 1.7e308):
+        with pytest.raises(ValueError, match=r"source.photons_per_mac: .* use inf for no shot"):
+            cfg.replace({"source.photons_per_mac": huge})

@@ -65,6 +65,15 @@ def test_adc_zero_width_window_returns_its_level():
     assert not clipped.any()
 
 
+def test_adc_inverted_window_is_refused():
+    # It returned lo everywhere with nothing flagged as clipped.
+    with pytest.raises(ValueError, match=r"lo, hi: .* lo = 1.0 > hi = 0.0"):
+        converters.adc_quantize(np.array([0.0, 0.5, 1.0]), 1.0, 0.0, 4)
+    lo, hi = np.array([0.0, 2.0, 0.0]), np.array([1.0, 1.0, 0.0])
+    with pytest.raises(ValueError, match=r"lo = 2.0 > hi = 1.0 \(in 1 window"):
+        converters.adc_quantize(np.zeros((5, 3)), lo, hi, 4)
+
+
 def test_adc_ideal_is_identity():
     r = np.array([-1e9, 0.3, 1e9])
     q, clipped = converters.adc_quantize(r, 0.0, 1.0, None)

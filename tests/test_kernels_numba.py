@@ -42,6 +42,16 @@ def test_numba_draws_the_reference_numbers():
     np.testing.assert_array_equal(out, _rng.poisson(5, 1, idx, lam))
 
 
+@pytest.mark.parametrize("lam", [3e18, 1e19, 1e25])
+def test_numba_poisson_keeps_huge_means(lam):
+    # Past 2**63 an integer floor wraps negative; a draw stays near its mean.
+    idx = np.arange(1000, dtype=np.uint64)
+    out = np.empty(idx.size)
+    rng_nb.poisson_array(np.uint64(5), np.uint64(1), idx, np.full(idx.size, lam), out)
+    assert np.all(np.abs(out - lam) < 10 * math.sqrt(lam))
+    assert abs(out.mean() - lam) < 0.5 * math.sqrt(lam)
+
+
 def test_fast_normal_pairs_are_standard_normal_and_independent():
     n = 400_000
     out = np.empty(n, dtype=np.float32)

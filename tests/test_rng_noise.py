@@ -83,3 +83,43 @@ def test_dark_read_and_rin_noise_moments():
     assert rin.mean() == pytest.approx(1.0, abs=1e-5)
     assert np.std(rin) == pytest.approx(1e-3, rel=0.01)
     assert np.all(noise.rin_factors(0.0, seed=1, index=_idx(10)) == 1.0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
+@pytest.mark.parametrize("model", ["poisson", "gaussian"])
+def test_shot_noise_refuses_non_finite_or_negative_means(bad, model):
+    # A NaN mean would leave Poisson rejection looping forever.
+    mean = np.array([3.0, bad, 50.0])
+    with pytest.raises(ValueError, match="mean_electrons"):
+        noise.shot_noise(mean, model=model, seed=0, index=_idx(3))
+    with pytest.raises(ValueError, match="lam"):
+        _rng.poisson(0, 1, _idx(3), mean)
+
+
+def test_noise_helpers_refuse_nonsense_arguments():
+    idx = _idx(5)
+    with pytest.raises(ValueError, match="dark noise model"):
+        noise.dark_noise(4.0, model="bogus", seed=0, index=idx)
+    for bad in (-4.0, np.nan, np.inf):
+        for model in ("poisson", "gaussian"):
+            with pytest.raises(ValueError, match="dark_electrons"):
+                noise.dark_noise(bad, model=model, seed=0, index=idx)
+        with pytest.raises(ValueError, match="sigma_electrons"):
+            noise.read_noise(bad, seed=0, index=idx)
+        with pytest.raises(ValueError, match="sigma"):
+            noise.rin_factors(bad, seed=0, index=idx)
+        with pytest.raises(ValueError, match="current_noise_density"):
+            noise.tia_noise_electrons(bad * 1e-12, 1e9)
+    for bad in (0.0, -1e9, np.nan, np.inf):
+        with pytest.raises(ValueError, match="bandwidth"):
+            noise.tia_noise_electrons(1e-12, bad)
+        with pytest.raises(ValueError, match="bandwidth"):
+            noise.rin_sigma(-150.0, bad)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="rin_db_per_hz"):
+            noise.rin_sigma(bad, 1e9)
+    # The edges stay valid: no noise, and RIN of -inf dB/Hz.
+    assert np.all(noise.dark_noise(0.0, model="gaussian", seed=0, index=idx) == 0.0)
+    assert np.all(noise.read_noise(0.0, seed=0, index=idx) == 0.0)
+    assert noise.tia_noise_electrons(0.0, 1e9) == 0.0
+    assert noise.rin_sigma(-np.inf, 1e9) == 0.0

@@ -233,7 +233,9 @@ def _poisson_ptrs(seed, stream, index, lam):
         u = (np.float64(z >> np.uint64(32)) + 1.0) * 2.0**-32 - 0.5
         v = np.float64(z & LOW32) * 2.0**-32
         us = 0.5 - abs(u)
-        k = math.floor((2.0 * a / us + b) * u + lam + 0.43)
+        # np.floor stays float64 under numba (math.floor gives int64, which
+        # wraps for lam above 2**63).
+        k = np.floor((2.0 * a / us + b) * u + lam + 0.43)
         if us >= 0.07 and v <= v_r:
             return k
         if k >= 0.0 and not (us < 0.013 and v > us):

@@ -90,7 +90,7 @@ def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     r : ndarray
         Readouts (any unit; ``lo`` and ``hi`` share it and broadcast with it).
     lo, hi : ndarray
-        Window ends, ``lo <= hi``. A zero-width window returns ``lo``.
+        Window ends, ``lo <= hi`` (else ValueError). A zero-width window returns ``lo``.
     bits : int or None
         ``None`` returns ``r`` unchanged and never clips.
 
@@ -107,6 +107,12 @@ def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         return r, np.zeros(r.shape, dtype=bool)
     lo = np.asarray(lo, dtype=r.dtype)
     hi = np.asarray(hi, dtype=r.dtype)
+    inverted = lo > hi
+    if np.any(inverted):
+        first = np.unravel_index(np.argmax(inverted), inverted.shape)
+        lo_b, hi_b = np.broadcast_arrays(lo, hi)
+        raise ValueError(f"lo, hi: the ADC window needs lo <= hi; got lo = {lo_b[first]} > "
+                         f"hi = {hi_b[first]} (in {np.count_nonzero(inverted)} window(s))")
     top = (1 << bits) - 1
     step = (hi - lo) / top
     safe = np.where(step > 0, step, 1)

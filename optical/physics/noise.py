@@ -45,8 +45,10 @@ def rin_sigma(rin_db_per_hz: float, bandwidth: float) -> float:
     float, dimensionless
         ``sqrt(10**(rin/10) * bandwidth)``; e.g. -150 dB/Hz over 1 GHz gives 1e-3.
     """
-    if bandwidth <= 0:
-        raise ValueError(f"bandwidth: {bandwidth} must be > 0 Hz")
+    if not 0 < bandwidth < math.inf:
+        raise ValueError(f"bandwidth: {bandwidth} must be finite and > 0 Hz")
+    if math.isnan(rin_db_per_hz) or rin_db_per_hz == math.inf:
+        raise ValueError(f"rin_db_per_hz: {rin_db_per_hz} must be finite, or -inf for none")
     if rin_db_per_hz == -math.inf:
         return 0.0
     return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth)
@@ -75,8 +77,11 @@ def tia_noise_electrons(current_noise_density: float, bandwidth: float) -> float
     float, electrons
         e.g. 10 pA/sqrt(Hz) at 1 GHz gives about 1974 electrons.
     """
-    if current_noise_density < 0 or bandwidth <= 0:
-        raise ValueError("current_noise_density must be >= 0 A/sqrt(Hz) and bandwidth > 0 Hz")
+    if not 0 <= current_noise_density < math.inf:
+        raise ValueError(f"current_noise_density: {current_noise_density} must be finite "
+                         "and >= 0 A/sqrt(Hz)")
+    if not 0 < bandwidth < math.inf:
+        raise ValueError(f"bandwidth: {bandwidth} must be finite and > 0 Hz")
     return current_noise_density / math.sqrt(bandwidth) / ELEMENTARY_CHARGE
 
 
@@ -87,7 +92,7 @@ def shot_noise(mean_electrons: np.ndarray, *, model: str, seed: int,
     Parameters
     ----------
     mean_electrons : ndarray, electrons
-        Expected counts, ``>= 0``.
+        Expected counts, finite and ``>= 0`` (else ValueError).
     model : {"poisson", "gaussian"}
         Exact Poisson counts, or ``mean + sqrt(mean) * N(0, 1)``.
     seed : int
@@ -98,17 +103,29 @@ def shot_noise(mean_electrons: np.ndarray, *, model: str, seed: int,
     -------
     ndarray of float64, electrons
     """
+    if model not in ("poisson", "gaussian"):
+        raise ValueError(f"shot noise model {model!r} is not valid; valid: 'poisson', 'gaussian'")
     mean = np.asarray(mean_electrons, dtype=np.float64)
+    # min and max propagate NaN; a NaN mean would never end Poisson rejection.
+    if mean.size and not (mean.min() >= 0 and mean.max() < math.inf):
+        raise ValueError("mean_electrons: must be finite and >= 0 electrons; got values in "
+                         f"[{mean.min()}, {mean.max()}]")
     if model == "poisson":
-        return _rng.poisson(seed, _rng.STREAMS["shot"], index, np.maximum(mean, 0.0))
-    if model == "gaussian":
-        key = _rng.stream_key(seed, _rng.STREAMS["shot"])
-        return mean + np.sqrt(np.maximum(mean, 0.0)) * _rng.normal(key, index)
-    raise ValueError(f"shot noise model {model!r} is not valid; valid: 'poisson', 'gaussian'")
+        return _rng.poisson(seed, _rng.STREAMS["shot"], index, mean)
+    key = _rng.stream_key(seed, _rng.STREAMS["shot"])
+    return mean + np.sqrt(mean) * _rng.normal(key, index)
 
 
 def dark_noise(dark_electrons: float, *, model: str, seed: int, index: np.ndarray) -> np.ndarray:
-    """Dark counts minus their mean (which is subtracted digitally), electrons."""
+    """Dark counts minus their mean (which is subtracted digitally), electrons.
+
+    ``dark_electrons`` (mean counts per readout, finite and >= 0) are Poisson
+    or Gaussian as ``model`` says, as for :func:`shot_noise`.
+    """
+    if model not in ("poisson", "gaussian"):
+        raise ValueError(f"dark noise model {model!r} is not valid; valid: 'poisson', 'gaussian'")
+    if not 0 <= dark_electrons < math.inf:
+        raise ValueError(f"dark_electrons: {dark_electrons} must be finite and >= 0")
     if dark_electrons == 0:
         return np.zeros(np.shape(index))
     mean = np.full(np.shape(index), float(dark_electrons))
@@ -119,7 +136,9 @@ def dark_noise(dark_electrons: float, *, model: str, seed: int, index: np.ndarra
 
 
 def read_noise(sigma_electrons: float, *, seed: int, index: np.ndarray) -> np.ndarray:
-    """Gaussian read/TIA noise, electrons RMS ``sigma_electrons``."""
+    """Gaussian read/TIA noise, electrons RMS ``sigma_electrons`` (finite, >= 0)."""
+    if not 0 <= sigma_electrons < math.inf:
+        raise ValueError(f"sigma_electrons: {sigma_electrons} must be finite and >= 0")
     if sigma_electrons == 0:
         return np.zeros(np.shape(index))
     return sigma_electrons * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["read"]), index)
@@ -128,7 +147,9 @@ def read_noise(sigma_electrons: float, *, seed: int, index: np.ndarray) -> np.nd
 def rin_factors(sigma: float, *, seed: int, index: np.ndarray) -> np.ndarray:
     """Multiplicative intensity factors ``1 + sigma * N(0, 1)``, one per source
     per pass: the same factor scales that source's light on every output of
-    the pass, so RIN is correlated across outputs."""
+    the pass, so RIN is correlated across outputs. ``sigma`` is finite, >= 0."""
+    if not 0 <= sigma < math.inf:
+        raise ValueError(f"sigma: {sigma} must be finite and >= 0")
     if sigma == 0:
         return np.ones(np.shape(index))
     return 1.0 + sigma * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["rin"]), index)
