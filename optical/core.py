@@ -263,6 +263,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                                      exact=exact)
     else:
         y = np.zeros((tokens, n), dtype=x.dtype)
+        photons = np.zeros(tokens)  # per token, summed once at the end (chunking-independent)
         block = row_block(tokens)
         if chunk_tokens is None:
             rails = encoding.n_rails(config.encoding.weights)
@@ -274,7 +275,10 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
             stop = min(start + chunk_tokens, tokens)
             # Clipping only bites for a static input range: abs-max scaling is exact.
             xn = np.clip(x2[start:stop] / _divisor(scale[start:stop])[:, None], -1, 1)
-            y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals)
+            y[start:stop] = _accumulate(xn, start, block, programmed, config, seed, totals,
+                                        photons[start:stop])
+        if math.isfinite(totals[0]):
+            totals[0] = np.add.reduce(photons)
     y *= scale[:, None]
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:
@@ -283,9 +287,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
 
 
 def _accumulate(xn: np.ndarray, t0: int, block: int, pw: ProgrammedWeights,
-                config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
+                config: OpticalConfig, seed: int, totals: np.ndarray,
+                photons: np.ndarray) -> np.ndarray:
     """Sum over K-tiles of the decoded, rescaled readouts for a chunk of
-    normalised inputs (the input scale is not yet applied)."""
+    normalised inputs (the input scale is not yet applied); each token's
+    detected photons are added to ``photons`` (T,)."""
     tiling = pw.tiling
     dtype = xn.dtype
     p = config.source.photons_per_mac
@@ -327,7 +333,7 @@ def _accumulate(xn: np.ndarray, t0: int, block: int, pw: ProgrammedWeights,
                 mean = np.stack([rows_matmul(a_pass, pw.transmissions[r, ks, ns], block)
                                  for r in range(n_det)])
                 readout_base = pass_id * np.uint64(tiling.n) + cols  # (T, n)
-                det = _detect(mean, readout_base, n_det, p, config, seed, totals)
+                det = _detect(mean, readout_base, n_det, p, config, seed, totals, photons)
                 adc_in = np.einsum("er,rtn->etn", g, det)
                 value = _digitise(adc_in, readout_base, pw.adc_lo[kt][:, ns],
                                   pw.adc_hi[kt][:, ns], n_adc, p, config, seed, totals)
@@ -340,14 +346,15 @@ def _accumulate(xn: np.ndarray, t0: int, block: int, pw: ProgrammedWeights,
 
 
 def _detect(mean: np.ndarray, base: np.ndarray, n_det: int, p: float,
-            config: OpticalConfig, seed: int, totals: np.ndarray) -> np.ndarray:
+            config: OpticalConfig, seed: int, totals: np.ndarray,
+            photons: np.ndarray) -> np.ndarray:
     """Noisy detector rails (n_det, T, n) in full-scale-MAC units."""
     totals[1] += mean.size
     if not math.isfinite(p):
         totals[0] = math.inf
         return mean.astype(np.float64)
     electrons = np.maximum(mean.astype(np.float64), 0.0) * p
-    totals[0] += electrons.sum()
+    photons += electrons.sum(axis=(0, 2))
     index = base[None] * np.uint64(n_det) + np.arange(n_det, dtype=np.uint64)[:, None, None]
     det = config.detector
     counts = noise.shot_noise(electrons, model=det.shot_noise, seed=seed, index=index)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from optical import metrics
+from optical._gemm import cols_matmul
 from optical.config import OpticalConfig
 
 __all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
@@ -233,7 +234,9 @@ def _matmul_data(wl: MatmulWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray
         x[:, channels] *= wl.outlier_scale
     w = rw.standard_normal((wl.k, wl.n)) / math.sqrt(wl.k)
     x, w = x.astype(wl.dtype), w.astype(wl.dtype)
-    exact = x.astype(np.float64) @ w.astype(np.float64)
+    # Fixed single-threaded column blocks: the same truth bits in a sweep's
+    # worker processes (one BLAS thread each) as in this one.
+    exact = cols_matmul(x.astype(np.float64), w.astype(np.float64))
     for a in (x, w, exact):
         a.setflags(write=False)
     return x, w, exact

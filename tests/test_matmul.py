@@ -554,3 +554,16 @@ def test_an_all_zero_token_gives_exactly_zero_whatever_the_units(rng, backend, e
     y = optical.matmul(x, w, cfg.replace({"outliers.policy": "dynamic"}), seed=0,
                        backend=backend, exact=exact)
     np.testing.assert_allclose(y[2], 50.0 * w[5], rtol=1e-12)
+
+
+def test_numpy_backend_stats_do_not_depend_on_chunking(rng):
+    # The detected photons are summed per token, then once: the same float64
+    # bits whatever chunk_tokens (1000 tokens: chunks of 256, 512, 768).
+    x = rng.standard_normal((1000, 100))
+    w = rng.standard_normal((100, 40))
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 16})
+    runs = [optical.matmul(x, w, cfg, seed=0, backend="numpy", chunk_tokens=c,
+                           return_stats=True) for c in (None, 1, 700)]
+    for y, st in runs[1:]:
+        np.testing.assert_array_equal(y, runs[0][0])
+        assert st == runs[0][1]

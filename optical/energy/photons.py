@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from optical import metrics, presets
+from optical._gemm import cols_matmul
 from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.core import matmul, schedule
@@ -69,7 +70,7 @@ def output_snr_db(width: int, photons_per_mac: float, *, operands: str = "cohere
     x, w = _operands(width, tokens, outputs, operands, seed)
     cfg = _width_config(config, width, outputs).replace(
         {"source.photons_per_mac": float(photons_per_mac)})
-    return metrics.sqnr_db(x @ w, matmul(x, w, cfg, seed=seed))
+    return metrics.sqnr_db(cols_matmul(x, w), matmul(x, w, cfg, seed=seed))
 
 
 @dataclasses.dataclass(frozen=True)

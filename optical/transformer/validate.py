@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from optical import metrics
+from optical._gemm import cols_matmul
 from optical._progress import progress_bar
 from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig
@@ -317,6 +318,8 @@ def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray,
 
 def _exact_linear(block: Any, name: str, x: np.ndarray) -> np.ndarray:
     """The float64 product ``x @ W.T (+ bias)`` of weight matmul ``name``."""
-    y = x.astype(np.float64) @ block.weights[name].T.astype(np.float64)
+    x64 = x.astype(np.float64)
+    y = cols_matmul(x64.reshape(-1, x64.shape[-1]), block.weights[name].T.astype(np.float64))
+    y = y.reshape(*x64.shape[:-1], y.shape[-1])
     bias = block.weights.get(name + ".bias")
     return y if bias is None else y + bias
