@@ -107,3 +107,10 @@ def test_quantisers_keep_dtype():
         assert converters.quantize_levels(u, 4).dtype == dtype
         assert converters.transmission(u, 0.1).dtype == dtype
         assert converters.adc_quantize(u, 0.0, 1.0, 4)[0].dtype == dtype
+
+
+def test_zero_width_window_flags_nothing_however_far_the_readout():
+    r = np.array([-3.0, 0.0, 0.49, 0.51, 2.0, 100.0])
+    q, clipped = converters.adc_quantize(r, 0.5, 0.5, 8)
+    np.testing.assert_array_equal(q, np.full(r.shape, 0.5))
+    assert not clipped.any()

@@ -1,5 +1,6 @@
 """The optical energy model against hand calculations on tiny schedules and models."""
 
+import functools
 import math
 
 import pytest
@@ -7,6 +8,10 @@ import pytest
 import optical
 from optical.energy import counts, model
 from optical.transformer import ModelSpec, read_spec
+
+#: pytest.approx with no absolute slack: its default abs=1e-12 would swallow
+#: energies in joules (a laser term of 5.6e-13 J would pass for any value).
+approx = functools.partial(pytest.approx, rel=1e-6, abs=0)
 
 H_PLANCK = 6.62607015e-34
 C_LIGHT = 299792458.0
@@ -41,19 +46,19 @@ def test_each_term_of_a_tiny_matmul_matches_a_hand_count():
     photon = H_PLANCK * C_LIGHT / 850e-9
     # 30 source activations, each lighting 4 columns x 2 rails at 1000 detected
     # photons per pixel; detected -> emitted (0.8), optics (0.5), wall plug (0.25).
-    assert got["laser"] == pytest.approx(30 * 4 * 2 * 1000 * photon / (0.8 * 0.5 * 0.25))
-    assert got["dac"] == pytest.approx(30 * 20e-15 * 2**8)
-    assert got["adc"] == pytest.approx(42 * 20e-15 * 2**6.5)
-    assert got["detector"] == pytest.approx(84 * 1e-12)
-    assert got["mask_load"] == pytest.approx(4 * 2e-3)
+    assert got["laser"] == approx(30 * 4 * 2 * 1000 * photon / (0.8 * 0.5 * 0.25))
+    assert got["dac"] == approx(30 * 20e-15 * 2**8)
+    assert got["adc"] == approx(42 * 20e-15 * 2**6.5)
+    assert got["detector"] == approx(84 * 1e-12)
+    assert got["mask_load"] == approx(4 * 2e-3)
     # 5 x 7 weights x 2 rails x 8 bits.
-    assert got["weight_memory"] == pytest.approx(70 * 30e-12)
+    assert got["weight_memory"] == approx(70 * 30e-12)
     # Inputs read per N-tile (3 x 5 x 2 x 2 B) + fp32 partial sum read and
     # written per ADC conversion (42 x 8 B) + outputs written (3 x 7 x 2 B).
-    assert got["activation_memory"] == pytest.approx((60 + 336 + 42) * 1e-12)
+    assert got["activation_memory"] == approx((60 + 336 + 42) * 1e-12)
     # 3 per ADC conversion + weight scale per (row, K-tile, column) + input
     # scale per output + 2 per input element.
-    assert got["digital"] == pytest.approx((3 * 42 + 3 * 2 * 7 + 3 * 7 + 2 * 3 * 5) * 0.5e-12)
+    assert got["digital"] == approx((3 * 42 + 3 * 2 * 7 + 3 * 7 + 2 * 3 * 5) * 0.5e-12)
     resident = model.matmul_energy(s, cfg, resident=True)
     assert resident["mask_load"] == resident["weight_memory"] == 0.0
     assert resident["laser"] == got["laser"]
@@ -64,21 +69,21 @@ def test_explicit_converter_energies_and_source_level_override_the_defaults():
                          "energy.source_mean_level": 0.5})
     s = optical.schedule(3, 5, 7, cfg)
     got, base = model.matmul_energy(s, cfg), model.matmul_energy(s, tiny_config())
-    assert got["dac"] == pytest.approx(30 * 3e-12)
-    assert got["adc"] == pytest.approx(42 * 5e-12)
-    assert got["laser"] == pytest.approx(0.5 * base["laser"])
+    assert got["dac"] == approx(30 * 3e-12)
+    assert got["adc"] == approx(42 * 5e-12)
+    assert got["laser"] == approx(0.5 * base["laser"])
 
 
 def test_per_rail_detection_doubles_the_adc_term():
     cfg = tiny_config(**{"detector.balanced": False})
     s = optical.schedule(3, 5, 7, cfg)
     assert s.adc_conversions == 84
-    assert model.matmul_energy(s, cfg)["adc"] == pytest.approx(84 * 20e-15 * 2**6.5)
+    assert model.matmul_energy(s, cfg)["adc"] == approx(84 * 20e-15 * 2**6.5)
 
 
 def test_photon_energy():
-    assert model.photon_energy(850e-9) == pytest.approx(2.337e-19, rel=1e-3)
-    assert model.photon_energy(1550e-9) == pytest.approx(1.2816e-19, rel=1e-3)
+    assert model.photon_energy(850e-9) == approx(2.337e-19, rel=1e-3)
+    assert model.photon_energy(1550e-9) == approx(1.2816e-19, rel=1e-3)
     with pytest.raises(ValueError, match="wavelength"):
         model.photon_energy(0.0)
 
@@ -91,14 +96,14 @@ def test_matmul_work_and_span_by_hand(double_buffered):
     assert (s.weight_loads, s.passes) == (8, 800)
     t = model.matmul_time(s, cfg, cores=3)
     per_tile = max(1e-3, 100e-9) if double_buffered else 1e-3 + 100e-9
-    assert t["work"] == pytest.approx(8 * per_tile)
-    assert t["span"] == t["streaming"] == pytest.approx(3 * 100e-9)
+    assert t["work"] == approx(8 * per_tile)
+    assert t["span"] == t["streaming"] == approx(3 * 100e-9)
     # Activation masks are loaded on the span, round by round.
-    assert model.matmul_time(s, cfg, cores=3, activation=True)["span"] == pytest.approx(
+    assert model.matmul_time(s, cfg, cores=3, activation=True)["span"] == approx(
         3 * (1e-3 + 100e-9))
     resident = model.matmul_time(s, cfg, cores=8, resident=True)
-    assert resident == {"work": pytest.approx(8 * 100e-9), "span": pytest.approx(100e-9),
-                        "streaming": pytest.approx(100e-9)}
+    assert resident == {"work": approx(8 * 100e-9), "span": approx(100e-9),
+                        "streaming": approx(100e-9)}
     with pytest.raises(ValueError, match="cores"):
         model.matmul_time(s, cfg, cores=0)
 
@@ -116,9 +121,9 @@ def test_prefill_time_is_the_larger_of_work_over_cores_and_span(cores, bound):
     work = 32 * 208 * (1e-3 + stream) / cores
     rounds = sum(-(-tiles // cores) for tiles in (16, 4, 4, 16, 56, 56, 56))
     span = 1e-3 + 32 * rounds * stream
-    assert rep.time["mask_load"] + rep.time["streaming"] == pytest.approx(max(work, span))
+    assert rep.time["mask_load"] + rep.time["streaming"] == approx(max(work, span))
     assert (work >= span) == (bound == "work")
-    assert rep.time["streaming"] == pytest.approx(32 * rounds * stream)
+    assert rep.time["streaming"] == approx(32 * rounds * stream)
 
 
 TINY = ModelSpec.from_config({
@@ -194,10 +199,10 @@ def test_layer_and_head_work_of_a_tiny_bert_match_a_hand_count():
     # prefill prices each item: operations, on-chip and off-chip bytes, every layer.
     rep = model.prefill(TINY_BERT, 3, tiny_config(), batch=2)
     for name in ops:
-        assert rep.digital[name] == pytest.approx(
+        assert rep.digital[name] == approx(
             2 * (ops[name] * 0.5e-12 + sram[name] * 1e-12), rel=1e-12), name
-    assert rep.digital["pooling"] == pytest.approx(96 * 0.5e-12, rel=1e-12)
-    assert rep.digital["embedding"] == pytest.approx(96 * 30e-12, rel=1e-12)
+    assert rep.digital["pooling"] == approx(96 * 0.5e-12, rel=1e-12)
+    assert rep.digital["embedding"] == approx(96 * 30e-12, rel=1e-12)
     assert "rope" not in rep.digital and "lm_head" not in rep.digital
 
 
@@ -210,22 +215,22 @@ def test_prefill_total_is_the_sum_of_independently_counted_parts():
               **counts.head_work(TINY, 3, batch=2)}
     digital = sum(w.ops * e.digital_energy_per_op + w.sram_bytes * e.sram_energy_per_byte
                   + w.dram_bytes * e.dram_energy_per_byte for w in others.values())
-    assert rep.total == pytest.approx(matmuls + digital + rep.components["static"], rel=1e-12)
-    assert rep.total == pytest.approx(sum(rep.components.values()), rel=1e-12)
-    assert rep.ttft == pytest.approx(sum(rep.time.values()))
-    assert rep.per_token == pytest.approx(rep.total / 6)
-    assert rep.per_request == pytest.approx(rep.total / 2)
+    assert rep.total == approx(matmuls + digital + rep.components["static"], rel=1e-12)
+    assert rep.total == approx(sum(rep.components.values()), rel=1e-12)
+    assert rep.ttft == approx(sum(rep.time.values()))
+    assert rep.per_token == approx(rep.total / 6)
+    assert rep.per_request == approx(rep.total / 2)
     # 7 linear matmuls per layer, each loaded once per prefill on the one core.
     layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
     assert rep.counts["weight_loads"] == 2 * sum(s.weight_loads for s in layer.values())
-    assert rep.components["mask_load"] == pytest.approx(rep.counts["weight_loads"] * 2e-3)
-    assert rep.time["mask_load"] == pytest.approx(rep.counts["weight_loads"] * 1e-3)
+    assert rep.components["mask_load"] == approx(rep.counts["weight_loads"] * 2e-3)
+    assert rep.time["mask_load"] == approx(rep.counts["weight_loads"] * 1e-3)
 
 
 def test_static_power_is_charged_over_the_ttft_on_every_core():
     cfg = tiny_config(**{"energy.static_power": 2.0, "energy.cores": 3})
     rep = model.prefill(TINY, 3, cfg)
-    assert rep.components["static"] == pytest.approx(2.0 * 3 * rep.ttft)
+    assert rep.components["static"] == approx(2.0 * 3 * rep.ttft)
 
 
 def test_weights_stay_resident_when_the_cores_hold_every_tile():
@@ -239,7 +244,7 @@ def test_weights_stay_resident_when_the_cores_hold_every_tile():
     assert below.components["mask_load"] > 0 and at.components["mask_load"] == 0
     assert at.time["mask_load"] == 0 and at.counts["mask_bytes"] == 0
     # Every tile streams at once: the streaming time is one tile's per matmul.
-    assert at.time["streaming"] == pytest.approx(2 * 7 * 3 / 1e9)
+    assert at.time["streaming"] == approx(2 * 7 * 3 / 1e9)
 
 
 def test_optical_attention_loads_activation_masks_from_sram():
@@ -262,7 +267,7 @@ def test_doubling_the_prompt_doubles_the_linear_layer_terms(llama_8b):
     linear = [s.name for s in llama_8b.linear_shapes()]
     for name in linear:
         for part in ("laser", "dac", "adc", "detector", "activation_memory", "digital"):
-            assert two.by_matmul[name][part] == pytest.approx(2 * one.by_matmul[name][part],
+            assert two.by_matmul[name][part] == approx(2 * one.by_matmul[name][part],
                                                               rel=1e-12), (name, part)
         # The weights are loaded once per prefill whatever its length.
         for part in ("mask_load", "weight_memory"):
@@ -283,8 +288,8 @@ def test_70b_over_8b_energy_per_token_is_the_linear_mac_ratio_when_optics_domina
         assert rep.components["laser"] / rep.total > 0.9
     mac_ratio = (big.num_layers * big.linear_macs_per_token()
                  / (llama_8b.num_layers * llama_8b.linear_macs_per_token()))
-    assert mac_ratio == pytest.approx(9.81, abs=0.01)
-    assert big_rep.per_token / small_rep.per_token == pytest.approx(mac_ratio, rel=0.10)
+    assert mac_ratio == approx(9.81, abs=0.01)
+    assert big_rep.per_token / small_rep.per_token == approx(mac_ratio, rel=0.10)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -343,3 +348,66 @@ def test_bert_is_priced_too():
     rep = model.prefill(spec, 128, optical.presets.get("iris-like"))
     assert "pooling" in rep.digital and "bias" in rep.digital and "rope" not in rep.digital
     assert rep.total > 0 and rep.ttft > 0
+
+
+def test_laser_term_by_hand_to_full_precision():
+    # pytest.approx's default abs=1e-12 J swallows the laser term (5.6e-13 J).
+    cfg = tiny_config()
+    s = optical.schedule(3, 5, 7, cfg)
+    photon = 6.62607015e-34 * 299792458.0 / 850e-9
+    expect = 30 * 4 * 2 * 1000 * photon / (0.8 * 0.5 * 0.25)
+    assert model.matmul_energy(s, cfg)["laser"] == approx(expect, rel=1e-12, abs=0)
+
+
+def test_photon_energy_to_full_precision():
+    # hc = 1.98644586e-25 J m (exact SI constants); the existing rel=1e-3 check
+    # of 2.337e-19 J passes for anything, as approx's default abs is 1e-12.
+    assert model.photon_energy(850e-9) == approx(1.98644586e-25 / 850e-9,
+                                                        rel=1e-8, abs=0)
+
+
+def test_mask_bytes_round_up_to_whole_bytes():
+    cfg = tiny_config(**{"mask.bits": 6})
+    s = optical.schedule(3, 5, 7, cfg)  # one load: 5 x 7 pixels x 2 rails x 6 bits = 52.5 B
+    assert counts.mask_bytes(s, cfg) == 53
+
+
+def test_decode_step_counts_the_context_not_the_new_tokens():
+    # One new token per prompt, 2 prompts, 5 positions of context; 2 heads, q 8, kv 4.
+    work = counts.layer_work(TINY, 1, batch=2, context=5)
+    assert work["softmax"].ops == 6 * (2 * 2 * 5)
+    assert work["softmax"].sram_bytes == 4 * (2 * 2 * 5) * 2
+    assert work["attention.products"].ops == 4 * 5 * 8 * 2
+    assert work["attention.products"].sram_bytes == (2 * 8 * 2 + 2 * 4 * 5 * 2) * 2
+
+
+def test_llama_without_a_tie_key_has_its_own_lm_head():
+    # Hugging Face's LlamaConfig defaults tie_word_embeddings to False.
+    spec = ModelSpec.from_config({
+        "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 4, "vocab_size": 10})
+    assert counts.weight_count(spec)["lm_head"] == 10 * 8
+
+
+def test_activation_masks_get_only_the_spare_cores_when_weights_are_resident():
+    """Resident weights hold `tiles` cores; optical attention's activation masks
+    run on the others. With one spare core each activation tile is loaded and
+    streamed in turn: rounds = its weight loads."""
+    cfg = tiny_config(**{"mapping.attention": "optical"})
+    layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
+    assert layer["attention.scores"].weight_loads == 2  # one K per prompt
+    linear = {n: s for n, s in layer.items() if n not in counts.ACTIVATION_MASKS}
+    tiles = TINY.num_layers * sum(s.weight_loads for s in linear.values())
+    rep = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles + 1}), batch=2)
+    assert rep.weights_resident
+    load, rate = 1e-3, 1e9
+    span = 0.0
+    for name, s in layer.items():
+        stream = s.passes / s.weight_loads / rate
+        if name in counts.ACTIVATION_MASKS:
+            span += s.weight_loads * (load + stream)  # one spare core
+        else:
+            span += stream  # every tile on its own core
+    assert rep.ttft - rep.time["digital"] == approx(TINY.num_layers * span,
+                                                           rel=1e-12, abs=0)

@@ -1,5 +1,6 @@
 """The GPU baseline and the disaggregated estimate against hand calculations."""
 
+import functools
 import math
 
 import pytest
@@ -7,6 +8,10 @@ import pytest
 import optical
 from optical.energy import counts, gpu, workload
 from optical.transformer import ModelSpec, read_spec
+
+#: pytest.approx with no absolute slack: its default abs=1e-12 would swallow
+#: energies in joules (a laser term of 5.6e-13 J would pass for any value).
+approx = functools.partial(pytest.approx, rel=1e-6, abs=0)
 
 TINY = ModelSpec.from_config({
     "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
@@ -23,7 +28,7 @@ def test_datasheet_presets():
         989e12, 3.35e12, 700.0, 80e9)
     assert (h200.peak_flops, h200.memory_bandwidth, h200.power, h200.memory) == (
         989e12, 4.8e12, 700.0, 141e9)
-    assert h100.energy_per_flop == pytest.approx(700 / (989e12 * 0.5))
+    assert h100.energy_per_flop == approx(700 / (989e12 * 0.5))
     with pytest.raises(ValueError, match="unknown gpu 'a100'; valid: h100, h200"):
         gpu.get_gpu("a100")
 
@@ -41,9 +46,9 @@ def test_prefill_flops_bytes_time_and_energy_by_hand():
     assert rep.bytes == 1152 * 2 + 2 * (2112 + 1536) + 96 + 160 + 2 * 96
     assert rep.gpus == 1
     assert not rep.compute_bound
-    assert rep.time == pytest.approx(rep.bytes / (1e3 * 0.8))
-    assert rep.energy == pytest.approx(100.0 * rep.time)
-    assert rep.per_token == pytest.approx(rep.energy / 6)
+    assert rep.time == approx(rep.bytes / (1e3 * 0.8))
+    assert rep.energy == approx(100.0 * rep.time)
+    assert rep.per_token == approx(rep.energy / 6)
 
 
 def test_a_model_larger_than_one_gpu_is_split_with_the_same_energy():
@@ -51,8 +56,8 @@ def test_a_model_larger_than_one_gpu_is_split_with_the_same_energy():
     one, split = gpu.prefill(TINY, 3, SLOW_GPU, batch=2), gpu.prefill(TINY, 3, small, batch=2)
     # (1152 + 80 + 80) x 2 B of weights + 192 B of KV cache over 1000 B GPUs.
     assert split.gpus == math.ceil((2624 + 192) / 1000) == 3
-    assert split.time == pytest.approx(one.time / 3)
-    assert split.energy == pytest.approx(one.energy)
+    assert split.time == approx(one.time / 3)
+    assert split.energy == approx(one.energy)
 
 
 def test_llama_70b_needs_two_gpus_and_is_compute_bound_at_2048_tokens():
@@ -61,7 +66,7 @@ def test_llama_70b_needs_two_gpus_and_is_compute_bound_at_2048_tokens():
         rep = gpu.prefill(spec, 2048, gpu.get_gpu(name))
         assert rep.gpus == 2 and rep.compute_bound
         # About 2 x 70e9 x 2048 FLOPs at half of 989 TFLOP/s on 2 GPUs.
-        assert rep.time == pytest.approx(2 * 70.6e9 * 2048 / (989e12 * 0.5) / 2, rel=0.1)
+        assert rep.time == approx(2 * 70.6e9 * 2048 / (989e12 * 0.5) / 2, rel=0.1)
 
 
 def test_decode_step_reads_the_weights_once_and_each_kv_cache():
@@ -95,9 +100,9 @@ def test_decode_concurrency_obeys_littles_law(llama_8b, rate):
     out = workload.disaggregated(llama_8b, work, optical.presets.get("iris-like"), h100)
     d = out["decode"]
     b = d["concurrent_sequences"]
-    assert b == pytest.approx(rate / d["instances"] * 256 * d["step_time_s"], rel=1e-9)
+    assert b == approx(rate / d["instances"] * 256 * d["step_time_s"], rel=1e-9)
     assert b <= d["max_sequences_per_instance"]
-    assert d["energy_per_output_token_j"] == pytest.approx(
+    assert d["energy_per_output_token_j"] == approx(
         d["gpus_per_instance"] * 700.0 * d["step_time_s"] / max(1.0, b), rel=1e-9)
     # The step is never faster than reading the linear and LM-head weights once.
     w = counts.weight_count(llama_8b)
@@ -120,17 +125,17 @@ def test_disaggregated_energy_is_made_of_its_parts(llama_8b):
     per = out["energy_per_request_j"]
     opt = optical.energy.prefill(llama_8b, 2048, cfg, batch=2)
     ref = gpu.prefill(llama_8b, 2048, h100, batch=2)
-    assert per["all_gpu"]["prefill"] == pytest.approx(ref.per_request)
-    assert per["disaggregated"]["prefill"] == pytest.approx(opt.per_request)
-    assert per["disaggregated"]["kv_transfer"] == pytest.approx(
+    assert per["all_gpu"]["prefill"] == approx(ref.per_request)
+    assert per["disaggregated"]["prefill"] == approx(opt.per_request)
+    assert per["disaggregated"]["kv_transfer"] == approx(
         gpu.kv_cache_bytes(llama_8b, 2048) * cfg.energy.link_energy_per_byte)
-    assert per["all_gpu"]["decode"] == per["disaggregated"]["decode"] == pytest.approx(
+    assert per["all_gpu"]["decode"] == per["disaggregated"]["decode"] == approx(
         128 * out["decode"]["energy_per_output_token_j"])
     for key in ("all_gpu", "disaggregated"):
         parts = {k: v for k, v in per[key].items() if k != "total"}
-        assert per[key]["total"] == pytest.approx(sum(parts.values()))
-        assert out["power_w"][key] == pytest.approx(2.0 * per[key]["total"])
-    assert out["ratio"] == pytest.approx(per["all_gpu"]["total"] / per["disaggregated"]["total"])
+        assert per[key]["total"] == approx(sum(parts.values()))
+        assert out["power_w"][key] == approx(2.0 * per[key]["total"])
+    assert out["ratio"] == approx(per["all_gpu"]["total"] / per["disaggregated"]["total"])
     assert out["optical_machines"] == math.ceil(1.0 * opt.ttft)
 
 
@@ -149,7 +154,7 @@ def test_break_even_photons_equalises_the_energies(llama_8b):
     p = compare.break_even_photons(llama_8b, 512, cfg, h100)
     assert p is not None and p > cfg.source.photons_per_mac
     at = optical.energy.prefill(llama_8b, 512, cfg.replace({"source.photons_per_mac": p}))
-    assert at.total == pytest.approx(gpu.prefill(llama_8b, 512, h100).energy, rel=1e-9)
+    assert at.total == approx(gpu.prefill(llama_8b, 512, h100).energy, rel=1e-9)
     # Loading every mask at 1 J costs more than the whole GPU prefill: no photon
     # count breaks even.
     assert compare.break_even_photons(

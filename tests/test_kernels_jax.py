@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 import optical
-from optical import metrics
+from optical import _rng, metrics
 
 from .configs import ENCODINGS, ideal, noisy
 
@@ -320,3 +320,65 @@ def test_an_all_zero_token_gives_exactly_zero(rng):
     for scale in (1.0, 1e-3):
         y = np.asarray(jax_backend.matmul(jnp.asarray(x * scale), w, cfg, seed=0))
         assert np.all(y[2] == 0) and np.all(y[[0, 1, 3]] != 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes", [
+    # Split inputs on balanced rails: per-rail shot noise, variance g**2 (T+ + T-) a / p.
+    {"encoding.inputs": "split", "detector.read_noise_electrons": 0.0},
+    # Dark counts dominate the readout noise (low-rank path).
+    {"detector.read_noise_electrons": 0.0, "detector.dark_electrons": 2000.0,
+     "source.rin_db_per_hz": -math.inf},
+    # Poisson dark counts on one weight rail: their mean must be subtracted.
+    {"encoding.weights": "offset", "detector.shot_noise": "poisson",
+     "detector.dark_electrons": 200.0},
+    # ENOB loss dominates: (4**enob_loss - 1) step**2 / 12 of added variance.
+    {"adc.bits": 6, "adc.enob_loss": 3.0, "detector.read_noise_electrons": 0.0,
+     "source.photons_per_mac": 1e6, "source.rin_db_per_hz": -math.inf},
+])
+def test_noise_of_every_path_has_the_reference_distribution(rng, changes):
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 6)).astype(np.float32)
+    cfg = noisy(**{"adc.bits": 10, "core.inputs": 32, **changes})
+    copies, seeds = 300, 20
+    xs = np.broadcast_to(x, (copies, *x.shape)).copy()
+    ref = np.concatenate([optical.matmul(xs, w, cfg, seed=s, backend="numpy")
+                          for s in range(seeds)])
+    f = jax.jit(jax.vmap(lambda s: jax_backend.matmul(jnp.asarray(xs), w, cfg, seed=s)))
+    got = np.asarray(f(jnp.arange(seeds))).reshape(ref.shape)
+    n = ref.shape[0]
+    sd = ref.std(axis=0)
+    assert np.all(np.abs(got.mean(axis=0) - ref.mean(axis=0)) < 5 * sd * math.sqrt(2 / n))
+    ratio = got.var(axis=0) / ref.var(axis=0)
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / n)), ratio
+
+
+def test_readout_stream_is_its_own():
+    # The readout normals must not reuse a physical noise's stream (RIN's
+    # normals would then be the readout's, correlated sample by sample).
+    assert jax_backend._STREAM_READOUT not in _rng.STREAMS.values()
+
+
+def test_max_windows_never_clip(rng):
+    # full_scale "max": the window holds every possible noise-free readout,
+    # so a full-scale input on all-positive weights lands on the top code,
+    # which is not a clipped conversion.
+    cfg = ideal(**{"adc.bits": 6, "adc.full_scale": "max", "core.inputs": 32,
+                   "core.outputs": 8})
+    x = np.ones((4, 40), np.float32)
+    w = rng.uniform(0.1, 1.0, (40, 12)).astype(np.float32)
+    _, ref = optical.matmul(x, w, cfg, seed=0, backend="numpy", return_stats=True)
+    _, got = jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0, return_stats=True)
+    assert ref.clipped_fraction == 0.0
+    assert got.clipped_fraction == 0.0
+
+
+def test_per_tensor_input_scale_matches_the_reference(rng):
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    x[0] *= 30.0  # one loud token sets the per-tensor scale; the rest sit on few DAC levels
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    cfg = ideal(**{"dac.bits": 4, "dac.scaling": "per_tensor", "core.inputs": 32,
+                   "core.outputs": 8})
+    ref = optical.matmul(x, w, cfg, seed=0, backend="numpy")
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

@@ -7,7 +7,7 @@ import pytest
 import optical
 from optical import metrics
 from optical.config import OutliersConfig
-from optical.outliers import select_channels
+from optical.outliers import channel_magnitude, select_channels
 
 from .configs import ideal
 from .conftest import EXACT_RTOL
@@ -147,3 +147,24 @@ def test_pooled_stats_keep_the_digital_share_of_all_macs(rng):
     assert pooled.digital_macs == 3 * 2 * 7 + 5 * 2 * 7
     assert pooled.digital_mac_fraction == pytest.approx(pooled.digital_macs
                                                         / (3 * 40 * 7 + 5 * 60 * 7))
+
+
+def test_threshold_is_relative_to_the_median_of_the_nonzero_magnitudes():
+    magnitude = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 3.0])
+    rule = OutliersConfig(policy="static", threshold=2.0, top_k=None)
+    np.testing.assert_array_equal(select_channels(magnitude, rule), [7])
+
+
+def test_a_channel_at_exactly_the_threshold_is_not_an_outlier():
+    rule = OutliersConfig(policy="static", threshold=6.0, top_k=None)
+    assert select_channels(np.array([1.0, 1.0, 1.0, 6.0]), rule).size == 0
+
+
+def test_a_negative_outlier_channel_is_found(rng):
+    x = rng.uniform(-1, 1, (16, 12))
+    x[:, 4] = -rng.uniform(40, 60, 16)  # large, always negative
+    np.testing.assert_array_equal(channel_magnitude(x), np.abs(x).max(axis=0))
+    cfg = ideal(**{"outliers.policy": "static", "outliers.threshold": 6.0,
+                   "outliers.top_k": None})
+    pw = optical.program(rng.standard_normal((12, 5)), cfg, calibration=x)
+    np.testing.assert_array_equal(pw.bypass.channels, [4])

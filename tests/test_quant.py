@@ -480,3 +480,48 @@ def test_huge_but_valid_photon_counts_are_the_shot_noise_free_limit(rng):
         huge = optical.matmul(x, w, base.replace({"source.photons_per_mac": 1e30}), seed=0)
         limit = optical.matmul(x, w, base.replace({"source.photons_per_mac": math.inf}), seed=0)
         np.testing.assert_allclose(huge, limit, rtol=1e-12, atol=1e-12 * np.abs(limit).max())
+
+
+def test_normalise_scales_each_token_by_its_own_absmax():
+    cal = np.array([[1.0, -4.0, 2.0], [0.5, 0.25, -0.125]])
+    np.testing.assert_allclose(calibration.normalise(cal, ideal(), None),
+                               [[0.25, -1.0, 0.5], [1.0, 0.5, -0.25]], rtol=0, atol=0)
+    per_tensor = ideal(**{"dac.scaling": "per_tensor"})
+    np.testing.assert_allclose(calibration.normalise(cal, per_tensor, None), cal / 4.0,
+                               rtol=0, atol=0)
+
+
+def test_exponential_tail_threshold_is_the_next_sample_inward():
+    # 137 samples 0..136: 16 per tail; thresholds at the 17th from each end
+    # (16 and 120), mean excess of the 16 beyond each: 8.5.
+    tails = calibration._exponential_tails(np.arange(137.0)[None, :])
+    assert tails.count == 16
+    assert (tails.u_lo[0], tails.u_hi[0]) == (16.0, 120.0)
+    assert (tails.e_lo[0], tails.e_hi[0]) == (8.5, 8.5)
+
+
+def test_calibrated_window_noise_is_the_sum_of_every_readout_noise(monkeypatch, rng):
+    """All calibration inputs at full scale (offset: every DAC level 1), split
+    weights on a balanced detector: the readout noise variance of column n is
+    shot sum_k (T+ + T-)[k, n] / p + dark 2 D / p**2 + read R**2 / p**2
+    + RIN rin**2 sum_k (T+ - T-)[k, n]**2, each term of similar size."""
+    p, dark, read = 100.0, 400.0, 28.0
+    cfg = ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
+                   "adc.full_scale": "calibrated", "encoding.inputs": "offset",
+                   "encoding.weights": "split", "detector.balanced": True,
+                   "source.photons_per_mac": p, "detector.dark_electrons": dark,
+                   "detector.read_noise_electrons": read,
+                   "source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e8})
+    seen = []
+    real = calibration.mse_windows
+    monkeypatch.setattr(calibration, "mse_windows",
+                        lambda s, sigma, *a, **k: (seen.append(np.array(sigma)),
+                                                   real(s, sigma, *a, **k))[1])
+    w = rng.standard_normal((8, 3))
+    pw = optical.program(w, cfg, calibration=np.ones((5, 8)))
+    t = pw.transmissions.astype(np.float64)  # (2, 8, 3)
+    rin2 = cfg.source.rin_sigma ** 2
+    expected = (t.sum(axis=(0, 1)) / p + 2 * dark / p**2 + read**2 / p**2
+                + rin2 * np.square(t[0] - t[1]).sum(axis=0))
+    assert len(seen) == 1
+    np.testing.assert_allclose(np.square(seen[0]), expected, rtol=1e-9)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import optical
-from optical import transformer
+from optical import metrics, transformer
 from optical.cli import main
 from optical.transformer.validate import worst_row_sqnr_db
 from tests.transformer_helpers import TINY_BERT, TINY_LLAMA, write_model
@@ -407,3 +407,29 @@ def test_worst_row_sqnr_over_many_row_blocks(rng):
     expected = min(10 * math.log10(math.fsum(a * a) / math.fsum((a - b) ** 2))
                    for a, b in zip(r, t, strict=True))
     assert worst_row_sqnr_db(ref, test) == pytest.approx(expected, rel=1e-12)
+
+
+def test_worst_row_sqnr_of_an_all_zero_reference():
+    zero = np.zeros((3, 4))
+    assert worst_row_sqnr_db(zero, zero) == math.inf
+    assert worst_row_sqnr_db(zero, zero + 0.1) == -math.inf
+
+
+def test_report_output_and_every_total_against_recomputed_values(tiny_dir):
+    naive = optical.presets.get("iris-like").replace({
+        "core.inputs": 48, "core.outputs": 40, "adc.full_scale": "rms",
+        "outliers.policy": "none"})
+    m = transformer.load(tiny_dir)
+    report = transformer.validate(m, layer=2, tokens=12, config=naive, seed=3)
+    h = m.hidden_states(2, 12, seed=3, batch=1)  # what validate draws
+    layer = m.layer(2)
+    ref = layer.trace(h, dtype="float16")
+    run = layer.trace(h, config=naive, seed=3)
+    sqnr, cosine, rel = metrics.compare(ref.output, run.output)
+    out = report.output
+    assert (out.sqnr_db, out.cosine, out.relative_error) == (sqnr, cosine, rel)
+    assert out.worst_token_sqnr_db == worst_row_sqnr_db(ref.output, run.output)
+    schedule = transformer.layer_schedule(m.spec, 12, naive)
+    for key in ("passes", "weight_loads", "dac_conversions", "adc_conversions",
+                "detector_readouts", "macs"):
+        assert report.totals[key] == sum(getattr(s, key) for s in schedule.values()), key

@@ -212,7 +212,9 @@ def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
 
     ``model_seed`` (default ``seed``) is the seed of the synthetic weights: the
     BOS direction, the outlier channels and the massive dimensions belong to
-    the model and come from it; the token noise comes from ``seed``.
+    the model and come from it; the token noise comes from ``seed`` (and
+    ``batch``: a batch of one is the unbatched call's prompt, a larger batch
+    draws other prompts).
 
     Returns
     -------
@@ -229,7 +231,8 @@ def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
     hidden = spec.hidden_size
     rms = 0.05 + 0.3 * layer
     structure = seed if model_seed is None else model_seed
-    rng = _rng(seed, "hidden", layer, tokens, batch)
+    # The unbatched call draws what a batch of one does (same key), as for BERT.
+    rng = _rng(seed, "hidden", layer, tokens, batch or 1)
     shape = (batch or 1, tokens, hidden)
     h = rng.standard_normal(shape, dtype=np.float32)
     scale = np.full(hidden, rms, dtype=np.float32)
