@@ -525,3 +525,32 @@ def test_calibrated_window_noise_is_the_sum_of_every_readout_noise(monkeypatch, 
                 + rin2 * np.square(t[0] - t[1]).sum(axis=0))
     assert len(seen) == 1
     np.testing.assert_allclose(np.square(seen[0]), expected, rtol=1e-9)
+
+
+def test_rms_window_of_read_noise_is_read_electrons_over_photons_per_mac():
+    # Read noise alone dominating: sigma = read_noise_electrons / photons_per_mac
+    # full-scale MACs, so the window's half-width is headroom * that, whatever p.
+    for p in (100.0, 400.0):
+        cfg = optical.presets.get("ideal").replace({
+            "source.photons_per_mac": p, "detector.read_noise_electrons": 1e4,
+            "adc.full_scale": "rms", "adc.headroom": 4.0, "core.inputs": 16,
+            "core.outputs": 8})
+        w = np.random.default_rng(0).standard_normal((16, 8))
+        pw = optical.program(w, cfg)
+        half = (pw.adc_hi - pw.adc_lo) / 2
+        np.testing.assert_allclose(half, 4.0 * 1e4 / p, rtol=1e-2)
+
+
+def test_balanced_detector_shot_noise_is_the_sum_of_both_rails():
+    # Shot noise of the two rails is independent: variances add under the
+    # analogue subtraction, so balanced half-width^2 = rail0^2 + rail1^2.
+    base = optical.presets.get("ideal").replace({
+        "source.photons_per_mac": 1e-3, "adc.full_scale": "rms", "adc.headroom": 3.0,
+        "encoding.weights": "split", "core.inputs": 16, "core.outputs": 8})
+    w = np.random.default_rng(1).standard_normal((16, 8))
+    bal = optical.program(w, base.replace({"detector.balanced": True}))
+    sep = optical.program(w, base.replace({"detector.balanced": False}))
+    assert bal.adc_lo.shape[1] == 1 and sep.adc_lo.shape[1] == 2
+    half_bal = (bal.adc_hi - bal.adc_lo)[:, 0] / 2
+    half_sep = (sep.adc_hi - sep.adc_lo) / 2
+    np.testing.assert_allclose(half_bal ** 2, (half_sep ** 2).sum(axis=1), rtol=1e-3)

@@ -62,3 +62,39 @@ def test_layer_schedule_counts_weight_and_attention_products():
     assert optical_attention["attention.values"].macs == 32 * 512 * 512 * 128
     with pytest.raises(ValueError, match="batch"):
         layer_schedule(spec, 512, cfg, batch=0)
+
+
+def test_query_heads_must_be_a_multiple_of_kv_heads():
+    from optical.transformer.spec import ModelSpec
+
+    config = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6,
+              "num_key_value_heads": 4, "intermediate_size": 64, "num_hidden_layers": 1,
+              "vocab_size": 10}
+    with pytest.raises(ValueError, match="num_attention_heads 6 is not a multiple of "
+                                         "num_key_value_heads 4"):
+        ModelSpec.from_config(config)
+
+
+def test_bert_without_max_position_embeddings_defaults_to_512():
+    from optical.transformer.spec import ModelSpec
+
+    spec = ModelSpec.from_config({"model_type": "bert", "hidden_size": 48,
+                                  "num_attention_heads": 6, "intermediate_size": 64,
+                                  "num_hidden_layers": 1, "vocab_size": 10})
+    assert spec.max_positions == 512  # HF BertConfig's default
+    spec.check_tokens(512)
+    with pytest.raises(ValueError, match="tokens: 513 exceed max_position_embeddings 512"):
+        spec.check_tokens(513)
+
+
+def test_explicit_head_dim_is_honoured():
+    from optical.transformer.spec import ModelSpec
+
+    spec = ModelSpec.from_config({"model_type": "llama", "hidden_size": 64,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "head_dim": 32, "intermediate_size": 96,
+                                  "num_hidden_layers": 1, "vocab_size": 10})
+    assert spec.head_dim == 32
+    shapes = {s.name: (s.in_features, s.out_features) for s in spec.linear_shapes()}
+    assert shapes["q_proj"] == (64, 128) and shapes["k_proj"] == (64, 64)
+    assert shapes["o_proj"] == (128, 64)

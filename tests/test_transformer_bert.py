@@ -238,3 +238,26 @@ def test_encode_layers_and_hidden_states_batch_are_checked(tmp_path):
             model.hidden_states(1, 4, batch=bad)
     with pytest.raises(ValueError, match="tokens: 65 exceed max_position_embeddings 64"):
         model.hidden_states(1, 65)
+
+
+def test_reference_linear_adds_the_dtype_rounded_bias_then_rounds_once():
+    from optical.transformer._engines import ReferenceEngine
+
+    ulp = 2.0 ** -10  # fp16 spacing in [1, 2)
+    x = np.ones((1, 1), np.float32)
+    w = np.full((1, 1), ulp / 4, np.float32)  # x @ w.T = ulp/4, exact in fp16
+    bias = np.array([1 + 0.4 * ulp], np.float32)  # an fp16 model holds this bias as 1.0
+    # torch (model.half(), addmm): round(ulp/4 + 1.0) = 1.0; adding the float32
+    # bias before the one rounding would give round(1 + 0.65 ulp) = 1 + ulp.
+    y = ReferenceEngine("float16").linear("query", x, w, bias)
+    np.testing.assert_array_equal(y, np.array([[1.0]], np.float32))
+    y32 = ReferenceEngine("float32").linear("query", x, w, bias)
+    np.testing.assert_array_equal(y32, np.array([[np.float32(1 + 0.4 * ulp) + np.float32(ulp / 4)]]))
+
+
+def test_an_all_padding_prompt_is_refused():
+    from optical.transformer.bert import check_mask
+
+    mask = np.array([[True, True, False], [False, False, False]])
+    with pytest.raises(ValueError, match="every prompt needs at least one real token"):
+        check_mask(mask, (2, 3))

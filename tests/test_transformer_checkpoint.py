@@ -210,3 +210,15 @@ def test_float64_beyond_float32_is_named(tmp_path, bf16_tensors):
     bf16_tensors[name] = np.full(64, 0.5)
     layer = transformer.load(write_model(tmp_path / "ok", TINY_LLAMA, bf16_tensors)).layer(0)
     assert np.array_equal(layer.weights["input_layernorm"], np.full(64, 0.5, np.float32))
+
+
+def test_a_tensor_in_two_unindexed_shards_is_named(tmp_path):
+    save_file = pytest.importorskip("safetensors.numpy").save_file
+    from optical.transformer import Checkpoint
+
+    t = np.zeros((2, 2), np.float32)
+    save_file({"a": t, "b": t}, str(tmp_path / "model-1.safetensors"))
+    save_file({"b": t + 1, "c": t}, str(tmp_path / "model-2.safetensors"))
+    with pytest.raises(ValueError, match="tensor 'b' appears in both model-1.safetensors "
+                                         "and model-2.safetensors"):
+        Checkpoint(tmp_path)

@@ -137,3 +137,23 @@ def test_massive_activations_hurt_down_proj_of_the_super_layer_unless_bypassed()
     # than the others and the matmul is no worse than without the super weight.
     bypassed = _down_proj_error(weights, IRIS)
     assert bypassed[1] < 3 and bypassed[0] > without[0] - 0.5, (bypassed, without)
+
+
+def test_optical_attention_draws_independent_noise_per_batch_and_head():
+    from optical.transformer._engines import OpticalEngine
+
+    cfg = optical.presets.get("iris-like").replace(
+        {"core.inputs": 48, "core.outputs": 40, "mapping.attention": "optical"})
+    rng = np.random.default_rng(0)
+    q1 = rng.standard_normal((1, 1, 12, 16)).astype(np.float32)
+    k1 = rng.standard_normal((1, 1, 12, 16)).astype(np.float32)
+    # the same operands in two prompts and two KV heads: (2, 2, 12, 16)
+    q, k = np.tile(q1, (2, 2, 1, 1)), np.tile(k1, (2, 2, 1, 1))
+    s = OpticalEngine(cfg, seed=3, layer=0).scores(q, k)
+    exact = q1[0, 0] @ k1[0, 0].T
+    blocks = [s[i, j] for i in range(2) for j in range(2)]
+    for b in blocks:  # each is a noisy estimate of the same product...
+        assert optical.metrics.relative_error(exact, b) < 0.2
+    for a in range(4):  # ...with its own noise draw
+        for b in range(a + 1, 4):
+            assert not np.array_equal(blocks[a], blocks[b]), (a, b)

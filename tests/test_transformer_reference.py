@@ -245,3 +245,38 @@ def test_prompts_beyond_max_position_embeddings_are_named(tmp_path):
         short.hidden_states(0, 9)
     with pytest.raises(ValueError, match="tokens: 9 exceed max_position_embeddings 8"):
         transformer.validate(short, layer=0, tokens=9, config=optical.presets.get("ideal"))
+
+
+def test_softmax_is_stable_for_large_logits_and_gives_masked_keys_zero():
+    from optical.transformer.numerics import softmax
+
+    s = np.array([[1000.0, 999.0, -np.inf], [0.0, math.log(2.0), -np.inf]], dtype=np.float32)
+    p = softmax(s)
+    e = math.exp(-1.0)
+    np.testing.assert_allclose(p, [[1 / (1 + e), e / (1 + e), 0.0], [1 / 3, 2 / 3, 0.0]],
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_boolean_rope_numbers_are_refused(value):
+    from optical.transformer.rope import inverse_frequencies, rope_settings
+
+    with pytest.raises(ValueError, match="rope_theta must be a positive number"):
+        rope_settings({"rope_theta": value})
+    scaling = {"rope_type": "llama3", "factor": True, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    with pytest.raises(ValueError, match=r"rope_scaling.factor: must be a positive number"):
+        inverse_frequencies(16, 1e4, scaling)
+
+
+def test_zero_token_input_is_named():
+    from pathlib import Path
+
+    from optical.transformer.model import LlamaModel
+    from optical.transformer.spec import ModelSpec
+    from tests.transformer_helpers import TINY_LLAMA
+
+    layer = LlamaModel(Path("tiny"), ModelSpec.from_config(TINY_LLAMA), None, seed=0).layer(0)
+    for shape in ((0, 64), (2, 0, 64)):
+        with pytest.raises(ValueError, match=r"h: expected shape \(tokens, 64\)"):
+            layer.reference(np.zeros(shape, np.float32))

@@ -139,3 +139,16 @@ def test_real_shapes_of_the_bundled_models_without_building_earlier_layers():
     layer = model.layer(15)  # the last layer alone
     assert layer.weights["down_proj"].shape == (2048, 8192)
     assert layer.weights["k_proj"].shape == (512, 2048)
+
+
+def test_rms_norm_eps_defaults_to_hugging_faces():
+    from pathlib import Path
+
+    transformers = pytest.importorskip("transformers")
+    from optical.transformer.model import LlamaModel
+    from optical.transformer.spec import ModelSpec
+    from tests.transformer_helpers import TINY_LLAMA
+
+    config = {k: v for k, v in TINY_LLAMA.items() if k != "rms_norm_eps"}
+    layer = LlamaModel(Path("tiny"), ModelSpec.from_config(config), None, seed=0).layer(0)
+    assert layer.eps == transformers.LlamaConfig().rms_norm_eps == 1e-6
