@@ -119,6 +119,17 @@ def _sections(data):
     return {key: data[key] for key in ("batch", "optical", "gpu", "comparison", "disaggregated")}
 
 
+def _disaggregated_only(capsys, option, value, **expected):
+    """``optical energy`` by default and with ``option value``: the latter is
+    the API's sections with ``expected``, and the prefill's sections do not
+    move. Both outputs, default first."""
+    default, changed = _energy(capsys), _energy(capsys, option, value)
+    assert _sections(changed) == _expected(**expected)
+    for section in ("optical", "gpu", "comparison"):
+        assert changed[section] == default[section], section
+    return default, changed
+
+
 def _littles_law(split):
     """Sequences decoding at once = arrival rate per instance x time in decode
     (output tokens x step time): the disaggregated estimate's decode."""
@@ -155,10 +166,7 @@ def test_energy_output_tokens_change_only_the_decode(capsys):
     """--output-tokens N: the disaggregated estimate of N tokens per request;
     its decode energy is N x the energy of an output token, Little's law holds,
     and nothing of the prefill moves."""
-    default, short = _energy(capsys), _energy(capsys, "--output-tokens", "64")
-    assert _sections(short) == _expected(output_tokens=64)
-    for section in ("optical", "gpu", "comparison"):
-        assert short[section] == default[section], section
+    default, short = _disaggregated_only(capsys, "--output-tokens", "64", output_tokens=64)
     for data, tokens in ((default, 256), (short, 64)):
         split = data["disaggregated"]
         assert split["workload"]["output_tokens"] == tokens
@@ -179,10 +187,7 @@ def test_energy_requests_per_s_set_the_power_and_the_machines(capsys):
     """--requests-per-s R: the disaggregated estimate at R requests/s; power is
     energy per request x R, the optical machines keep up with R prefills/s
     (ceil(R x TTFT)), Little's law holds, and nothing of the prefill moves."""
-    default, busy = _energy(capsys), _energy(capsys, "--requests-per-s", "10")
-    assert _sections(busy) == _expected(requests_per_s=10.0)
-    for section in ("optical", "gpu", "comparison"):
-        assert busy[section] == default[section], section
+    default, busy = _disaggregated_only(capsys, "--requests-per-s", "10", requests_per_s=10.0)
     for data, rate in ((default, 1.0), (busy, 10.0)):
         split = data["disaggregated"]
         assert split["workload"]["requests_per_s"] == rate

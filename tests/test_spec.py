@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from optical.transformer import read_spec
+from optical.transformer.spec import ModelSpec
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -65,8 +66,6 @@ def test_layer_schedule_counts_weight_and_attention_products():
 
 
 def test_query_heads_must_be_a_multiple_of_kv_heads():
-    from optical.transformer.spec import ModelSpec
-
     config = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6,
               "num_key_value_heads": 4, "intermediate_size": 64, "num_hidden_layers": 1,
               "vocab_size": 10}
@@ -76,8 +75,6 @@ def test_query_heads_must_be_a_multiple_of_kv_heads():
 
 
 def test_bert_without_max_position_embeddings_defaults_to_512():
-    from optical.transformer.spec import ModelSpec
-
     spec = ModelSpec.from_config({"model_type": "bert", "hidden_size": 48,
                                   "num_attention_heads": 6, "intermediate_size": 64,
                                   "num_hidden_layers": 1, "vocab_size": 10})
@@ -88,8 +85,6 @@ def test_bert_without_max_position_embeddings_defaults_to_512():
 
 
 def test_explicit_head_dim_is_honoured():
-    from optical.transformer.spec import ModelSpec
-
     spec = ModelSpec.from_config({"model_type": "llama", "hidden_size": 64,
                                   "num_attention_heads": 4, "num_key_value_heads": 2,
                                   "head_dim": 32, "intermediate_size": 96,

@@ -10,6 +10,8 @@ from scipy import stats
 
 import optical
 from optical import transformer
+from optical.transformer._engines import ReferenceEngine
+from optical.transformer.bert import check_mask
 from tests.transformer_helpers import TINY_BERT, bert_embed64, write_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -241,8 +243,6 @@ def test_encode_layers_and_hidden_states_batch_are_checked(tmp_path):
 
 
 def test_reference_linear_adds_the_dtype_rounded_bias_then_rounds_once():
-    from optical.transformer._engines import ReferenceEngine
-
     ulp = 2.0 ** -10  # fp16 spacing in [1, 2)
     x = np.ones((1, 1), np.float32)
     w = np.full((1, 1), ulp / 4, np.float32)  # x @ w.T = ulp/4, exact in fp16
@@ -256,8 +256,6 @@ def test_reference_linear_adds_the_dtype_rounded_bias_then_rounds_once():
 
 
 def test_an_all_padding_prompt_is_refused():
-    from optical.transformer.bert import check_mask
-
     mask = np.array([[True, True, False], [False, False, False]])
     with pytest.raises(ValueError, match="every prompt needs at least one real token"):
         check_mask(mask, (2, 3))

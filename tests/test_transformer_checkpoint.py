@@ -214,8 +214,6 @@ def test_float64_beyond_float32_is_named(tmp_path, bf16_tensors):
 
 def test_a_tensor_in_two_unindexed_shards_is_named(tmp_path):
     save_file = pytest.importorskip("safetensors.numpy").save_file
-    from optical.transformer import Checkpoint
-
     t = np.zeros((2, 2), np.float32)
     save_file({"a": t, "b": t}, str(tmp_path / "model-1.safetensors"))
     save_file({"b": t + 1, "c": t}, str(tmp_path / "model-2.safetensors"))

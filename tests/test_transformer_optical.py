@@ -10,6 +10,7 @@ import pytest
 import optical
 from optical import transformer
 from optical.transformer import LlamaLayer, SyntheticLlama, layer_schedule
+from optical.transformer._engines import OpticalEngine
 from optical.transformer.model import LlamaModel
 from optical.transformer.spec import ModelSpec
 from optical.transformer.synthetic import llama_layer_weights
@@ -140,8 +141,6 @@ def test_massive_activations_hurt_down_proj_of_the_super_layer_unless_bypassed()
 
 
 def test_optical_attention_draws_independent_noise_per_batch_and_head():
-    from optical.transformer._engines import OpticalEngine
-
     cfg = optical.presets.get("iris-like").replace(
         {"core.inputs": 48, "core.outputs": 40, "mapping.attention": "optical"})
     rng = np.random.default_rng(0)

@@ -9,8 +9,10 @@ import pytest
 
 import optical
 from optical import transformer
-from optical.transformer.numerics import round_to
+from optical.transformer.model import LlamaModel
+from optical.transformer.numerics import round_to, softmax
 from optical.transformer.rope import inverse_frequencies, rope_settings
+from optical.transformer.spec import ModelSpec
 from tests.transformer_helpers import (
     TINY_LLAMA,
     llama3_inv_freq64,
@@ -248,8 +250,6 @@ def test_prompts_beyond_max_position_embeddings_are_named(tmp_path):
 
 
 def test_softmax_is_stable_for_large_logits_and_gives_masked_keys_zero():
-    from optical.transformer.numerics import softmax
-
     s = np.array([[1000.0, 999.0, -np.inf], [0.0, math.log(2.0), -np.inf]], dtype=np.float32)
     p = softmax(s)
     e = math.exp(-1.0)
@@ -259,8 +259,6 @@ def test_softmax_is_stable_for_large_logits_and_gives_masked_keys_zero():
 
 @pytest.mark.parametrize("value", [True, False])
 def test_boolean_rope_numbers_are_refused(value):
-    from optical.transformer.rope import inverse_frequencies, rope_settings
-
     with pytest.raises(ValueError, match="rope_theta must be a positive number"):
         rope_settings({"rope_theta": value})
     scaling = {"rope_type": "llama3", "factor": True, "low_freq_factor": 1.0,
@@ -270,12 +268,6 @@ def test_boolean_rope_numbers_are_refused(value):
 
 
 def test_zero_token_input_is_named():
-    from pathlib import Path
-
-    from optical.transformer.model import LlamaModel
-    from optical.transformer.spec import ModelSpec
-    from tests.transformer_helpers import TINY_LLAMA
-
     layer = LlamaModel(Path("tiny"), ModelSpec.from_config(TINY_LLAMA), None, seed=0).layer(0)
     for shape in ((0, 64), (2, 0, 64)):
         with pytest.raises(ValueError, match=r"h: expected shape \(tokens, 64\)"):

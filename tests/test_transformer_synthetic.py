@@ -1,10 +1,13 @@
 """Synthetic Llama weights and hidden states: seeded, realistic statistics, massive activations."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from optical.transformer import SyntheticLlama, load
+from optical.transformer.model import LlamaModel
 from optical.transformer.numerics import round_to
 from optical.transformer.spec import ModelSpec
 from optical.transformer.synthetic import llama_hidden_states, llama_layer_weights
@@ -142,13 +145,7 @@ def test_real_shapes_of_the_bundled_models_without_building_earlier_layers():
 
 
 def test_rms_norm_eps_defaults_to_hugging_faces():
-    from pathlib import Path
-
     transformers = pytest.importorskip("transformers")
-    from optical.transformer.model import LlamaModel
-    from optical.transformer.spec import ModelSpec
-    from tests.transformer_helpers import TINY_LLAMA
-
     config = {k: v for k, v in TINY_LLAMA.items() if k != "rms_norm_eps"}
     layer = LlamaModel(Path("tiny"), ModelSpec.from_config(config), None, seed=0).layer(0)
     assert layer.eps == transformers.LlamaConfig().rms_norm_eps == 1e-6
