@@ -25,7 +25,7 @@ from optical.config import (
 )
 from optical.physics.noise import ELEMENTARY_CHARGE, tia_noise_electrons
 
-__all__ = ["get", "names"]
+__all__ = ["get", "name_of", "names"]
 
 _PLANCK = 6.62607015e-34  # J s
 _LIGHT_SPEED = 299792458.0  # m / s
@@ -179,6 +179,11 @@ _PRESETS: dict[str, Callable[[], OpticalConfig]] = {
 def names() -> list[str]:
     """Names accepted by :func:`get`."""
     return list(_PRESETS)
+
+
+def name_of(config: OpticalConfig) -> str | None:
+    """The name of the preset ``config`` equals, field for field (None if none does)."""
+    return next((name for name, make in _PRESETS.items() if make() == config), None)
 
 
 def get(name: str) -> OpticalConfig:

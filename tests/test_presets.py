@@ -13,6 +13,15 @@ def test_names_and_unknown_preset():
         optical.presets.get("iris")
 
 
+def test_name_of_finds_the_preset_a_config_equals():
+    for name in optical.presets.names():
+        assert optical.presets.name_of(optical.presets.get(name)) == name
+    iris = optical.presets.get("iris-like")
+    assert optical.presets.name_of(iris.replace({"adc.bits": 6})) is None
+    # an override that restores the preset's own value is still the preset
+    assert optical.presets.name_of(iris.replace({"adc.bits": iris.adc.bits})) == "iris-like"
+
+
 #: A journal reference, "Nat. Commun. 13, 123 (2022)": abbreviated title,
 #: volume, page and year.
 _JOURNAL = re.compile(r"\b(?:[A-Z][a-z]*\. ?)+ \d+, \d+ \((?:19|20)\d{2}\)")

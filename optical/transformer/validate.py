@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from optical import metrics
+from optical import metrics, presets
 from optical._gemm import cols_matmul
 from optical._progress import progress_bar
 from optical._validation import check_positive_int, check_seed
@@ -121,8 +121,11 @@ class ValidationReport:
         }
 
     def table(self, preset: str | None = None) -> str:
-        """A plain-text table: one row per product, then the layer output and totals."""
-        hardware = preset or "custom config"
+        """A plain-text table: one row per product, then the layer output and totals.
+
+        ``preset`` names the hardware in the heading; by default the preset the
+        config equals, else "custom config"."""
+        hardware = preset or presets.name_of(self.config) or "custom config"
         lines = [
             f"{self.model} layer {self.layer}: {self.tokens} tokens x {self.batch} prompt(s), "
             f"weights {self.weights}",
