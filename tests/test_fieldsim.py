@@ -85,7 +85,7 @@ def test_flat_top_fan_out_delivers_the_tile_s_share_of_the_filled_aperture():
     assert detected == pytest.approx(32 * 10e-6 / 3.4e-3, rel=0.01)
 
 
-@pytest.mark.parametrize("fill", [0.81])
+@pytest.mark.parametrize("fill", [0.81, 0.95, 1.0])
 def test_each_row_passes_its_share_of_a_wide_source(fill):
     # In y the optics collect every ray, so a row's contribution is the power
     # of the source's image over its aperture (a 6 um waist, well inside the
