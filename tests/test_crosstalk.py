@@ -171,6 +171,21 @@ def test_truncation_bounds_what_a_wider_kernel_changes(aperture, radius):
     assert 0 < moved <= narrow.truncation
 
 
+@pytest.mark.parametrize("radius", [1, 2])
+def test_truncation_counts_the_input_side_too(radius):
+    # A small fan-out aperture spreads each source over many rows while the
+    # wide fan-in relay barely couples columns: the rows cut from the input
+    # kernel dominate what a wider kernel changes, and truncation bounds it.
+    cut = diffraction(kernel_radius=radius, fan_in_aperture=25.4e-3, fan_out_aperture=3e-3
+                      ).replace({"core.inputs": 48, "core.outputs": 48})
+    narrow = X.kernels(cut)
+    wide = X.kernels(cut.replace({"optics.kernel_radius": 2 * radius + 8}))
+    t = np.ones((2, 48, 48))
+    full = X.effective_tile(t, wide).max()
+    moved = np.abs(X.effective_tile(t, narrow) - X.effective_tile(t, wide)).max() / full
+    assert 0 < moved <= narrow.truncation
+
+
 # --------------------------------------------------------------------------- #
 # The fast tile map
 # --------------------------------------------------------------------------- #
@@ -210,6 +225,32 @@ def test_whole_matrix_map_is_the_tile_map_per_tile_and_light_stays_in_its_tile()
     assert changed[16:32, 12:24].all()
     changed[16:32, 12:24] = False
     assert not changed.any()
+
+
+def test_dark_pixels_are_valid_and_a_lone_lit_pixel_spreads_by_the_kernels():
+    # Transmission 0 (an opaque pixel) is in range: a dark tile detects no
+    # light, and one lit pixel reaches its neighbours as the plain loop says.
+    cfg = diffraction(kernel_radius=2, fan_in_aperture=6e-3, fan_out_aperture=6e-3).replace(
+        {"core.inputs": 16, "core.outputs": 12})
+    kern = X.kernels(cfg)
+    dark = np.zeros((2, 9, 7))
+    np.testing.assert_array_equal(X.effective_tile(dark, kern), 0.0)
+    lit = dark.copy()
+    lit[1, 4, 3] = 1.0
+    got = X.effective_tile(lit, kern)
+    np.testing.assert_allclose(got, reference_tile(lit, kern), rtol=1e-12, atol=1e-15)
+    assert np.count_nonzero(got) > 1  # the light did spread
+
+
+def test_whole_matrix_map_refuses_tiles_wider_than_the_core():
+    # 12 outputs of split weights are 24 physical columns: 13-output tiles
+    # do not fit, though 13 < 24.
+    cfg = diffraction(kernel_radius=1).replace({"core.inputs": 16, "core.outputs": 12})
+    t = np.full((2, 16, 26), 0.5)
+    with pytest.raises(ValueError, match="tiles are larger than the core"):
+        X.effective_transmissions(t, Tiling(16, 26, 16, 13), cfg)
+    with pytest.raises(ValueError, match="tiles are larger than the core"):
+        X.effective_transmissions(t, Tiling(16, 26, 17, 12), cfg)
 
 
 def test_dtype_is_kept_and_float32_agrees_with_float64():

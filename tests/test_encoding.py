@@ -46,8 +46,10 @@ def test_offset_and_split_values_by_hand():
 def test_bad_scheme_and_out_of_range_values():
     with pytest.raises(ValueError, match="unknown encoding 'unary'"):
         encoding.encode(np.zeros(3), "unary")
-    with pytest.raises(ValueError, match=r"\[-1, 1\]"):
-        encoding.encode(np.array([1.5]), "split")
+    for scheme in encoding.SCHEMES:
+        for bad in (1.5, -1.5, np.nan):  # below -1 too: offset would give a negative level
+            with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+                encoding.encode(np.array([0.0, bad]), scheme)
     with pytest.raises(ValueError, match="expected 2 rails"):
         encoding.decode(np.zeros((1, 3)), "split")
 

@@ -24,6 +24,11 @@ def test_pair_metrics_by_hand():
     assert metrics.compare(zero, zero) == (math.inf, 1.0, 0.0)
     with pytest.raises(ValueError, match="shape mismatch"):
         metrics.compare(ref, test[:1])
+    # Empty arrays have no error to measure (not a perfect score).
+    for metric in (metrics.sqnr_db, metrics.cosine, metrics.relative_error, metrics.compare,
+                   metrics.max_abs_error):
+        with pytest.raises(ValueError, match="empty"):
+            metric(np.zeros((0, 3)), np.zeros((0, 3)))
     with pytest.raises(ValueError, match="test contains NaN"):
         metrics.compare(ref, np.full_like(test, np.nan))
 

@@ -193,6 +193,11 @@ def test_cylindrical_element_along_one_axis_of_a_batch():
         np.testing.assert_allclose(out[i], P.lens_focus(batch[i], **kw)[0], atol=1e-12)
     out = P.lens_focus(batch.T.copy(), axis=0, **kw)[0].T
     np.testing.assert_allclose(out[1], P.lens_focus(batch[1], **kw)[0], atol=1e-12)
+    # Negative axes count from the end, as in numpy.
+    np.testing.assert_array_equal(P.lens_focus(batch, axis=-1, **kw)[0],
+                                  P.lens_focus(batch, axis=1, **kw)[0])
+    np.testing.assert_array_equal(P.thin_lens(batch.T, axis=-2, **kw),
+                                  P.thin_lens(batch.T, axis=0, **kw))
 
 
 @pytest.mark.parametrize(("call", "error", "match"), [
@@ -224,3 +229,105 @@ def test_cylindrical_element_along_one_axis_of_a_batch():
 def test_bad_input_is_refused_naming_the_problem(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("n", [8, 9])
+def test_grids_are_centred_and_frequencies_are_the_dft_reciprocal_grid(n):
+    dx = 2e-6
+    x = P.coordinates(n, dx)
+    assert x[n // 2] == 0.0 and x[0] == -(n // 2) * dx
+    np.testing.assert_allclose(np.diff(x), dx, rtol=1e-12)
+    # The centred DFT's frequencies are numpy's, shifted: spacing 1 / (n dx).
+    np.testing.assert_allclose(P.frequencies(n, dx), np.fft.fftshift(np.fft.fftfreq(n, dx)),
+                               rtol=1e-12, atol=0)
+
+
+def test_power_weighs_each_transverse_axis_by_the_pitch():
+    dx = 3e-6
+    assert P.power(np.ones(5), dx) == pytest.approx(5 * dx, rel=1e-12)
+    assert P.power(np.ones((3, 5)), dx) == pytest.approx(15 * dx**2, rel=1e-12)
+    # With axis= the sum runs along that axis only: one pitch, one value per field.
+    np.testing.assert_allclose(P.power(np.ones((3, 5)), dx, axis=1), np.full(3, 5 * dx),
+                               rtol=1e-12)
+
+
+def test_plane_waves_gain_the_exact_free_space_phase_and_evanescent_waves_decay():
+    # A plane wave exp(i 2 pi fx x) on the periodic grid is an eigenmode of free
+    # space: it gains exp(i 2 pi z sqrt(1/lambda^2 - fx^2)) exactly (normal
+    # incidence: exp(i k z)); past fx = 1/lambda it decays as
+    # exp(-2 pi z sqrt(fx^2 - 1/lambda^2)). Fresnel's paraxial phase is
+    # exp(i k z) exp(-i pi lambda z fx^2).
+    n, dx, z = 256, 0.25e-6, 7.3e-6
+    x = P.coordinates(n, dx)
+    for m in (0, 3, 40, 60):  # 1/lambda is m = 75.3 on this grid
+        fx = m / (n * dx)
+        wave = np.exp(2j * math.pi * fx * x)
+        got = P.angular_spectrum(wave, wavelength=LAM, pixel_pitch=dx, distance=z)
+        expected = wave * np.exp(2j * math.pi * z * math.sqrt(1 / LAM**2 - fx**2))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+        paraxial = P.fresnel(wave, wavelength=LAM, pixel_pitch=dx, distance=z)
+        expected = wave * np.exp(2j * math.pi * z / LAM - 1j * math.pi * LAM * z * fx**2)
+        np.testing.assert_allclose(paraxial, expected, rtol=0, atol=1e-9)
+    z = 0.5e-6  # within a wavelength: the decay stays measurable
+    for m in (78, 90):
+        fx = m / (n * dx)
+        wave = np.exp(2j * math.pi * fx * x)
+        got = P.angular_spectrum(wave, wavelength=LAM, pixel_pitch=dx, distance=-z)
+        decay = math.exp(-2 * math.pi * z * math.sqrt(fx**2 - 1 / LAM**2))
+        assert 0.05 < decay < 0.5
+        np.testing.assert_allclose(got, wave * decay, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("d_over_f", [0.0, 0.5, 1.0, 2.0])
+def test_focal_field_carries_goodmans_quadratic_phase(d_over_f):
+    # A centred Gaussian has a real, positive Fourier transform, so by Goodman
+    # eq. 5-19 the focal field's phase is exactly pi (1 - d/f) u^2 / (lambda f)
+    # plus a constant, and its modulus the Gaussian of waist lambda f / (pi w).
+    f, n, w = 5e-3, 1024, 40e-6
+    dx = 4 * w / 64
+    x = P.coordinates(n, dx)
+    focal, pitch = P.lens_focus(np.exp(-(x / w) ** 2), wavelength=LAM, pixel_pitch=dx,
+                                focal_length=f, object_distance=d_over_f * f)
+    u = P.coordinates(n, pitch)
+    waist = LAM * f / (math.pi * w)
+    lit = np.abs(u) < 1.5 * waist
+    phase = np.angle(focal[lit] / focal[n // 2])
+    chirp = math.pi * (1 - d_over_f) * u[lit] ** 2 / (LAM * f)
+    np.testing.assert_allclose(np.angle(np.exp(1j * (phase - chirp))), 0, atol=1e-9)
+    modulus = np.abs(focal[lit]) / np.abs(focal[n // 2])
+    np.testing.assert_allclose(modulus, np.exp(-(u[lit] / waist) ** 2), rtol=1e-9)
+
+
+def test_spherical_lens_focus_conserves_power_on_its_own_pitch():
+    # A 2-D field: the focal pitch differs from the input's, and power weighs
+    # both transverse axes, pitch**2.
+    n, dx, f = 128, 2e-6, 3e-3
+    x = P.coordinates(n, dx)
+    field = np.exp(-(x[:, None] ** 2 + (x[None, :] - 10e-6) ** 2) / (30e-6) ** 2)
+    focal, pitch = P.lens_focus(field, wavelength=LAM, pixel_pitch=dx, focal_length=f,
+                                object_distance=1e-3)
+    assert pitch == pytest.approx(LAM * f / (n * dx), rel=1e-12) and pitch != dx
+    assert P.power(focal, pitch) == pytest.approx(P.power(field, dx), rel=1e-9)
+
+
+def test_circular_relay_passes_plane_waves_inside_the_coherent_cut_off_only():
+    # On a non-square grid, plane waves along y, along x and diagonally: the
+    # 4f relay with a circular stop passes those with lambda f |f_xy| inside
+    # the stop's radius unchanged (NA / lambda cut-off) and removes the rest;
+    # with defocus, a passed wave takes the Zernike phase at its pupil radius.
+    ny, nx, dx, f, d = 48, 64, 1e-6, 2e-3, 1.3e-3
+    y, x = P.coordinates(ny, dx), P.coordinates(nx, dx)
+    cut = d / 2 / (LAM * f)  # 382 per mm: 18.4 samples of fy, 24.5 of fx
+    for my, mx in [(18, 0), (19, 0), (0, 24), (0, 25), (13, 17), (14, 19)]:
+        fy, fx = my / (ny * dx), mx / (nx * dx)
+        wave = np.exp(2j * math.pi * (fy * y[:, None] + fx * x[None, :]))
+        inside = math.hypot(fy, fx) < cut
+        out = P.imaging_relay(wave, wavelength=LAM, pixel_pitch=dx, focal_length=f, aperture=d)
+        np.testing.assert_allclose(out, wave if inside else 0, atol=1e-12)
+        if inside:
+            rho = math.hypot(fy, fx) / cut
+            defocused = P.imaging_relay(wave, wavelength=LAM, pixel_pitch=dx, focal_length=f,
+                                        aperture=d, defocus=0.1)
+            zernike = 0.1 * math.sqrt(3) * (2 * rho**2 - 1)
+            np.testing.assert_allclose(defocused, wave * np.exp(2j * math.pi * zernike),
+                                       atol=1e-12)

@@ -123,3 +123,41 @@ def test_noise_helpers_refuse_nonsense_arguments():
     assert np.all(noise.read_noise(0.0, seed=0, index=idx) == 0.0)
     assert noise.tia_noise_electrons(0.0, 1e9) == 0.0
     assert noise.rin_sigma(-np.inf, 1e9) == 0.0
+
+
+def test_gaussian_shot_and_dark_noise_have_poisson_variance_at_every_mean():
+    # The Gaussian model's variance is the mean itself, below one electron too.
+    n = N // 4
+    levels = np.array([0.25, 4.0, 100.0])
+    counts = noise.shot_noise(np.repeat(levels, n), model="gaussian", seed=8, index=_idx(3 * n))
+    for level, group in zip(levels, counts.reshape(3, n), strict=True):
+        assert group.mean() == pytest.approx(level, abs=5 * np.sqrt(level / n))
+        assert np.var(group) == pytest.approx(level, rel=5 * np.sqrt(2 / n))
+    for dark_electrons in (0.3, 6.2):
+        dark = noise.dark_noise(dark_electrons, model="gaussian", seed=2, index=_idx())
+        assert dark.mean() == pytest.approx(0.0, abs=5 * np.sqrt(dark_electrons / N))
+        assert np.var(dark) == pytest.approx(dark_electrons, rel=5 * np.sqrt(2 / N))
+
+
+@pytest.mark.parametrize("model", ["poisson", "gaussian"])
+def test_no_light_gives_no_shot_noise(model):
+    # A dark detector is valid input: a Poisson count of mean 0 is exactly 0.
+    counts = noise.shot_noise(np.zeros(1000), model=model, seed=3, index=_idx(1000))
+    np.testing.assert_array_equal(counts, 0.0)
+
+
+def test_shot_dark_read_and_rin_draws_are_independent_at_one_seed_and_index():
+    # Each noise source has its own stream: at one (seed, index) the unit
+    # normals behind shot, dark, read and RIN noise are uncorrelated.
+    idx = _idx()
+    draws = {
+        "shot": noise.shot_noise(np.ones(N), model="gaussian", seed=4, index=idx) - 1.0,
+        "dark": noise.dark_noise(1.0, model="gaussian", seed=4, index=idx),
+        "read": noise.read_noise(1.0, seed=4, index=idx),
+        "rin": noise.rin_factors(1.0, seed=4, index=idx) - 1.0,
+    }
+    names = list(draws)
+    for i, a in enumerate(names):
+        assert np.std(draws[a]) == pytest.approx(1.0, rel=0.01)
+        for b in names[i + 1:]:
+            assert abs(np.corrcoef(draws[a], draws[b])[0, 1]) < 5 / np.sqrt(N), (a, b)

@@ -141,14 +141,17 @@ def simulate_tile(transmissions: np.ndarray, config: OpticalConfig, *,
     # y window: the tile's rows and one dark row on each side, finely sampled.
     sy = s * max(2, math.ceil(4 * dx / optics.beam_waist))
     dy = p / sy
-    row_y = (np.arange(k) - (k - 1) / 2) * p
+    # Offset half a sample (sy is even): every gap between rows is then centred
+    # on a cell boundary, so no cell holds light of two rows, which one
+    # amplitude cannot carry (their powers add; amplitudes would interfere).
+    row_y = (np.arange(k) - (k - 1) / 2) * p + dy / 2
     ny = _fft_size((k + 2) * sy)
     y = propagation.coordinates(ny, dy)
 
     envelope = _fan_out_x(optics, lam, dx, x)                                   # (nx,)
     # Rows only matter through the power they pass (the y-optics then
     # collect everything), so an edge cell gets the amplitude that passes its
-    # share of the power.
+    # share of the power (of one row only: see row_y).
     rows = np.sqrt(np.stack([_cover(y, c - half, c + half, dy) for c in row_y]).T)  # (ny, k)
     cols = np.stack([_band_limited_rect(x, c - half, c + half, dx) for c in col_x])  # (C, nx)
     mask = rows @ np.sqrt(np.moveaxis(t, 0, -1).reshape(k, columns)) @ cols    # (ny, nx)
