@@ -34,6 +34,18 @@ def test_config_json_to_stdout_is_the_json_alone(capsys):
         {"adc.bits": 6})
 
 
+def test_config_json_writes_infinities_as_strings_that_read_back(tmp_path):
+    """Standard JSON has no infinity: the ideal machine's infinite photon count
+    and contrast and its -inf RIN are written as "inf" / "-inf"."""
+    out = tmp_path / "ideal.json"
+    assert main(["config", "--preset", "ideal", "--json", str(out)]) == 0
+    text = out.read_text()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert data["source"]["photons_per_mac"] == data["mask"]["contrast_ratio"] == "inf"
+    assert data["source"]["rin_db_per_hz"] == "-inf"
+    assert optical.OpticalConfig.from_dict(data) == optical.presets.get("ideal")
+
+
 #: Every command, cheap to start, with the options it needs.
 COMMANDS = {
     "config": ["config"],

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import optical
-from optical.config import OpticalConfig, parse_value
+from optical.config import ADCConfig, OpticalConfig, parse_value
 
 
 def test_replace_by_dotted_path_returns_new_config():
@@ -175,3 +175,81 @@ def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
     for huge in (1.0000001e30, 1e200, 1.7e308):
         with pytest.raises(ValueError, match=r"source.photons_per_mac: .* use inf for no shot"):
             cfg.replace({"source.photons_per_mac": huge})
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    # Open ends (")" in the message) refuse their bound itself.
+    ("adc.headroom", math.inf), ("adc.enob_loss", 24.0), ("energy.walden_fom", math.inf),
+    ("source.rin_bandwidth", math.inf), ("energy.input_rate", math.inf),
+    # Efficiencies are fractions: no more photoelectrons than photons, no more light out
+    # than electrical power in.
+    ("detector.quantum_efficiency", 1.001), ("energy.laser_efficiency", 1.001),
+    ("energy.optical_efficiency", 1.5),
+])
+def test_open_and_physical_upper_bounds_are_refused(path, value):
+    with pytest.raises(ValueError, match=f"{path}: .* is out of range"):
+        OpticalConfig().replace({path: value})
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    # Closed ends ("]" in the message) accept their bound: 24-bit converters, 1-bit
+    # ones, a perfect detector and laser, the 100th percentile, a 2**20-wide core.
+    ("adc.bits", 24), ("dac.bits", 24), ("mask.bits", 24), ("adc.bits", 1),
+    ("detector.quantum_efficiency", 1.0), ("energy.laser_efficiency", 1.0),
+    ("dac.percentile", 100.0), ("optics.fill_factor", 1.0), ("core.inputs", 1 << 20),
+])
+def test_closed_range_ends_are_accepted(path, value):
+    assert OpticalConfig().replace({path: value}).get(path) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("true", True), ("True", True), ("1", True), ("yes", True), ("YES", True),
+    ("false", False), ("FALSE", False), ("0", False), ("no", False), (" yes ", True),
+])
+def test_parse_value_reads_every_boolean_spelling(text, value):
+    assert parse_value("detector.balanced", text) is value
+
+
+def test_none_parses_only_for_optional_fields():
+    assert parse_value("adc.bits", " none ") is None
+    assert parse_value("outliers.threshold", "None") is None
+    for path in ("core.inputs", "source.wavelength", "adc.full_scale", "detector.balanced"):
+        with pytest.raises(ValueError, match=path):
+            parse_value(path, "none")
+
+
+@pytest.mark.parametrize("side", ["fan_out", "fan_in"])
+def test_numerical_aperture_must_stay_below_one(side):
+    """NA = aperture / (2 f) (the half-angle's tangent, paraxially); a lens of
+    NA 1 is refused, one just below accepted."""
+    cfg = OpticalConfig().replace({f"optics.{side}_focal_length": 0.05})
+    with pytest.raises(ValueError, match=f"optics.{side}_aperture: 0.1 m gives a numerical "
+                                         "aperture 1 >= 1"):
+        cfg.replace({f"optics.{side}_aperture": 0.1})
+    assert cfg.replace({f"optics.{side}_aperture": 0.0999}).get(f"optics.{side}_aperture") \
+        == 0.0999
+
+
+@pytest.mark.parametrize("policy", ["static", "dynamic"])
+def test_every_outlier_policy_needs_a_threshold_or_a_cap(policy):
+    cfg = OpticalConfig()
+    with pytest.raises(ValueError, match=f"outliers.policy: '{policy}' needs outliers.threshold"):
+        cfg.replace({"outliers.policy": policy, "outliers.threshold": None})
+    assert cfg.replace({"outliers.policy": policy, "outliers.threshold": None,
+                        "outliers.top_k": 2}).outliers.top_k == 2
+    off = cfg.replace({"outliers.policy": "none", "outliers.threshold": None})
+    assert off.outliers.threshold is None and off.outliers.top_k is None
+
+
+def test_replace_applies_dotted_paths_on_top_of_a_given_section():
+    """A whole section and dotted paths into it: the paths change that section,
+    not the config's old one (nothing of either is lost)."""
+    cfg = optical.presets.get("iris-like")
+    new = cfg.replace({"adc.bits": 6, "dac.bits": 4},
+                      adc=ADCConfig(full_scale="max", headroom=3.0, window="per_tile"))
+    assert new.adc == ADCConfig(bits=6, full_scale="max", headroom=3.0, window="per_tile")
+    assert new.dac.bits == 4 and new.dac.scaling == cfg.dac.scaling
+    assert sorted(new.diff(cfg)) == ["adc.bits", "adc.enob_loss", "adc.full_scale",
+                                     "adc.headroom", "adc.window", "dac.bits"]
+    with pytest.raises(ValueError, match="unknown config section 'adcc'; valid: source, dac"):
+        cfg.replace(adcc=ADCConfig())

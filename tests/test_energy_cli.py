@@ -200,3 +200,15 @@ def test_energy_requests_per_s_set_the_power_and_the_machines(capsys):
     assert main(["energy", "--model", MODEL, "--prompt-tokens", str(PROMPT),
                  "--requests-per-s", "2.5"]) == 0
     assert "(256 output tokens, 2.5 requests/s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("utilization", [0.25, 1.0])
+def test_gpu_utilization_is_the_achieved_fraction_of_peak_flops(capsys, utilization):
+    """--gpu-utilization U: the GPU baseline at compute utilisation U (up to 1,
+    the peak itself), its memory bandwidth utilisation left at 0.8."""
+    data = _energy(capsys, "--gpu-utilization", str(utilization))
+    spec, h100 = read_spec(MODEL), gpu.get_gpu("h100")
+    assert data["gpu"]["spec"]["compute_utilization"] == utilization
+    assert data["gpu"]["spec"]["bandwidth_utilization"] == h100.bandwidth_utilization == 0.8
+    assert data["gpu"] == _as_written(
+        gpu.prefill(spec, PROMPT, h100.replace(compute_utilization=utilization)).to_dict())

@@ -6,7 +6,7 @@ import math
 import pytest
 
 import optical
-from optical.energy import counts, gpu, workload
+from optical.energy import compare, counts, gpu, workload
 from optical.transformer import ModelSpec, read_spec
 
 #: pytest.approx with no absolute slack: its default abs=1e-12 would swallow
@@ -58,6 +58,23 @@ def test_a_model_larger_than_one_gpu_is_split_with_the_same_energy():
     assert split.gpus == math.ceil((2624 + 192) / 1000) == 3
     assert split.time == approx(one.time / 3)
     assert split.energy == approx(one.energy)
+
+
+def test_the_kv_cache_counts_towards_the_gpus_needed():
+    """2624 B of weights fit one 2700 B GPU, but not with the batch's 192 B of
+    KV cache beside them: ceil(2816 / 2700) = 2 GPUs; 2816 B holds both."""
+    assert gpu.model_bytes(TINY) == 2624 and 2 * gpu.kv_cache_bytes(TINY, 3) == 192
+    assert gpu.prefill(TINY, 3, SLOW_GPU.replace(memory=2700.0), batch=2).gpus == 2
+    assert gpu.prefill(TINY, 3, SLOW_GPU.replace(memory=2816.0), batch=2).gpus == 1
+    # A decode step holds each sequence's cache at its full context.
+    assert gpu.decode_step(TINY, 3, 2, SLOW_GPU.replace(memory=2700.0)).gpus == 2
+
+
+def test_full_utilization_is_the_datasheet_peak():
+    full = SLOW_GPU.replace(compute_utilization=1.0, bandwidth_utilization=1.0)
+    assert full.energy_per_flop == approx(100.0 / 1e4)
+    rep = gpu.prefill(TINY, 3, full, batch=2)
+    assert rep.time == approx(max(rep.flops / 1e4, rep.bytes / 1e3))
 
 
 def test_llama_70b_needs_two_gpus_and_is_compute_bound_at_2048_tokens():
@@ -149,7 +166,6 @@ def test_bad_workloads_are_refused(args, message):
 
 
 def test_break_even_photons_equalises_the_energies(llama_8b):
-    from optical.energy import compare
     cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
     p = compare.break_even_photons(llama_8b, 512, cfg, h100)
     assert p is not None and p > cfg.source.photons_per_mac
@@ -161,8 +177,24 @@ def test_break_even_photons_equalises_the_energies(llama_8b):
         llama_8b, 512, cfg.replace({"energy.mask_load_energy": 1.0}), h100) is None
 
 
+def test_compare_is_gpu_over_optical_at_the_batch_asked_for(llama_8b):
+    """The ratios are GPU over optical (> 1: optics wins) of the two models'
+    energies and times; the break-even photon count is that of the batch
+    compared: at it, a batch of 4 costs the GPU's energy for a batch of 4."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    result = compare.compare(llama_8b, 512, cfg, h100, batch=4)
+    opt = optical.energy.prefill(llama_8b, 512, cfg, batch=4)
+    ref = gpu.prefill(llama_8b, 512, h100, batch=4)
+    assert result["energy_ratio_gpu_over_optical"] == approx(ref.energy / opt.total)
+    assert result["ttft_ratio_gpu_over_optical"] == approx(ref.time / opt.ttft)
+    p = result["break_even_photons_per_mac"]
+    at = optical.energy.prefill(llama_8b, 512, cfg.replace({"source.photons_per_mac": p}),
+                                batch=4)
+    assert at.total == approx(ref.energy, rel=1e-9)
+    assert p != approx(compare.break_even_photons(llama_8b, 512, cfg, h100))  # batch 1's
+
+
 def test_break_even_batch_is_the_first_batch_where_optics_wins(llama_8b):
-    from optical.energy import compare
     cfg = optical.presets.get("iris-like").replace({"energy.mask_load_energy": 20e-3})
     h100 = gpu.get_gpu("h100")
     b = compare.break_even_batch(llama_8b, 128, cfg, h100)

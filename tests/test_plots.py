@@ -10,6 +10,8 @@ import pytest
 pd = pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
 
+from matplotlib.container import ErrorbarContainer  # noqa: E402
+
 from optical import plots  # noqa: E402
 
 
@@ -56,6 +58,35 @@ def test_log_axis_for_decades_and_where(grid):
     assert ax.get_xscale() == "log" and "adc.bits=6" in ax.get_title()
     means = grid[grid["adc.bits"] == 6].groupby("source.photons_per_mac")["sqnr_db"].mean()
     np.testing.assert_allclose(data_lines(ax)[0].get_ydata(), means.to_numpy(), rtol=1e-12)
+
+
+def test_error_bars_are_the_sample_standard_deviation_over_seeds(grid):
+    """Each bar spans mean -+ the seeds' sample standard deviation (ddof=1, as
+    pandas' std), in line plots and per-matmul bars alike."""
+    fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 1e3})
+    (container,) = fig.axes[0].containers
+    rows = grid[grid["source.photons_per_mac"] == 1e3].groupby("adc.bits")["sqnr_db"]
+    lows, highs = zip(*[(seg[0][1], seg[1][1]) for seg in container[2][0].get_segments()],
+                      strict=True)
+    np.testing.assert_allclose((np.array(highs) - np.array(lows)) / 2, rows.std().to_numpy(),
+                               rtol=1e-12)
+    np.testing.assert_allclose((np.array(highs) + np.array(lows)) / 2, rows.mean().to_numpy(),
+                               rtol=1e-12)
+    frame = frame_of([{"seed": s, "adc.bits": 8, "sqnr_db": v, "sqnr_db.q_proj": 2 * v}
+                      for s, v in enumerate([1.0, 2.0, 6.0])], ["adc.bits"])
+    (bars,) = [c for c in plots.matmul_bars(frame).axes[0].containers
+               if isinstance(c, ErrorbarContainer)]
+    half = [abs(seg[1][1] - seg[0][1]) / 2 for seg in bars[2][0].get_segments()]
+    np.testing.assert_allclose(half, [2 * math.sqrt(7), math.sqrt(7)], rtol=1e-12)
+
+
+def test_two_decades_of_x_get_a_log_axis():
+    """Positive x spanning two decades or more is drawn on a log axis; less, linear."""
+    for xs, scale in (((1.0, 10.0, 100.0), "log"), ((1.0, 10.0, 99.0), "linear")):
+        frame = frame_of([{"seed": 0, "source.photons_per_mac": x, "sqnr_db": float(i)}
+                          for i, x in enumerate(xs)], ["source.photons_per_mac"])
+        ax = plots.line(frame, "source.photons_per_mac", "sqnr_db").axes[0]
+        assert ax.get_xscale() == scale, xs
 
 
 def test_a_varying_parameter_is_never_averaged_silently(grid):

@@ -80,3 +80,34 @@ def test_wang_2022_is_the_low_photon_poisson_regime():
     assert cfg.source.photons_per_mac == pytest.approx(3.1)
     assert cfg.detector.shot_noise == "poisson"
     assert cfg.encoding.inputs == cfg.encoding.weights == "offset"
+    # 711-wide dot products, 8-bit input display and weight SLM (Nat. Commun. 13, 123).
+    assert cfg.core.inputs == cfg.core.outputs == 711
+    assert cfg.dac.bits == cfg.mask.bits == 8
+
+
+def test_iris_like_matches_its_docstring_and_the_reference_sheet():
+    """The numbers iris-like cites, each re-derived from its source's units
+    (../shared/REFERENCES.md, docs/energy.md, the preset's docstring)."""
+    cfg = optical.presets.get("iris-like")
+    q = 1.602176634e-19
+    # Dark current 1 nA integrated over 1 ns: 6.24 electrons per readout.
+    assert cfg.detector.dark_electrons == pytest.approx(1e-9 * 1e-9 / q, rel=1e-9)
+    assert cfg.detector.dark_electrons == pytest.approx(6.24, rel=1e-3)
+    # Optics: 10 um pixels at fill factor 0.9, f = 50 mm lenses, 2" and 1" pupils.
+    o = cfg.optics
+    assert (o.pixel_pitch, o.fill_factor) == (10e-6, 0.9)
+    assert o.fan_out_focal_length == o.fan_in_focal_length == 50e-3
+    assert (o.fan_out_aperture, o.fan_in_aperture) == (2 * 25.4e-3, 25.4e-3)
+    assert cfg.dac.bits == cfg.mask.bits == cfg.adc.bits == 8
+    e = cfg.energy
+    # 1 GS/s input rate, 1 kHz mask refresh, Walden FOM 25 fJ/step, laser 30%.
+    assert (e.input_rate, e.mask_refresh_rate, e.walden_fom) == (1e9, 1e3, 25e-15)
+    assert e.laser_efficiency == 0.3
+    # H100: 700 W at 989 TFLOP/s dense BF16 -> 0.71 pJ per operation.
+    assert e.digital_ops_per_s == 989e12
+    assert e.digital_energy_per_op == pytest.approx(700 / 989e12, rel=0.01, abs=0)
+    # Per byte, from per-bit and per-access figures: HBM2 ~3.9 pJ/bit, Horowitz's
+    # 10 pJ per 64-bit SRAM access, a 1 pJ/bit link.
+    assert e.dram_energy_per_byte == pytest.approx(8 * 3.9e-12, rel=0.01, abs=0)
+    assert e.sram_energy_per_byte == pytest.approx(10e-12 / 8, rel=1e-9, abs=0)
+    assert e.link_energy_per_byte == pytest.approx(8 * 1e-12, rel=1e-9, abs=0)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import optical
+from optical import _executors
 from optical.sweep import (
     Range,
     SweepDefinition,
@@ -318,6 +319,19 @@ def test_executor_argument_is_checked(tmp_path):
                       progress=False)
     with pytest.raises(ValueError, match="jobs: 0 must be a positive integer"):
         optical.sweep(WL, {}, seeds=1, out=tmp_path / "t", executor=0, progress=False)
+
+
+@pytest.mark.parametrize(("jobs", "workers", "threads"), [
+    (None, 8, 1), (1, 1, 8), (3, 3, 2), (4, 4, 2), (16, 16, 1)])
+def test_local_workers_share_the_cores(monkeypatch, jobs, workers, threads):
+    """On 8 cores, each of the workers' BLAS/OpenMP pools gets cores // jobs
+    threads, at least one: together they never oversubscribe the cores (until
+    there are more workers than cores). No pool is started."""
+    monkeypatch.setattr(_executors, "_available_cores", lambda: 8)
+    executor = _executors.ProcessExecutor(jobs)
+    assert (executor.jobs, executor.threads) == (workers, threads)
+    assert executor.jobs * executor.threads <= max(8, executor.jobs)
+    assert executor.describe() == f"{workers} local worker process{'es' if workers > 1 else ''}"
 
 
 def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys):

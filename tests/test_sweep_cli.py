@@ -71,6 +71,7 @@ def test_csv_results(tmp_path):
     (["--samples", "2", "--sample-seed", "-1"], "--sample-seed: -1 must be a non-negative"),
     (["--sample-seed", "3"], "--sample-seed applies only with --samples"),
     (["--data-seed", "-2"], "--data-seed: -2 must be a non-negative integer"),
+    (["--data-seed", str(2**64)], f"--data-seed: {2**64} is out of range; valid: [0, 2**64)"),
     (["--outlier-scale", "inf"], "--outlier-scale: inf must be a positive finite number"),
     (["--layer", "1", "--tokens", "8"], "--layer, --tokens apply to --model, not to --matmul"),
     (["--model", "models/llama-3.1-8b", "--inputs", "laplace"],

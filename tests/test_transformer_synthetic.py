@@ -89,6 +89,56 @@ def test_super_weight_is_planted_in_layer_one_down_proj(medium_weights):
     assert np.abs(medium_weights[0]["down_proj"]).max() < np.abs(down[dims, channel]).min()
 
 
+def test_only_the_super_layer_holds_super_weights(medium_weights):
+    """Layers before and after layer 1 have no entry near the super weights
+    (~100x the typical weight)."""
+    stats_ = SyntheticLlama()
+    _, channel = stats_.super_index(MEDIUM)
+    dims, _ = stats_.massive(MEDIUM, 0)
+    smallest = np.abs(medium_weights[1]["down_proj"][dims, channel]).min()
+    for layer in (0, 2, 3):
+        weights = medium_weights[0] if layer == 0 else llama_layer_weights(MEDIUM, layer, seed=0)
+        assert np.abs(weights["down_proj"]).max() < 0.5 * smallest, layer
+
+
+def test_massive_activations_are_signed_and_log_uniform_over_their_range():
+    """Over many model seeds: magnitudes within massive_range = (300, 1000),
+    log-uniform (KS on their logarithms), and either sign."""
+    stats_ = SyntheticLlama()
+    values = np.concatenate([stats_.massive(MEDIUM, seed)[1] for seed in range(100)])
+    assert values.size == 200
+    assert 300 <= np.abs(values).min() and np.abs(values).max() <= 1000
+    assert stats.kstest(np.log(np.abs(values)),
+                        stats.uniform(np.log(300), np.log(1000 / 300)).cdf).pvalue > 0.01
+    # Binomial(200, 1/2) negatives: 100 +- 7; 60..140 is beyond 5 sigma.
+    assert 60 < np.count_nonzero(values < 0) < 140
+
+
+@pytest.mark.parametrize("layer", [0, 1, 3])
+def test_hidden_state_rms_grows_linearly_with_depth(layer):
+    """Away from the first token and the outlier channels, the residual stream
+    is Gaussian of RMS 0.05 + 0.3 layer (511 x 506 samples: the RMS is known to
+    0.2%); the outlier channels carry 8x that."""
+    h = llama_hidden_states(MEDIUM, layer, 512, seed=0)[1:].astype(np.float64)
+    outliers = SyntheticLlama().residual_outliers(MEDIUM, 0)
+    rest = np.setdiff1d(np.arange(MEDIUM.hidden_size), outliers)
+    rms = 0.05 + 0.3 * layer
+    assert np.sqrt(np.mean(h[:, rest] ** 2)) == pytest.approx(rms, rel=0.02)
+    assert np.sqrt(np.mean(h[:, outliers] ** 2)) == pytest.approx(8 * rms, rel=0.05)
+    assert stats.kstest(h[:, rest].ravel() / rms, "norm").pvalue > 0.01
+
+
+def test_residual_outlier_channels_belong_to_the_model_not_the_prompt():
+    """The outlier channels come from the weights' seed (model_seed): prompts
+    drawn with other seeds have them at the same channels."""
+    expected = SyntheticLlama().residual_outliers(MEDIUM, 7)
+    assert not np.array_equal(expected, SyntheticLlama().residual_outliers(MEDIUM, 0))
+    for seed in (0, 1):
+        h = llama_hidden_states(MEDIUM, 1, 256, seed=seed, model_seed=7)[1:]
+        rms = np.sqrt(np.mean(h.astype(np.float64) ** 2, axis=0))
+        np.testing.assert_array_equal(np.sort(np.argsort(rms)[-expected.size:]), expected)
+
+
 def test_massive_activations_appear_on_the_first_token_from_the_super_layer():
     model = load_spec_model()
     dims, _ = SyntheticLlama().massive(MEDIUM, 0)

@@ -78,6 +78,35 @@ def test_outlier_channels_are_whole_columns_scaled():
     np.testing.assert_array_equal(x1[:, rest], x0[:, rest])
 
 
+def test_every_input_channel_may_be_an_outlier():
+    """outlier_channels = k scales the whole input (the weights do not move)."""
+    plain = MatmulWorkload(8, 4, 3, data_seed=2)
+    x0, w0, _ = plain.data()
+    x1, w1, exact = dataclasses.replace(plain, outlier_channels=4, outlier_scale=3.0).data()
+    np.testing.assert_allclose(x1, 3.0 * x0, rtol=1e-6)  # scaled before the float32 cast
+    np.testing.assert_array_equal(w1, w0)
+    np.testing.assert_array_equal(exact, x1.astype(np.float64) @ w1.astype(np.float64))
+
+
+@pytest.mark.slow
+def test_jax_runs_count_the_outlier_channels_as_the_numba_runs_do():
+    """The JAX path assembles its own MatmulStats: with 3 outlier channels
+    around the optics (scaled 20x, far over iris-like's 6x threshold) its
+    counts are the numba run's, and the digital share is 3 of the k = 64
+    input channels, 3 x 16 tokens x 32 outputs MACs."""
+    pytest.importorskip("jax")
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 32})
+    wl = MatmulWorkload(16, 64, 32, outlier_channels=3, backend="jax")
+    jax_run = wl.run(cfg, 0)
+    numba_run = dataclasses.replace(wl, backend="numba").run(cfg, 0)
+    assert (jax_run["digital_channels"], jax_run["digital_macs"]) == (3, 3 * 16 * 32)
+    assert jax_run["digital_mac_fraction"] == 3 / 64
+    counts = [k for k in numba_run if k not in ("sqnr_db", "cosine", "relative_error",
+                                                "max_abs_error", "detected_photons",
+                                                "mean_photoelectrons", "clipped_fraction")]
+    assert {k: jax_run[k] for k in counts} == {k: numba_run[k] for k in counts}
+
+
 def test_ideal_run_is_exact_and_counts_match_the_schedule():
     wl = MatmulWorkload(8, 48, 24, dtype="float64")
     cfg = optical.presets.get("ideal").replace({"core.inputs": 16, "core.outputs": 8})
