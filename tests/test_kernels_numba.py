@@ -343,6 +343,42 @@ def test_fast_noise_does_not_repeat_from_one_token_block_to_the_next(rng, noise)
         assert abs(r) < 5 / math.sqrt(block), r
 
 
+def test_fast_readout_noise_is_independent_across_columns_and_tiles(rng):
+    """Identical rows and no RIN: every row's error is its readout noise, one
+    normal per ADC conversion, independent across columns. The fast path
+    draws them in Box-Muller pairs of columns; an N-tile starting on an odd
+    column (tiles of 5) and an odd N with two K-tiles (a pass ending on half
+    a pair) must not hand one normal to two conversions: every pair of
+    columns is uncorrelated, within 5 standard errors of 1 / sqrt(tokens)."""
+    tokens = 4000
+    x = np.tile(rng.standard_normal((1, 128)), (tokens, 1)).astype(np.float32)  # 2 K-tiles
+    w = rng.standard_normal((128, 9)).astype(np.float32)
+    cfg = noisy(**{"core.outputs": 5, "source.rin_db_per_hz": -math.inf})
+    y = optical.matmul(x, w, cfg, seed=3, backend="numba").astype(np.float64)
+    assert np.all(y.std(axis=0) > 0)
+    r = np.corrcoef(y.T)[~np.eye(9, dtype=bool)]
+    assert np.abs(r).max() < 5 / math.sqrt(tokens), r
+
+
+def test_fast_and_exact_runs_of_one_programmed_matrix_keep_their_own_plans(rng):
+    """The per-load plan is cached per programmed matrix, and differs by mode
+    (fast: the balanced rails' difference and low-rank light; exact: every
+    rail). A fast run after an exact one on the same ProgrammedWeights is
+    what a fast run on a freshly programmed copy gives, and an exact run
+    after a fast one is still the reference, draw for draw."""
+    x = rng.standard_normal((40, 150)).astype(np.float32)
+    w = rng.standard_normal((150, 50)).astype(np.float32)
+    cfg = noisy()
+    fresh = optical.matmul(x, optical.program(w, cfg), cfg, seed=4, backend="numba")
+    pw = optical.program(w, cfg)
+    optical.matmul(x, pw, cfg, seed=4, backend="numba", exact=True)
+    np.testing.assert_array_equal(optical.matmul(x, pw, cfg, seed=4, backend="numba"), fresh)
+    pw = optical.program(w, cfg)
+    optical.matmul(x, pw, cfg, seed=4, backend="numba")
+    np.testing.assert_array_equal(optical.matmul(x, pw, cfg, seed=4, backend="numba", exact=True),
+                                  optical.matmul(x, pw, cfg, seed=4, backend="numpy"))
+
+
 def test_stats_match_the_reference(rng):
     x = rng.standard_normal((2, 5, 100))
     w = rng.standard_normal((100, 70))

@@ -130,11 +130,11 @@ def test_clipped_conversions_are_the_loops_count(rng, backend, exact, inputs, we
 # --------------------------------------------------------------------------- #
 
 
-def _repeat_over_seeds(x, w, cfg, seeds, copies):
+def _repeat_over_seeds(x, w, cfg, seeds, copies, **options):
     """Outputs for ``copies`` copies of each row of x under ``seeds`` seeds:
-    shape (seeds * copies, *x.shape[:-1], N)."""
+    shape (seeds * copies, *x.shape[:-1], N); ``options`` go to matmul."""
     xs = np.broadcast_to(x, (copies, *x.shape)).copy()
-    return np.concatenate([optical.matmul(xs, w, cfg, seed=s) for s in range(seeds)])
+    return np.concatenate([optical.matmul(xs, w, cfg, seed=s, **options) for s in range(seeds)])
 
 
 @pytest.mark.parametrize("model", ["poisson", "gaussian"])
@@ -171,24 +171,36 @@ def test_snr_grows_as_sqrt_p_k():
     assert snrs[5.0, 256] / snrs[5.0, 64] == pytest.approx(2.0, rel=0.07)
 
 
-def test_offset_inputs_pay_the_shot_noise_of_the_offset_light(rng):
+@pytest.mark.parametrize(("backend", "exact", "shot"), [
+    ("numpy", False, "poisson"), ("numba", False, "poisson"), ("numpy", False, "gaussian"),
+    ("numba", False, "gaussian"), ("numba", True, "gaussian")])
+def test_offset_inputs_pay_the_shot_noise_of_the_offset_light(rng, backend, exact, shot):
     """Signed inputs, split weights, infinite contrast, balanced detection.
-    Per readout the count variance is sum_j a_j |v_j| / p. Split inputs:
+    Per readout the count variance is sum_j a_j |v_j| / p: the two rails'
+    variances add, though their means subtract. Split inputs:
     var(y) = sum_j |x_j| |v_j| / p; offset inputs (a = (x + 1) / 2, decoded as
-    2 z - sum v): var(y) = 2 sum_j (x_j + 1) |v_j| / p."""
+    2 z - sum v): var(y) = 2 sum_j (x_j + 1) |v_j| / p. Every path: numba
+    takes its exact path for Poisson counts, and in fast mode draws Gaussian
+    shot noise from the rails (split inputs) or low-rank light (offset)."""
     p = 50.0
     x = rng.uniform(-1, 1, (2, 48))
     x[:, 0] = 1.0
     w = rng.uniform(-1, 1, (48, 6))
     w[0] = 1.0
-    base = ideal(**{"source.photons_per_mac": p, "encoding.weights": "split", "core.inputs": 16})
+    base = ideal(**{"source.photons_per_mac": p, "encoding.weights": "split", "core.inputs": 16,
+                    "detector.shot_noise": shot})
     theory = {"split": np.abs(x) @ np.abs(w) / p, "offset": 2 * (x + 1) @ np.abs(w) / p}
     var = {}
     for inputs in ("split", "offset"):
-        ys = _repeat_over_seeds(x, w, base.replace({"encoding.inputs": inputs}), 20, 1000)
+        ys = _repeat_over_seeds(x, w, base.replace({"encoding.inputs": inputs}), 20, 1000,
+                                backend=backend, exact=exact)
         np.testing.assert_allclose(ys.mean(axis=0), x @ w, atol=5 * np.sqrt(theory[inputs].max() / 20000))
         var[inputs] = ys.var(axis=0)
-        np.testing.assert_allclose(var[inputs], theory[inputs], rtol=0.05)
+        # Fast mode gives offset inputs the shot noise of low-rank light
+        # (optical.kernels._fastpath): up to ~10% off in variance on these
+        # 16-row tiles of uniform weights.
+        low_rank = backend == "numba" and not exact and shot == "gaussian" and inputs == "offset"
+        np.testing.assert_allclose(var[inputs], theory[inputs], rtol=0.15 if low_rank else 0.05)
     assert np.all(var["offset"] > 2 * var["split"])
 
 
@@ -276,6 +288,30 @@ def test_dark_and_read_noise_in_the_dark(rng, backend, exact, balanced, source):
     n_adc = 1 if balanced else 2
     theory = s**2 * 2 * (2 * dark + n_adc * read**2) / p**2
     y = optical.matmul(x, w, cfg, seed=3, backend=backend, exact=exact)
+    _assert_noise_law(y[1:], 0.0, theory)
+
+
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_poisson_dark_counts_are_fluctuations_about_their_mean(rng, backend, exact):
+    """Poisson dark counts of mean d, offset inputs and offset weights: one
+    rail, one ADC, no second rail or pass to subtract, so a dark count's
+    mean (a known offset, taken off as for Gaussian dark noise) would reach
+    the output. x = 0 lights every source at 1/2: each readout counts
+    Poisson(p sum_j t_j / 2) + Poisson(d) - d electrons, t = (v + 1) / 2
+    (infinite contrast). Decoding doubles the weight rail (2 u - 1) and the
+    input rail (2 a - 1), whose pedestals take off the light's mean: y has
+    mean 0 and variance s**2 * 16 * (sum_j t_j / 2 / p + d / p**2). (numba
+    draws Poisson counts on its exact path in both modes.)"""
+    p, dark = 100.0, 400.0
+    x = _zero_tokens(20000, 16)
+    w = rng.uniform(-2, 2, (16, 4))
+    s = np.abs(w).max(axis=0)
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.dark_electrons": dark,
+                   "encoding.inputs": "offset", "encoding.weights": "offset",
+                   "core.inputs": 16, "dac.scaling": "per_tensor"})
+    t = (w / s + 1) / 2
+    theory = s**2 * 16 * (t.sum(axis=0) / 2 / p + dark / p**2)
+    y = optical.matmul(x, w, cfg, seed=2, backend=backend, exact=exact)
     _assert_noise_law(y[1:], 0.0, theory)
 
 
@@ -371,6 +407,30 @@ def test_rin_produces_the_output_covariance_of_per_source_fluctuations(rng):
     assert np.corrcoef(ys[:, 0], ys[:, 1])[0, 1] > 0.5
 
 
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_rin_is_drawn_once_per_source_and_pass(rng, backend, exact):
+    """Odd 5 x 3 tiles over K = 10, N = 6: two K-tiles, two N-tiles, each
+    (K-tile, N-tile) its own pass with its own RIN draw per source. Outputs
+    of one N-tile share their passes' draws, cov(y_n, y_m) = sigma^2 sum_j
+    x_j^2 w_jn w_jm (as above); outputs of different N-tiles come from
+    other passes and are uncorrelated. The first and last rows of each
+    K-tile are lit at full scale: the fast path draws RIN in Box-Muller pairs
+    of rows, and an odd tile's last row must not share a pair with the
+    next pass's first row."""
+    sigma, bandwidth = 1e-2, 1e9
+    x = rng.uniform(0, 1, 10)
+    x[[0, 4, 5, 9]] = 1.0
+    w = rng.uniform(0.2, 1, (10, 6))
+    cfg = ideal(**{"source.rin_db_per_hz": 10 * math.log10(sigma**2 / bandwidth),
+                   "source.rin_bandwidth": bandwidth, "encoding.inputs": "split",
+                   "core.inputs": 5, "core.outputs": 3})
+    ys = optical.matmul(np.tile(x, (20000, 1)), w, cfg, seed=11, backend=backend, exact=exact)
+    same_tile = (np.arange(6) // 3)[:, None] == (np.arange(6) // 3)[None, :]
+    theory = sigma**2 * ((w.T * x**2) @ w) * same_tile
+    measured = np.cov(ys.T)
+    assert np.linalg.norm(measured - theory) / np.linalg.norm(theory) < 0.05
+
+
 # --------------------------------------------------------------------------- #
 # Reproducibility, dtypes, stats
 # --------------------------------------------------------------------------- #
@@ -383,10 +443,15 @@ def _noisy_config():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-@pytest.mark.parametrize("adc_bits", [8, None])
-def test_same_seed_same_output_whatever_the_chunking_and_blas_threads(rng, backend, adc_bits):
-    """Without an ADC every last bit of every GEMM reaches the output, so this
-    also holds the engine to row-reproducible products (optical._gemm).
+@pytest.mark.parametrize(("adc_bits", "shot"), [(8, "poisson"), (None, "poisson"),
+                                                (None, "gaussian")])
+def test_same_seed_same_output_whatever_the_chunking_and_blas_threads(rng, backend, adc_bits,
+                                                                      shot):
+    """Without an ADC and with Gaussian shot noise every last bit of every
+    GEMM reaches the output (Poisson counts are integers: they hide the
+    means' last bits), so this also holds the engine to row-reproducible
+    products (optical._gemm): a chunk that did not start on a row-block
+    boundary would put its rows elsewhere in their GEMM and change bits.
     The backend is named: "auto" takes numba, which ignores chunk_tokens
     (fixed token blocks), while the numpy reference really runs in chunks --
     of 256 tokens (the row block) for 1 to 256, of 512 for 300, one for
@@ -395,7 +460,7 @@ def test_same_seed_same_output_whatever_the_chunking_and_blas_threads(rng, backe
 
     x = rng.standard_normal((3, 200, 130)).astype(np.float32)  # 600 tokens
     w = rng.standard_normal((130, 40)).astype(np.float32)
-    cfg = _noisy_config().replace({"adc.bits": adc_bits})
+    cfg = _noisy_config().replace({"adc.bits": adc_bits, "detector.shot_noise": shot})
     w = optical.program(w, cfg, calibration=x)  # once: the calls below stream x alone
     first = optical.matmul(x, w, cfg, seed=7, backend=backend)
     for chunk in (1, 13, 64, 150, 300, 10_000):
@@ -460,6 +525,36 @@ def test_stats_count_the_schedule(rng):
     assert set(st.to_dict()) >= {"passes", "weight_loads", "adc_conversions", "clipped_fraction"}
     counted = optical.core.schedule(tokens, 100, 70, cfg)
     assert {k: v for k, v in st.to_dict().items() if k in counted.to_dict()} == counted.to_dict()
+
+
+@pytest.mark.parametrize(("weights", "balanced", "rails", "adcs"), [
+    ("split", True, 2, 1), ("split", False, 2, 2), ("offset", True, 1, 1)])
+def test_schedule_counts_one_adc_per_balanced_pair(weights, balanced, rails, adcs):
+    """Counted by hand: 10 tokens, K = 100 on 30-input tiles (4 K-tiles), N =
+    70 on 32-output tiles (3 N-tiles), split inputs (2 passes). Each pass
+    reads every column of its K-tile once per detector rail; a balanced pair
+    of rails is subtracted before one ADC, otherwise each rail has its own."""
+    cfg = ideal(**{"core.inputs": 30, "core.outputs": 32, "encoding.inputs": "split",
+                   "encoding.weights": weights, "detector.balanced": balanced})
+    counted = optical.schedule(10, 100, 70, cfg)
+    assert counted.detector_readouts == 10 * 4 * 2 * 70 * rails
+    assert counted.adc_conversions == 10 * 4 * 2 * 70 * adcs
+    assert counted.dac_conversions == 10 * 2 * 3 * 100  # every N-tile's pass converts its inputs
+    assert counted.passes == 10 * 4 * 3 * 2
+
+
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_an_ideal_source_detects_infinitely_many_photons(rng, backend, exact):
+    """photons_per_mac = inf: every readout's mean count is infinite, and so
+    are the call's detected photons (MatmulStats), on every backend and in
+    chunks (the numpy reference sums per token, then once)."""
+    x = rng.standard_normal((40, 50))
+    w = rng.standard_normal((50, 9))
+    cfg = ideal(**{"core.inputs": 32, "core.outputs": 8})
+    _, st = optical.matmul(x, w, cfg, seed=0, backend=backend, exact=exact, return_stats=True,
+                           chunk_tokens=16)
+    assert st.detected_photons == math.inf
+    assert st.mean_photoelectrons == math.inf
 
 
 # --------------------------------------------------------------------------- #
@@ -533,6 +628,24 @@ def test_zero_tokens_are_an_empty_result_or_a_clear_error(rng):
     with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens, and "
                                          r"adc.full_scale = 'calibrated'"):
         optical.matmul(np.zeros((0, 40), np.float32), w, iris, seed=0)
+
+
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+@pytest.mark.parametrize("inputs", ["offset", "split"])
+def test_a_static_input_range_clips_on_every_backend(rng, backend, exact, inputs):
+    """Ideal converters (no DAC levels to clip to) and a static range r:
+    inputs beyond r saturate their sources, so y = clip(x, -r, r) @ w to
+    float rounding, in chunks too."""
+    cal = rng.standard_normal((300, 40))
+    x = rng.standard_normal((20, 40)) * 3
+    w = rng.standard_normal((40, 7))
+    cfg = ideal(**{"dac.scaling": "static", "dac.percentile": 90.0, "encoding.inputs": inputs,
+                   "core.inputs": 32, "core.outputs": 8})
+    pw = optical.program(w, cfg, calibration=cal)
+    r = np.percentile(np.abs(cal), 90.0)
+    assert np.mean(np.abs(x) > r) > 0.3
+    y = optical.matmul(x, pw, cfg, seed=0, backend=backend, exact=exact, chunk_tokens=16)
+    np.testing.assert_allclose(y, np.clip(x, -r, r) @ w, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize(("backend", "exact"), BACKENDS)

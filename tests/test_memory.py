@@ -34,6 +34,20 @@ def test_outside_a_scope_and_below_the_threshold_it_is_numpy_empty():
     assert _memory.held_bytes() == 0
 
 
+def test_once_the_scopes_close_arrays_are_numpys_again():
+    """Nested scopes: pooled inside the outer one after the inner closes, and
+    nothing pooled once both have closed (nothing handed to a user is)."""
+    with _memory.recycling():
+        with _memory.recycling():
+            pass
+        inside = _memory.empty(_memory.MIN_BYTES, np.uint8)
+        assert not inside.flags.owndata
+    del inside
+    held = _memory.held_bytes()
+    after = _memory.empty(_memory.MIN_BYTES, np.uint8)
+    assert after.flags.owndata and _memory.held_bytes() == held
+
+
 def test_a_buffer_is_reused_only_once_nothing_refers_to_it():
     n = _memory.MIN_BYTES // 4
     with _memory.recycling():

@@ -253,6 +253,54 @@ def test_mse_windows_with_noise_wider_than_the_samples(rng):
         np.testing.assert_array_equal(hi, ref[1])
 
 
+#: 56 samples in quarters (times 4): their bin moments and clipping costs are
+#: exact binary fractions, and two upper edges cost the same to the last bit.
+_TIED = [3, 2, 3, -1, 1, 0, 3, 4, -6, 6, -8, -6, 1, -4, -2, 6, -5, 4, 1, -1, 5, -7, -5, 0, 6, 3,
+         -5, 0, 6, 1, 0, 1, 3, 8, 2, 3, -7, 4, -2, 0, 6, 3, 7, 3, 1, 1, -5, 5, -2, 4, -3, -5, 0, -4,
+         -13, -1]
+
+
+def test_mse_windows_take_the_first_of_equally_good_edges():
+    """Where two edges cost exactly the same, the reference takes the first
+    (numpy's argmin): so must the kernel, to stay bit for bit."""
+    samples = np.array(_TIED, dtype=np.float64)[:, None] / 4
+    lo, hi = calibration.mse_windows(samples, np.zeros(1), 3, 0.0, tails=False, backend="numba")
+    ref_lo, ref_hi = calibration.mse_windows(samples, np.zeros(1), 3, 0.0, tails=False,
+                                             backend="numpy")
+    np.testing.assert_array_equal(lo, ref_lo)
+    np.testing.assert_array_equal(hi, ref_hi)
+
+
+def test_pre_distortion_stops_at_the_references_step(monkeypatch, rng):
+    """A continuous mask (no mask levels to round a difference away) and a
+    stopping tolerance between two Jacobi steps' largest moves (the map
+    contracts ~10x per step on these strong optics): the fast path must stop
+    at the reference's step, the first that moves no value by tol or more
+    (here the fourth), and give the same mask to the bit."""
+    cfg = SMALL.replace({**STRONG, "mask.bits": None, "adc.full_scale": "rms",
+                         "outliers.policy": "none"})
+    w = rng.standard_normal((48, 40))  # one tile
+    optics = quant._optics_map(cfg)
+    tiling = quant.Tiling(48, 40, 48, 40)
+    t_min = cfg.mask.min_transmission
+    rows = quant._per_row(compensation.gain(optics, tiling, t_min, "split", 2), tiling)
+    v = w / np.abs(w).max(axis=0)
+
+    def iterate(steps):
+        levels = compensation.pre_distort(v, rows, optics, tiling, t_min, "split", tol=0.0,
+                                          max_iter=steps)
+        return (levels[0] - levels[1]) * (1 - t_min)
+
+    third, fourth = (np.abs(iterate(k + 1) - iterate(k)).max() for k in (2, 3))
+    assert fourth < 0.5 * third
+    tol = 0.75 * third
+    monkeypatch.setattr(compensation, "tolerance", lambda bits, min_transmission: tol)
+    fast = optical.program(w, cfg)
+    with _numpy_references(monkeypatch):
+        reference = optical.program(w, cfg)
+    _assert_same(fast, reference)
+
+
 def test_mse_windows_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="backend: 'gpu'"):
         calibration.mse_windows(np.ones((10, 2)), np.zeros(2), 4, backend="gpu")
