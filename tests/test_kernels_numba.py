@@ -52,6 +52,52 @@ def test_numba_poisson_keeps_huge_means(lam):
     assert abs(out.mean() - lam) < 0.5 * math.sqrt(lam)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_poisson_shot_noise_at_huge_photon_counts_through_matmul(rng, backend):
+    # Relative shot noise 1/sqrt(mean): at 1e20 photons per MAC the ideal
+    # machine is exact to float64 rounding on every backend, through the
+    # kernels that inline the generator, not only the generator itself.
+    cfg = ideal().replace({"detector.shot_noise": "poisson", "source.photons_per_mac": 1e20})
+    x = rng.standard_normal((8, 40))
+    w = rng.standard_normal((40, 24))
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend)
+    assert metrics.sqnr_db(x @ w, y) > 100
+
+
+def _jitted_modules() -> dict[str, Path]:
+    """The package's modules that define numba functions, by import name."""
+    root = Path(optical.__file__).parent
+    return {".".join(("optical", *path.relative_to(root).with_suffix("").parts)): path
+            for path in sorted(root.rglob("*.py")) if "nb.njit" in path.read_text()}
+
+
+def test_cached_kernels_record_the_modules_they_compile_in():
+    """numba checks a cached kernel against its own file only: a module whose
+    kernels call numba functions of another module records that module's
+    digest (``DEPENDENCY_SHA256``), so that editing it changes this file too
+    and the stale kernels are rebuilt."""
+    import ast
+    import hashlib
+    import importlib
+
+    modules = _jitted_modules()
+    assert "optical.kernels._numba" in modules and "optical.kernels._rng_numba" in modules
+    for name, path in modules.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+        needed = {modules[dep].name: hashlib.sha256(modules[dep].read_bytes()).hexdigest()[:16]
+                  for dep in imported & set(modules) if dep != name}
+        recorded = getattr(importlib.import_module(name), "DEPENDENCY_SHA256", {})
+        assert recorded == needed, (
+            f"{path.name}: set DEPENDENCY_SHA256 = {needed!r} (the digests of the jitted "
+            "modules it imports; numba would otherwise keep stale cached kernels)")
+
+
 def test_fast_normal_pairs_are_standard_normal_and_independent():
     n = 400_000
     out = np.empty(n, dtype=np.float32)

@@ -30,6 +30,15 @@ import numpy as np
 import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
 from optical.kernels import _rng_numba as rng
 
+#: SHA-256 (first 16 hex digits) of each module whose numba functions the
+#: kernels here compile in. numba checks a cached kernel against its own
+#: file only ("cache invalidation fails to recognize changes in symbols
+#: defined in a different file", its notes on caching), so an edit there
+#: alone would leave the kernels cached from this file running the old
+#: code. Recording the digests makes such an edit change this file too;
+#: ``tests/test_kernels_numba.py`` fails until they are updated.
+DEPENDENCY_SHA256 = {"_rng_numba.py": "9672442b06fceb51"}
+
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
 
