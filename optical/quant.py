@@ -86,7 +86,9 @@ class ProgrammedWeights:
     scale : ndarray, shape (k_tiles, N)
         Weight scale of every column of every K-tile: the rows of K-tile ``i``
         hold ``w[rows, n] ~ scale[i, n] * weights[rows, n]``. Restored
-        digitally before the K-tiles' partial sums are added.
+        digitally before the K-tiles' partial sums are added; 0 for a column
+        that is all zero in the K-tile, whose readouts (noise alone) are
+        then dropped.
     weights : ndarray, shape (K, N)
         Normalised, quantised weights in [-1, 1] as the digital side believes
         they are programmed (used to undo the encoding); with
@@ -154,7 +156,9 @@ class ProgrammedWeights:
 
 
 def _weight_scale(w: np.ndarray, tiling: Tiling, policy: str) -> np.ndarray:
-    """Abs-max weight scale of every column of every K-tile, shape (k_tiles, N)."""
+    """Abs-max weight scale of every column of every K-tile, shape (k_tiles, N):
+    0 where the column is all zero (the mask divides by 1, the readouts are
+    multiplied by 0, so such a column's output is exactly 0)."""
     def absmax(a: np.ndarray) -> np.ndarray:
         return np.maximum(a.max(axis=0), -a.min(axis=0))
 
@@ -169,14 +173,15 @@ def _weight_scale(w: np.ndarray, tiling: Tiling, policy: str) -> np.ndarray:
             for j in range(tiling.n_tiles):
                 ns = tiling.n_slice(j)
                 per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
-    return np.where(per > 0, per, 1).astype(w.dtype)
+    return per.astype(w.dtype)
 
 
 def _load(w: np.ndarray, rows: np.ndarray | None, tiling: Tiling,
           policy: str) -> tuple[np.ndarray, np.ndarray]:
     """The weight scale (k_tiles, N) and the normalised weights ``v`` (K, N)
     of the mask rows ``rows`` of ``w`` (all if None): what
-    ``_weight_scale(w[rows], ...)`` and ``w[rows] / scale`` give, in numba
+    ``_weight_scale(w[rows], ...)`` and ``w[rows] / where(scale > 0, scale, 1)``
+    give, in numba
     kernels that gather the rows and read ``w`` in place, row-major or
     transposed (a weight stored [out, in] and passed as its ``.T``), so
     that neither the gathered nor the transposed matrix is ever copied."""
@@ -199,12 +204,12 @@ def _load(w: np.ndarray, rows: np.ndarray | None, tiling: Tiling,
         for j in range(tiling.n_tiles):
             ns = tiling.n_slice(j)
             per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
-    scale = np.where(per > 0, per, 1).astype(dtype)
+    divisor = np.where(per > 0, per, 1).astype(dtype)
     v = _memory.empty((rows.size, tiling.n), dtype)
     tile_of_row = np.repeat(np.arange(tiling.k_tiles, dtype=np.int64),
                             k_bounds[:, 1] - k_bounds[:, 0])
-    (_program.divide_t if transposed else _program.divide_c)(src, rows, tile_of_row, scale, v)
-    return scale, v
+    (_program.divide_t if transposed else _program.divide_c)(src, rows, tile_of_row, divisor, v)
+    return per.astype(dtype, copy=False), v
 
 
 def _per_row(values: np.ndarray, tiling: Tiling) -> np.ndarray:

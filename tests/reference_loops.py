@@ -32,7 +32,7 @@ def _weight_scales(w, cfg):
         else:  # per_tile: one scale per core-sized block
             s = np.concatenate([np.full(block[:, n0:n0 + n].shape[1], block[:, n0:n0 + n].max())
                                 for n0 in range(0, big_n, n)])
-        scales.append(np.where(s > 0, s, 1.0))
+        scales.append(s)  # 0 for an all-zero column: its readouts are dropped
     return scales
 
 
@@ -55,7 +55,8 @@ def reference_matmul(x, w, cfg, *, return_clipped=False):
     k = cfg.core.inputs  # N-tiling matters only for shared (per-tile) scales and windows
     t_min = 1.0 / cfg.mask.contrast_ratio
     sw_tiles = _weight_scales(w, cfg)
-    v = np.concatenate([w[i * k:(i + 1) * k] / s for i, s in enumerate(sw_tiles)])
+    v = np.concatenate([w[i * k:(i + 1) * k] / np.where(s > 0, s, 1.0)
+                        for i, s in enumerate(sw_tiles)])
     if cfg.encoding.weights == "offset":
         u = [_levels((v + 1) / 2, cfg.mask.bits)]
         vq = 2 * u[0] - 1

@@ -335,6 +335,16 @@ def test_an_all_zero_token_gives_exactly_zero(rng):
         assert np.all(y[2] == 0) and np.all(y[[0, 1, 3]] != 0)
 
 
+def test_an_all_zero_weight_column_gives_exactly_zero(rng):
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    w[:, 5] = 0.0
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    for scale in (1.0, 1e-3):
+        y = np.asarray(jax_backend.matmul(jnp.asarray(x), w * scale, cfg, seed=0))
+        assert np.all(y[:, 5] == 0) and np.all(y[:, [4, 6]] != 0)
+
+
 def test_readout_stream_is_its_own():
     # The readout normals must not reuse a physical noise's stream (RIN's
     # normals would then be the readout's, correlated sample by sample).

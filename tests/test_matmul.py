@@ -669,6 +669,26 @@ def test_an_all_zero_token_gives_exactly_zero_whatever_the_units(rng, backend, e
     np.testing.assert_allclose(y[2], 50.0 * w[5], rtol=1e-12)
 
 
+@pytest.mark.parametrize("scaling", ["per_column", "per_tile_column"])
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_an_all_zero_weight_column_gives_exactly_zero_whatever_the_units(rng, backend, exact,
+                                                                         scaling):
+    # A column's (or a K-tile column's) readouts are multiplied by its abs-max
+    # weight scale: 0 for a pruned column, so its output is 0 -- not noise in
+    # whatever units w happens to be in. The other columns scale with w.
+    x = rng.standard_normal((4, 64))
+    w = rng.standard_normal((64, 16))
+    w[:, 5] = 0.0
+    w[32:, 9] = 0.0  # zero in the second K-tile only
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "optics.model": "ideal",
+                   "mask.scaling": scaling})
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend, exact=exact)
+    small = optical.matmul(x, w * 1e-3, cfg, seed=0, backend=backend, exact=exact)
+    assert np.all(y[:, 5] == 0) and np.all(small[:, 5] == 0)
+    # column 9 too: per K-tile column, its second K-tile's readouts are dropped
+    np.testing.assert_allclose(small, 1e-3 * y, rtol=1e-9, atol=0)
+
+
 def test_numpy_backend_stats_do_not_depend_on_chunking(rng):
     # The detected photons are summed per token, then once: the same float64
     # bits whatever chunk_tokens (1000 tokens: chunks of 256, 512, 768).
