@@ -79,6 +79,18 @@ def test_optical_run_is_reproducible_and_seed_dependent(tiny):
     assert not np.array_equal(other.optical(h, IRIS, seed=5), a)
 
 
+def test_layout_of_the_input_changes_no_bit(tiny):
+    # RMSNorm's mean along a strided axis would sum in another order.
+    h = tiny.hidden_states(1, 12)
+    layer = tiny.layer(1)
+    for dtype in ("float32", "float16"):
+        expected = layer.reference(h, dtype=dtype)
+        for other in (np.asfortranarray(h), np.repeat(h, 2, axis=1)[:, ::2]):
+            np.testing.assert_array_equal(layer.reference(other, dtype=dtype), expected)
+    expected = layer.optical(h, IRIS, seed=5)
+    np.testing.assert_array_equal(layer.optical(np.asfortranarray(h), IRIS, seed=5), expected)
+
+
 def test_engine_options_reach_every_program_call(tiny):
     h = tiny.hidden_states(0, 4)
     with pytest.raises(TypeError, match="no_such_option"):

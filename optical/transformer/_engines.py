@@ -51,7 +51,9 @@ def derive_seed(seed: int, *labels: object) -> int:
 
 
 def check_hidden(h: object, hidden: int) -> np.ndarray:
-    """A layer input as (batch, tokens, hidden): float32, finite, right width."""
+    """A layer input as (batch, tokens, hidden): float32, finite, right width,
+    C-contiguous (a reduction along a strided axis sums in another order, so
+    the layout alone would move the last bits)."""
     if not isinstance(h, np.ndarray):
         raise TypeError(f"h: expected a numpy.ndarray, got {type(h).__name__}")
     if h.dtype != np.float32:
@@ -62,6 +64,7 @@ def check_hidden(h: object, hidden: int) -> np.ndarray:
                          f"got {h.shape}")
     if not np.isfinite(h).all():
         raise ValueError("h: contains NaN or infinite values")
+    h = np.ascontiguousarray(h)
     return h if h.ndim == 3 else h[None]
 
 
