@@ -91,6 +91,20 @@ def test_layout_of_the_input_changes_no_bit(tiny):
     np.testing.assert_array_equal(layer.optical(np.asfortranarray(h), IRIS, seed=5), expected)
 
 
+def test_calibration_names_must_be_weight_matmuls(tiny):
+    # A misspelt product would silently be calibrated on its own inputs.
+    layer = tiny.layer(1)
+    h = tiny.hidden_states(1, 6)
+    held_out = layer.matmul_inputs(tiny.hidden_states(1, 8, seed=3))
+    np.testing.assert_array_equal(layer.optical(h, IRIS, seed=0, calibration=held_out),
+                                  layer.optical(h, IRIS, seed=0, calibration=dict(held_out)))
+    with pytest.raises(ValueError, match=r"calibration: no weight matmul 'q_porj'; the "
+                                         r"layer's are q_proj, k_proj, v_proj, o_proj"):
+        layer.optical(h, IRIS, seed=0, calibration={"q_porj": held_out["q_proj"]})
+    with pytest.raises(TypeError, match="calibration: expected a mapping"):
+        layer.optical(h, IRIS, seed=0, calibration=[held_out["q_proj"]])
+
+
 def test_engine_options_reach_every_program_call(tiny):
     h = tiny.hidden_states(0, 4)
     with pytest.raises(TypeError, match="no_such_option"):

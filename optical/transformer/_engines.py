@@ -297,12 +297,24 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
                program_options: Mapping[str, Any] | None = None,
                matmul_options: Mapping[str, Any] | None = None,
                calibration: Mapping[str, np.ndarray] | None = None,
+               weights: Mapping[str, np.ndarray] | None = None,
                progress: Callable[[str], None] | None = None) -> ReferenceEngine:
     """The engine of a layer's ``trace``: the reference in ``dtype``, or the
     optical core under ``config`` (exactly one of the two is given); the
-    options go to :class:`OpticalEngine`."""
+    options go to :class:`OpticalEngine`. ``calibration`` is checked against
+    the layer's ``weights``: a name that is not one of its weight matmuls
+    would otherwise leave that product calibrated on its own inputs."""
     if (dtype is None) == (config is None):
         raise ValueError("give exactly one of dtype (reference) or config (optical)")
+    if calibration is not None:
+        if not isinstance(calibration, Mapping):
+            raise TypeError("calibration: expected a mapping of weight-matmul names to input "
+                            f"rows, got {type(calibration).__name__}")
+        names = weight_matmuls(weights or {})
+        unknown = [repr(k) for k in calibration if k not in names]
+        if unknown:
+            raise ValueError(f"calibration: no weight matmul {', '.join(unknown)}; "
+                             f"the layer's are {', '.join(names)}")
     if config is None:
         return ReferenceEngine(check_dtype(dtype))
     return OpticalEngine(config, check_seed(seed), layer, program_options=program_options,

@@ -142,7 +142,7 @@ class BertLayer:
         """Run the layer, keeping every product's output; give ``dtype`` or ``config``."""
         engine = engine_for(dtype, config, seed, self.index, program_options=program_options,
                             matmul_options=matmul_options, calibration=calibration,
-                            progress=progress)
+                            weights=self.weights, progress=progress)
         h3 = check_hidden(h, self.spec.hidden_size)
         mask = check_mask(mask, h3.shape[:2])
         out = self.forward(h3, mask, engine)

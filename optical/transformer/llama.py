@@ -161,7 +161,7 @@ class LlamaLayer:
         """
         engine = engine_for(dtype, config, seed, self.index, program_options=program_options,
                             matmul_options=matmul_options, calibration=calibration,
-                            progress=progress)
+                            weights=self.weights, progress=progress)
         h3 = check_hidden(h, self.spec.hidden_size)
         self.spec.check_tokens(h3.shape[1])
         out = self._forward(h3, engine)
