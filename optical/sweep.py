@@ -824,7 +824,7 @@ def _frame(out: Path, pd: Any) -> Any:
         metric_names.update(dict.fromkeys(m for m in record["metrics"] if m not in reserved))
     columns: dict[str, Any] = {
         "point": pd.Series([r["point"] for r in records], dtype="int64"),
-        "seed": pd.Series([r["seed"] for r in records], dtype="int64"),
+        "seed": pd.Series([r["seed"] for r in records], dtype="uint64"),
     }
     for path in paths:
         values = [_decode_value(path, r["params"][path]) for r in records]

@@ -69,6 +69,11 @@ def test_noise_seeds_differ_but_data_do_not(tmp_path):
     frame = optical.sweep(WL, {"adc.bits": [8]}, seeds=[3, 7], out=tmp_path / "s",
                           base=BASE, executor="serial", progress=False)
     assert frame["seed"].tolist() == [3, 7]
+    # any seed the library accepts, up to 2**64 - 1, lands in the table
+    big = [2**63 + 5, 2**64 - 1]
+    frame = optical.sweep(WL, {"adc.bits": [8]}, seeds=big, out=tmp_path / "big",
+                          base=BASE, executor="serial", progress=False)
+    assert frame["seed"].tolist() == big and load(tmp_path / "big")["seed"].tolist() == big
     assert frame["sqnr_db"].iloc[0] != frame["sqnr_db"].iloc[1]
     x1, w1, _ = WL.data()
     x2, w2, _ = dataclasses.replace(WL).data()
