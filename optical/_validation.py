@@ -35,13 +35,23 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
     Raises
     ------
     TypeError
-        Not a numpy array, or an integer, complex, bool, half or object dtype.
+        Not a numpy array; a subclass other than ``numpy.memmap`` (a masked
+        array's mask, a matrix's 2-D semantics or a quantity's units would
+        be dropped or misread); an integer, complex, bool, half or object
+        dtype; a non-native byte order.
     ValueError
         Wrong number of dimensions, or NaN / inf entries.
     """
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name}: expected a numpy.ndarray of float32 or float64, got "
                         f"{type(a).__name__}")
+    if type(a) is not np.ndarray and not isinstance(a, np.memmap):
+        hint = " (its .filled(value))" if isinstance(a, np.ma.MaskedArray) else ""
+        raise TypeError(f"{name}: {type(a).__module__}.{type(a).__name__}, a numpy.ndarray "
+                        f"subclass, is not supported; pass a plain numpy.ndarray{hint}")
+    if a.dtype not in FLOAT_DTYPES and a.dtype.newbyteorder("=") in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {a.dtype.str} has the non-native byte order; "
+                        f"convert it with {name}.astype({a.dtype.newbyteorder('=').name})")
     if a.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: dtype {a.dtype} is not supported; use float32 or float64 "
                         "(nothing is cast silently)")

@@ -562,6 +562,10 @@ def test_an_ideal_source_detects_infinitely_many_photons(rng, backend, exact):
 # --------------------------------------------------------------------------- #
 
 
+class _Tagged(np.ndarray):
+    """An ndarray subclass (as np.matrix or a units-carrying quantity are)."""
+
+
 @pytest.mark.parametrize(("x", "w", "error", "match"), [
     (np.ones((3, 4)), np.ones((5, 2)), ValueError, "shape mismatch: x has 4 features"),
     (np.ones((3, 4)), np.ones(4), ValueError, "w: expected 2 dimensions"),
@@ -574,6 +578,12 @@ def test_an_ideal_source_detects_infinitely_many_photons(rng, backend, exact):
     ([[1.0, 2.0]], np.ones((2, 2)), TypeError, "x: expected a numpy.ndarray"),
     (np.ones((3, 4), np.float32), np.ones((4, 2)), TypeError, "dtype mismatch"),
     (np.array(1.0), np.ones((1, 2)), ValueError, "x: expected at least 1 dimension"),
+    (np.ma.masked_array(np.ones((3, 2)), mask=np.eye(3, 2)), np.ones((2, 2)), TypeError,
+     r"x: numpy.ma.MaskedArray, a numpy.ndarray subclass, is not supported; pass a "
+     r"plain numpy.ndarray \(its .filled\(value\)\)"),
+    (np.ones((3, 2)), np.ones((2, 2)).view(_Tagged), TypeError, "w: .*_Tagged, a numpy.ndarray"),
+    (np.ones((3, 2), dtype=">f4"), np.ones((2, 2), np.float32), TypeError,
+     r"x: dtype >f4 has the non-native byte order; convert it with x.astype\(float32\)"),
 ])
 def test_bad_arrays_are_refused_clearly(x, w, error, match):
     with pytest.raises(error, match=match):
