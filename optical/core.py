@@ -192,7 +192,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         (``outliers.policy``) those rows are multiplied digitally.
     config : OpticalConfig
     seed : int
-        Non-negative; the output is a function of (x, w, config, seed).
+        In [0, 2**64) ([0, 2**32) on the JAX backend, whose keys are 32-bit);
+        the output is a function of (x, w, config, seed).
     return_stats : bool
         Also return a :class:`MatmulStats`.
     chunk_tokens : int, optional

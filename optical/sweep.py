@@ -166,7 +166,9 @@ class SweepDefinition:
         Parameters
         ----------
         workload : MatmulWorkload, LayerWorkload or any object with
-            ``run(config, seed) -> dict`` and ``to_dict()``
+            ``run(config, seed) -> dict`` and ``to_dict()`` (and, optionally,
+            ``check_seed(seed)``, which raises ValueError for a seed it
+            cannot run: checked here, before any run)
         params : mapping of dotted path to a sequence of values or a Range
         seeds : int (that many seeds, 0, 1, ...) or a sequence of seeds
         base : preset name or OpticalConfig
@@ -193,8 +195,12 @@ class SweepDefinition:
         canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
         for path, values in params.items():
             canonical.append((path, _check_param(path, values, random=samples is not None)))
+        seeds = _check_seeds(seeds)
+        if callable(getattr(workload, "check_seed", None)):
+            for seed in seeds:
+                workload.check_seed(seed)
         definition = cls(workload=workload, base=base, params=tuple(canonical),
-                         seeds=_check_seeds(seeds), samples=None if samples is None
+                         seeds=seeds, samples=None if samples is None
                          else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
         definition.configs()  # every point's config is valid, or ValueError now
         return definition

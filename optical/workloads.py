@@ -2,7 +2,8 @@
 
 A workload is any object with ``run(config, seed) -> dict[str, float]`` (the
 metrics of one run) and ``to_dict()`` (a JSON description for the sweep's
-manifest, with a ``"kind"`` key). Its result must depend only on
+manifest, with a ``"kind"`` key), and optionally ``check_seed(seed)``,
+which a sweep calls on every seed before its first run. Its result must depend only on
 (workload, config, seed), so that a run gives the same numbers in this
 process, in a worker process and on a Dask cluster.
 
@@ -130,6 +131,13 @@ class MatmulWorkload:
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(x, w, exact)``: inputs, weights, and ``x @ w`` in float64."""
         return _matmul_data(self)
+
+    def check_seed(self, seed: int) -> None:
+        """Refuse a noise seed this workload's backend cannot run (the JAX
+        backend's keys are 32-bit), so that a sweep fails before its first run."""
+        if self.backend == "jax" and not 0 <= seed < 2**32:
+            raise ValueError(f"seeds: {seed} is out of range for the JAX backend; "
+                             "valid: [0, 2**32)")
 
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         """Metrics of one optical matmul: accuracy against the exact product

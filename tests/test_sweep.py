@@ -399,6 +399,19 @@ def test_vmap_executor_gives_the_serial_results_of_jax_runs(tmp_path):
     assert row["sqnr_db"].item() == one["sqnr_db"]
 
 
+def test_seeds_a_workload_cannot_run_are_refused_before_any_run(tmp_path):
+    # The JAX backend's keys are 32-bit: refused when the sweep is defined,
+    # not after its first runs.
+    jax_workload = optical.MatmulWorkload(tokens=4, k=16, n=8, backend="jax")
+    with pytest.raises(ValueError, match=r"seeds: 4294967296 is out of range for the JAX "
+                                         r"backend; valid: \[0, 2\*\*32\)"):
+        optical.sweep(jax_workload, {}, seeds=[0, 2**32], out=tmp_path / "j", base=BASE,
+                      executor="serial", progress=False)
+    assert not (tmp_path / "j").exists()
+    assert SweepDefinition.build(jax_workload, {}, seeds=[0, 2**32 - 1]).seeds == (0, 2**32 - 1)
+    assert SweepDefinition.build(WL, {}, seeds=[2**32]).seeds == (2**32,)  # numba: 64-bit
+
+
 def test_numpy_seeds_are_seeds():
     """Seeds computed with numpy: an integer array, numpy integers, a numpy count."""
     def seeds(value):
