@@ -84,6 +84,14 @@ def compare(reference: object, test: object) -> tuple[float, float, float]:
     return sums.sqnr_db(), sums.cosine(), sums.relative_error()
 
 
+def _unit(*arrays: np.ndarray) -> float:
+    """A power of two at or above the largest magnitude in ``arrays`` (1 if
+    all are zero): dividing by it is exact and brings every value into
+    [-1, 1]."""
+    top = max(max(float(np.max(a)), -float(np.min(a))) for a in arrays)
+    return 1.0 if top == 0 else math.ldexp(1.0, math.frexp(top)[1])
+
+
 @dataclasses.dataclass(frozen=True)
 class _Sums:
     """The float64 sums every pair metric is made of."""
@@ -99,11 +107,15 @@ class _Sums:
         at a time (each chunk's pairwise sums added in order). Not ``np.dot``:
         OpenBLAS splits a long dot product across its threads, so its last
         bits would depend on the thread count (a sweep's worker processes run
-        one BLAS thread, the main process two)."""
+        one BLAS thread, the main process two). Both are first divided by a
+        power of two at or above their largest magnitude: exact, so no figure
+        moves, but squares of values near 1e-200 no longer underflow nor
+        those near 1e200 overflow."""
+        inv = 1.0 / _unit(ref, out)
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):
-            r = ref[start:start + SUM_CHUNK].astype(np.float64)
-            o = out[start:start + SUM_CHUNK].astype(np.float64)
+            r = ref[start:start + SUM_CHUNK].astype(np.float64) * inv
+            o = out[start:start + SUM_CHUNK].astype(np.float64) * inv
             e = r - o
             signal += float(np.add.reduce(r * r))
             error += float(np.add.reduce(e * e))
@@ -198,8 +210,9 @@ def column_errors(reference: object, test: object) -> ColumnErrors:
     _checked(ref, out)
     if ref.ndim == 0:
         raise ValueError("column_errors: expected arrays with a column axis, got scalars")
-    ref = ref.reshape(-1, ref.shape[-1])
-    out = out.reshape(-1, ref.shape[-1])
+    inv = 1.0 / _unit(ref, out)  # exact: keeps the squares in range (see _Sums.of)
+    ref = ref.reshape(-1, ref.shape[-1]) * inv
+    out = out.reshape(-1, ref.shape[-1]) * inv
     signal = np.sum(ref * ref, axis=0)
     error = np.sum((ref - out) ** 2, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -33,6 +33,24 @@ def test_pair_metrics_by_hand():
         metrics.compare(ref, np.full_like(test, np.nan))
 
 
+def test_pair_metrics_hold_at_extreme_magnitudes(rng):
+    # Scale-free metrics: the sums' squares must neither underflow (a claimed
+    # exact match) nor overflow (NaN) at float64's extremes. A power-of-two
+    # scale leaves every bit; 1e+-200 rounds the inputs, so agreement to 1e-12.
+    ref = rng.standard_normal((40, 30))
+    test = ref + 0.01 * rng.standard_normal((40, 30))
+    expected = metrics.compare(ref, test)
+    columns = metrics.column_errors(ref, test)
+    for factor in (2.0**-700, 2.0**700):
+        assert metrics.compare(ref * factor, test * factor) == expected
+        np.testing.assert_array_equal(metrics.column_errors(ref * factor, test * factor).sqnr_db,
+                                      columns.sqnr_db)
+    for factor in (1e-200, 1e200):
+        assert metrics.compare(ref * factor, test * factor) == pytest.approx(expected, rel=1e-12)
+        np.testing.assert_allclose(metrics.column_errors(ref * factor, test * factor).sqnr_db,
+                                   columns.sqnr_db, rtol=1e-12)
+
+
 def test_max_abs_error_by_hand():
     ref = [[1.0, 2.0], [3.0, 4.0]]
     test = [[1.0, 2.5], [3.0, 1.0]]  # errors ref - test: 0, -0.5, 0, 3
