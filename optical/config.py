@@ -381,7 +381,9 @@ class DetectorConfig(_Section):
         ``detector.shot_noise``); the mean is subtracted digitally, its shot
         noise remains.
     read_noise_electrons : float, electrons
-        RMS input-referred read/TIA noise per readout (Gaussian).
+        RMS input-referred read/TIA noise per readout (Gaussian). This and
+        ``dark_electrons`` are at most 1e30 (larger values overflow the
+        noise variances to NaN).
     shot_noise : {"poisson", "gaussian"}
         Exact Poisson counts, or their Gaussian approximation.
     balanced : bool
@@ -391,8 +393,8 @@ class DetectorConfig(_Section):
 
     _name: ClassVar[str] = "detector"
     quantum_efficiency: float = _real(1.0, 0.0, 1.0, lo_open=True)
-    dark_electrons: float = _real(0.0, 0.0, math.inf, hi_open=True)
-    read_noise_electrons: float = _real(0.0, 0.0, math.inf, hi_open=True)
+    dark_electrons: float = _real(0.0, 0.0, 1e30)
+    read_noise_electrons: float = _real(0.0, 0.0, 1e30)
     shot_noise: str = _choice("poisson", ("poisson", "gaussian"))
     balanced: bool = _bool(True)
 
@@ -423,7 +425,7 @@ class ADCConfig(_Section):
         clipping together, over the readouts of calibration inputs, noise
         included (needs ``optical.program(w, config, calibration=x)``).
     headroom : float, standard deviations
-        Half-width of the "rms" window.
+        Half-width of the "rms" window (at most 1e6).
     window : {"per_column", "per_tile"}
         One window per column of each tile, or one shared by all the columns
         of a tile (a common reference for the tile's converters).
@@ -433,7 +435,7 @@ class ADCConfig(_Section):
     bits: int | None = _int(None, 1, MAX_BITS, optional=True)
     enob_loss: float = _real(0.0, 0.0, MAX_BITS, hi_open=True)
     full_scale: str = _choice("rms", ("max", "rms", "calibrated"))
-    headroom: float = _real(4.0, 0.0, math.inf, lo_open=True, hi_open=True)
+    headroom: float = _real(4.0, 0.0, 1e6, lo_open=True)
     window: str = _choice("per_column", ("per_column", "per_tile"))
 
     def _check_consistency(self) -> None:

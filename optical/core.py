@@ -236,14 +236,15 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         # Settings that need calibration inputs are calibrated on this call's own
         # inputs: an oracle, the best calibration can do (held-out data: program()).
         needs = calibration_needs(config)
-        if needs and x.size == 0:
+        if needs and math.prod(x.shape[:-1]) == 0:
             raise ValueError(_no_tokens_to_calibrate(x.shape, needs))
         programmed = program(w, config, calibration=x if needs else None)
     k, n = programmed.shape
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
-    if not isinstance(exact, bool):
+    if not isinstance(exact, bool | np.bool_):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
+    exact = bool(exact)
     if programmed.bypass is not None:  # outlier channels run digitally, the rest optically
         return outliers.bypass_matmul(
             x, programmed, config, return_stats=return_stats,

@@ -185,6 +185,9 @@ def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
     # than electrical power in.
     ("detector.quantum_efficiency", 1.001), ("energy.laser_efficiency", 1.001),
     ("energy.optical_efficiency", 1.5),
+    # Beyond these the noise variances overflow to NaN outputs.
+    ("detector.read_noise_electrons", 1.01e30), ("detector.dark_electrons", 1e31),
+    ("adc.headroom", 1.01e6),
 ])
 def test_open_and_physical_upper_bounds_are_refused(path, value):
     with pytest.raises(ValueError, match=f"{path}: .* is out of range"):
@@ -197,6 +200,7 @@ def test_open_and_physical_upper_bounds_are_refused(path, value):
     ("adc.bits", 24), ("dac.bits", 24), ("mask.bits", 24), ("adc.bits", 1),
     ("detector.quantum_efficiency", 1.0), ("energy.laser_efficiency", 1.0),
     ("dac.percentile", 100.0), ("optics.fill_factor", 1.0), ("core.inputs", 1 << 20),
+    ("detector.read_noise_electrons", 1e30), ("adc.headroom", 1e6),
 ])
 def test_closed_range_ends_are_accepted(path, value):
     assert OpticalConfig().replace({path: value}).get(path) == value

@@ -320,6 +320,11 @@ def test_bad_counts_are_refused(kwargs, message):
         model.prefill(TINY, args["tokens"], tiny_config(), batch=args["batch"])
 
 
+def test_prefill_takes_a_spec():
+    with pytest.raises(TypeError, match="spec: expected a ModelSpec .*got str"):
+        model.prefill("models/llama-3.2-1b", 3, tiny_config())
+
+
 def test_a_schedule_from_another_config_is_refused():
     s = optical.schedule(3, 5, 7, tiny_config())
     with pytest.raises(ValueError, match="not consistent with this config|do not match"):

@@ -638,6 +638,17 @@ def test_zero_tokens_are_an_empty_result_or_a_clear_error(rng):
     with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens, and "
                                          r"adc.full_scale = 'calibrated'"):
         optical.matmul(np.zeros((0, 40), np.float32), w, iris, seed=0)
+    # tokens but no input channels: the weights' empty dimension is the problem
+    with pytest.raises(ValueError, match=r"w: shape \(0, 5\) has an empty dimension"):
+        optical.matmul(np.zeros((3, 0), np.float32), w[:0], iris, seed=0)
+
+
+def test_numpy_bools_are_bools(rng):
+    x, w = rng.standard_normal((3, 40)), rng.standard_normal((40, 5))
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    for flag in (True, False):
+        np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=0, exact=np.bool_(flag)),
+                                      optical.matmul(x, w, cfg, seed=0, exact=flag))
 
 
 @pytest.mark.parametrize(("backend", "exact"), BACKENDS)

@@ -167,6 +167,12 @@ def test_validate_errors(tiny_dir):
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="calibration_tokens"):
             transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=bad)
+    limit = model.spec.max_positions
+    with pytest.raises(ValueError, match=f"calibration_tokens: {limit + 1} exceed "
+                                         f"max_position_embeddings {limit}"):
+        transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=limit + 1)
+    with pytest.raises(TypeError, match="model: expected a model from optical.transformer.load"):
+        transformer.validate(42, layer=0, tokens=4, config=CFG)
 
 
 def test_numpy_integers_are_integers(tiny_dir):

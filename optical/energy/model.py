@@ -335,6 +335,9 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
         For non-positive counts, an infinite ``photons_per_mac``, ideal
         converters without an explicit energy, or an unquantised mask.
     """
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
+                        f"a loaded model's .spec), got {type(spec).__name__}")
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     counts._check_counts(tokens, batch)

@@ -514,8 +514,9 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
 
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
-    if not isinstance(exact, bool):
+    if not isinstance(exact, bool | np.bool_):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
+    exact = bool(exact)
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     x = _check_x(x)

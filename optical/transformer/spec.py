@@ -112,12 +112,12 @@ class ModelSpec:
         return self.raw.get("max_position_embeddings", 512 if self.architecture == "bert"
                             else None)
 
-    def check_tokens(self, tokens: int) -> None:
-        """ValueError when a prompt of ``tokens`` tokens (positions 0..tokens-1)
-        exceeds :attr:`max_positions`."""
+    def check_tokens(self, tokens: int, name: str = "tokens") -> None:
+        """ValueError, naming the argument ``name``, when a prompt of ``tokens``
+        tokens (positions 0..tokens-1) exceeds :attr:`max_positions`."""
         limit = self.max_positions
         if limit is not None and tokens > limit:
-            raise ValueError(f"tokens: {tokens} exceed max_position_embeddings {limit} of "
+            raise ValueError(f"{name}: {tokens} exceed max_position_embeddings {limit} of "
                              "config.json (positions run 0..tokens-1)")
 
     def linear_shapes(self) -> list[LinearShape]:

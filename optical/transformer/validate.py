@@ -183,7 +183,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         Prompt length (positions 0..tokens-1).
     config : OpticalConfig
     seed : int
-        Seed of the synthetic input and of the optical noise.
+        Seed of the synthetic input and of the optical noise (and, when
+        ``model`` is a path, of the synthetic weights it loads).
     batch : int
         Prompts of ``tokens`` tokens, processed together (weights programmed once).
     hidden : ndarray, float32, shape (batch, tokens, hidden), optional
@@ -222,6 +223,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 
     if isinstance(model, str | Path):
         model = load(model, seed=seed)
+    elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
+        raise TypeError("model: expected a model from optical.transformer.load or a model "
+                        f"directory, got {type(model).__name__}")
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
     seed = check_seed(seed)
@@ -232,6 +236,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
+    if calibration_tokens is not None:
+        model.spec.check_tokens(calibration_tokens, "calibration_tokens")
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
     else:
