@@ -165,9 +165,11 @@ def _divisor(scale: np.ndarray) -> np.ndarray:
     return np.where(scale > 0, scale, 1).astype(scale.dtype)
 
 
-def _no_tokens_to_calibrate(shape: tuple[int, ...], needs: list[str]) -> str:
-    """The error of a call that would calibrate on an ``x`` without tokens."""
-    return (f"x: shape {shape} holds no tokens, and {' and '.join(needs)} is calibrated on x "
+def _no_tokens_to_calibrate(shape: tuple[int, ...], needs: list[str],
+                            what: str = "holds no tokens") -> str:
+    """The error of a call that would calibrate on an ``x`` without tokens
+    (or without a non-zero entry)."""
+    return (f"x: shape {shape} {what}, and {' and '.join(needs)} is calibrated on x "
             "when w is raw weights; program w with held-out inputs "
             "(optical.program(w, config, calibration=...)) and pass the result")
 
@@ -238,6 +240,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         needs = calibration_needs(config)
         if needs and math.prod(x.shape[:-1]) == 0:
             raise ValueError(_no_tokens_to_calibrate(x.shape, needs))
+        if needs and x.size and not np.any(x):
+            raise ValueError(_no_tokens_to_calibrate(x.shape, needs, "is all zero"))
         programmed = program(w, config, calibration=x if needs else None)
     k, n = programmed.shape
     if chunk_tokens is not None:

@@ -638,6 +638,10 @@ def test_zero_tokens_are_an_empty_result_or_a_clear_error(rng):
     with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens, and "
                                          r"adc.full_scale = 'calibrated'"):
         optical.matmul(np.zeros((0, 40), np.float32), w, iris, seed=0)
+    with pytest.raises(ValueError, match=r"x: shape \(3, 40\) is all zero, and "
+                                         r"adc.full_scale = 'calibrated'.*optical.program"):
+        optical.matmul(np.zeros((3, 40), np.float32), w, iris, seed=0)
+    assert np.all(optical.matmul(np.zeros((3, 40), np.float32), pw, iris, seed=0) == 0)
     # tokens but no input channels: the weights' empty dimension is the problem
     with pytest.raises(ValueError, match=r"w: shape \(0, 5\) has an empty dimension"):
         optical.matmul(np.zeros((3, 0), np.float32), w[:0], iris, seed=0)
