@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 import optical
@@ -83,3 +84,28 @@ def test_operating_system_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert main(["config", "--json", str(tmp_path / "cfg.json")]) == 1
     err = capsys.readouterr().err
     assert err == f"optical config: error: {tmp_path / 'cfg.json'}: No space left on device\n"
+
+
+def test_set_takes_spaces_around_its_path_and_value(capsys):
+    assert main(["config", "--set", " adc.bits = 6 ", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["adc"]["bits"] == 6
+
+
+def test_json_path_in_directories_not_yet_made(tmp_path):
+    out = tmp_path / "new" / "dirs" / "cfg.json"
+    assert main(["config", "--json", str(out)]) == 0
+    assert optical.OpticalConfig.from_dict(json.loads(out.read_text())) == \
+        optical.presets.get("iris-like")
+
+
+def test_json_of_numpy_scalars_is_standard_json(tmp_path):
+    """A result holding numpy scalars (as reductions return them) is written
+    as the plain JSON numbers and booleans they equal."""
+    from optical.commands._common import write_json
+
+    out = tmp_path / "r.json"
+    write_json(out, {"sqnr_db": np.float32(12.5), "passes": np.int64(3),
+                     "clipped": np.bool_(True), "worst": [np.float64(-np.inf), np.uint8(7)]})
+    assert json.loads(out.read_text(), parse_constant=pytest.fail) == {
+        "sqnr_db": 12.5, "passes": 3, "clipped": True, "worst": ["-inf", 7]}

@@ -54,6 +54,10 @@ def test_energy_command_rejects_bad_counts(capsys):
     with pytest.raises(SystemExit):
         main(["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "0"])
     assert "must be a positive integer" in capsys.readouterr().err
+    for option in ("--requests-per-s", "--gpu-utilization"):  # argparse's own refusal
+        with pytest.raises(SystemExit):
+            main(["energy", "--model", "models/llama-3.2-1b", option, "0"])
+        assert "0.0 must be a positive finite number" in capsys.readouterr().err
 
 
 def test_energy_json_to_stdout_is_the_json_alone(tmp_path, capsys):
@@ -212,3 +216,59 @@ def test_gpu_utilization_is_the_achieved_fraction_of_peak_flops(capsys, utilizat
     assert data["gpu"]["spec"]["bandwidth_utilization"] == h100.bandwidth_utilization == 0.8
     assert data["gpu"] == _as_written(
         gpu.prefill(spec, PROMPT, h100.replace(compute_utilization=utilization)).to_dict())
+
+
+def test_energy_table_divides_each_component_by_every_prompt_token(capsys):
+    """The printed breakdown of a batch of 4: each component's joules over the
+    batch, over 4 x 256 tokens, and as a share of the total, to the 4
+    significant digits (one decimal of a percent) printed."""
+    assert main(["energy", "--model", MODEL, "--prompt-tokens", str(PROMPT), "--batch", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["component"])
+    rows = {line.split()[0]: line.split()[1:] for line in lines[start + 1:start + 11]}
+    opt = optical.energy.prefill(read_spec(MODEL), PROMPT, optical.presets.get("iris-like"),
+                                 batch=4)
+    total = sum(opt.components.values())
+    assert list(rows) == [*opt.components, "total"]
+    for name, value in [*opt.components.items(), ("total", total)]:
+        joules, per_token, share = rows[name]
+        assert float(joules) == pytest.approx(value, rel=1e-3, abs=0), name
+        assert float(per_token) == pytest.approx(value / (4 * PROMPT), rel=1e-3, abs=0), name
+        assert float(share.rstrip("%")) == pytest.approx(100 * value / total, abs=0.051), name
+
+
+def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path, monkeypatch):
+    """The figure of a batch of 2: the optical bar stacks each component's
+    joules over 2 x 256 tokens, up to the total per token; the GPU bar is its
+    energy over those tokens; the time panel holds the two TTFTs."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from optical.energy.plot import plot_breakdown
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read it
+    spec, cfg, h100 = read_spec(MODEL), optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    opt = optical.energy.prefill(spec, PROMPT, cfg, batch=2, model="llama-3.2-1b")
+    ref = gpu.prefill(spec, PROMPT, h100, batch=2)
+    path = plot_breakdown(opt, ref, tmp_path / "fig.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = figures
+    try:
+        energy, times = fig.axes
+        bars = {c.get_label(): c.patches for c in energy.containers}
+        tokens = 2 * PROMPT
+        bottom = 0.0
+        for name, value in opt.components.items():
+            if value == 0:
+                assert name not in bars, name
+                continue
+            (bar,) = bars[name]
+            assert bar.get_y() == pytest.approx(bottom, rel=1e-12, abs=0), name
+            assert bar.get_height() == pytest.approx(value / tokens, rel=1e-12, abs=0), name
+            bottom += value / tokens
+        assert bottom == pytest.approx(sum(opt.components.values()) / tokens, rel=1e-12, abs=0)
+        (gpu_bar,) = bars[f"GPU (x{ref.gpus})"]
+        assert gpu_bar.get_height() == pytest.approx(ref.energy / tokens, rel=1e-12, abs=0)
+        assert [p.get_height() for p in times.patches] == [opt.ttft, ref.time]
+        assert times.get_yscale() == "log"
+    finally:
+        close(fig)

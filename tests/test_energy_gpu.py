@@ -159,6 +159,7 @@ def test_disaggregated_energy_is_made_of_its_parts(llama_8b):
 @pytest.mark.parametrize(("args", "message"), [
     ((0, 10, 1.0), "prompt_tokens"), ((10, -1, 1.0), "output_tokens"),
     ((10, 10, 0.0), "requests_per_s"), ((10, 10, math.nan), "requests_per_s"),
+    ((10, 10, True), "requests_per_s"),
 ])
 def test_bad_workloads_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
@@ -205,3 +206,54 @@ def test_break_even_batch_is_the_first_batch_where_optics_wins(llama_8b):
                 / gpu.prefill(llama_8b, 128, h100, batch=batch).per_token)
 
     assert ratio(b) <= 1 < ratio(b - 1)
+
+
+#: TINY's 2624 B of weights with a KV cache of 32 B per position: 6 + 4 tokens
+#: (320 B) do not fit two 1440 B GPUs (2944 B), 6 + 2 (2880 B) would.
+SMALL_GPU = SLOW_GPU.replace(memory=1440.0)
+
+
+@pytest.mark.parametrize("bound", ["memory", "compute"])
+def test_decode_of_a_light_load_is_one_step_of_one_sequence_per_token(bound):
+    """At 0.01 requests/s of 6 + 4 tokens, one instance decodes one sequence at
+    a time: each output token costs one decode step of one sequence at the mean
+    context 6 + 4 // 2 = 8, on the GPUs that hold the weights and the KV cache
+    at the full context: ceil((2624 + 320) / 1440) = 3, with room for
+    (3 x 1440 - 2624) // 320 = 5 sequences."""
+    g = SMALL_GPU if bound == "memory" else SMALL_GPU.replace(memory_bandwidth=1e6)
+    assert gpu.model_bytes(TINY) == 2624 and gpu.kv_cache_bytes(TINY, 10) == 320
+    step = gpu.decode_step(TINY, 8, 1, g, gpus=3)
+    assert step.compute_bound == (bound == "compute")
+    out = workload.disaggregated(TINY, workload.Workload(6, 4, 0.01),
+                                 optical.presets.get("iris-like"), g)
+    d = out["decode"]
+    assert (d["instances"], d["gpus_per_instance"], d["max_sequences_per_instance"]) == (1, 3, 5)
+    assert d["step_time_s"] == approx(step.time)
+    assert d["energy_per_output_token_j"] == approx(step.energy)  # 3 GPUs x power x time
+    assert d["concurrent_sequences"] == approx(0.01 * 4 * step.time)
+    # all-GPU: the same decode GPUs, plus ceil(prefills/s x TTFT) prefill
+    # instances of the GPUs holding the 6-token prefill (2624 + 192 B: 2)
+    pre = gpu.prefill(TINY, 6, g)
+    assert pre.gpus == 2
+    assert out["gpus"] == {"all_gpu": 3 + math.ceil(0.01 * pre.time) * 2, "disaggregated": 3}
+
+
+def test_decode_step_of_a_fractional_batch_is_the_roofline_between_whole_batches():
+    """A step's FLOPs and bytes grow linearly with the sequences decoding, so at
+    b sequences (b between n and n + 1) they are interpolated between the
+    decode steps of n and n + 1; the step time is their roofline, and b obeys
+    Little's law with it. At 0.45 requests/s one instance would need more
+    than its 5 sequences: two share the load."""
+    out = workload.disaggregated(TINY, workload.Workload(6, 4, 0.45),
+                                 optical.presets.get("iris-like"), SMALL_GPU)
+    d = out["decode"]
+    b = d["concurrent_sequences"]
+    n = math.floor(b)
+    assert d["instances"] == 2 and 1 <= n < b < d["max_sequences_per_instance"]
+    low, high = (gpu.decode_step(TINY, 8, m, SMALL_GPU, gpus=3) for m in (n, n + 1))
+    flops = low.flops + (b - n) * (high.flops - low.flops)
+    nbytes = low.bytes + (b - n) * (high.bytes - low.bytes)
+    time = max(flops / (1e4 * 0.5), nbytes / (1e3 * 0.8)) / 3
+    assert d["step_time_s"] == approx(time)
+    assert b == approx(0.45 / 2 * 4 * time)
+    assert d["energy_per_output_token_j"] == approx(3 * 100.0 * time / b)

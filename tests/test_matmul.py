@@ -606,13 +606,24 @@ def test_a_large_weight_is_checked_to_its_last_entry(layout):
     w[w.shape[0] // 2, 3] = np.inf
     with pytest.raises(ValueError, match="w: contains 2 NaN or infinite"):
         optical.program(w, ideal())
+    w[-1, -1] = w[w.shape[0] // 2, 3] = 1.0
+    w[0, 0] = np.nan  # the very first entry: in the first chunk
+    with pytest.raises(ValueError, match="w: contains 1 NaN or infinite"):
+        optical.program(w, ideal())
 
 
 @pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.5, TypeError), (None, TypeError),
-                                             (2**64, ValueError)])
+                                             (2**64, ValueError), (True, TypeError)])
 def test_bad_seed(seed, error):
     with pytest.raises(error, match="seed"):
         optical.matmul(np.ones((1, 2)), np.ones((2, 2)), ideal(), seed=seed)
+
+
+def test_every_seed_below_2_to_the_64_is_accepted():
+    x, w = np.ones((1, 2)), np.ones((2, 2))
+    for seed in (0, 2**63, 2**64 - 1, np.uint64(2**64 - 1)):
+        np.testing.assert_allclose(optical.matmul(x, w, ideal(), seed=seed), x @ w,
+                                   rtol=EXACT_RTOL[np.float64])
 
 
 def test_bad_config_and_chunks():

@@ -142,6 +142,30 @@ def test_matmul_bars():
         plots.matmul_bars(frame)
 
 
+def test_plot_command_draws_the_bars_of_the_metric_asked_for():
+    """``optical plot --kind bars --y cosine``: the per-matmul cosines (seed
+    means), named after that metric; sqnr_db without --y."""
+    import argparse
+
+    from optical.commands.plot import make_figure
+
+    rows = [{"seed": seed, "adc.bits": 6, "sqnr_db": 20.0 + seed, "sqnr_db.q_proj": 30.0,
+             "cosine": 0.5 + 0.1 * seed, "cosine.q_proj": 0.9 + 0.02 * seed}
+            for seed in range(2)]
+    frame = frame_of(rows, ["adc.bits"])
+
+    def bars(y):
+        args = argparse.Namespace(kind="bars", x=None, y=y, z=None, hue=None, where=[])
+        fig, name = make_figure(frame, args)
+        ax = fig.axes[0]
+        return name, ax.get_ylabel(), [p.get_height() for p in ax.patches]
+
+    name, label, heights = bars("cosine")
+    assert (name, label) == ("cosine-per-matmul", "cosine")
+    assert heights == pytest.approx([0.91, 0.55], rel=1e-12)
+    assert bars(None) == ("sqnr_db-per-matmul", "sqnr_db", [30.0, 20.5])
+
+
 def test_save_png_svg_without_pyplot(grid, tmp_path):
     fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
     paths = plots.save(fig, tmp_path / "sub" / "fig")

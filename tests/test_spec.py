@@ -63,6 +63,10 @@ def test_layer_schedule_counts_weight_and_attention_products():
     assert optical_attention["attention.values"].macs == 32 * 512 * 512 * 128
     with pytest.raises(ValueError, match="batch"):
         layer_schedule(spec, 512, cfg, batch=0)
+    # the prompt length is checked as given, not as batch x tokens rows
+    for bad in (0, -3, True):
+        with pytest.raises(ValueError, match=f"tokens: {bad!r} must be a positive integer"):
+            layer_schedule(spec, bad, cfg, batch=2)
 
 
 def test_query_heads_must_be_a_multiple_of_kv_heads():

@@ -347,6 +347,19 @@ def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_resumed_progress_bar_counts_the_runs_already_done(tmp_path, capsys):
+    """3 of 8 runs finished before an interruption: the resumed bar starts at
+    3/8 and the 5 runs left take it to 8/8."""
+    out = tmp_path / "s"
+    with pytest.raises(KeyboardInterrupt):
+        optical.sweep(Interruptible(WL, stop_after=3), PARAMS, seeds=2, out=out, base=BASE,
+                      executor="serial", progress=False)
+    capsys.readouterr()
+    resume(out, executor="serial")
+    err = capsys.readouterr().err
+    assert "3/8" in err and "8/8" in err  # counted from 0, 5 runs would end at 5/8
+
+
 def test_sweep_written_before_a_new_config_field_resumes_without_rerunning(tmp_path):
     """A manifest from a version without the `mapping` section: the same
     sweep, since the new field's default keeps the old behaviour."""

@@ -206,6 +206,14 @@ def test_bad_plot_options_are_named(tmp_path, capsys, extra, message):
     assert not (out / "plots").exists()
 
 
+def test_plot_formats_naming_no_format_are_refused(tmp_path, capsys):
+    assert main(["plot", str(tmp_path), "--x", "adc.bits", "--y", "sqnr_db",
+                 "--formats", " , "]) == 2
+    err = capsys.readouterr().err
+    assert "--formats: ' , ' names no format" in err and "Traceback" not in err
+    assert not (tmp_path / "plots").exists()
+
+
 @pytest.mark.slow
 def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     """SIGTERM to a running `optical sweep`: it stops, keeps what finished, and

@@ -182,3 +182,51 @@ def test_optical_attention_draws_independent_noise_per_batch_and_head():
     for a in range(4):  # ...with its own noise draw
         for b in range(a + 1, 4):
             assert not np.array_equal(blocks[a], blocks[b]), (a, b)
+
+
+@pytest.mark.parametrize("attention", ["digital", "optical"])
+def test_program_time_adds_up_every_programmed_mask(tiny, monkeypatch, attention):
+    """program_s sums the programming of every mask: on a clock that ticks 1 s
+    per reading, each program() call costs 1 s, so the total is the number of
+    masks programmed: the 7 weights, plus K^T and V of each (prompt, KV head)
+    when attention runs optically."""
+    from optical.transformer import _engines
+
+    ticks = iter(range(10**6))
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return float(next(ticks))
+
+    monkeypatch.setattr(_engines, "time", Clock)
+    cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": attention})
+    run = tiny.layer(1).trace(tiny.hidden_states(1, 6, batch=2), config=cfg, seed=0)
+    masks = 7 + (2 * 2 * tiny.spec.num_kv_heads if attention == "optical" else 0)
+    assert run.program_s == masks
+
+
+def test_stats_of_per_head_products_pool_photons_and_clipping_by_their_counts():
+    """sum_stats by hand: counts add, tile counts are one matmul's, the mean
+    photoelectrons are total photons over total readouts and the clipped
+    fraction is weighted by each part's ADC conversions."""
+    from optical.core import MatmulStats
+    from optical.transformer._engines import sum_stats
+
+    def part(adc, readouts, mean_pe, clipped, digital_macs=0, fraction=0.0):
+        return MatmulStats(tokens=4, k_tiles=2, n_tiles=3, input_passes=2, passes=48,
+                           weight_loads=6, dac_conversions=10, adc_conversions=adc,
+                           detector_readouts=readouts, macs=120,
+                           detected_photons=mean_pe * readouts, mean_photoelectrons=mean_pe,
+                           clipped_fraction=clipped, digital_channels=0,
+                           digital_macs=digital_macs, digital_mac_fraction=fraction)
+
+    pooled = sum_stats([part(100, 200, 10.0, 0.1), part(300, 600, 30.0, 0.5, 60, 0.25)])
+    assert (pooled.k_tiles, pooled.n_tiles, pooled.input_passes) == (2, 3, 2)
+    assert (pooled.tokens, pooled.passes, pooled.weight_loads, pooled.macs) == (8, 96, 12, 240)
+    assert (pooled.adc_conversions, pooled.detector_readouts) == (400, 800)
+    assert pooled.detected_photons == 2000.0 + 18000.0
+    assert pooled.mean_photoelectrons == pytest.approx(20000.0 / 800, rel=1e-12)
+    assert pooled.clipped_fraction == pytest.approx((0.1 * 100 + 0.5 * 300) / 400, rel=1e-12)
+    # 60 digital MACs of the second part's 60 / 0.25 = 240 logical ones, plus the first's 120
+    assert pooled.digital_mac_fraction == pytest.approx(60 / (120 + 240), rel=1e-12)

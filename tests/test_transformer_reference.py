@@ -136,6 +136,8 @@ def test_bad_layer_inputs_are_named(tiny):
         layer.reference(h, dtype="float8")
     with pytest.raises(ValueError, match="exactly one of dtype"):
         layer.trace(h)
+    with pytest.raises(ValueError, match="exactly one of dtype"):  # not silently optical
+        layer.trace(h, dtype="float16", config=optical.presets.get("ideal"))
     with pytest.raises(ValueError, match="layer: 3 is out of range"):
         model.layer(3)
 
@@ -272,3 +274,39 @@ def test_zero_token_input_is_named():
     for shape in ((0, 64), (2, 0, 64)):
         with pytest.raises(ValueError, match=r"h: expected shape \(tokens, 64\)"):
             layer.reference(np.zeros(shape, np.float32))
+
+
+@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (2**64, ValueError),
+                                             (1.5, TypeError), (True, TypeError)])
+def test_an_optical_trace_refuses_a_bad_seed(seed, error):
+    """The layer's own check, as optical.matmul's: every product's seed is
+    derived from it, so a bad one must not reach the derivation."""
+    layer = LlamaModel(Path("tiny"), ModelSpec.from_config(TINY_LLAMA), None, seed=0).layer(0)
+    h = np.zeros((2, 64), np.float32)
+    with pytest.raises(error, match="seed"):
+        layer.trace(h, config=optical.presets.get("ideal"), seed=seed)
+
+
+def test_reference_products_are_rounded_as_torch_half_rounds_them():
+    """model.half() holds each weight in fp16 and every GEMM's result is
+    rounded once to fp16 (the attention products too). With fp16's spacing
+    2**-10 in [1, 2) and 2**-9 in [2, 4): a weight 1 + 0.4 ulp is held as 1,
+    so 3 x it is 3 (unrounded: 3 + 1.2 ulp, which rounds up to 3 + 2 ulp); a
+    weight 1 + ulp is exact in fp16 (bf16, spacing 2**-7, holds it as 1); a
+    sum 1 + 0.75 ulp rounds to 1 + ulp."""
+    from optical.transformer._engines import ReferenceEngine
+
+    ulp = 2.0**-10
+    x = np.array([[3.0, 0.0], [0.0, 1.0]], np.float32)
+    w = np.array([[1 + 0.4 * ulp, 0.0], [0.0, 1 + ulp]], np.float32)  # [out, in]
+    np.testing.assert_array_equal(ReferenceEngine("float16").linear("q", x, w),
+                                  np.array([[3.0, 0.0], [0.0, 1 + ulp]], np.float32))
+    np.testing.assert_array_equal(ReferenceEngine("bfloat16").linear("q", x, w),
+                                  np.array([[3.0, 0.0], [0.0, 1.0]], np.float32))
+    a = np.ones((1, 1, 1, 2), np.float32)
+    b = np.array([1.0, 0.75 * ulp], np.float32)
+    engine = ReferenceEngine("float16")
+    assert engine.scores(a, b.reshape(1, 1, 1, 2)).reshape(()) == 1 + ulp
+    assert engine.values(a, b.reshape(1, 1, 2, 1)).reshape(()) == 1 + ulp
+    exact = ReferenceEngine("float32")  # float32 holds 1 + 0.75 ulp
+    assert exact.scores(a, b.reshape(1, 1, 1, 2)).reshape(()) == np.float32(1 + 0.75 * ulp)

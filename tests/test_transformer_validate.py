@@ -91,6 +91,10 @@ def test_matmul_inputs_are_the_traced_inputs_without_the_last_product(tiny_dir):
     from optical.transformer._engines import matmul_inputs
     with pytest.raises(ValueError, match="no weight matmul lm_head"):
         matmul_inputs(lambda e: layer._forward(h, e), ["q_proj", "lm_head"], "float32")
+    ran = []  # no names: refused before the layer runs
+    with pytest.raises(ValueError, match="names: no weight matmul named"):
+        matmul_inputs(ran.append, [], "float32")
+    assert ran == []
 
 
 def test_report_timings_split_the_run(tiny_dir):
@@ -229,6 +233,7 @@ def test_cli_validate_progress_bar_counts_every_step(tiny_dir, capsys, changes, 
     (["--model", "no/such/dir"], "no such model directory"),
     (["--layer", "9"], "layer: 9 is out of range"),
     (["--tokens", "0"], "--tokens: 0 must be a positive integer"),
+    (["--batch", "0"], "--batch: 0 must be a positive integer"),
     (["--set", "mapping.attention=maybe"], "mapping.attention"),
 ])
 def test_cli_validate_bad_input_is_one_clear_line(tiny_dir, argv, message, capsys):
@@ -298,6 +303,13 @@ def test_cli_validate_batch_is_validate_of_that_many_prompts(tiny_dir, capsys):
             assert b[count] == 2 * a[count], count
         assert b["weight_loads"] == a["weight_loads"]
     assert two["totals"]["weight_loads"] == one["totals"]["weight_loads"]
+
+
+def test_cli_validate_defaults_to_the_first_layer(tiny_dir, capsys):
+    argv = ["--model", str(tiny_dir), "--tokens", "4", *_sets(NAIVE_SETS)]
+    data = _cli_report(capsys, *argv)
+    assert data["layer"] == 0
+    assert data == _cli_report(capsys, *argv, "--layer", "0")
 
 
 def test_cli_validate_seed_seeds_weights_input_and_noise(tiny_dir, capsys):

@@ -32,6 +32,7 @@ def layer_schedule(spec: ModelSpec, tokens: int, config: OpticalConfig, *,
     dict of str to Schedule
         Keyed by matmul name, in execution order.
     """
+    tokens = check_positive_int(tokens, "tokens")
     batch = check_positive_int(batch, "batch")
     rows = batch * tokens
     out = {s.name: schedule(rows, s.in_features, s.out_features, config)
