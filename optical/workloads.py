@@ -2,10 +2,10 @@
 
 A workload is any object with ``run(config, seed) -> dict[str, float]`` (the
 metrics of one run) and ``to_dict()`` (a JSON description for the sweep's
-manifest, with a ``"kind"`` key), and optionally ``check_seed(seed)``,
-which a sweep calls on every seed before its first run. Its result must depend only on
-(workload, config, seed), so that a run gives the same numbers in this
-process, in a worker process and on a Dask cluster.
+manifest, with a ``"kind"`` key), and optionally ``check_seed(seed)``, which
+a sweep calls on every seed before its first run. Its result must depend
+only on (workload, config, seed), so that a run gives the same numbers in
+this process, in a worker process and on a Dask cluster.
 
 >>> import optical
 >>> wl = optical.MatmulWorkload(tokens=16, k=64, n=32)
