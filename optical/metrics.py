@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
@@ -164,6 +165,8 @@ def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1)
     ref = _real("reference_logits", reference_logits, np.float64)
     out = _real("test_logits", test_logits, np.float64)
     _checked(ref, out)
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"axis: expected an integer axis, got {axis!r}")
     if not -ref.ndim <= axis < ref.ndim:
         raise ValueError(f"axis: {axis} is out of range for arrays of shape {ref.shape}")
     log_p = _log_softmax(ref, axis)

@@ -762,7 +762,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         The config the parameters change (a preset name or a config).
     samples, sample_seed : int, optional
         Draw ``samples`` random points instead of the grid; lists are then
-        sampled uniformly, and :class:`Range` s continuously.
+        sampled uniformly, and :class:`Range` s continuously. Identical draws
+        count as one point, so a small list can give fewer rows than
+        ``samples`` (three draws over two values: at most two points).
     progress : bool
         Show a progress bar (tqdm, on stderr).
     results_format : {"parquet", "csv"}

@@ -89,6 +89,9 @@ def test_kl_divergence_is_mean_over_rows_shift_invariant_and_stable():
     assert metrics.kl_divergence(ref, ref) == 0.0
     # The softmax axis is selectable: transposed logits with axis=0.
     assert metrics.kl_divergence(ref.T, test.T, axis=0) == pytest.approx(one / 2, rel=1e-12)
+    for bad in (None, 1.0, True):
+        with pytest.raises(TypeError, match="axis: expected an integer axis"):
+            metrics.kl_divergence(ref, test, axis=bad)
 
 
 def test_kl_divergence_matches_a_direct_float64_sum(rng):

@@ -240,6 +240,9 @@ def test_encode_layers_and_hidden_states_batch_are_checked(tmp_path):
             model.hidden_states(1, 4, batch=bad)
     with pytest.raises(ValueError, match="tokens: 65 exceed max_position_embeddings 64"):
         model.hidden_states(1, 65)
+    for empty in ((1, 0), (0, 4)):
+        with pytest.raises(ValueError, match=r"ids: shape \(\d, \d\) holds no tokens"):
+            model.encode(np.zeros(empty, np.int64))
 
 
 def test_reference_linear_adds_the_dtype_rounded_bias_then_rounds_once():

@@ -328,6 +328,8 @@ class BertModel(_Model):
         ids = np.asarray(ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"ids: expected a 2-D integer array, got {ids.dtype} {ids.shape}")
+        if 0 in ids.shape:
+            raise ValueError(f"ids: shape {ids.shape} holds no tokens")
         if ids.size and not (0 <= ids.min() and ids.max() < self.spec.vocab_size):
             raise ValueError(f"ids: token ids must lie in [0, {self.spec.vocab_size})")
         max_positions = self.spec.raw.get("max_position_embeddings", 512)
