@@ -200,8 +200,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         Also return a :class:`MatmulStats`.
     chunk_tokens : int, optional
         Tokens processed at a time (memory bound; rounded up to a multiple of
-        the GEMM row block); does not change the result. The fast backends
-        work in fixed blocks of tokens whatever it says.
+        the GEMM row block); does not change the result on the numpy and
+        numba backends (the numba one works in fixed blocks of tokens
+        whatever it says). On the JAX backend it is the jitted chunk's size:
+        the noise is the same, XLA's float32 rounding may differ (see
+        :func:`optical.kernels.jax_backend.matmul`).
     backend : {"auto", "numpy", "numba", "jax"}
         Where it runs (see :mod:`optical.kernels`): "numpy" is the readable
         reference; "auto" takes "jax" for JAX arrays, else "numba" (or

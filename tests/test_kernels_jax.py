@@ -232,6 +232,19 @@ def test_zero_tokens(rng):
     iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
     with pytest.raises(ValueError, match=r"x: shape \(0, 40\) holds no tokens.*optical.program"):
         jax_backend.matmul(jnp.zeros((0, 40), jnp.float32), w, iris, seed=0)
+    with pytest.raises(ValueError, match=r"x: shape \(3, 40\) is all zero.*optical.program"):
+        jax_backend.matmul(jnp.zeros((3, 40), jnp.float32), w, iris, seed=0)
+    # tokens but no input channels: the weights' empty dimension is named
+    with pytest.raises(ValueError, match=r"w: shape \(0, 5\) has an empty dimension"):
+        jax_backend.matmul(jnp.zeros((3, 0), jnp.float32), w[:0], iris, seed=0)
+
+
+def test_batched_runs_cast_nothing_silently(rng):
+    w = rng.standard_normal((40, 5))
+    cfg = noisy(**{"core.inputs": 32})
+    with pytest.raises(TypeError, match="x: float64 needs jax.config.update"):
+        jax_backend.matmul_runs(rng.standard_normal((4, 40)), optical.program(w, cfg), cfg,
+                                seeds=[0, 1])
 
 
 def test_programmed_weights_survive_a_jit_trace(rng):

@@ -509,6 +509,15 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     -------
     y : jax.Array, shape (..., N)
     stats : MatmulStats, if ``return_stats``
+
+    Notes
+    -----
+    Concrete arguments are checked as :func:`optical.matmul` checks them;
+    traced ones cannot be: a traced seed is taken modulo 2**32, traced
+    ``params`` are not range-checked, and a NaN in a traced ``x`` propagates
+    to its token's output. XLA on the CPU flushes subnormal float32 values
+    to zero, so inputs or weight scales below ``numpy.finfo(float32).tiny``
+    (1.2e-38) read as 0 here (the numpy and numba backends keep them).
     """
     from optical.core import MatmulStats, schedule
 
@@ -546,12 +555,18 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         pw, shape, input_range = None, tuple(w.shape), None
     else:
         w_np = check_float_array(np.asarray(w), "w", ndim=2)
+        if 0 in w_np.shape:
+            raise ValueError(f"w: shape {w_np.shape} has an empty dimension")
         check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
         # As optical.matmul: what needs calibration inputs is calibrated on x itself.
         needs = calibration_needs(config)
-        if needs and x.size == 0:
+        if needs:
             from optical.core import _no_tokens_to_calibrate
-            raise ValueError(_no_tokens_to_calibrate(tuple(x.shape), needs))
+            if math.prod(x.shape[:-1]) == 0:
+                raise ValueError(_no_tokens_to_calibrate(tuple(x.shape), needs))
+            if (x.size and not isinstance(x, jax.core.Tracer)
+                    and not np.any(np.asarray(x))):
+                raise ValueError(_no_tokens_to_calibrate(tuple(x.shape), needs, "is all zero"))
         calibration = np.asarray(x).reshape(-1, w_np.shape[0]) \
             if needs and not isinstance(x, jax.core.Tracer) else None
         pw = program(w_np, config, calibration=calibration)
@@ -629,6 +644,9 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     x = check_float_array(x, "x", ndim=2)
     check_operands(x.shape, x.dtype, pw.shape[0], pw.dtype)
+    if x.dtype == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError("x: float64 needs jax.config.update('jax_enable_x64', True); "
+                        "cast to float32 or enable x64 (nothing is cast silently)")
     seeds = _check_seeds(seeds)
     params = dict(params or {})
     for path, values in params.items():
