@@ -687,6 +687,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                     _write_run(runs_dir, task, points[task.point], outcome, version)
                     finished += 1
                     bar.update(1)
+                    _raise_received()
         finally:
             bar.close()
             description = runner.describe()
@@ -860,20 +861,44 @@ def _require(module: str) -> Any:
         raise ImportError(f"sweeps need {module!r}: pip install 'optical[sweep]'") from None
 
 
+#: Signals received under :func:`sigterm_as_exit`. Its handlers raise at
+#: once, but Python ignores an exception raised inside a garbage-collection
+#: callback (JAX registers one), so :func:`execute` also stops on this
+#: record after each result.
+_RECEIVED: list[int] = []
+
+
+def _raise_received() -> None:
+    """Raise again for a signal whose exception was swallowed."""
+    if _RECEIVED:
+        signum = _RECEIVED[0]
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(128 + signum)
+
+
 @contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[None]:
     """Turn SIGTERM into :class:`Terminated` (a SystemExit, code 143) in the
     main thread, so a terminated sweep stops its workers and keeps its
-    finished runs (used by the CLI)."""
+    finished runs (used by the CLI); SIGTERM and SIGINT (Ctrl-C) are also
+    recorded, so that a sweep stops after its next result even if the
+    exception was swallowed where it was raised."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: Any) -> None:
+        _RECEIVED.append(signum)
         raise Terminated(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def on_int(signum: int, frame: Any) -> None:
+        _RECEIVED.append(signum)
+        raise KeyboardInterrupt
+
+    _RECEIVED.clear()
+    previous = signal.signal(signal.SIGTERM, on_term), signal.signal(signal.SIGINT, on_int)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+        _RECEIVED.clear()

@@ -644,6 +644,44 @@ def test_sigterm_becomes_terminated_inside_the_context_only():
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+@dataclasses.dataclass(frozen=True)
+class SwallowsCtrlC:
+    """Like WL, but its second run receives Ctrl-C and swallows the
+    KeyboardInterrupt (as a garbage-collection callback does: Python ignores
+    exceptions raised there)."""
+
+    inner: optical.MatmulWorkload
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    label = "swallows ctrl-c"
+
+    def run(self, config, seed):
+        self.calls.append(seed)
+        if len(self.calls) == 2:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+        return self.inner.run(config, seed)
+
+    def to_dict(self):
+        return self.inner.to_dict()
+
+
+def test_a_swallowed_ctrl_c_still_stops_the_sweep_after_the_run(tmp_path):
+    out = tmp_path / "s"
+    workload = SwallowsCtrlC(WL)
+    previous = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_exit():
+        optical.sweep(workload, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
+                      progress=False)
+    assert len(workload.calls) == 2 and len(load(out)) == 2  # the run it hit is kept
+    assert signal.getsignal(signal.SIGINT) is previous
+    # the record is gone with the context: a later sweep runs to its end
+    assert len(optical.sweep(WL, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
+                             progress=False)) == 8
+
+
 def test_vmap_executor_says_when_it_vmapped_nothing(tmp_path):
     summary = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
                       tmp_path / "s", executor="vmap", progress=False)

@@ -255,9 +255,15 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         executor = args.jobs
     try:
-        with sigterm_as_exit():
+        with sigterm_as_exit():  # to the end: a Ctrl-C while the table prints is one too
             summary = execute(definition, args.out, executor=executor,
                               progress=not args.quiet, results_format=args.format)
+            if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
+                print(f"{args.out}: {summary.runs} runs ({summary.already_done} already "
+                      f"done, {summary.ran} run now on {summary.executor})")
+                _print_table(summary.results_path, definition.paths)
+                print(f"results: {summary.results_path}")
+            write_json(args.json_path, summary.to_dict())
     except (KeyboardInterrupt, Terminated) as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         print(f"optical sweep: {how}; finished runs are kept in {args.out}; run "
@@ -269,12 +275,6 @@ def run_command(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
-    if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
-        print(f"{args.out}: {summary.runs} runs ({summary.already_done} already done, "
-              f"{summary.ran} run now on {summary.executor})")
-        _print_table(summary.results_path, definition.paths)
-        print(f"results: {summary.results_path}")
-    write_json(args.json_path, summary.to_dict())
     return 0
 
 
