@@ -4,6 +4,7 @@ and exposes ``register(subparsers)``; add new ones to ``COMMANDS`` below."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from optical.commands import config as config_command
@@ -54,6 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ImportError as err:  # an optional dependency: the message names its extra
         print(f"optical {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader left (`| head`): no message. Point stdout at devnull so the
+        # flush at exit does not fail again (Python's signal docs, "Note on
+        # SIGPIPE"), and exit 1 as they do.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 1
     except OSError as err:
         print(f"optical {args.command}: error: {_describe_os_error(err)}", file=sys.stderr)

@@ -154,6 +154,11 @@ def parse_value(path: str, text: str) -> Any:
             value: Any = int(raw)
         elif kind == "real":
             value = float(raw)
+            if math.isinf(value) and "inf" not in raw.lower():
+                raise ValueError(f"{path}: {text!r} overflows a float (write inf for "
+                                 "infinity)")
+            if value == 0 and any(c in "123456789" for c in raw.lower().partition("e")[0]):
+                raise ValueError(f"{path}: {text!r} underflows to 0")
         elif kind == "bool":
             lowered = raw.lower()
             if lowered not in ("true", "false", "1", "0", "yes", "no"):
@@ -161,7 +166,9 @@ def parse_value(path: str, text: str) -> Any:
             value = lowered in ("true", "1", "yes")
         else:
             value = raw
-    except ValueError:
+    except ValueError as err:
+        if str(err).startswith(f"{path}: "):
+            raise
         raise ValueError(f"{path}: cannot parse {text!r}; valid: {_describe(spec)}") from None
     return _check_value(path, value, spec)
 

@@ -21,11 +21,32 @@ def test_config_command_applies_overrides_and_writes_json(tmp_path, capsys):
     (["config", "--set", "adc.bits=six"], "adc.bits: cannot parse 'six'"),
     (["config", "--set", "adc.bits"], "expected PATH=VALUE"),
     (["config", "--preset", "nope"], "unknown preset 'nope'"),
+    (["config", "--set", "adc.bits=6", "--set", " adc.bits=8"],
+     "--set adc.bits: given twice; set each path once"),
+    (["config", "--set", "source.photons_per_mac=1e400"],
+     "source.photons_per_mac: '1e400' overflows a float (write inf for infinity)"),
+    (["config", "--set", "source.photons_per_mac=1e-400"],
+     "source.photons_per_mac: '1e-400' underflows to 0"),
+    (["energy", "--model", "models/all-minilm-l6-v2", "--prompt-tokens", "513"],
+     "--prompt-tokens: 513 exceed max_position_embeddings 512"),
 ])
 def test_bad_options_fail_with_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
+    # `optical energy ... | head -3`: once the reader has gone, a write fails
+    # with EPIPE; no error line, exit 1 (Python's "Note on SIGPIPE").
+    from optical.commands import config as config_command
+
+    def closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(config_command, "run", closed_pipe)
+    assert main(["config"]) == 1
+    assert "error" not in capfd.readouterr().err
 
 
 def test_config_json_to_stdout_is_the_json_alone(capsys):

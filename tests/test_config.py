@@ -102,6 +102,7 @@ def test_every_path_is_gettable_and_replaceable():
 
 @pytest.mark.parametrize(("path", "text", "value"), [
     ("adc.bits", "6", 6), ("adc.bits", "None", None), ("source.photons_per_mac", "inf", math.inf),
+    ("source.photons_per_mac", "1e300", 1e300), ("detector.dark_electrons", "0.0e-400", 0.0),
     ("detector.balanced", "false", False), ("encoding.inputs", "split", "split"),
 ])
 def test_parse_value_from_command_line_text(path, text, value):

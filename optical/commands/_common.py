@@ -34,6 +34,8 @@ def config_from_args(args: argparse.Namespace) -> OpticalConfig:
         path, sep, text = item.partition("=")
         if not sep:
             raise ValueError(f"--set {item!r}: expected PATH=VALUE, e.g. adc.bits=6")
+        if path.strip() in changes:
+            raise ValueError(f"--set {path.strip()}: given twice; set each path once")
         changes[path.strip()] = parse_value(path.strip(), text)
     return cfg.replace(changes)
 

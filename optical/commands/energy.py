@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         require("matplotlib", "plot", "--plot")
     cfg = config_from_args(args)
     spec = read_spec(args.model)
+    spec.check_tokens(args.prompt_tokens, "--prompt-tokens")
     gpu = gpu_model.get_gpu(args.gpu)
     if args.gpu_utilization is not None:
         if args.gpu_utilization > 1:
