@@ -49,6 +49,23 @@ def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
     assert "error" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "results.parquet", "runs/x.json"])
+def test_json_into_the_sweep_s_own_files_is_refused(name, tmp_path, capsys):
+    # It would overwrite them: a manifest replaced by the summary loses the sweep.
+    out = tmp_path / "s"
+    sweep = ["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4,6", "--jobs", "1", "--quiet",
+             "--out", str(out)]
+    assert main([*sweep, "--json", str(out / name)]) == 2
+    assert f"--json {out / name}: a file of the sweep in {out}" in capsys.readouterr().err
+    assert not out.exists()  # nothing ran
+    assert main(sweep) == 0
+    manifest = (out / "manifest.json").read_text()
+    assert main(["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db",
+                 "--json", str(out / name)]) == 2
+    assert (out / "manifest.json").read_text() == manifest
+    assert main([*sweep, "--json", str(out / "summary.json")]) == 0  # another file: fine
+
+
 def test_config_json_to_stdout_is_the_json_alone(capsys):
     assert main(["config", "--set", "adc.bits=6", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)

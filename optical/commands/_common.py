@@ -75,10 +75,23 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
 
 
+#: The files a sweep directory's own machinery writes (optical.sweep).
+SWEEP_FILES = ("manifest.json", "results.parquet", "results.csv")
+
+
 def check_json_path(args: argparse.Namespace) -> None:
     """:func:`check_output_path` of ``--json``: ``optical.cli.main`` calls it
-    before it runs any command."""
-    check_output_path(getattr(args, "json_path", None), "--json")
+    before it runs any command. Also refused: one of the files of the sweep
+    the command runs or reads (``--out`` / ``DIR``), which it would overwrite."""
+    path = getattr(args, "json_path", None)
+    check_output_path(path, "--json")
+    sweep = getattr(args, "out", None) or getattr(args, "sweep_dir", None)
+    if path is None or str(path) == "-" or sweep is None:
+        return
+    target, folder = Path(path).resolve(), Path(sweep).resolve()
+    if target in {folder / name for name in SWEEP_FILES} or folder / "runs" in target.parents:
+        raise ValueError(f"--json {path}: a file of the sweep in {sweep}, which it would "
+                         "overwrite; write the JSON elsewhere")
 
 
 def require(module: str, extra: str, purpose: str) -> Any:
