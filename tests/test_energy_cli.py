@@ -82,6 +82,20 @@ def test_energy_plot_problems_are_named_before_the_work(tmp_path, capsys, monkey
     assert not (tmp_path / "e.json").exists()
 
 
+def test_energy_plot_suffix_decides_the_format(tmp_path, capsys):
+    argv = ["energy", "--model", "models/llama-3.2-1b", "--json", str(tmp_path / "e.json")]
+    assert main([*argv, "--plot", str(tmp_path / "fig.v1")]) == 2  # named, before the work
+    assert (f"--plot {tmp_path / 'fig.v1'}: unknown figure format '.v1'; valid: .png, .svg, "
+            ".pdf" in capsys.readouterr().err)
+    assert not (tmp_path / "e.json").exists()
+    pytest.importorskip("matplotlib")
+    assert main([*argv, "--plot", str(tmp_path / "fig")]) == 0  # no suffix: a PNG
+    out = capsys.readouterr().out
+    assert f"plot: {tmp_path / 'fig.png'}" in out
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "e.json").read_text())["plot"] == str(tmp_path / "fig.png")
+
+
 # --------------------------------------------------------------------------- #
 # --batch, --output-tokens, --requests-per-s against the energy API
 # --------------------------------------------------------------------------- #

@@ -88,6 +88,10 @@ def _table(report: model.PrefillEnergy) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     if args.plot is not None:  # before the work, not after it
+        from optical.energy.plot import figure_path
+
+        check_output_path(args.plot, "--plot")
+        args.plot = figure_path(args.plot, "--plot")
         check_output_path(args.plot, "--plot")
         require("matplotlib", "plot", "--plot")
     cfg = config_from_args(args)
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
         result["plot"] = str(plot_breakdown(opt, ref, args.plot))
         if not json_to_stdout(args):
-            print(f"plot: {args.plot}")
+            print(f"plot: {result['plot']}")
     write_json(args.json_path, result)
     return 0
 

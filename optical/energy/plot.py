@@ -25,17 +25,32 @@ def _pyplot():
     return plt
 
 
+def figure_path(path: str | Path, option: str = "path") -> Path:
+    """``path`` with a figure format's suffix (``.png`` added when it has
+    none); ValueError naming ``option`` for a suffix no format has."""
+    from optical.plots import FORMATS
+
+    path = Path(path)
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    if path.suffix.lower().lstrip(".") not in FORMATS:
+        raise ValueError(f"{option} {path}: unknown figure format {path.suffix!r}; valid: "
+                         f"{', '.join('.' + f for f in FORMATS)} (no suffix: .png)")
+    return path
+
+
 def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> Path:
     """Draw energy per prompt token (optical stacked by component, GPU) and
-    time to first token, and save the figure to ``path`` (format from its suffix).
+    time to first token, and save the figure to ``path`` (format from its
+    suffix: png, svg or pdf; no suffix: ``.png`` is added).
 
     Returns
     -------
     Path
         Where the figure was written.
     """
+    path = figure_path(path)
     plt = _pyplot()
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens = optical.batch * optical.tokens
     fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(10, 4.5),
