@@ -311,6 +311,16 @@ def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
     (``fig.png`` with ``["png", "svg"]``: ``fig.png``, ``fig.svg``); it must be
     one of them.
     """
+    paths = output_paths(stem, formats)
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        fig.savefig(path, format=path.suffix[1:], dpi=dpi)
+    return paths
+
+
+def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list[Path]:
+    """The files :func:`save` writes for ``stem`` and ``formats``, without
+    writing them; ValueError for a format that is not valid."""
     stem = Path(stem)
     suffix = stem.suffix.lower().lstrip(".")
     named = suffix if suffix in FORMATS else None
@@ -328,10 +338,4 @@ def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
                              f"{', '.join(formats)}: give a name without a suffix, or "
                              "include that format")
         stem = stem.with_suffix("")
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = stem.with_name(f"{stem.name}.{fmt}")
-        fig.savefig(path, format=fmt, dpi=dpi)
-        paths.append(path)
-    return paths
+    return [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]

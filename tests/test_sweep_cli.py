@@ -206,6 +206,16 @@ def test_bad_plot_options_are_named(tmp_path, capsys, extra, message):
     assert not (out / "plots").exists()
 
 
+def test_plot_output_that_cannot_be_written_is_named_before_the_work(tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    for stem in (tmp_path / "file" / "fig", tmp_path / "file" / "fig.svg"):
+        assert main(["plot", str(tmp_path / "nowhere"), "--x", "adc.bits", "--y", "sqnr_db",
+                     "--output", str(stem)]) == 2  # 2, not an OS error's 1
+        err = capsys.readouterr().err
+        assert f"--output {stem.with_suffix('')}." in err and "is a file, not a directory" in err
+        assert "no sweep" not in err  # refused before the sweep was read
+
+
 def test_plot_formats_naming_no_format_are_refused(tmp_path, capsys):
     assert main(["plot", str(tmp_path), "--x", "adc.bits", "--y", "sqnr_db",
                  "--formats", " , "]) == 2

@@ -9,6 +9,7 @@ from typing import Any
 
 from optical.commands._common import (
     add_json_option,
+    check_output_path,
     json_to_stdout,
     require,
     write_json,
@@ -119,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--output {args.output}: names the format {suffix}, but "
                              f"--formats is {','.join(formats)}; drop the suffix or add "
                              "the format")
+        for path in plots.output_paths(args.output, formats):  # writable, before the work
+            check_output_path(path, "--output")
     require("matplotlib", "plot", "plots")
     frame = load(args.sweep_dir)
     fig, name = make_figure(frame, args)

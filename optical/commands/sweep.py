@@ -91,7 +91,8 @@ def register(subparsers) -> None:
     grid.add_argument("--seeds", type=int, metavar="N",
                       help="noise seeds 0..N-1 at every point (default 1)")
     grid.add_argument("--samples", type=int, metavar="N",
-                      help="N random points instead of the grid")
+                      help="N random points instead of the grid (identical draws "
+                           "count as one point)")
     grid.add_argument("--sample-seed", type=int, metavar="S",
                       help="seed of the random points of --samples (default 0)")
     add_config_options(parser)
