@@ -366,6 +366,14 @@ def _atomic_write(path: Path, text: str) -> None:
 _SWEEP_FILES = (".lock", RUNS, "results.parquet", "results.csv", "plots")
 
 
+def writes(out: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Whether the sweep in ``out`` writes ``path`` itself: its manifest, lock,
+    results table or a run file (another writer there would destroy them)."""
+    out, path = Path(out).resolve(), Path(path).resolve()
+    own = {out / name for name in (MANIFEST, *_SWEEP_FILES) if name not in (RUNS, "plots")}
+    return path in own or out / RUNS in path.parents
+
+
 #: How a sweep directory without a (readable) manifest gets one back.
 _RESTART = ("start the same sweep again on this directory (the whole `optical sweep` command "
             "with its workload and options, not only --out; or the same optical.sweep call): "
@@ -868,11 +876,16 @@ def _require(module: str) -> Any:
 _RECEIVED: list[int] = []
 
 
+def _stop(signum: int) -> None:
+    """The exception of a stop signal: KeyboardInterrupt for SIGINT, else
+    :class:`Terminated`."""
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(128 + signum)
+
+
 def _raise_received() -> None:
     """Raise again for a signal whose exception was swallowed."""
     if _RECEIVED:
-        signum = _RECEIVED[0]
-        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(128 + signum)
+        _stop(_RECEIVED[0])
 
 
 @contextlib.contextmanager
@@ -886,19 +899,15 @@ def sigterm_as_exit() -> Iterator[None]:
         yield
         return
 
-    def on_term(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: Any) -> None:
         _RECEIVED.append(signum)
-        raise Terminated(128 + signum)
-
-    def on_int(signum: int, frame: Any) -> None:
-        _RECEIVED.append(signum)
-        raise KeyboardInterrupt
+        _stop(signum)
 
     _RECEIVED.clear()
-    previous = signal.signal(signal.SIGTERM, on_term), signal.signal(signal.SIGINT, on_int)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+        for signum, before in previous.items():
+            signal.signal(signum, before)
         _RECEIVED.clear()

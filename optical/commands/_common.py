@@ -75,10 +75,6 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
 
 
-#: The files a sweep directory's own machinery writes (optical.sweep).
-SWEEP_FILES = ("manifest.json", "results.parquet", "results.csv")
-
-
 def check_json_path(args: argparse.Namespace) -> None:
     """:func:`check_output_path` of ``--json``: ``optical.cli.main`` calls it
     before it runs any command. Also refused: one of the files of the sweep
@@ -88,8 +84,9 @@ def check_json_path(args: argparse.Namespace) -> None:
     sweep = getattr(args, "out", None) or getattr(args, "sweep_dir", None)
     if path is None or str(path) == "-" or sweep is None:
         return
-    target, folder = Path(path).resolve(), Path(sweep).resolve()
-    if target in {folder / name for name in SWEEP_FILES} or folder / "runs" in target.parents:
+    from optical.sweep import writes
+
+    if writes(sweep, path):
         raise ValueError(f"--json {path}: a file of the sweep in {sweep}, which it would "
                          "overwrite; write the JSON elsewhere")
 
