@@ -165,13 +165,20 @@ def _divisor(scale: np.ndarray) -> np.ndarray:
     return np.where(scale > 0, scale, 1).astype(scale.dtype)
 
 
-def _no_tokens_to_calibrate(shape: tuple[int, ...], needs: list[str],
-                            what: str = "holds no tokens") -> str:
-    """The error of a call that would calibrate on an ``x`` without tokens
-    (or without a non-zero entry)."""
-    return (f"x: shape {shape} {what}, and {' and '.join(needs)} is calibrated on x "
-            "when w is raw weights; program w with held-out inputs "
-            "(optical.program(w, config, calibration=...)) and pass the result")
+def _check_calibrates_on(shape: tuple[int, ...], x: np.ndarray | None,
+                        needs: list[str]) -> None:
+    """Raw weights are calibrated on the call's own ``x`` for the settings
+    ``needs``: ValueError for an ``x`` without tokens or, when its values are
+    known (``x`` not None; a traced one is not), without a non-zero entry."""
+    if not needs:
+        return
+    what = ("holds no tokens" if math.prod(shape[:-1]) == 0 else
+            "is all zero" if x is not None and x.size and not np.any(x) else None)
+    if what is not None:
+        raise ValueError(f"x: shape {tuple(shape)} {what}, and {' and '.join(needs)} is "
+                         "calibrated on x when w is raw weights; program w with held-out "
+                         "inputs (optical.program(w, config, calibration=...)) and pass "
+                         "the result")
 
 
 def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
@@ -241,10 +248,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         # Settings that need calibration inputs are calibrated on this call's own
         # inputs: an oracle, the best calibration can do (held-out data: program()).
         needs = calibration_needs(config)
-        if needs and math.prod(x.shape[:-1]) == 0:
-            raise ValueError(_no_tokens_to_calibrate(x.shape, needs))
-        if needs and x.size and not np.any(x):
-            raise ValueError(_no_tokens_to_calibrate(x.shape, needs, "is all zero"))
+        _check_calibrates_on(x.shape, x, needs)
         programmed = program(w, config, calibration=x if needs else None)
     k, n = programmed.shape
     if chunk_tokens is not None:

@@ -519,7 +519,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     to zero, so inputs or weight scales below ``numpy.finfo(float32).tiny``
     (1.2e-38) read as 0 here (the numpy and numba backends keep them).
     """
-    from optical.core import MatmulStats, schedule
+    from optical.core import MatmulStats, _check_calibrates_on, schedule
 
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
@@ -560,15 +560,9 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
         # As optical.matmul: what needs calibration inputs is calibrated on x itself.
         needs = calibration_needs(config)
-        if needs:
-            from optical.core import _no_tokens_to_calibrate
-            if math.prod(x.shape[:-1]) == 0:
-                raise ValueError(_no_tokens_to_calibrate(tuple(x.shape), needs))
-            if (x.size and not isinstance(x, jax.core.Tracer)
-                    and not np.any(np.asarray(x))):
-                raise ValueError(_no_tokens_to_calibrate(tuple(x.shape), needs, "is all zero"))
-        calibration = np.asarray(x).reshape(-1, w_np.shape[0]) \
-            if needs and not isinstance(x, jax.core.Tracer) else None
+        traced = isinstance(x, jax.core.Tracer)
+        _check_calibrates_on(tuple(x.shape), None if traced else np.asarray(x), needs)
+        calibration = np.asarray(x).reshape(-1, w_np.shape[0]) if needs and not traced else None
         pw = program(w_np, config, calibration=calibration)
         shape, input_range = pw.shape, pw.input_range
     if pw is not None and pw.bypass is not None:
