@@ -172,32 +172,41 @@ class ProcessExecutor(Executor):
     Parameters
     ----------
     jobs : int, optional
-        Worker processes; default: every core available to this process.
-        Each worker's BLAS/OpenMP pools get ``cores // jobs`` threads (at
-        least one), so the workers do not oversubscribe the cores.
+        Most worker processes; default: every core available to this process.
+        A call starts one per run up to ``jobs``, and each worker's BLAS/OpenMP
+        pools get ``cores // workers`` threads (at least one), so the workers
+        neither oversubscribe the cores nor leave them idle.
     """
 
     def __init__(self, jobs: int | None = None) -> None:
-        cores = _available_cores()
-        if jobs is None:
-            jobs = cores
-        self.jobs = check_positive_int(jobs, "jobs")
-        self.threads = max(1, cores // jobs)
+        self._cores = _available_cores()
+        self.jobs = check_positive_int(self._cores if jobs is None else jobs, "jobs")
+        self.workers = 0  # worker processes of the pool (0: none started)
+        self.threads = self._threads(self.jobs)  # threads per worker of a pool of `jobs`
+        self._ran = 0  # runs of the last call
         self._pool: cf.ProcessPoolExecutor | None = None
 
-    def _get_pool(self) -> cf.ProcessPoolExecutor:
+    def _threads(self, workers: int) -> int:
+        return max(1, self._cores // workers)
+
+    def _get_pool(self, runs: int) -> cf.ProcessPoolExecutor:
+        workers = min(self.jobs, runs)
+        if self._pool is not None and self.workers < workers:
+            self.close()  # a pool of an earlier, smaller call: start a bigger one
         if self._pool is None:
+            self.workers, self.threads = workers, self._threads(workers)
             self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker, initargs=(self.threads, os.getpid()))
         return self._pool
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        self._ran = len(tasks)  # describe() tells of this call alone
         if not tasks:
             return
-        pool = self._get_pool()
+        pool = self._get_pool(len(tasks))
         todo = iter(tasks)
-        window = 2 * self.jobs  # few queued runs: a cancel is immediate
+        window = 2 * self.workers  # few queued runs: a cancel is immediate
         running: dict[cf.Future, Task] = {}
         finished = False
         try:
@@ -237,7 +246,10 @@ class ProcessExecutor(Executor):
             pool.shutdown(wait=True, cancel_futures=True)
 
     def describe(self) -> str:
-        return f"{self.jobs} local worker process{'es' if self.jobs > 1 else ''}"
+        if not self._ran:
+            return "no worker process (nothing to run)"
+        workers = min(self.workers, self._ran)
+        return f"{workers} local worker process{'es' if workers > 1 else ''}"
 
 
 class DaskExecutor(Executor):

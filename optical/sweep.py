@@ -784,6 +784,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         One row per (point, seed), sorted: ``point``, ``seed``, one column per
         swept path, one per metric, then ``run_id``, ``elapsed_s``,
         ``optical_version`` and ``config`` (the run's full config as JSON).
+        ``frame.attrs["sweep"]`` holds ``out``, the swept ``params``, the
+        ``metrics`` and ``runs``, the number of runs the sweep plans (more than
+        ``len(frame)`` while it is unfinished).
 
     Raises
     ------
@@ -856,7 +859,8 @@ def _frame(out: Path, pd: Any) -> Any:
     columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
                                   dtype=object)
     frame = pd.DataFrame(columns)
-    frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names)}
+    frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
+                            "runs": sum(len(ids) for ids in manifest["run_ids"])}
     return frame
 
 

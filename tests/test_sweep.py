@@ -336,7 +336,47 @@ def test_local_workers_share_the_cores(monkeypatch, jobs, workers, threads):
     executor = _executors.ProcessExecutor(jobs)
     assert (executor.jobs, executor.threads) == (workers, threads)
     assert executor.jobs * executor.threads <= max(8, executor.jobs)
-    assert executor.describe() == f"{workers} local worker process{'es' if workers > 1 else ''}"
+    executor._get_pool(100)  # a call of 100 runs (the pool starts no process until a submit)
+    executor._ran = 100
+    try:
+        assert (executor.workers, executor.threads) == (workers, threads)
+        assert executor.describe() == \
+            f"{workers} local worker process{'es' if workers > 1 else ''}"
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize(("jobs", "runs", "workers", "threads"), [
+    (64, 2, 2, 4), (3, 1, 1, 8), (None, 5, 5, 1), (4, 0, 0, None)])
+def test_local_workers_are_no_more_than_the_runs(monkeypatch, jobs, runs, workers, threads):
+    """--jobs 64 for 2 runs on 8 cores starts 2 workers of 4 threads each (not
+    64 of one, most of them idle), and says so."""
+    monkeypatch.setattr(_executors, "_available_cores", lambda: 8)
+    executor = _executors.ProcessExecutor(jobs)
+    started = []
+    monkeypatch.setattr(_executors.cf, "ProcessPoolExecutor",
+                        lambda max_workers, initargs, **_: started.append(
+                            (max_workers, initargs[0])) or FakePool())
+    tasks = [_executors.Task(f"r{i}", 0, i, WL, BASE) for i in range(runs)]
+    assert len(list(executor.run(tasks))) == runs
+    assert started == ([(workers, threads)] if runs else [])
+    assert executor.describe() == {0: "no worker process (nothing to run)",
+                                   1: "1 local worker process"}.get(
+        workers, f"{workers} local worker processes")
+
+
+class FakePool:
+    """A ProcessPoolExecutor that runs each task at once in this process."""
+
+    def submit(self, fn, *args):
+        import concurrent.futures as cf
+
+        future = cf.Future()
+        future.set_result(fn(*args))
+        return future
+
+    def shutdown(self, **_):
+        pass
 
 
 def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys):

@@ -45,6 +45,10 @@ def test_summary_table_and_progress(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "8 runs (0 already done, 8 run now on this process)" in captured.out
     assert "sqnr_db mean" in captured.out and "8/8" in captured.err
+    assert main([*argv, "--out", str(tmp_path / "s")]) == 0  # finished: resumes nothing
+    captured = capsys.readouterr()
+    assert "8 runs, all done already (nothing run now)" in captured.out
+    assert "sqnr_db mean" in captured.out
 
 
 def test_csv_results(tmp_path):
@@ -195,6 +199,12 @@ def test_plot_heatmap_and_where(tmp_path):
     (["--kind", "heatmap", "--x", "adc.bits", "--y", "source.photons_per_mac", "--z", "snr"],
      "z 'snr' is not a metric of this sweep"),
     (["--x", "adc.bits", "--y", "sqnr_db", "--formats", "gif"], "--formats: 'gif' is not valid"),
+    # an option the kind would ignore
+    (["--kind", "bars", "--x", "adc.bits"], "--x: --kind bars does not use it"),
+    (["--x", "adc.bits", "--y", "sqnr_db", "--z", "cosine", "--hue", "source.photons_per_mac"],
+     "--z: --kind line does not use it (it uses --x, --y, --hue and --where)"),
+    (["--kind", "heatmap", "--x", "adc.bits", "--y", "source.photons_per_mac", "--z", "cosine",
+      "--hue", "adc.bits"], "--hue: --kind heatmap does not use it"),
 ])
 def test_bad_plot_options_are_named(tmp_path, capsys, extra, message):
     out = tmp_path / "s"
@@ -416,6 +426,31 @@ def test_plot_of_a_sweep_without_finished_runs_says_so(tmp_path, capsys):
                   ["--kind", "bars"]):
         assert main(["plot", str(out), *extra]) == 2
         assert "optical plot: error: no finished runs to plot" in capsys.readouterr().err
+
+
+def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsys):
+    """3 of 4 runs finished: the figure is drawn from those 3, and stderr and
+    --json say 3 of 4; once the sweep is finished, no note."""
+    from tests.test_sweep import Interruptible
+
+    out = tmp_path / "s"
+    workload = optical.MatmulWorkload(4, 8, 4)
+    with pytest.raises(KeyboardInterrupt):
+        optical.sweep(Interruptible(workload, stop_after=3), {"adc.bits": [4, 8]}, seeds=2,
+                      out=out, executor="serial", progress=False)
+    argv = ["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--json", "-"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "note: 3 of the sweep's 4 runs are finished" in captured.err
+    assert f"`optical sweep --out {out}` finishes the rest" in captured.err
+    assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (3, 4)
+    optical.sweep(workload, {"adc.bits": [4, 8]}, seeds=2, out=out, executor="serial",
+                  progress=False)
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "note" not in captured.err
+    assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (4, 4)
 
 
 @pytest.mark.parametrize(("output", "formats", "written"), [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,23 @@ def _where(items: list[str]) -> dict[str, Any]:
     return where
 
 
+#: The options each --kind reads; any other plot option given is refused.
+USES = {"line": ("x", "y", "hue"), "heatmap": ("x", "y", "z"), "bars": ("y", "hue")}
+
+
 def _need(args: argparse.Namespace, *names: str) -> None:
     for name in names:
         if getattr(args, name) is None:
             raise ValueError(f"--kind {args.kind} needs --{name}")
+
+
+def _check_unused(args: argparse.Namespace) -> None:
+    """Refuse an option the kind of plot would ignore (e.g. --z of a line)."""
+    for name in ("x", "y", "z", "hue"):
+        if getattr(args, name) is not None and name not in USES[args.kind]:
+            uses = ", ".join(f"--{n}" for n in USES[args.kind])
+            raise ValueError(f"--{name}: --kind {args.kind} does not use it (it uses {uses} "
+                             "and --where); drop it or choose another --kind")
 
 
 def make_figure(frame: Any, args: argparse.Namespace) -> tuple[Any, str]:
@@ -104,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from optical import plots
     from optical.sweep import load
 
+    _check_unused(args)
     formats = None
     if args.formats is not None:
         formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
@@ -124,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
             check_output_path(path, "--output")
     require("matplotlib", "plot", "plots")
     frame = load(args.sweep_dir)
+    planned = frame.attrs["sweep"]["runs"]
+    if len(frame) < planned:  # an interrupted sweep: say what the figure lacks
+        print(f"optical plot: note: {len(frame)} of the sweep's {planned} runs are finished; "
+              f"the figure shows those (`optical sweep --out {args.sweep_dir}` finishes "
+              "the rest)", file=sys.stderr)
     fig, name = make_figure(frame, args)
     if args.output is None:
         paths = plots.save(fig, args.sweep_dir / "plots" / name, formats or ["png", "svg"])
@@ -133,5 +153,5 @@ def run(args: argparse.Namespace) -> int:
         for path in paths:
             print(path)
     write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
-                                "runs": len(frame)})
+                                "runs": len(frame), "planned_runs": planned})
     return 0

@@ -103,7 +103,8 @@ def register(subparsers) -> None:
                      help="directory of the sweep (created; resumed if it holds this sweep)")
     where = run.add_mutually_exclusive_group()
     where.add_argument("--jobs", type=int, metavar="N",
-                       help="local worker processes (default: every core; 1: this process)")
+                       help="most local worker processes, one per run left (default: every "
+                            "core; 1: this process)")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on the Dask cluster at ADDRESS (e.g. tcp://host:8786)")
     where.add_argument("--vmap", action="store_true",
@@ -260,8 +261,12 @@ def run_command(args: argparse.Namespace) -> int:
             summary = execute(definition, args.out, executor=executor,
                               progress=not args.quiet, results_format=args.format)
             if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
-                print(f"{args.out}: {summary.runs} runs ({summary.already_done} already "
-                      f"done, {summary.ran} run now on {summary.executor})")
+                if summary.ran:
+                    print(f"{args.out}: {summary.runs} runs ({summary.already_done} already "
+                          f"done, {summary.ran} run now on {summary.executor})")
+                else:
+                    print(f"{args.out}: {summary.runs} runs, all done already (nothing run "
+                          "now)")
                 _print_table(summary.results_path, definition.paths)
                 print(f"results: {summary.results_path}")
             write_json(args.json_path, summary.to_dict())
