@@ -105,6 +105,27 @@ def test_calibration_names_must_be_weight_matmuls(tiny):
         layer.optical(h, IRIS, seed=0, calibration=[held_out["q_proj"]])
 
 
+def test_calibration_errors_name_the_product_and_its_source(tiny):
+    """An all-zero h calibrates q_proj on its own all-zero input; an all-zero
+    held-out entry is named by its key (not a bare "calibration")."""
+    layer = tiny.layer(1)
+    h = tiny.hidden_states(1, 6)
+    with pytest.raises(ValueError, match=r"^q_proj's own input \(the oracle: no calibration= "
+                                         r"entry for it\): all \d+ entries are zero"):
+        layer.optical(np.zeros_like(h), IRIS, seed=0)
+    held_out = layer.matmul_inputs(tiny.hidden_states(1, 8, seed=3))
+    held_out["gate_proj"] = np.zeros_like(held_out["gate_proj"])
+    with pytest.raises(ValueError, match=r"^calibration\['gate_proj'\]: all \d+ entries are "
+                                         "zero"):
+        layer.optical(h, IRIS, seed=0, calibration=held_out)
+    held_out["gate_proj"][0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"^calibration\['gate_proj'\]: .*NaN"):
+        layer.optical(h, IRIS, seed=0, calibration=held_out)
+    held_out["gate_proj"] = held_out["gate_proj"].astype(np.float16)
+    with pytest.raises(TypeError, match=r"^calibration\['gate_proj'\]: dtype float16"):
+        layer.optical(h, IRIS, seed=0, calibration=held_out)
+
+
 def test_engine_options_reach_every_program_call(tiny):
     h = tiny.hidden_states(0, 4)
     with pytest.raises(TypeError, match="no_such_option"):

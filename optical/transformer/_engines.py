@@ -223,12 +223,22 @@ class OpticalEngine(ReferenceEngine):
 
     def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
         options = dict(self.program_options)
+        source = None  # what calibrates this product, named in its errors
         if "calibration" not in options and calibration_needs(self.config):
-            options["calibration"] = self.calibration.get(str(labels[0]), x)
+            name = str(labels[0])
+            source = (f"calibration[{name!r}]" if name in self.calibration else
+                      f"{name}'s own input (the oracle: no calibration= entry for it)")
+            options["calibration"] = self.calibration.get(name, x)
         with recycling():
             # No copy of a transposed weight: program() reads it in place.
             start = time.perf_counter()
-            programmed = program(w_in_out, self.config, **options)
+            try:
+                programmed = program(w_in_out, self.config, **options)
+            except (ValueError, TypeError) as err:
+                text = str(err)
+                if source is None or not text.startswith("calibration: "):
+                    raise
+                raise type(err)(f"{source}: {text.removeprefix('calibration: ')}") from None
             self.program_s += time.perf_counter() - start
             return matmul(x, programmed, self.config,
                           seed=derive_seed(self.seed, self.layer, *labels), return_stats=True,
