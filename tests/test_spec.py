@@ -78,6 +78,19 @@ def test_query_heads_must_be_a_multiple_of_kv_heads():
         ModelSpec.from_config(config)
 
 
+@pytest.mark.parametrize("kv", ["absent", None])
+def test_absent_or_null_kv_heads_mean_one_per_query_head(kv):
+    """As Hugging Face's LlamaConfig reads them (checked against it when installed)."""
+    config = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6,
+              "intermediate_size": 64, "num_hidden_layers": 1, "vocab_size": 10}
+    if kv is None:
+        config["num_key_value_heads"] = None
+    assert ModelSpec.from_config(config).num_kv_heads == 6
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"})
+    assert hf.num_key_value_heads == 6
+
+
 def test_bert_without_max_position_embeddings_defaults_to_512():
     spec = ModelSpec.from_config({"model_type": "bert", "hidden_size": 48,
                                   "num_attention_heads": 6, "intermediate_size": 64,

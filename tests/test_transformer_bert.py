@@ -131,6 +131,12 @@ def test_bert_errors_are_named(tiny_bert, tmp_path):
     write_model(tmp_path, {**TINY_BERT, "position_embedding_type": "relative_key"})
     with pytest.raises(ValueError, match="position_embedding_type 'relative_key'"):
         transformer.load(tmp_path)
+    # Hugging Face's BertModel masks a decoder's attention causally; ours attends both ways.
+    write_model(tmp_path, {**TINY_BERT, "is_decoder": True})
+    with pytest.raises(ValueError, match="is_decoder True is not supported; expected false"):
+        transformer.load(tmp_path)
+    write_model(tmp_path, {**TINY_BERT, "is_decoder": False})
+    transformer.load(tmp_path)
 
 
 @pytest.mark.slow

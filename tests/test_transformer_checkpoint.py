@@ -1,6 +1,7 @@
 """Loading model directories: real checkpoints (bf16, sharded), lazily, with named errors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,6 +92,23 @@ def test_integer_and_non_finite_tensors_are_named(tmp_path, bf16_tensors):
         transformer.load(write_model(tmp_path / "nan", TINY_LLAMA, bf16_tensors)).layer(0)
 
 
+def test_sharded_snapshot_of_the_hugging_face_cache_loads(tmp_path, bf16_tensors):
+    """The hub cache's layout: snapshots/<rev>/<file> are symlinks to
+    ../../blobs/<hash>, outside the snapshot; the layer is the copied one's."""
+    copied = write_model(tmp_path / "copied", TINY_LLAMA, bf16_tensors, shards=2)
+    snapshot = tmp_path / "hub" / "snapshots" / "abc123"
+    blobs = tmp_path / "hub" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for i, file in enumerate(sorted(copied.iterdir())):
+        (blobs / f"blob{i}").write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(Path("..", "..", "blobs", f"blob{i}"))
+    linked, expected = transformer.load(snapshot).layer(1), transformer.load(copied).layer(1)
+    assert linked.weights.keys() == expected.weights.keys()
+    for name, value in expected.weights.items():
+        np.testing.assert_array_equal(linked.weights[name], value)
+
+
 def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     directory = write_model(tmp_path / "sharded", TINY_LLAMA, bf16_tensors, shards=2)
     (directory / "model-00002-of-00002.safetensors").unlink()
@@ -102,7 +120,10 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     for bad, message in (([1, 2], "'weight_map' must map tensor names to shard file names"),
                          ({"x": 3}, "'weight_map' must map tensor names to shard file names"),
                          ({"x": "../../etc/passwd"}, "'x' is in '../../etc/passwd', which is "
-                                                      "not a file of")):
+                                                      "not a file of"),
+                         ({"x": str(directory / "model-00001-of-00002.safetensors")},
+                          "'x' is in '/.*', which is not a file of"),
+                         ({"x": ""}, "'x' is in '', which is not a file of")):
         index.write_text(json.dumps({"weight_map": bad}))
         with pytest.raises(ValueError, match=message):
             transformer.load(directory)
@@ -161,8 +182,6 @@ def test_without_checkpoint_weights_are_synthetic_at_the_real_shapes(tmp_path):
 
 
 def test_bundled_model_directories_load(tmp_path):
-    from pathlib import Path
-
     models = Path(__file__).resolve().parent.parent / "models"
     for name in ("llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"):
         model = transformer.load(models / name)

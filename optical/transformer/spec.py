@@ -88,7 +88,8 @@ class ModelSpec:
                 raise ValueError(f"{source}: key {key!r} must be an object (or null), got "
                                  f"{config[key]!r}")
         hidden, heads = need("hidden_size"), need("num_attention_heads")
-        kv_heads = need("num_key_value_heads") if "num_key_value_heads" in config else heads
+        kv_heads = (need("num_key_value_heads") if config.get("num_key_value_heads") is not None
+                    else heads)  # absent or null: as many as the heads (Hugging Face)
         head_dim = need("head_dim") if config.get("head_dim") is not None else hidden // heads
         if head_dim * heads != hidden and model_type == "bert":
             raise ValueError(f"{source}: hidden_size {hidden} is not divisible by "
