@@ -427,7 +427,9 @@ class ADCConfig(_Section):
         How each column's window is set when the tile is programmed: "max"
         spans every readout the programmed weights can produce (never clips);
         "rms" spans the mean +- ``headroom`` standard deviations of the readout
-        for inputs spread uniformly over the DAC range, noise included;
+        for normalised inputs uniform on [-1, 1], noise included, capped at
+        the smallest and largest noise-free readouts the weights can produce
+        widened by ``headroom`` noise standard deviations;
         "calibrated" minimises the expected squared error, quantisation and
         clipping together, over the readouts of calibration inputs, noise
         included (needs ``optical.program(w, config, calibration=x)``).
