@@ -9,7 +9,8 @@ mask resolutions changed, against the layer's floating-point reference
 run the same command again after an interruption and only the missing runs run.
 It ends with three figures in OUT/plots/: the layer output's SQNR against ADC
 bits (one line per mask resolution), a heatmap of the same, and the SQNR of each
-of the layer's seven matmuls at 8-bit masks.
+product of the layer (seven weight matmuls, the two attention products) and of
+its output at 8-bit masks.
 
 Same sweep from the command line:
 

@@ -351,8 +351,9 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         ``config`` not an OpticalConfig; ``w`` or the calibration inputs not
         a float32/float64 numpy array.
     ValueError
-        Bad ``w`` or calibration inputs (wrong width, empty, NaN, all zero),
-        calibration inputs missing where the config needs them, or an outlier
+        Bad ``w`` or calibration inputs (wrong width, empty, NaN), calibration
+        inputs that are all zero (an all-zero ``w`` is fine: its outputs are
+        0), calibration inputs missing where the config needs them, or an outlier
         rule that leaves no channel on the mask.
     """
     if not isinstance(config, OpticalConfig):
