@@ -56,12 +56,14 @@ def iris_like() -> OpticalConfig:
     1024 laser sources encode the input vector; no published precision), with
     the defaults of the project's reference sheet where no number is public.
 
-    - source: 850 nm; RIN -150 dB/Hz (DFB lasers: -150 to -160 dB/Hz) over a
-      1 GHz detection bandwidth (input rate 1 GS/s); 10**5 detected photons per
-      MAC (an assumption: on a 4096-wide Gaussian layer the shot and TIA noise
-      then cost about 4 dB against the converters' limit of 30 dB -- 26 dB at
-      1e5, 29 dB at 3e5, 13 dB at 1e4; sweep ``source.photons_per_mac`` for
-      others).
+    - source: 850 nm; RIN -150 dB/Hz (the reference sheet's figure; DFB lasers
+      reach -150 to -160 dB/Hz, 850 nm VCSELs, whose efficiency the energy
+      figures below assume, -130 to -145 dB/Hz: sweep ``source.rin_db_per_hz``)
+      over a 1 GHz detection bandwidth (input rate 1 GS/s); 10**5 detected
+      photons per MAC (an assumption: on a 4096-wide Gaussian layer the shot
+      and TIA noise then cost about 4 dB against the converters' limit of 30 dB
+      -- 26 dB at 1e5, 29 dB at 3e5, 13 dB at 1e4; sweep
+      ``source.photons_per_mac`` for others).
     - DAC 8 bits, per-token dynamic scaling.
     - mask 8 bits, contrast 50:1 (min transmission 0.02), per-column scaling.
     - detector: Si at 850 nm, responsivity 0.55 A/W (quantum efficiency 0.80);
@@ -92,24 +94,27 @@ def iris_like() -> OpticalConfig:
       the well-resolved sources, a flat illumination, and 37% of each
       source's light detected.
     - energy (docs/energy.md lists every source): laser wall-plug efficiency
-      0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW); half the
-      emitted light reaches the detectors (an assumption: fill factor 0.9,
-      lens and coupling losses; the diffraction model of these optics
-      detects 37%, ``crosstalk.kernels(cfg).throughput``, and
-      ``energy.optical_efficiency=0.37`` prices that: 1.35x the laser
-      energy); converters at a Walden FOM of 25 fJ per
-      conversion-step (median of the Nyquist ADCs at 0.5-5 GS/s and ENOB 5-8
-      published at ISSCC/VLSI 2015-2025, Murmann's ADC survey), i.e. 6.4 pJ
-      per 8-bit DAC and 2.3 pJ per ADC conversion; 1 pJ per detector readout
-      (optical-link receivers: 0.17-2.3 pJ/bit); one core, 1 GS/s input rate,
-      1 kHz mask refresh (8-bit DMD patterns reach 1.9 kHz, LCoS SLMs
-      100-200 Hz) at 1 mJ per load (a DMD dissipates 0.25-1.3 W: TI
-      DLP4710, DLP470TP); 31 pJ/byte off-chip (HBM2, ~3.9 pJ/bit), 1.25
-      pJ/byte on-chip (Horowitz, ISSCC 2014: 10 pJ per 64-bit 8 kB SRAM
-      access); 0.71 pJ and 1/989e12 s per digital operation (an H100's 700 W
-      at 989 TFLOP/s dense BF16, i.e. at its peak rate: an optimistic bound
-      for the digital side, since the GPU baseline itself is charged at 50%
-      utilisation, 1.42 pJ per FLOP); no static power; 1 pJ/bit for the
+      0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW; streaming at
+      1e5 photons per MAC asks ~0.12 W of light per source, far above those
+      devices' measured range, see docs/energy.md); half the emitted light
+      reaches the detectors (an assumption: fill factor 0.9, lens and coupling
+      losses; the diffraction model of these optics detects 37%,
+      ``crosstalk.kernels(cfg).throughput``, and
+      ``energy.optical_efficiency=0.37`` prices that: 1.35x the laser energy);
+      converters at a Walden FOM of 25 fJ per conversion-step (median of the
+      Nyquist ADCs at 0.5-5 GS/s and ENOB 5-8 published at ISSCC/VLSI
+      2015-2025, Murmann's ADC survey), i.e. 6.4 pJ per 8-bit DAC and 2.3 pJ
+      per ADC conversion; 1 pJ per detector readout (optical-link receivers:
+      0.17-2.3 pJ/bit); one core, 1 GS/s input rate, 1 kHz mask refresh (8-bit
+      DMD patterns reach 1.9 kHz, but a DMD makes grey levels by switching its
+      mirrors within the frame, so a pass of a nanosecond sees binary mirrors;
+      LCoS SLMs, analogue, 100-200 Hz) at 1 mJ per load (a DMD dissipates
+      0.25-1.3 W: TI DLP4710, DLP470TP); 31 pJ/byte off-chip (HBM2, ~3.9
+      pJ/bit), 1.25 pJ/byte on-chip (Horowitz, ISSCC 2014: 10 pJ per 64-bit 8
+      kB SRAM access); 0.71 pJ and 1/989e12 s per digital operation (an H100's
+      700 W at 989 TFLOP/s dense BF16, i.e. at its peak rate: an optimistic
+      bound for the digital side, since the GPU baseline itself is charged at
+      50% utilisation, 1.42 pJ per FLOP); no static power; 1 pJ/bit for the
       KV-cache link.
 
     Sources: Lumai Iris Nova press release (2026); RIN and responsivity

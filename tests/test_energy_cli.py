@@ -60,6 +60,26 @@ def test_energy_command_rejects_bad_counts(capsys):
         assert "0.0 must be a positive finite number" in capsys.readouterr().err
 
 
+def test_an_encoder_has_no_disaggregated_decode(capsys):
+    """all-MiniLM-L6-v2 generates nothing: no GPU decode is priced (it was 99 % of
+    both per-request figures), while its prefill is estimated as a decoder's."""
+    from optical.energy import workload
+
+    argv = ["energy", "--model", "models/all-minilm-l6-v2", "--prompt-tokens", "128"]
+    assert main([*argv, "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["disaggregated"] is None
+    spec = read_spec("models/all-minilm-l6-v2")
+    cfg = optical.presets.get("iris-like")
+    assert data["optical"]["energy_j"]["total"] == pytest.approx(
+        optical.energy.prefill(spec, 128, cfg).total)
+    assert main(argv) == 0
+    assert ("disaggregated: none (all-minilm-l6-v2 is an encoder: it generates no tokens to "
+            "decode)") in capsys.readouterr().out
+    with pytest.raises(ValueError, match="a bert model is an encoder and generates no tokens"):
+        workload.disaggregated(spec, workload.Workload(128, 16, 1.0), cfg, gpu.get_gpu("h100"))
+
+
 def test_energy_json_to_stdout_is_the_json_alone(tmp_path, capsys):
     argv = ["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "64"]
     assert main([*argv, "--json", str(tmp_path / "e.json")]) == 0

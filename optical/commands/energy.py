@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     ref = gpu_model.prefill(spec, args.prompt_tokens, gpu, batch=args.batch)
     comparison = compare.compare(spec, args.prompt_tokens, cfg, gpu, batch=args.batch)
     work = workload.Workload(args.prompt_tokens, args.output_tokens, args.requests_per_s)
-    split = workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
+    split = (workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
+             if spec.architecture == "llama" else None)  # an encoder decodes nothing
     if not json_to_stdout(args):  # '-': stdout is the JSON
         _print_report(args, name, cfg, gpu, opt, ref, comparison, split)
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
                   opt: model.PrefillEnergy, ref: Any, comparison: dict[str, Any],
-                  split: dict[str, Any]) -> None:
+                  split: dict[str, Any] | None) -> None:
     e = cfg.energy
     print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, preset "
           f"{args.preset}, {e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
@@ -154,6 +155,10 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
           f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x; break-even at "
           f"{'no' if be_p is None else f'{be_p:.3g}'} photons/MAC and batch "
           f"{'(none)' if be_b is None else be_b}")
+    if split is None:
+        print(f"disaggregated: none ({name} is an encoder: it generates no "
+              "tokens to decode)")
+        return
     per = split["energy_per_request_j"]
     print(f"disaggregated ({args.output_tokens} output tokens, {args.requests_per_s:g} "
           f"requests/s): J/request all-GPU {per['all_gpu']['total']:.4g}, optical prefill + "

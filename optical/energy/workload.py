@@ -103,9 +103,19 @@ def disaggregated(spec: ModelSpec, work: Workload, config: OpticalConfig,
         ``ratio`` (all-GPU over disaggregated), ``power_w`` at the workload's
         rate, the GPUs each deployment needs and the optical machines needed
         to keep up with the prefill rate.
+
+    Raises
+    ------
+    ValueError
+        ``spec`` is an encoder (BERT): it generates no tokens, so there is no
+        decode to disaggregate.
     """
     if not isinstance(work, Workload):
         raise TypeError(f"work: expected a Workload, got {type(work).__name__}")
+    if spec.architecture != "llama":
+        raise ValueError(f"spec: a {spec.architecture} model is an encoder and generates no "
+                         "tokens; the disaggregated estimate (optical prefill + GPU decode) "
+                         "needs a decoder (llama)")
     decode = _decode(spec, work, gpu)
     decode_energy = work.output_tokens * decode["energy_per_output_token_j"]
     opt = optical_model.prefill(spec, work.prompt_tokens, config, batch=prefill_batch)
