@@ -150,6 +150,35 @@ def test_report_metrics_and_counts(tiny_dir):
     json.dumps(report.to_dict(), default=str)
 
 
+@pytest.mark.parametrize("architecture", ["llama", "bert"])
+def test_every_weight_matmul_and_the_output_get_a_worst_token_sqnr(tiny_dir, tiny_bert_dir,
+                                                                  architecture):
+    """Recomputed here row by row in float64: BERT's "attention.output" (its
+    o_proj) too; only the two attention products, per head, get none."""
+    directory = tiny_dir if architecture == "llama" else tiny_bert_dir
+    model = transformer.load(directory)
+    report = transformer.validate(model, layer=1, tokens=6, config=NAIVE, seed=3)
+    h = model.hidden_states(1, 6, seed=3)
+    layer = model.layer(1)
+    ref, run = layer.trace(h, dtype="float16"), layer.trace(h, config=NAIVE, seed=3)
+
+    def worst(a, b):
+        a = a.reshape(-1, a.shape[-1]).astype(np.float64)
+        b = b.reshape(a.shape).astype(np.float64)
+        return min(10 * math.log10(np.sum(r**2) / np.sum((r - t) ** 2))
+                   for r, t in zip(a, b, strict=True) if np.any(r))
+
+    for row in report.products:
+        if row.name in ("attention.scores", "attention.values"):
+            assert row.worst_token_sqnr_db is None
+        else:
+            assert row.name in layer.weights or row.name + ".weight" in layer.weights
+            assert row.worst_token_sqnr_db == pytest.approx(
+                worst(ref.products[row.name], run.products[row.name]), rel=1e-9), row.name
+    assert report.output.worst_token_sqnr_db == pytest.approx(worst(ref.output, run.output),
+                                                              rel=1e-9)
+
+
 def test_worst_row_sqnr_is_the_minimum_over_rows():
     ref = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
     test = np.array([[1.1, 0.0], [0.0, 2.0], [0.5, 0.0]])

@@ -56,9 +56,9 @@ class ProductReport:
         entries, so a token whose own features are lost next to a massive
         activation shows here, not there.
     local_sqnr_db : float or None
-        With ``local=True``: the optical product against the exact float64
-        product of the same inputs it received: the hardware's own error,
-        without what came from upstream.
+        With ``local=True``, for weight matmuls: the optical product against
+        the exact float64 product of the same inputs it received: the
+        hardware's own error, without what came from upstream.
     stats : MatmulStats or None
         What it did on the hardware.
     """
@@ -193,8 +193,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     dtype : {"float16", "bfloat16", "float32"}
         Reference dtype.
     local : bool
-        Also compute each optical product's error on its own inputs (one extra
-        float64 GEMM per product).
+        Also compute each weight matmul's error on its own inputs (one extra
+        float64 GEMM per matmul); the attention products, optical or not, get
+        none.
     program_options, matmul_options : mapping, optional
         Passed to every ``optical.program`` / ``optical.matmul`` call.
     calibration_tokens : int, optional
@@ -299,6 +300,11 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens=calibration_tokens if needs_calibration else None)
 
 
+#: The products of activations with activations (per head, not per token);
+#: every other product is a weight matmul or the layer output, one row per token.
+ATTENTION_PRODUCTS = ("attention.scores", "attention.values")
+
+
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
     """Lowest SQNR (dB) of one row (last axis) among rows whose reference is
     not zero (float64 sums, a block of rows at a time)."""
@@ -321,7 +327,7 @@ def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
 def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray,
              local_db: float | None = None, stats: MatmulStats | None = None) -> ProductReport:
     # Float64 sums a block at a time: no float64 copy of a whole product.
-    worst = None if name.startswith("attention.") else worst_row_sqnr_db(reference, test)
+    worst = None if name in ATTENTION_PRODUCTS else worst_row_sqnr_db(reference, test)
     return ProductReport(name, on_core, *metrics.compare(reference, test), worst, local_db, stats)
 
 
