@@ -179,6 +179,53 @@ def test_every_weight_matmul_and_the_output_get_a_worst_token_sqnr(tiny_dir, tin
                                                               rel=1e-9)
 
 
+@pytest.mark.parametrize("architecture", ["llama", "bert"])
+def test_local_sqnr_of_optical_attention_is_against_its_own_operands(tiny_dir, tiny_bert_dir,
+                                                                     architecture):
+    """With attention on the core, --local gives the attention products the
+    SQNR of their raw per-head output against the float64 product of the
+    operands they received; those operands are the run's own (rebuilt here
+    from its recorded products), and in the ideal limit the error vanishes."""
+    directory = tiny_dir if architecture == "llama" else tiny_bert_dir
+    model = transformer.load(directory)
+    layer = model.layer(1)
+    h = model.hidden_states(1, 6, seed=3, batch=2)
+    cfg = NAIVE.replace({"mapping.attention": "optical"})
+    report = transformer.validate(model, layer=1, tokens=6, config=cfg, seed=3, batch=2,
+                                  local=True)
+    run = layer.trace(h, config=cfg, seed=3)
+    spec = model.spec
+    heads, kv, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    v_name = "v_proj" if architecture == "llama" else "value"
+    v = run.products[v_name].reshape(2, 6, kv, d).transpose(0, 2, 1, 3)
+    probs, v_used, _ = run.operands["attention.values"]
+    np.testing.assert_array_equal(v_used, v)  # V as the core received it
+    scores = run.products["attention.scores"].reshape(probs.shape)
+    masked = np.where(scores == 0, -np.inf, scores)  # masked entries are recorded as 0
+    np.testing.assert_allclose(probs, np.nan_to_num(optical.transformer.numerics.softmax(
+        masked.astype(np.float32))), rtol=1e-6, atol=1e-7)
+    q, k_t, raw = run.operands["attention.scores"]
+    if architecture == "bert":  # no RoPE: Q and K^T are the projections' outputs
+        split = run.products["query"].reshape(2, 6, heads, d).transpose(0, 2, 1, 3)
+        np.testing.assert_array_equal(q, split)
+        np.testing.assert_array_equal(
+            k_t, run.products["key"].reshape(2, 6, kv, d).transpose(0, 2, 3, 1))
+    recorded = (raw.reshape(scores.shape) * np.float32(d ** -0.5)).astype(np.float32)
+    np.testing.assert_array_equal(np.where(scores == 0, 0, recorded), scores)
+    for name in ("attention.scores", "attention.values"):
+        a, b, raw = run.operands[name]
+        exact = np.einsum("bkmi,bkin->bkmn", a.astype(np.float64), b.astype(np.float64))
+        row = report.product(name)
+        assert row.optical and row.local_sqnr_db == pytest.approx(
+            optical.metrics.sqnr_db(exact, raw), rel=1e-12), name
+        assert 0 < row.local_sqnr_db < 60, name  # the noisy machine's own error
+    ideal = transformer.validate(model, layer=1, tokens=6, seed=3, batch=2, local=True,
+                                 config=optical.presets.get("ideal").replace(
+                                     {"mapping.attention": "optical"}))
+    for name in ("attention.scores", "attention.values"):
+        assert ideal.product(name).local_sqnr_db > 120, name  # float32 rounding alone
+
+
 def test_worst_row_sqnr_is_the_minimum_over_rows():
     ref = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
     test = np.array([[1.1, 0.0], [0.0, 2.0], [0.5, 0.0]])

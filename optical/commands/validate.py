@@ -41,8 +41,8 @@ def register(subparsers) -> None:
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"),
                         help="reference dtype (default float16)")
     parser.add_argument("--local", action="store_true",
-                        help="also report each weight matmul's error on its own inputs (one "
-                             "more float64 GEMM per matmul; not the attention products)")
+                        help="also report each optical product's error on its own inputs "
+                             "(one more float64 GEMM per product)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_options(parser)
     add_json_option(parser)

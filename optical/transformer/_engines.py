@@ -104,6 +104,12 @@ class LayerTrace:
         What each optical product did on the hardware (empty for a reference run).
     inputs : dict of str to ndarray
         The input rows of every weight matmul, as it received them.
+    operands : dict of str to (ndarray, ndarray, ndarray)
+        For each attention product run on the optical core: its operands
+        ``a`` (batch, kv_heads, M, k) and ``b`` (batch, kv_heads, k, n) as it
+        received them, and its raw output ``a @ b`` (before the scores'
+        scaling, rounding and masking): its own error, as ``inputs`` gives
+        the weight matmuls'.
     program_s : float, s
         Wall time spent programming weights onto the mask (optical runs; 0
         for a reference run), part of the run's time.
@@ -113,6 +119,8 @@ class LayerTrace:
     products: dict[str, np.ndarray]
     stats: dict[str, MatmulStats]
     inputs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    operands: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = dataclasses.field(
+        default_factory=dict)
     program_s: float = 0.0
 
 
@@ -134,6 +142,7 @@ class ReferenceEngine:
         self.products: dict[str, np.ndarray] = {}
         self.stats: dict[str, MatmulStats] = {}
         self.inputs: dict[str, np.ndarray] = {}
+        self.operands: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.pending = set(stop_after)
         self.program_s = 0.0  # time spent programming masks (OpticalEngine)
 
@@ -144,7 +153,8 @@ class ReferenceEngine:
         self.products[name] = value
 
     def trace(self, output: np.ndarray) -> LayerTrace:
-        return LayerTrace(output, self.products, self.stats, self.inputs, self.program_s)
+        return LayerTrace(output, self.products, self.stats, self.inputs, self.operands,
+                          self.program_s)
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:
@@ -266,6 +276,7 @@ class OpticalEngine(ReferenceEngine):
                 out[i, j], stats = self._matmul(np.ascontiguousarray(a[i, j]), operand, name, i, j)
                 parts.append(stats)
         self.stats[name] = sum_stats(parts)
+        self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
         self._done(name)
         return out
 

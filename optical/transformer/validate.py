@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from optical import metrics, presets
-from optical._gemm import cols_matmul
+from optical._gemm import cols_matmul, stack_matmul
 from optical._progress import progress_bar
 from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig
@@ -56,8 +56,10 @@ class ProductReport:
         entries, so a token whose own features are lost next to a massive
         activation shows here, not there.
     local_sqnr_db : float or None
-        With ``local=True``, for weight matmuls: the optical product against
-        the exact float64 product of the same inputs it received: the
+        With ``local=True``, for products on the optical core: the optical
+        product against the exact float64 product of the same inputs it
+        received (for the attention products, the raw ``a @ b`` of every
+        (batch, KV head), before the scores' scaling and masking): the
         hardware's own error, without what came from upstream.
     stats : MatmulStats or None
         What it did on the hardware.
@@ -193,9 +195,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     dtype : {"float16", "bfloat16", "float32"}
         Reference dtype.
     local : bool
-        Also compute each weight matmul's error on its own inputs (one extra
-        float64 GEMM per matmul); the attention products, optical or not, get
-        none.
+        Also compute each optical product's error on its own inputs (one extra
+        float64 GEMM per product): the weight matmuls', and the attention
+        products' when ``mapping.attention = "optical"``.
     program_options, matmul_options : mapping, optional
         Passed to every ``optical.program`` / ``optical.matmul`` call.
     calibration_tokens : int, optional
@@ -285,6 +287,10 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         local_db = None
         if local and name in run.inputs:
             local_db = metrics.sqnr_db(_exact_linear(block, name, run.inputs[name]), value)
+        elif local and name in run.operands:  # optical attention: per (batch, KV head)
+            a, b, raw = run.operands[name]
+            local_db = metrics.sqnr_db(stack_matmul(a.astype(np.float64), b.astype(np.float64)),
+                                       raw)
         rows.append(_compare(name, name in run.stats, ref, value, local_db, run.stats.get(name)))
     output = _compare("layer output", False, reference.output, run.output)
     totals: dict[str, float] = {k: sum(getattr(s, k) for s in run.stats.values())
