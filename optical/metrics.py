@@ -22,11 +22,19 @@ __all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence"
 SUM_CHUNK = 1 << 16
 
 
+#: ml_dtypes' narrow floats (bfloat16, the float8s, ...: numpy dtype kind "V"),
+#: which float32 holds exactly; JAX arrays in bfloat16 come to numpy as these.
+_NARROW_FLOATS = ("bfloat16", "float8_", "float6_", "float4_")
+
+
 def _real(name: str, value: object, dtype: type | None = None) -> np.ndarray:
     """``value`` as an array of real numbers (bool, integer or float; Python
-    objects converted to float64); TypeError naming ``name`` for anything else
-    (complex values, strings): nothing is dropped or parsed silently."""
+    objects converted to float64; ml_dtypes' bfloat16 and float8s to float32,
+    exactly); TypeError naming ``name`` for anything else (complex values,
+    strings): nothing is dropped or parsed silently."""
     arr = np.asarray(value)
+    if arr.dtype.kind == "V" and arr.dtype.name.startswith(_NARROW_FLOATS):
+        arr = arr.astype(np.float32)
     if arr.dtype.kind == "O":
         try:
             arr = np.asarray(value, dtype=np.float64)

@@ -1,6 +1,7 @@
 """Pair metrics, KL divergence of softmaxed outputs and per-column errors, against hand
 calculations."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -155,6 +156,23 @@ def test_pair_metrics_of_large_arrays_match_exact_sums(rng):
     bad[-1, -1] = np.nan
     with pytest.raises(ValueError, match="test contains NaN"):
         metrics.sqnr_db(ref, bad)
+
+
+@pytest.mark.parametrize("metric", [metrics.sqnr_db, metrics.cosine, metrics.relative_error,
+                                    metrics.max_abs_error, metrics.column_errors,
+                                    metrics.kl_divergence])
+@pytest.mark.parametrize("narrow", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_narrow_floats_are_their_exact_values(metric, narrow, rng):
+    """bfloat16 and float8 arrays (as JAX hands them to numpy) give the metric
+    of their exact values, which float32 holds."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ref = rng.standard_normal((6, 5)).astype(np.float32)
+    test = (ref + 0.1 * rng.standard_normal(ref.shape)).astype(getattr(ml_dtypes, narrow))
+    got, expected = metric(ref, test), metric(ref, test.astype(np.float32))
+    if isinstance(expected, metrics.ColumnErrors):
+        got, expected = dataclasses.astuple(got), dataclasses.astuple(expected)
+    np.testing.assert_array_equal(got, expected)
+    assert np.all(np.isfinite(expected)) and not np.all(np.asarray(expected) == 0)
 
 
 @pytest.mark.parametrize("metric", [metrics.sqnr_db, metrics.cosine, metrics.relative_error,
