@@ -126,6 +126,24 @@ def test_calibration_errors_name_the_product_and_its_source(tiny):
         layer.optical(h, IRIS, seed=0, calibration=held_out)
 
 
+def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
+    """Read noise of ~1e7 full-scale MACs per readout blows the optical attention
+    past sqrt(float32 max): the residual's square overflows RMSNorm's mean, its
+    1/rms is 0 and gate_proj's own (oracle) calibration input is all zero. The
+    error names the product that overflowed, not only the calibration."""
+    layer = tiny.layer(2)
+    h = tiny.hidden_states(2, 18, batch=2)
+    cfg = optical.presets.get("wang-2022").replace({
+        "detector.read_noise_electrons": 4e7, "mapping.attention": "optical",
+        "outliers.policy": "static"})
+    run = layer.trace(h, config=cfg.replace({"outliers.policy": "none"}), seed=1)
+    assert not np.any(run.inputs["gate_proj"])  # as in float32 Hugging Face
+    first = next(n for n, v in run.products.items() if np.max(np.abs(v)) > 1.8446743e19)
+    with pytest.raises(ValueError, match=rf"gate_proj's own input .* all \d+ entries are zero.*"
+                                         rf"an earlier product overflowed: {first} reaches"):
+        layer.optical(h, cfg, seed=1)
+
+
 def test_engine_options_reach_every_program_call(tiny):
     h = tiny.hidden_states(0, 4)
     with pytest.raises(TypeError, match="no_such_option"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -231,6 +232,19 @@ class OpticalEngine(ReferenceEngine):
         if self.progress is not None:
             self.progress(name)
 
+    def _overflow_note(self) -> str:
+        """Why a product's own input may be all zero: an earlier product beyond
+        sqrt(float32 max), whose square overflows a norm's mean (its 1/rms is 0)."""
+        limit = math.sqrt(float(np.finfo(np.float32).max))
+        for name, value in self.products.items():
+            peak = float(np.max(np.abs(value), initial=0.0))
+            if not peak < limit:  # inf and NaN too
+                return (f" (an earlier product overflowed: {name} reaches {peak:.3g}, beyond "
+                        f"{limit:.3g}, whose square overflows float32, so the norm after it "
+                        "gives zeros; lower the noise, e.g. detector.read_noise_electrons, or "
+                        "check the input)")
+        return ""
+
     def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
         options = dict(self.program_options)
         source = None  # what calibrates this product, named in its errors
@@ -248,7 +262,10 @@ class OpticalEngine(ReferenceEngine):
                 text = str(err)
                 if source is None or not text.startswith("calibration: "):
                     raise
-                raise type(err)(f"{source}: {text.removeprefix('calibration: ')}") from None
+                text = f"{source}: {text.removeprefix('calibration: ')}"
+                if options["calibration"] is x and not np.any(x):
+                    text += self._overflow_note()
+                raise type(err)(text) from None
             self.program_s += time.perf_counter() - start
             return matmul(x, programmed, self.config,
                           seed=derive_seed(self.seed, self.layer, *labels), return_stats=True,
