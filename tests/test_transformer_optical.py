@@ -126,6 +126,7 @@ def test_calibration_errors_name_the_product_and_its_source(tiny):
         layer.optical(h, IRIS, seed=0, calibration=held_out)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the overflow itself
 def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
     """Read noise of ~1e7 full-scale MACs per readout blows the optical attention
     past sqrt(float32 max): the residual's square overflows RMSNorm's mean, its
