@@ -43,8 +43,10 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
         Wrong number of dimensions, or NaN / inf entries.
     """
     if not isinstance(a, np.ndarray):
+        hint = (f" (numpy.asarray({name}) makes one of a concrete JAX array)"
+                if type(a).__module__.split(".")[0] in ("jax", "jaxlib") else "")
         raise TypeError(f"{name}: expected a numpy.ndarray of float32 or float64, got "
-                        f"{type(a).__name__}")
+                        f"{type(a).__name__}{hint}")
     if type(a) is not np.ndarray and not isinstance(a, np.memmap):
         hint = " (its .filled(value))" if isinstance(a, np.ma.MaskedArray) else ""
         raise TypeError(f"{name}: {type(a).__module__}.{type(a).__name__}, a numpy.ndarray "

@@ -121,6 +121,11 @@ class ProgrammedWeights:
     input_range: float | None = None
     bypass: outliers.DigitalBypass | None = None
 
+    def __repr__(self) -> str:  # not the arrays: a summary fit for an error message
+        bypass = "" if self.bypass is None else ", bypass"
+        return (f"ProgrammedWeights(shape={self.shape}, dtype={self.dtype}, "
+                f"tiles={self.tiling.k_tiles}x{self.tiling.n_tiles}{bypass})")
+
     @property
     def shape(self) -> tuple[int, int]:
         """(K, N) of the whole weight matrix, bypassed rows included."""

@@ -387,3 +387,54 @@ def test_per_tensor_input_scale_matches_the_reference(rng):
     ref = optical.matmul(x, w, cfg, seed=0, backend="numpy")
     got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0))
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_a_traced_w_under_a_calibrating_config_names_what_would_work(rng):
+    """jax.grad with respect to w under iris-like (calibrated windows, static
+    outliers): refused, naming the rule-based settings that differentiate w;
+    with them the gradient is the straight-through x^T dy."""
+    x = jnp.asarray(rng.standard_normal((8, 64)).astype(np.float32))
+    w = jnp.asarray(rng.standard_normal((64, 16)).astype(np.float32))
+    iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
+
+    def loss(config):
+        return lambda wv: jnp.sum(jax_backend.matmul(x, wv, config, seed=0))
+
+    with pytest.raises(ValueError, match=r"adc.full_scale = 'calibrated' and outliers.policy = "
+                                         r"'static' is set from calibration inputs.*"
+                                         r"adc.full_scale='max' or 'rms'"):
+        jax.grad(loss(iris))(w)
+    rule = iris.replace({"adc.full_scale": "rms", "outliers.policy": "none"})
+    np.testing.assert_allclose(jax.grad(loss(rule))(w), np.asarray(x).T @ np.ones((8, 16)),
+                               rtol=1e-5)
+
+
+def test_a_new_static_input_range_does_not_recompile(rng):
+    """The static range reaches the jitted code as an array: programming the
+    same shapes again (another range) reuses the compiled pass."""
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "dac.scaling": "static"})
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    x = jnp.asarray(rng.standard_normal((4, 64)).astype(np.float32))
+    ranges = set()
+    for i in range(3):
+        pw = optical.program(w, cfg, calibration=(i + 1.0) * rng.standard_normal(
+            (32, 64)).astype(np.float32))
+        ranges.add(pw.input_range)
+        jax_backend.matmul(x, pw, cfg, seed=0)
+        if i == 0:
+            compiled = jax_backend._chunk_jit._cache_size()
+    assert len(ranges) == 3
+    assert jax_backend._chunk_jit._cache_size() == compiled
+
+
+def test_traced_narrow_weights_and_jax_arrays_to_program_are_named(rng):
+    x = jnp.ones((2, 8), jnp.float32)
+    for dtype in (jnp.bfloat16, jnp.float16):
+        with pytest.raises(TypeError, match=f"w: dtype {jnp.dtype(dtype).name} is not "
+                                            "supported; use float32"):
+            jax.jit(lambda v: jax_backend.matmul(x, v, noisy(), seed=0))(
+                jnp.ones((8, 4), dtype))
+    with pytest.raises(TypeError, match=r"got ArrayImpl \(numpy.asarray\(w\) makes one"):
+        optical.program(jnp.ones((8, 4), jnp.float32), noisy())
+    pw = optical.program(np.ones((8, 4), np.float32), noisy(**{"core.inputs": 4}))
+    assert repr(pw) == "ProgrammedWeights(shape=(8, 4), dtype=float32, tiles=2x1)"

@@ -26,7 +26,11 @@ mask, ADC rounding and clipping) and the programming of the mask as the
 identity and the noise as a constant, so ``dL/dx = dL/dy @ W_eff.T`` and
 ``dL/dw = x.T @ dL/dy``, with ``W_eff`` the linear map that the programmed
 machine computes without noise and converters (``w`` up to the mask's
-quantisation and crosstalk).
+quantisation and crosstalk). A traced ``w`` needs rule-based programming:
+settings calibrated on example inputs (calibrated ADC windows, a static input
+range, static outlier channels) are refused for it; with those, differentiate
+``x`` with ``w`` programmed once (:class:`~optical.ProgrammedWeights` are
+constants, not differentiable).
 
 Weights are programmed on the host by :func:`optical.program` (once per
 :class:`~optical.ProgrammedWeights`; through ``jax.pure_callback`` when ``w``
@@ -47,6 +51,7 @@ import numpy as np
 
 from optical import _rng
 from optical._validation import (
+    FLOAT_DTYPES,
     check_float_array,
     check_operands,
     check_positive_int,
@@ -106,7 +111,6 @@ class _Static:
     windows: str  # "programmed", "max" or "rms": where the ADC windows come from
     window_per_tile: bool  # re-derived windows shared by each tile's columns
     per_tensor: bool
-    input_range: float | None
     h: tuple[float, ...]
     t_min: float
     c_sum: float
@@ -117,8 +121,10 @@ class _Static:
     dtype: str
 
 
-def _static(shape: tuple[int, int], config: OpticalConfig, input_range: float | None,
-            exact: bool, varied: frozenset, dtype: np.dtype) -> _Static:
+def _static(shape: tuple[int, int], config: OpticalConfig, exact: bool, varied: frozenset,
+            dtype: np.dtype) -> _Static:
+    # A static input range reaches the jitted code as the scale array, not as part
+    # of this key: a new range (each programming) must not recompile.
     dec = _fastpath.Decoding.of(config)
     k, n = shape
     finite = math.isfinite(config.source.photons_per_mac) or "source.photons_per_mac" in varied
@@ -141,7 +147,7 @@ def _static(shape: tuple[int, int], config: OpticalConfig, input_range: float | 
         low_rank=low_rank, use_diff=low_rank or (not exact and not finite and dec.balanced),
         rin=config.source.rin_sigma > 0 or bool(varied & {"source.rin_db_per_hz"}),
         windows=windows, window_per_tile=config.adc.window == "per_tile",
-        per_tensor=config.dac.scaling == "per_tensor", input_range=input_range,
+        per_tensor=config.dac.scaling == "per_tensor",
         h=tuple(float(v) for v in dec.h), t_min=dec.t_min, c_sum=dec.c_sum,
         w_const=dec.w_const, in_coeffs=tuple(float(v) for v in dec.in_coeffs),
         in_const=dec.in_const, g=tuple(tuple(float(v) for v in r) for r in adc_rails(config)),
@@ -472,6 +478,12 @@ _emulate.defvjp(_emulate_fwd, _emulate_bwd)
 # The public entry point
 # --------------------------------------------------------------------------- #
 
+_TRACED_W_CALIBRATION = (
+    "w is traced (jax.grad or jit with respect to w), and {} is set from calibration inputs "
+    "when the weights are programmed, which a traced w cannot be here. To differentiate w, use "
+    "rule-based settings (adc.full_scale='max' or 'rms', dac.scaling other than 'static', "
+    "outliers.policy='none'); to keep these settings, differentiate x only, with w programmed "
+    "once (optical.program(numpy.asarray(w), config, calibration=...)) and passed concrete")
 _DYNAMIC_BYPASS = ("outliers.policy = 'dynamic': the JAX backend runs only a static bypass "
                    "(its channels fix the shapes under jit); use outliers.policy='static', or "
                    "backend='numba' or 'numpy'")
@@ -486,7 +498,8 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     ----------
     x : jax.Array or ndarray, shape (..., K), float32 (float64 with ``jax_enable_x64``)
     w : ndarray or jax.Array, shape (K, N), or ProgrammedWeights
-        A traced ``w`` (under ``jax.grad``/``jit``) is programmed on the host.
+        A traced ``w`` (under ``jax.grad``/``jit``) is programmed on the host,
+        by rule only (no setting that needs calibration inputs).
     config : OpticalConfig
     seed : int in [0, 2**32) or an integer JAX scalar (traced: ``vmap`` over seeds)
     return_stats : bool
@@ -546,10 +559,11 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     elif traced_w:
         if w.ndim != 2:
             raise ValueError(f"w: expected 2 dimensions, got shape {w.shape}")
+        if np.dtype(w.dtype) not in FLOAT_DTYPES:  # as a concrete w is refused
+            raise TypeError(f"w: dtype {np.dtype(w.dtype).name} is not supported; use float32 "
+                            "or float64 (nothing is cast silently)")
         if calibration_needs(config):
-            raise ValueError(f"{' and '.join(calibration_needs(config))} needs calibration "
-                             "inputs: with a traced w, pass optical.program(w, config, "
-                             "calibration=...) instead")
+            raise ValueError(_TRACED_W_CALIBRATION.format(' and '.join(calibration_needs(config))))
         if config.outliers.policy == "dynamic":
             raise ValueError(_DYNAMIC_BYPASS)
         pw, shape, input_range = None, tuple(w.shape), None
@@ -572,7 +586,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
                               chunk_tokens=chunk_tokens, exact=exact, params=params)
     k, n = shape
     check_operands(x.shape, dtype, k, pw.dtype if pw is not None else w.dtype)
-    st = _static(shape, config, input_range, exact, varied, dtype)
+    st = _static(shape, config, exact, varied, dtype)
     prog = _traced_arrays(w, config, st) if traced_w else _device_arrays(pw, st)
     w2 = w if traced_w else prog["w_eff"]
     x2 = x.reshape(-1, k)
@@ -660,7 +674,7 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
         x = np.ascontiguousarray(x[:, pw.bypass.optical_channels])
         pw = dataclasses.replace(pw, bypass=None)
     pw.check_compatible(config)
-    st = _static(pw.shape, config, pw.input_range, exact, frozenset(params), x.dtype)
+    st = _static(pw.shape, config, exact, frozenset(params), x.dtype)
     prog = _device_arrays(pw, st)
     x2 = jnp.asarray(x)
     scale = _input_scale(x2, st, pw.input_range)
