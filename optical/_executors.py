@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from optical._validation import check_positive_int
@@ -142,6 +143,20 @@ class VmapExecutor(Executor):
         return text + (f" ({self.single} runs one at a time)" if self.single else "")
 
 
+_UNGUARDED = ("worker processes are spawned and re-import the script that started the "
+              "sweep, so its main code must run under `if __name__ == \"__main__\":` (or pass "
+              "executor=1 to run in this process)")
+
+
+def check_not_bootstrapping(what: str) -> None:
+    """RuntimeError naming the missing main guard when ``what`` is called while
+    a spawned worker re-imports the script that started the sweep (as
+    multiprocessing's own check, on the process's ``_inheriting`` flag)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(f"{what} was called in a worker process as it started: "
+                           f"{_UNGUARDED}")
+
+
 def _init_worker(threads: int, parent_pid: int) -> None:
     """Worker start-up: cap library thread pools, exit if the sweep dies."""
     for var in _THREAD_VARS:
@@ -222,6 +237,10 @@ class ProcessExecutor(Executor):
                 for future in done:
                     task = running.pop(future)
                     err = future.exception()
+                    if isinstance(err, BrokenProcessPool):
+                        err = BrokenProcessPool(
+                            f"a worker process died ({err}); if it died as it started, "
+                            f"{_UNGUARDED}")
                     yield task, (err if err is not None else future.result())
             finished = True
         finally:

@@ -55,6 +55,7 @@ from optical._executors import (
     ProcessExecutor,
     SerialExecutor,
     Task,
+    check_not_bootstrapping,
     make_executor,
 )
 from optical._progress import progress_bar
@@ -642,6 +643,7 @@ class SweepSummary:
 def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: Any = None,
             progress: bool = True, results_format: str = "parquet") -> SweepSummary:
     """Run every run of ``definition`` not yet in ``out``; see :func:`sweep`."""
+    check_not_bootstrapping("optical.sweep")
     if results_format not in ("parquet", "csv"):
         raise ValueError(f"results_format: {results_format!r} is not valid; valid: parquet, csv")
     pd = _require("pandas")

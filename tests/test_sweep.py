@@ -740,3 +740,33 @@ def test_a_reused_vmap_executor_describes_each_sweep_alone(tmp_path):
     second = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
                      tmp_path / "b", executor=runner, progress=False)
     assert second.executor == "this process, one run at a time (nothing to vmap)"
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_without_the_main_guard_is_told_so(tmp_path, guarded):
+    """Spawned workers re-import the script: without `if __name__ ==
+    "__main__":` each would start the sweep again. The worker's error and the
+    sweep's both name the guard; with it, the same script runs."""
+    import subprocess
+    import sys
+    import textwrap
+
+    body = textwrap.dedent("""\
+        frame = optical.sweep(optical.MatmulWorkload(4, 8, 4), {"adc.bits": [4, 8]}, seeds=1,
+                              out="runs", executor=2, progress=False)
+        print(len(frame))
+        """)
+    if guarded:
+        body = 'if __name__ == "__main__":\n' + textwrap.indent(body, "    ")
+    (tmp_path / "script.py").write_text("import optical\n\n" + body)
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    if guarded:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "2"
+    else:
+        assert done.returncode == 1
+        assert "optical.sweep was called in a worker process as it started" in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("optical.sweep.SweepError: run failed") and \
+            'must run under `if __name__ == "__main__":`' in last
