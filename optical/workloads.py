@@ -267,6 +267,9 @@ class LayerWorkload:
     weights_seed : int
         Seed of the synthetic weights of a directory without weights.
 
+    A run's seed is validate's ``seed``: the noise, the synthetic layer input
+    and the held-out calibration input.
+
     The metrics are :func:`layer_metrics` of the validation report: the
     layer output's ``sqnr_db``, ``cosine``, ..., each product's as
     ``sqnr_db.down_proj`` and so on, and the layer's counts as

@@ -410,6 +410,19 @@ def test_cli_validate_seed_seeds_weights_input_and_noise(tiny_dir, capsys):
     assert default["seed"] == 0
 
 
+def test_cli_validate_weights_seed_reproduces_a_layer_sweep_run(tiny_dir, capsys):
+    """A --model sweep's run at seed 7 (weights at --weights-seed 0) is
+    `optical validate --seed 7 --weights-seed 0`, figure for figure."""
+    argv = ["--model", str(tiny_dir), "--layer", "1", "--tokens", "6", *_sets(CORE_SETS)]
+    report = _cli_report(capsys, *argv, "--seed", "7", "--weights-seed", "0")
+    assert report["weights"] == "synthetic (seed 0)" and report["seed"] == 7
+    run = optical.LayerWorkload(str(tiny_dir), layer=1, tokens=6).run(CFG, 7)
+    assert run["sqnr_db"] == report["output"]["sqnr_db"]
+    for row in report["products"]:
+        assert run[f"sqnr_db.{row['name']}"] == row["sqnr_db"], row["name"]
+    assert _cli_report(capsys, *argv, "--seed", "7")["output"]["sqnr_db"] != run["sqnr_db"]
+
+
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
 def test_cli_validate_dtype_is_the_reference_dtype(tiny_dir, tiny_bert_dir, capsys,
                                                    architecture):

@@ -89,7 +89,9 @@ def register(subparsers) -> None:
                            "(repeatable; the grid is their product); LO:HI or LO:HI:log "
                            "draws from a range with --samples")
     grid.add_argument("--seeds", type=int, metavar="N",
-                      help="noise seeds 0..N-1 at every point (default 1)")
+                      help="seeds 0..N-1 at every point (default 1): the noise, and for "
+                           "--model also the layer input and held-out calibration input "
+                           "(--matmul's data: --data-seed)")
     grid.add_argument("--samples", type=int, metavar="N",
                       help="N random points instead of the grid (identical draws "
                            "count as one point)")

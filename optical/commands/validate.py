@@ -37,7 +37,11 @@ def register(subparsers) -> None:
     parser.add_argument("--tokens", type=int, default=256, help="prompt length (default 256)")
     parser.add_argument("--batch", type=int, default=1, help="prompts per run (default 1)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the synthetic weights, input and noise (default 0)")
+                        help="seed of the synthetic input, the held-out calibration input and "
+                             "the noise; also of the synthetic weights unless --weights-seed "
+                             "(default 0; a --model sweep's seed N is --seed N --weights-seed 0)")
+    parser.add_argument("--weights-seed", type=int, metavar="S",
+                        help="seed of the synthetic weights (default: --seed)")
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"),
                         help="reference dtype (default float16)")
     parser.add_argument("--local", action="store_true",
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("tokens", "batch"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
-    model = load(args.model, seed=args.seed)
+    model = load(args.model, seed=args.seed if args.weights_seed is None else args.weights_seed)
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,
                       progress=not args.quiet)
