@@ -562,7 +562,10 @@ def _prepare(definition: SweepDefinition,
         if changed:
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
-                             ". Use a new --out directory, or delete this one to start over.")
+                             ". Use a new --out directory, or delete this one to start over; "
+                             f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json "
+                             "into the new directory first (a run's id is its workload, "
+                             "config and seed, so the new sweep finds them there).")
         points = [{p: _decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
         return points, manifest["run_ids"]

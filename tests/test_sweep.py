@@ -169,6 +169,28 @@ def test_changed_sweep_is_refused_naming_the_change(tmp_path, change, message):
     assert (out / "manifest.json").read_text() == manifest
 
 
+def test_a_grown_grid_reuses_the_runs_it_shares_as_the_refusal_says(tmp_path):
+    """Adding a value is a different sweep: refused, with the way to keep the
+    shared runs, which the new sweep then finds (and does not run again)."""
+    import shutil
+
+    out, grown = tmp_path / "s", tmp_path / "grown"
+    optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=2, out=out, base=BASE, executor="serial",
+                  progress=False)
+    with pytest.raises(ValueError, match=rf"copy {out / 'runs'}/\*\.json into the new "
+                                         "directory first"):
+        optical.sweep(WL, {"adc.bits": [4, 6, 8]}, seeds=2, out=out, base=BASE,
+                      executor="serial", progress=False)
+    (grown / "runs").mkdir(parents=True)
+    for run in (out / "runs").glob("*.json"):
+        shutil.copy(run, grown / "runs")
+    summary = execute(SweepDefinition.build(WL, {"adc.bits": [4, 6, 8]}, seeds=2, base=BASE),
+                      grown, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (4, 2)
+    pd.testing.assert_frame_equal(load(grown)[load(grown)["adc.bits"] != 6].reset_index(
+        drop=True).drop(columns=["point"]), load(out).drop(columns=["point"]))
+
+
 @pytest.mark.parametrize(("params", "kwargs", "message"), [
     ({"adc.bitz": [4]}, {}, "unknown config path 'adc.bitz'"),
     ({"adc.bits": [4, 0]}, {}, "adc.bits: 0 is out of range"),
