@@ -139,12 +139,13 @@ class ValidationReport:
         ]
         local = any(p.local_sqnr_db is not None for p in self.products)
         header = (f"{'product':18s} {'runs on':8s} {'SQNR dB':>8s} {'cosine':>9s} "
-                  f"{'rel.err':>9s} {'worst tok':>9s}" + (f" {'local dB':>8s}" if local else "")
+                  f"{'rel.err':>9s} {'worst dB':>9s}" + (f" {'local dB':>8s}" if local else "")
                   + f" {'passes':>12s} {'mask loads':>10s} {'DAC conv':>12s} {'ADC conv':>12s}"
                   f" {'clipped':>8s}")
         lines += [header, "-" * len(header)]
         for row in (*self.products, self.output):
-            text = (f"{row.name:18s} {('optical' if row.optical else 'digital'):8s} "
+            where = "optical" if row.optical else "digital" if row is not self.output else "-"
+            text = (f"{row.name:18s} {where:8s} "
                     f"{row.sqnr_db:8.2f} {row.cosine:9.6f} {row.relative_error:9.2e} ")
             text += (" " * 9 if row.worst_token_sqnr_db is None
                      else f"{row.worst_token_sqnr_db:9.2f}")
@@ -161,7 +162,11 @@ class ValidationReport:
                      f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
                      f"{int(t['adc_conversions']):12d}")
         times = self.timings
-        lines += ["", f"optical MACs {int(t['macs']):d}; "
+        lines += ["", "SQNR, cosine and rel.err against the reference's same tensor; worst dB: "
+                      "the lowest SQNR of one token's row"
+                      + ("; local dB: against the exact product of the inputs it received"
+                         if local else ""),
+                  f"optical MACs {int(t['macs']):d}; "
                       + (f"calibration run {times['calibration_s']:.2f} s, "
                          if self.calibration_tokens is not None else "")
                       + f"reference {times['reference_s']:.2f} s, "
