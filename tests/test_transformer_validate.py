@@ -147,6 +147,11 @@ def test_report_metrics_and_counts(tiny_dir):
     assert report.product("attention.scores").stats is None  # digital by default
     text = report.table("iris-like")
     assert "down_proj" in text and "layer output" in text and "iris-like" in text
+    rows = {line.split()[0] + (" output" if line.startswith("layer output") else ""):
+            line.split() for line in text.splitlines() if line.strip()}
+    assert rows["down_proj"][1] == "optical" and rows["attention.scores"][1] == "digital"
+    assert rows["layer output"][2] == "-"  # not a product: it runs nowhere
+    assert "worst dB: the lowest SQNR of one token's row" in text
     json.dumps(report.to_dict(), default=str)
 
 
