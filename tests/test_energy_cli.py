@@ -306,3 +306,22 @@ def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path, monkeypatch)
         assert times.get_yscale() == "log"
     finally:
         close(fig)
+
+
+def test_break_even_line_says_what_each_figure_holds_fixed(capsys):
+    """Photons at the given batch, batch at the given photons; 'none' where no
+    photon count breaks even (a 64-token prompt: the mask loads alone cost
+    more than the GPU's whole prefill)."""
+    for tokens in ("2048", "64"):
+        argv = ["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", tokens]
+        assert main([*argv, "--json", "-"]) == 0
+        comparison = json.loads(capsys.readouterr().out)["comparison"]
+        assert main(argv) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines()
+                    if x.startswith("GPU / optical"))
+        photons = comparison["break_even_photons_per_mac"]
+        assert (photons is None) == (tokens == "64")
+        assert "break-even photons/MAC at this batch: " + (
+            "none (the rest of the machine alone costs more)" if photons is None
+            else f"{photons:.3g}") in line
+        assert f"break-even batch at these photons: {comparison['break_even_batch']}" in line

@@ -151,10 +151,12 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     print(f"  energy {ref.energy:.4g} J ({ref.per_token:.4g} J/token), TTFT {ref.time:.4g} s")
     be_p = comparison["break_even_photons_per_mac"]
     be_b = comparison["break_even_batch"]
+    photons = ("none (the rest of the machine alone costs more)" if be_p is None
+               else f"{be_p:.3g}")
     print(f"GPU / optical: energy {comparison['energy_ratio_gpu_over_optical']:.3g}x, "
-          f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x; break-even at "
-          f"{'no' if be_p is None else f'{be_p:.3g}'} photons/MAC and batch "
-          f"{'(none)' if be_b is None else be_b}")
+          f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x; break-even photons/MAC "
+          f"at this batch: {photons}; break-even batch at these photons: "
+          f"{'none' if be_b is None else be_b}")
     if split is None:
         print(f"disaggregated: none ({name} is an encoder: it generates no "
               "tokens to decode)")
