@@ -55,7 +55,8 @@ def register(subparsers) -> None:
     parser.add_argument("--model", required=True, type=Path, metavar="DIR",
                         help="model directory with a config.json")
     parser.add_argument("--prompt-tokens", type=_positive_int, default=2048, metavar="N",
-                        help="tokens per prompt (default 2048)")
+                        help="tokens per prompt (default 2048, a long prompt: the mask "
+                             "loads are amortised over it; validate defaults to 256)")
     parser.add_argument("--batch", type=_positive_int, default=1,
                         help="prompts prefilled together, i.e. per weight load (default 1)")
     parser.add_argument("--gpu", default="h100", choices=sorted(gpu_model.GPUS),

@@ -66,7 +66,8 @@ def register(subparsers) -> None:
     # would be ignored (a resume from --out alone, the other workload's option).
     what.add_argument("--layer", type=int, help="layer of --model (default 0)")
     what.add_argument("--tokens", type=int,
-                      help="prompt tokens of --model's prefill (default 512)")
+                      help="prompt tokens of --model's prefill (default 512; validate's "
+                           "default is 256)")
     what.add_argument("--weights-seed", type=int,
                       help="seed of --model's synthetic weights (default 0)")
     what.add_argument("--inputs", choices=("gaussian", "uniform", "laplace"),

@@ -34,7 +34,9 @@ def register(subparsers) -> None:
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="model directory with config.json (and optionally *.safetensors)")
     parser.add_argument("--layer", type=int, default=0, help="layer index (default 0)")
-    parser.add_argument("--tokens", type=int, default=256, help="prompt length (default 256)")
+    parser.add_argument("--tokens", type=int, default=256,
+                        help="prompt length (default 256; sweep's --tokens defaults to 512 "
+                             "and energy's --prompt-tokens to 2048: give it to compare them)")
     parser.add_argument("--batch", type=int, default=1, help="prompts per run (default 1)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the synthetic input, the held-out calibration input and "
