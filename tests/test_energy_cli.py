@@ -304,6 +304,9 @@ def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path, monkeypatch)
         assert gpu_bar.get_height() == pytest.approx(ref.energy / tokens, rel=1e-12, abs=0)
         assert [p.get_height() for p in times.patches] == [opt.ttft, ref.time]
         assert times.get_yscale() == "log"
+        # the optical TTFT bar wears no component's colour (the legend is shared)
+        colours = {tuple(c.patches[0].get_facecolor()) for c in energy.containers}
+        assert tuple(times.patches[0].get_facecolor()) not in colours
     finally:
         close(fig)
 

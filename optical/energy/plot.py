@@ -69,7 +69,8 @@ def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> 
     ax_e.set_title(f"{optical.model or 'model'}: {optical.tokens} tokens x batch {optical.batch}",
                    fontsize=10)
     names = ["optical", gpu.gpu.name]
-    ax_t.bar(names, [optical.ttft, gpu.time], color=[palette(0), "0.3"])
+    # Not palette(0): that colour is the laser's in the shared legend.
+    ax_t.bar(names, [optical.ttft, gpu.time], color=["white", "0.3"], edgecolor="black")
     ax_t.set_yscale("log")
     ax_t.set_ylabel("time to first token (s)")
     fig.legend(loc="center right", fontsize=8)
