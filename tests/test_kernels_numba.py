@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numba
@@ -484,17 +485,53 @@ def test_blas_and_xla_gemms_agree(rng):
 _PARALLEL_FLAG = re.compile(r"parallel[\"']?\s*[:=]\s*True")
 
 
-def test_every_module_with_parallel_kernels_sets_passive_waits():
+def test_every_module_with_parallel_kernels_sets_passive_waits_and_guards_them():
     """Spinning workers take the cores from the GEMMs between kernels (a
     programmed matmul ran 1.5x slower after programming's parallel kernels
     started the pool): each module with parallel kernels imports
-    optical._numba_threads, whichever of them runs first."""
+    optical._numba_threads, whichever of them runs first. Every parallel
+    kernel is launched through its guard (workqueue aborts on concurrent
+    launches)."""
     root = Path(optical.__file__).parent
     parallel = [p for p in root.rglob("*.py") if _PARALLEL_FLAG.search(p.read_text())]
     assert len(parallel) >= 5
     missing = [str(p.relative_to(root)) for p in parallel
-               if "import optical._numba_threads" not in p.read_text()]
+               if "from optical._numba_threads import guarded" not in p.read_text()]
     assert not missing
+    for path in parallel:
+        text = path.read_text()
+        kernels = re.findall(r"@nb\.njit\((?:\*\*_PARALLEL|parallel=True[^)]*)\)\n", text)
+        guarded = re.findall(r"@guarded\n@nb\.njit\((?:\*\*_PARALLEL|parallel=True[^)]*)\)\n",
+                             text)
+        assert kernels and len(guarded) == len(kernels), path.name
+
+
+def test_concurrent_calls_on_the_workqueue_layer_take_turns(tmp_path):
+    """numba's workqueue layer (every install has it; used when OpenMP and TBB
+    do not load) aborts the process when two threads launch kernels at once.
+    Four threads programming and multiplying at once on it: no abort, and the
+    bits of the same calls made one after another."""
+    code = textwrap.dedent("""\
+        import concurrent.futures, numpy as np, numba, optical
+        cfg = optical.presets.get("iris-like").replace({"core.inputs": 64, "core.outputs": 32})
+        rng = np.random.default_rng(0)
+        w = rng.standard_normal((200, 96)).astype(np.float32)
+        cal = rng.standard_normal((64, 200)).astype(np.float32)
+        x = rng.standard_normal((48, 200)).astype(np.float32)
+        def job(seed):
+            return optical.matmul(x, optical.program(w, cfg, calibration=cal), cfg, seed=seed)
+        serial = [job(s) for s in range(8)]
+        for _ in range(5):
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                together = list(pool.map(job, range(8)))
+            assert all(np.array_equal(a, b) for a, b in zip(serial, together))
+        print(numba.threading_layer())
+        """)
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "workqueue"
 
 
 @pytest.mark.parametrize(("env", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])

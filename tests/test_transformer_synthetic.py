@@ -199,3 +199,46 @@ def test_rms_norm_eps_defaults_to_hugging_faces():
     config = {k: v for k, v in TINY_LLAMA.items() if k != "rms_norm_eps"}
     layer = LlamaModel(Path("tiny"), ModelSpec.from_config(config), None, seed=0).layer(0)
     assert layer.eps == transformers.LlamaConfig().rms_norm_eps == 1e-6
+
+
+def test_layer_returns_the_layer_asked_for_while_another_thread_replaces_it(tmp_path,
+                                                                              monkeypatch):
+    """Threads sharing a model: layer(1) returns layer 1 even when the kept
+    layer is replaced between its build and its return (forced here by a
+    replaced layer whose deallocation runs Python code, which lets another
+    thread in)."""
+    import threading
+    import time
+
+    from tests.transformer_helpers import write_model
+
+    model = load(write_model(tmp_path, TINY_LLAMA))
+    build = type(model)._build_layer
+    for index in (0, 1, 2):  # warm: the timings below are of the pauses alone
+        model.layer(index)
+    model._last_layer = None
+
+    class Slow:
+        def __init__(self, layer, pause):
+            self.layer, self.index, self.pause = layer, layer.index, pause
+
+        def __del__(self):
+            time.sleep(self.pause)
+
+    def slow_build(self, index):
+        if index == 1:
+            time.sleep(0.2)
+        return Slow(build(self, index), 0.3 if index == 2 else 0.0)
+
+    monkeypatch.setattr(type(model), "_build_layer", slow_build)
+    got = {}
+    first = threading.Thread(target=lambda: got.__setitem__(1, model.layer(1).index))
+    first.start()
+    time.sleep(0.05)
+    model.layer(2)  # built and replaced while layer 1 builds
+    time.sleep(0.2)  # the first thread now keeps layer 1, dropping layer 2 (a slow __del__)
+    third = threading.Thread(target=lambda: got.__setitem__(0, model.layer(0).index))
+    third.start()
+    first.join(timeout=30)
+    third.join(timeout=30)
+    assert got == {1: 1, 0: 0}

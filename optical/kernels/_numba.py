@@ -27,7 +27,7 @@ import math
 import numba as nb
 import numpy as np
 
-import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 from optical.kernels import _rng_numba as rng
 
 #: SHA-256 (first 16 hex digits) of each module whose numba functions the
@@ -37,7 +37,7 @@ from optical.kernels import _rng_numba as rng
 #: alone would leave the kernels cached from this file running the old
 #: code. Recording the digests makes such an edit change this file too;
 #: ``tests/test_kernels_numba.py`` fails until they are updated.
-DEPENDENCY_SHA256 = {"_rng_numba.py": "9672442b06fceb51"}
+DEPENDENCY_SHA256 = {"_rng_numba.py": "7321ca5a5d0efb97"}
 
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
@@ -54,6 +54,7 @@ def _pass_id(token, k_tiles, kt, n_in, s):
 # --------------------------------------------------------------------------- #
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def balanced_rails(t, k0, k1, chunks, offsets, diff, rowpart, colsum):
     """One K-tile (rows ``k0:k1``) of a balanced rail pair ``t`` (2, K, N), one pass.
@@ -143,6 +144,7 @@ def _dot(a, b):
     return total
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def encode_levels(x, k0, scale, offset, top, levels, a_sum, left_t, p_low):
     """DAC levels of one K-tile of a block of tokens.
@@ -205,6 +207,7 @@ def _light_token(t, levels, out, rowsum, light, key, sigma, exact, t_first, k_ti
         light[row] = _dot(out[row], rowsum)
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def source_light(levels, out, rowsum, light, key, sigma, exact, t_first, k_tiles, kt, n_tiles,
                  nt, tile_k):
@@ -402,6 +405,7 @@ def _readout_fast_token(t, m, g, p_low, r_low, a_sum, lo, step, inv_step, var_co
     return n_clip
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def readout_fast(m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const, w_sum,
                  w_scale, y, clipped, key, inv_p, top, h, t_min, c_sum, w_const, in_coeffs,
@@ -499,6 +503,7 @@ def _readout_exact_token(t, m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, seed,
     return n_clip
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def readout_exact(m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, clipped, seed, keys, p, dark,
                   read, poisson, balanced, top, h, t_min, c_sum, w_const, in_coeffs, in_const,

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
 from optical import _memory
+from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
@@ -286,6 +286,7 @@ def _tile(v, gain, kt, k0, k1, n0, n1, rails, diag, s, coef, radius, g_lag, g_d0
     return steps
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def program_tiles(v, gain, k_bounds, n_bounds, rails, diag, s, coef, radius, g_lag, g_d0, g_d1,
                   g_w, row_d, row_w, consts, tol, max_iter, top, split, compensate,
@@ -413,6 +414,7 @@ def _absmax(a):
     return m
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def absmax_c(w, rows, k_bounds, out):
     """``out[kt, n] = max |w[rows[i], n]|`` over the rows ``i`` of K-tile ``kt``
@@ -432,6 +434,7 @@ def absmax_c(w, rows, k_bounds, out):
                 o[j] = x if x > o[j] else o[j]
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def absmax_t(src, rows, k_bounds, out):
     """:func:`absmax_c` of ``w = src.T`` (``src`` (N, K_all) row-major: a
@@ -450,6 +453,7 @@ def absmax_t(src, rows, k_bounds, out):
             out[kt, n] = m
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def divide_c(w, rows, tile_of_row, scale, v):
     """``v[i, n] = w[rows[i], n] / scale[tile_of_row[i], n]``."""
@@ -459,6 +463,7 @@ def divide_c(w, rows, tile_of_row, scale, v):
             dst[n] = src[n] / s[n]
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def divide_t(src, rows, tile_of_row, scale, v):
     """:func:`divide_c` of ``w = src.T``, in cache-sized blocks (a transpose)."""

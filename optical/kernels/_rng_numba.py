@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -367,6 +367,7 @@ def _pairs_block(key, start, out):
         out[2 * i + 1] = s
 
 
+@guarded
 @nb.njit(parallel=True, cache=True, error_model="numpy")
 def normal_range(key, start, out):
     """Reference normals of the counters ``start, start + 1, ...``, in parallel."""
@@ -375,6 +376,7 @@ def normal_range(key, start, out):
         _normal_block(key, start + np.uint64(lo), out[lo:min(lo + _BLOCK, out.size)])
 
 
+@guarded
 @nb.njit(parallel=True, cache=True, error_model="numpy")
 def normal_pairs_range(key, start, out):
     """Fast normals in parallel: ``out[2 i], out[2 i + 1]`` are the pair of
@@ -395,6 +397,7 @@ def _tukey_block(key, start, half_h, scale, out):
         out[out.size - 1] = c * math.exp(half_h * (c * c)) * scale
 
 
+@guarded
 @nb.njit(parallel=True, cache=True, error_model="numpy")
 def tukey_h_range(key, h, scale, out):
     """Tukey-h samples ``scale z exp(h z**2 / 2)`` (float32, in parallel) of

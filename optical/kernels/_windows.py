@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
@@ -190,6 +190,7 @@ def _argmin_lo(cost, quant, edges, anchor, last):
     return best_e
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def group_windows(samples_t, sigma, g_lo, width, inv_width, order, starts, nodes, node_weights,
                   tails, count, u_lo, e_lo, u_hi, e_hi, kappa, denom, n_bins, lo_out, hi_out):
@@ -208,6 +209,7 @@ def group_windows(samples_t, sigma, g_lo, width, inv_width, order, starts, nodes
                tails, count, u_lo, e_lo, u_hi, e_hi, kappa, denom, n_bins, lo_out, hi_out)
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def readout_tile(t, k0, k1, n0, n1, rails, a_mean, a_sq, combined, detected, rin):
     """What ``calibration.readout_windows`` needs of one (K-tile, N-tile) of

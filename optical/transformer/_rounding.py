@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-import optical._numba_threads  # noqa: F401  (passive OpenMP waits)
+from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
 
@@ -32,6 +32,7 @@ _HALF_OVERFLOW = np.uint32(0x477FF000)
 _HALF_NORMAL = np.uint32(0x38800000)
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def half(bits, values, out, out_values):
     """fp16 rounding of float32 ``values`` (bit patterns ``bits``, the same
@@ -58,6 +59,7 @@ def half(bits, values, out, out_values):
     return nans
 
 
+@guarded
 @nb.njit(**_PARALLEL)
 def bfloat16(bits, out):
     """bf16 rounding of float32 bit patterns (``numerics._round_bfloat16``)."""

@@ -128,10 +128,12 @@ class _Model:
         for the same index, so ``validate`` and the caller share one copy of a
         large layer's weights; any other index replaces it."""
         index = _check_layer_index(self.spec, index)
-        if self._last_layer is None or self._last_layer.index != index:
-            self._last_layer = None  # free the old layer's weights before building the new
-            self._last_layer = self._build_layer(index)
-        return self._last_layer
+        layer = self._last_layer  # one read: another thread may replace it meanwhile
+        if layer is None or layer.index != index:
+            layer = self._last_layer = None  # free the old layer's weights before building
+            layer = self._build_layer(index)
+            self._last_layer = layer
+        return layer
 
     def _resolve_prefix(self, candidates: Sequence[str], probe: str) -> str:
         assert self.checkpoint is not None
