@@ -328,3 +328,21 @@ def test_break_even_line_says_what_each_figure_holds_fixed(capsys):
             "none (the rest of the machine alone costs more)" if photons is None
             else f"{photons:.3g}") in line
         assert f"break-even batch at these photons: {comparison['break_even_batch']}" in line
+
+
+def test_break_even_batch_none_is_said_in_words(capsys):
+    """At 1e9 detected photons per MAC the light alone costs more per MAC than
+    the GPU's whole MAC at any batch (batching amortises the mask loads, not
+    the light): hc/850 nm x 1e9 / (QE 0.8 x half the light x wall-plug 0.3)
+    = 1.9 nJ per MAC against 2 x 700 W / (989 TFLOP/s x 0.5) = 2.8 pJ. No
+    break-even batch: null in the JSON, 'none' in words (not Python's None)."""
+    laser_per_mac = 6.62607015e-34 * 299792458.0 / 850e-9 * 1e9 / (0.8 * 0.5 * 0.3)
+    gpu_per_mac = 2 * 700.0 / (989e12 * 0.5)
+    assert laser_per_mac > 100 * gpu_per_mac
+    argv = ["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "64",
+            "--set", "source.photons_per_mac=1e9"]
+    assert main([*argv, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["comparison"]["break_even_batch"] is None
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU / optical"))
+    assert line.endswith("break-even batch at these photons: none")

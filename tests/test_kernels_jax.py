@@ -438,3 +438,34 @@ def test_traced_narrow_weights_and_jax_arrays_to_program_are_named(rng):
         optical.program(jnp.ones((8, 4), jnp.float32), noisy())
     pw = optical.program(np.ones((8, 4), np.float32), noisy(**{"core.inputs": 4}))
     assert repr(pw) == "ProgrammedWeights(shape=(8, 4), dtype=float32, tiles=2x1)"
+
+
+def test_a_static_input_range_is_the_programmed_one_in_matmul_and_matmul_runs(rng):
+    """dac.scaling = 'static': every token is encoded on the range R set when
+    the weights were programmed (not its own abs-max), by matmul and by the
+    batched matmul_runs alike. Ideal machine, 4-bit offset-encoded DAC: x/R
+    clipped to [-1, 1], mapped to [0, 1] and rounded to 15 steps, so
+    y = q(x) @ w with q(x) = (round(15 (clip(x/R) + 1) / 2) / 15 * 2 - 1) R."""
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    x[0] *= 5.0  # a token past R: clipped at R, not rescaled to its own range
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    cfg = ideal(**{"dac.bits": 4, "dac.scaling": "static", "core.inputs": 32,
+                   "core.outputs": 8})
+    pw = optical.program(w, cfg, calibration=3.0 * rng.standard_normal((32, 40)).astype(
+        np.float32))
+    r = pw.input_range
+    assert 5.0 < r < 15.0  # set by the calibration inputs, not by x
+
+    def encoded(scale):
+        return (np.round((np.clip(x / scale, -1, 1) + 1) / 2 * 15) / 15 * 2 - 1) * scale
+
+    expect = encoded(np.float64(r)) @ w.astype(np.float64)
+    own = encoded(np.abs(x).max(axis=1, keepdims=True).astype(np.float64)) @ w.astype(
+        np.float64)
+    atol = 1e-4 * np.abs(expect).max()
+    assert np.abs(own - expect).max() > 100 * atol  # the two ranges tell apart
+    np.testing.assert_allclose(np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0)),
+                               expect, rtol=1e-4, atol=atol)
+    ys, _, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=[0, 1])
+    for y in ys:
+        np.testing.assert_allclose(y, expect, rtol=1e-4, atol=atol)

@@ -158,6 +158,49 @@ def test_pair_metrics_of_large_arrays_match_exact_sums(rng):
         metrics.sqnr_db(ref, bad)
 
 
+NARROW_FLOATS = ["bfloat16", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "float8_e3m4",
+                 "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+                 "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu", "float8_e8m0fnu"]
+
+
+@pytest.mark.parametrize("narrow", NARROW_FLOATS)
+def test_every_narrow_float_format_is_its_values(narrow):
+    """Each of ml_dtypes' narrow float formats holds 0.5, 1, 2 and 4 exactly
+    (even e8m0, powers of two alone): against [1, 1, 2, 4] the error is 0.5 in
+    one entry, so SQNR = 10 log10(22 / 0.25) and the largest error is 0.5."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, narrow):
+        pytest.skip(f"ml_dtypes {ml_dtypes.__version__} has no {narrow}")
+    ref = np.array([1.0, 1.0, 2.0, 4.0], dtype=np.float32)
+    test = np.array([0.5, 1.0, 2.0, 4.0], dtype=np.float32).astype(getattr(ml_dtypes, narrow))
+    assert metrics.sqnr_db(ref, test) == pytest.approx(10 * math.log10(22 / 0.25), rel=1e-12)
+    assert metrics.max_abs_error(ref, test) == 0.5
+    assert metrics.sqnr_db(test, ref) == pytest.approx(10 * math.log10(21.25 / 0.25), rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [2.0**20, 2.0**-30])
+def test_bfloat16_beyond_float16s_range_keeps_its_values(scale):
+    """bfloat16 has float32's exponent range: 2**20 (past float16's 65504) and
+    2**-30 (below float16's smallest subnormal) are exact, as are 1.5 times
+    them. Reference [1, 1.5] x scale, test [1, 1] x scale: SQNR = 10 log10(
+    (1 + 2.25) / 0.25) = 10 log10(13) at either scale."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ref = np.array([1.0, 1.5], dtype=np.float32) * np.float32(scale)
+    test = (np.array([1.0, 1.0], dtype=np.float32) * np.float32(scale)).astype(ml_dtypes.bfloat16)
+    assert metrics.sqnr_db(ref, test) == pytest.approx(10 * math.log10(13), rel=1e-12)
+    assert metrics.max_abs_error(ref, test) == pytest.approx(0.5 * scale, rel=1e-12)
+
+
+def test_a_structured_array_is_refused_not_read_as_floats():
+    """A structured (void) array with one float32 field is not a narrow float:
+    refused with the argument's name, not silently cast to its field's values."""
+    test = np.zeros(3, dtype=[("a", np.float32)])
+    with pytest.raises(TypeError, match=r"^test: dtype .* is not supported; expected real"):
+        metrics.sqnr_db(np.ones(3), test)
+    with pytest.raises(TypeError, match=r"^reference: dtype .* is not supported"):
+        metrics.max_abs_error(test, np.ones(3))
+
+
 @pytest.mark.parametrize("metric", [metrics.sqnr_db, metrics.cosine, metrics.relative_error,
                                     metrics.max_abs_error, metrics.column_errors,
                                     metrics.kl_divergence])

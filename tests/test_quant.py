@@ -554,3 +554,20 @@ def test_balanced_detector_shot_noise_is_the_sum_of_both_rails():
     half_bal = (bal.adc_hi - bal.adc_lo)[:, 0] / 2
     half_sep = (sep.adc_hi - sep.adc_lo) / 2
     np.testing.assert_allclose(half_bal ** 2, (half_sep ** 2).sum(axis=1), rtol=1e-3)
+
+
+def test_programmed_weights_repr_is_a_summary_that_names_a_bypass(rng):
+    """repr: the whole matrix's shape, dtype, tiles (K x N: ceil(12/4) x
+    ceil(5/4) = 3 x 2) and whether outlier channels bypass the mask; no arrays."""
+    x = rng.standard_normal((16, 12)).astype(np.float32)
+    x[:, 3] *= 100.0  # one outlier channel: static policy sends it to the digital side
+    w = rng.standard_normal((12, 5)).astype(np.float32)
+    core = {"core.inputs": 4, "core.outputs": 4}
+    plain = optical.program(w, ideal(**core))
+    assert repr(plain) == "ProgrammedWeights(shape=(12, 5), dtype=float32, tiles=3x2)"
+    bypassed = optical.program(w, ideal(**core, **{"outliers.policy": "static"}), calibration=x)
+    assert bypassed.bypass is not None and list(bypassed.bypass.channels) == [3]
+    # 11 channels left on the mask: still ceil(11/4) = 3 row tiles
+    assert repr(bypassed) == "ProgrammedWeights(shape=(12, 5), dtype=float32, tiles=3x2, bypass)"
+    assert repr(optical.program(w.astype(np.float64), ideal(**core))) == \
+        "ProgrammedWeights(shape=(12, 5), dtype=float64, tiles=3x2)"

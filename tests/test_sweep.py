@@ -387,6 +387,67 @@ def test_local_workers_are_no_more_than_the_runs(monkeypatch, jobs, runs, worker
         workers, f"{workers} local worker processes")
 
 
+def test_a_later_call_with_more_runs_starts_a_bigger_pool(monkeypatch):
+    """jobs=4 on 8 cores: a call of 1 run starts 1 worker of 8 threads; a later
+    call of 3 runs needs 3 workers, so the small pool is closed and one of 3
+    workers (8 // 3 = 2 threads each) starts; a call of 2 runs then reuses it
+    (enough workers) and describe() speaks of that call alone: 2 workers in
+    use, and an empty call after it runs nothing."""
+    monkeypatch.setattr(_executors, "_available_cores", lambda: 8)
+    executor = _executors.ProcessExecutor(4)
+    started, closed = [], []
+
+    class Recorded(FakePool):
+        def shutdown(self, **_):
+            closed.append(self)
+
+    monkeypatch.setattr(_executors.cf, "ProcessPoolExecutor",
+                        lambda max_workers, initargs, **_: started.append(
+                            (max_workers, initargs[0])) or Recorded())
+
+    def call(runs):
+        tasks = [_executors.Task(f"r{i}", 0, i, WL, BASE) for i in range(runs)]
+        assert len(list(executor.run(tasks))) == runs
+        return executor.describe()
+
+    assert call(1) == "1 local worker process"
+    assert started == [(1, 8)]
+    assert call(3) == "3 local worker processes"
+    assert started == [(1, 8), (3, 2)] and len(closed) == 1  # the pool of 1 is closed
+    assert (executor.workers, executor.threads) == (3, 2)
+    assert call(2) == "2 local worker processes"
+    assert started == [(1, 8), (3, 2)]  # the pool of 3 serves 2 runs: none started
+    assert call(0) == "no worker process (nothing to run)"
+    executor.close()
+    assert len(closed) == 2
+
+
+def test_a_dead_worker_keeps_its_reason_and_names_the_main_guard(monkeypatch):
+    """A BrokenProcessPool from the pool comes back as the run's outcome, still
+    a BrokenProcessPool, with the pool's own reason kept and the main guard
+    named (the usual cause of a worker that dies as it starts)."""
+    import concurrent.futures as cf
+    from concurrent.futures.process import BrokenProcessPool
+
+    class Broken(FakePool):
+        def submit(self, fn, *args):
+            future = cf.Future()
+            future.set_exception(BrokenProcessPool("the pool's own reason"))
+            return future
+
+    monkeypatch.setattr(_executors.cf, "ProcessPoolExecutor", lambda **_: Broken())
+    executor = _executors.ProcessExecutor(2)
+    tasks = [_executors.Task(f"r{i}", 0, i, WL, BASE) for i in range(2)]
+    outcomes = [outcome for _, outcome in executor.run(tasks)]
+    executor.close()
+    assert len(outcomes) == 2
+    for err in outcomes:
+        assert isinstance(err, BrokenProcessPool)
+        assert str(err).startswith("a worker process died (the pool's own reason); if it died "
+                                   "as it started, worker processes are spawned")
+        assert 'under `if __name__ == "__main__":`' in str(err)
+
+
 class FakePool:
     """A ProcessPoolExecutor that runs each task at once in this process."""
 

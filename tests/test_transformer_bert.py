@@ -135,6 +135,10 @@ def test_bert_errors_are_named(tiny_bert, tmp_path):
     write_model(tmp_path, {**TINY_BERT, "is_decoder": True})
     with pytest.raises(ValueError, match="is_decoder True is not supported; expected false"):
         transformer.load(tmp_path)
+    # Hugging Face tests `if config.is_decoder`: a truthy 1 is a decoder too.
+    write_model(tmp_path, {**TINY_BERT, "is_decoder": 1})
+    with pytest.raises(ValueError, match="is_decoder 1 is not supported; expected false"):
+        transformer.load(tmp_path)
     write_model(tmp_path, {**TINY_BERT, "is_decoder": False})
     transformer.load(tmp_path)
 

@@ -117,13 +117,20 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     # The index itself: not a mapping of names to shard files, or pointing outside.
     index = directory / "model.safetensors.index.json"
     good = json.loads(index.read_text())
+    (directory / "sub").mkdir()  # sub/../../outside.safetensors is a real file, outside
+    (tmp_path / "outside.safetensors").write_bytes(
+        (directory / "model-00001-of-00002.safetensors").read_bytes())
     for bad, message in (([1, 2], "'weight_map' must map tensor names to shard file names"),
                          ({"x": 3}, "'weight_map' must map tensor names to shard file names"),
                          ({"x": "../../etc/passwd"}, "'x' is in '../../etc/passwd', which is "
                                                       "not a file of"),
                          ({"x": str(directory / "model-00001-of-00002.safetensors")},
                           "'x' is in '/.*', which is not a file of"),
-                         ({"x": ""}, "'x' is in '', which is not a file of")):
+                         ({"x": ""}, "'x' is in '', which is not a file of"),
+                         # '..' past the first part still climbs out of the directory
+                         ({"x": "sub/../../outside.safetensors"},
+                          r"'x' is in 'sub/\.\./\.\./outside\.safetensors', which is not a "
+                          "file of")):
         index.write_text(json.dumps({"weight_map": bad}))
         with pytest.raises(ValueError, match=message):
             transformer.load(directory)

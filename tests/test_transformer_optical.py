@@ -145,6 +145,20 @@ def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
         layer.optical(h, cfg, seed=1)
 
 
+def test_an_error_not_of_the_calibration_is_not_blamed_on_it(tiny):
+    """Under a calibrating preset every product names its calibration source in
+    the calibration's own errors; any other error of program() (here an unknown
+    program option) passes through as it was raised, not prefixed with the
+    calibration source (which did nothing wrong)."""
+    layer = tiny.layer(0)
+    h = tiny.hidden_states(0, 4)
+    assert optical.quant.calibration_needs(IRIS)  # q_proj gets a calibration source
+    with pytest.raises(TypeError) as err:
+        layer.optical(h, IRIS, seed=0, program_options={"no_such_option": 1})
+    assert str(err.value).startswith("program() got an unexpected keyword argument")
+    assert "own input" not in str(err.value) and "calibration" not in str(err.value)
+
+
 def test_engine_options_reach_every_program_call(tiny):
     h = tiny.hidden_states(0, 4)
     with pytest.raises(TypeError, match="no_such_option"):

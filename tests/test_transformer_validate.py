@@ -231,6 +231,37 @@ def test_local_sqnr_of_optical_attention_is_against_its_own_operands(tiny_dir, t
         assert ideal.product(name).local_sqnr_db > 120, name  # float32 rounding alone
 
 
+def test_without_local_no_product_gets_a_local_sqnr(tiny_dir):
+    """local=False (the default) computes no local SQNR, the optical attention
+    products' included (their operands are recorded all the same), and the
+    table has no 'local dB' column."""
+    model = transformer.load(tiny_dir)
+    cfg = NAIVE.replace({"mapping.attention": "optical"})
+    report = transformer.validate(model, layer=1, tokens=6, config=cfg, seed=3)
+    assert report.product("attention.scores").optical  # on the core, operands recorded
+    assert [r.local_sqnr_db for r in report.products] == [None] * len(report.products)
+    assert report.output.local_sqnr_db is None
+    assert "local dB" not in report.table()
+
+
+def test_table_columns_are_labelled_as_the_legend_names_them(tiny_dir):
+    """The header's columns are the legend's: 'worst dB' (the lowest per-token
+    SQNR, in dB) and, with local, 'local dB'; each row's worst-token figure
+    sits under 'worst dB'."""
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=1, tokens=6, config=NAIVE, seed=3, local=True)
+    lines = report.table().splitlines()
+    header = next(line for line in lines if line.startswith("product"))
+    assert header.split()[:12] == ["product", "runs", "on", "SQNR", "dB", "cosine", "rel.err",
+                                   "worst", "dB", "local", "dB", "passes"]
+    legend = next(line for line in lines if line.startswith("SQNR, cosine"))
+    assert "worst dB: the lowest SQNR of one token's row" in legend and "local dB:" in legend
+    column = header.index("worst dB")
+    down = next(line for line in lines if line.startswith("down_proj"))
+    assert float(down[column:column + len("worst dB")]) == pytest.approx(
+        report.product("down_proj").worst_token_sqnr_db, abs=0.006)
+
+
 def test_worst_row_sqnr_is_the_minimum_over_rows():
     ref = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
     test = np.array([[1.1, 0.0], [0.0, 2.0], [0.5, 0.0]])
