@@ -139,8 +139,9 @@ def test_bert_errors_are_named(tiny_bert, tmp_path):
     write_model(tmp_path, {**TINY_BERT, "is_decoder": 1})
     with pytest.raises(ValueError, match="is_decoder 1 is not supported; expected false"):
         transformer.load(tmp_path)
-    write_model(tmp_path, {**TINY_BERT, "is_decoder": False})
-    transformer.load(tmp_path)
+    for encoder in (False, 0, None):  # what Hugging Face's BertModel reads as an encoder
+        write_model(tmp_path, {**TINY_BERT, "is_decoder": encoder})
+        transformer.load(tmp_path)
 
 
 @pytest.mark.slow

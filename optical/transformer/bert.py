@@ -51,7 +51,7 @@ def check_bert_config(spec: ModelSpec) -> None:
     if kind != "absolute":
         raise ValueError(f"config.json: position_embedding_type {kind!r} is not supported; "
                          "expected 'absolute'")
-    if spec.raw.get("is_decoder", False) is not False:
+    if spec.raw.get("is_decoder"):  # false, 0 and null: an encoder, as Hugging Face reads them
         # Hugging Face's BertModel then masks attention causally; this encoder attends
         # both ways, so it would compute another model.
         raise ValueError(f"config.json: is_decoder {spec.raw['is_decoder']!r} is not supported; "
