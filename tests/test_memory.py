@@ -153,3 +153,20 @@ def test_a_layer_gives_the_same_bits_whether_or_not_its_arrays_are_recycled(
     for a, b, c in zip(plain, pooled, again, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
+
+
+def test_a_reference_run_leaves_nothing_held_after_the_hold_time(tmp_path, monkeypatch):
+    """The fp16 reference's rounded weight is pooled and used by the GEMM after
+    it: the hold timer must start once the GEMM is done with it, so nothing of
+    the run stays held past the hold time (the last weight did, until some
+    later scope closed, when its scope closed before its GEMM)."""
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA))
+    layer = model.layer(1)
+    h = model.hidden_states(1, 12, seed=4)
+    monkeypatch.setattr(_memory, "MIN_BYTES", 1)
+    monkeypatch.setattr(_memory, "HOLD_SECONDS", 0.0)
+    layer.reference(h, dtype="float16")
+    deadline = time.monotonic() + 10
+    while _memory.held_bytes() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _memory.held_bytes() == 0
