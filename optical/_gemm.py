@@ -70,8 +70,10 @@ class _OneBlasThread:
     never restore the thread count under one another. threadpoolctl's own
     ``limit`` is not used: for a pthreads OpenBLAS it silently ignores every
     Python thread but the first that set a limit, which let concurrent calls
-    run multi-threaded (and change their last bits). BLAS calls made by other
-    code of the process meanwhile also run on one thread.
+    run multi-threaded (and change their last bits). With a pthreads BLAS
+    (one count per process) BLAS calls made by other code of the process
+    meanwhile also run on one thread; an OpenMP BLAS keeps a count per
+    thread, which is set on the GEMM pool's threads alone.
     """
 
     def __init__(self) -> None:
@@ -95,6 +97,12 @@ class _OneBlasThread:
         """Whether some BLAS keeps its thread count per thread (OpenMP builds)."""
         return any(getattr(lib, "threading_layer", None) == "openmp" for lib in self._libs)
 
+    @staticmethod
+    def _process_wide(lib) -> bool:
+        """Whether ``lib``'s thread count is one for the whole process (pthreads
+        builds); an OpenMP build keeps one per thread."""
+        return getattr(lib, "threading_layer", None) != "openmp"
+
     def __enter__(self) -> _OneBlasThread:
         with self._lock:
             if self._depth == 0:
@@ -103,8 +111,15 @@ class _OneBlasThread:
 
                     self._libs = [lib for lib in ThreadpoolController().lib_controllers
                                   if lib.user_api == "blas"]
-                self._original = [lib.get_num_threads() for lib in self._libs]
-                self.this_thread()
+                # Only process-wide counts are limited here (and restored by the last
+                # call out). A per-thread count is set on the pool's own threads
+                # alone (_concurrently runs every task there): the caller's thread,
+                # whose count the last call out could not restore, is left alone.
+                self._original = [lib.get_num_threads() if self._process_wide(lib) else None
+                                  for lib in self._libs]
+                for lib in self._libs:
+                    if self._process_wide(lib):
+                        self._setter(lib)(1)
             self._depth += 1
         return self
 

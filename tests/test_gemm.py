@@ -81,3 +81,68 @@ def test_stacked_products_are_single_threaded_gemms_whatever_the_threads(rng):
     assert out.shape == (2, 3, 64, 40) and out.dtype == np.float32
     np.testing.assert_array_equal(out, single)
     np.testing.assert_allclose(out, q.astype(np.float64) @ kt, rtol=1e-4, atol=1e-4)
+
+
+class _FakeBlas:
+    """A threadpoolctl BLAS controller: OpenMP builds keep a thread count per
+    thread, pthreads builds one for the process; every count starts at 2."""
+
+    user_api = "blas"
+
+    def __init__(self, layer):
+        import threading
+
+        self.threading_layer = layer
+        self.local, self.shared = threading.local(), {"n": 2}
+
+    def _where(self):
+        return self.local.__dict__ if self.threading_layer == "openmp" else self.shared
+
+    def get_num_threads(self):
+        return self._where().get("n", 2)
+
+    def set_num_threads(self, n):
+        self._where()["n"] = n
+
+
+@pytest.mark.parametrize("layer", ["openmp", "pthreads"])
+def test_overlapping_calls_run_on_one_blas_thread_and_leave_every_count_as_found(
+        monkeypatch, layer):
+    """Two threads' calls overlap (A in first, out first): their GEMM tasks see
+    one BLAS thread. An OpenMP build's count is per thread: the callers'
+    threads are never changed, so A's is 2 once its call is over (it had been
+    left at 1). A pthreads build's count is the process's: held at 1 while any
+    call runs (B's still does when A's ends), back at 2 after the last."""
+    import threading
+
+    from optical import _gemm
+
+    fake = _FakeBlas(layer)
+    monkeypatch.setattr(_gemm._ONE_BLAS_THREAD, "_libs", [fake])
+    seen, after = [], {}
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def task():
+        seen.append(fake.get_num_threads())
+
+    def user(name, wait_before, wait_inside, done):
+        wait_before.wait(30)
+        with _gemm._ONE_BLAS_THREAD:
+            _gemm._concurrently([task, task])
+            done[0].set()
+            wait_inside.wait(30)
+        after[name] = fake.get_num_threads()
+        done[1].set()
+
+    go = threading.Event()
+    go.set()
+    b_out = threading.Event()
+    a = threading.Thread(target=user, args=("A", go, b_in, (a_in, a_out)))
+    b = threading.Thread(target=user, args=("B", a_in, a_out, (b_in, b_out)))
+    a.start()
+    b.start()
+    a.join(timeout=30)
+    b.join(timeout=30)
+    assert seen == [1, 1, 1, 1]
+    assert after == {"A": 2 if layer == "openmp" else 1, "B": 2}
+    assert fake.get_num_threads() == 2  # this thread's, or the process's
