@@ -142,6 +142,14 @@ def _title(where: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in (where or {}).items())
 
 
+def _log_axis(xs: list) -> bool:
+    """Whether positive values ``xs`` want a log axis: two decades, or one for
+    floats (integers such as bit counts stay linear below two)."""
+    span = max(xs) / min(xs)
+    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in xs)
+    return span >= 100 or (span >= 10 and not integers)
+
+
 def line(frame: Any, x: str, y: str, *, hue: str | None = None,
          where: Mapping[str, Any] | None = None, errorbars: bool = True) -> Any:
     """A metric against one parameter, one line per value of another.
@@ -151,8 +159,10 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     frame : DataFrame of a sweep
     x : str
         Swept parameter on the horizontal axis (log scale when its values
-        are positive and span two decades or more; categorical when not all
-        finite numbers, e.g. ``None`` bits or ``inf`` photons).
+        are positive and span two decades or more, or one decade for a float
+        parameter such as photons per MAC, whose tick labels would collide on
+        a linear axis; categorical when not all finite numbers, e.g. ``None``
+        bits or ``inf`` photons).
     y : str
         Metric, averaged over seeds.
     hue : str, optional
@@ -188,7 +198,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         label = f"{h:g}" if isinstance(h, float) else str(h)
         ax.errorbar(px, mean, yerr=std if errorbars and np.any(std > 0) else None,
                     marker="o", capsize=3, label=label if hue else None)
-    if numeric and min(xs) > 0 and max(xs) / min(xs) >= 100:
+    if numeric and min(xs) > 0 and _log_axis(xs):
         ax.set_xscale("log")
     if not numeric:
         ax.set_xticks(range(len(xs)), [str(v) for v in xs])

@@ -80,13 +80,21 @@ def test_error_bars_are_the_sample_standard_deviation_over_seeds(grid):
     np.testing.assert_allclose(half, [2 * math.sqrt(7), math.sqrt(7)], rtol=1e-12)
 
 
-def test_two_decades_of_x_get_a_log_axis():
-    """Positive x spanning two decades or more is drawn on a log axis; less, linear."""
-    for xs, scale in (((1.0, 10.0, 100.0), "log"), ((1.0, 10.0, 99.0), "linear")):
-        frame = frame_of([{"seed": 0, "source.photons_per_mac": x, "sqnr_db": float(i)}
-                          for i, x in enumerate(xs)], ["source.photons_per_mac"])
-        ax = plots.line(frame, "source.photons_per_mac", "sqnr_db").axes[0]
-        assert ax.get_xscale() == scale, xs
+@pytest.mark.parametrize(("path", "xs", "scale"), [
+    ("source.photons_per_mac", (1.0, 10.0, 100.0), "log"),
+    ("source.photons_per_mac", (2e4, 5e4, 1e5, 5e5), "log"),  # one decade of floats
+    ("source.photons_per_mac", (1.0, 5.0, 9.9), "linear"),
+    ("adc.bits", (2, 8, 16), "linear"),  # integers: two decades before a log axis
+    ("core.inputs", (1, 10, 100), "log"),
+])
+def test_log_axis_for_two_decades_or_one_of_floats(path, xs, scale):
+    """Positive x spanning two decades or more is drawn on a log axis, and so
+    is a float parameter spanning one (2e4 and 5e4 photons collided on a
+    linear axis up to 5e5); bit counts and other integers stay linear."""
+    frame = frame_of([{"seed": 0, path: x, "sqnr_db": float(i)} for i, x in enumerate(xs)],
+                     [path])
+    ax = plots.line(frame, path, "sqnr_db").axes[0]
+    assert ax.get_xscale() == scale, xs
 
 
 def test_a_varying_parameter_is_never_averaged_silently(grid):
