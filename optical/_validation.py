@@ -28,6 +28,18 @@ def all_finite(a: np.ndarray) -> bool:
     return True
 
 
+def check_float_dtype(dtype: object, name: str) -> None:
+    """TypeError naming ``name`` unless ``dtype`` (numpy's, or a JAX array's)
+    is float32 or float64 in native byte order: nothing is cast silently."""
+    dtype = np.dtype(dtype)
+    if dtype not in FLOAT_DTYPES and dtype.newbyteorder("=") in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {dtype.str} has the non-native byte order; "
+                        f"convert it with {name}.astype({dtype.newbyteorder('=').name})")
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {dtype} is not supported; use float32 or float64 "
+                        "(nothing is cast silently)")
+
+
 def check_float_array(a: object, name: str, *, ndim: int | None = None,
                       min_ndim: int = 0) -> np.ndarray:
     """Return ``a`` if it is a finite float32/float64 numpy array, else raise.
@@ -51,12 +63,7 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
         hint = " (its .filled(value))" if isinstance(a, np.ma.MaskedArray) else ""
         raise TypeError(f"{name}: {type(a).__module__}.{type(a).__name__}, a numpy.ndarray "
                         f"subclass, is not supported; pass a plain numpy.ndarray{hint}")
-    if a.dtype not in FLOAT_DTYPES and a.dtype.newbyteorder("=") in FLOAT_DTYPES:
-        raise TypeError(f"{name}: dtype {a.dtype.str} has the non-native byte order; "
-                        f"convert it with {name}.astype({a.dtype.newbyteorder('=').name})")
-    if a.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: dtype {a.dtype} is not supported; use float32 or float64 "
-                        "(nothing is cast silently)")
+    check_float_dtype(a.dtype, name)
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")
     if a.ndim < min_ndim:

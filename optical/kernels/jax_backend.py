@@ -51,8 +51,8 @@ import numpy as np
 
 from optical import _rng
 from optical._validation import (
-    FLOAT_DTYPES,
     check_float_array,
+    check_float_dtype,
     check_operands,
     check_positive_int,
     check_seed,
@@ -559,9 +559,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     elif traced_w:
         if w.ndim != 2:
             raise ValueError(f"w: expected 2 dimensions, got shape {w.shape}")
-        if np.dtype(w.dtype) not in FLOAT_DTYPES:  # as a concrete w is refused
-            raise TypeError(f"w: dtype {np.dtype(w.dtype).name} is not supported; use float32 "
-                            "or float64 (nothing is cast silently)")
+        check_float_dtype(w.dtype, "w")  # as a concrete w is checked
         if calibration_needs(config):
             raise ValueError(_TRACED_W_CALIBRATION.format(' and '.join(calibration_needs(config))))
         if config.outliers.policy == "dynamic":
@@ -745,9 +743,7 @@ def _check_x(x):
         return jnp.asarray(x)
     if not isinstance(x, jax.Array):
         raise TypeError(f"x: expected a JAX or numpy array, got {type(x).__name__}")
-    if x.dtype not in (jnp.float32, jnp.float64):
-        raise TypeError(f"x: dtype {x.dtype} is not supported; use float32 or float64 "
-                        "(nothing is cast silently)")
+    check_float_dtype(x.dtype, "x")
     if x.ndim < 1:
         raise ValueError(f"x: expected at least 1 dimension, got shape {x.shape}")
     if not isinstance(x, jax.core.Tracer):
