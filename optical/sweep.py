@@ -59,6 +59,22 @@ from optical._executors import (
     make_executor,
 )
 from optical._progress import progress_bar
+from optical._sweep_store import (
+    FORMAT,
+    MANIFEST,
+    META_COLUMNS,
+    RUNS,
+    SWEEP_FILES,
+    atomic_write,
+    decode_value,
+    encode,
+    library_version,
+    lock,
+    read_frame,
+    read_manifest,
+    read_record,
+    write_run,
+)
 from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig, check_value
 from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
@@ -67,12 +83,6 @@ __all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "Proce
            "Range", "SerialExecutor",
            "SweepDefinition", "SweepError", "SweepSummary", "Terminated", "execute", "load",
            "read_manifest", "resume", "stored_definition", "sweep"]
-
-FORMAT = "optical-sweep/1"
-MANIFEST = "manifest.json"
-RUNS = "runs"
-#: Columns that describe a run rather than measure it.
-META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
 
 
 class SweepError(RuntimeError):
@@ -103,32 +113,6 @@ class Range:
 # --------------------------------------------------------------------------- #
 
 
-def _version() -> str:
-    from optical import __version__
-
-    return __version__
-
-
-def _encode(value: Any) -> Any:
-    """JSON-safe value: non-finite floats as "inf", "-inf", "nan"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_encode(v) for v in value]
-    if isinstance(value, np.generic):
-        return _encode(value.item())
-    return value
-
-
-def _decode_value(path: str, value: Any) -> Any:
-    """Inverse of :func:`_encode` for the value of a config field."""
-    if isinstance(value, str) and OpticalConfig.field_spec(path)["kind"] == "real":
-        return float(value)
-    return value
-
-
 def _canonical(path: str, value: Any) -> Any:
     """The value as the config stores it (ints of real fields become floats);
     ValueError names the path and the value. Combinations of fields are
@@ -139,7 +123,7 @@ def _canonical(path: str, value: Any) -> Any:
 
 
 def _hash(data: Any, length: int = 20) -> str:
-    text = json.dumps(_encode(data), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(encode(data), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
@@ -240,7 +224,7 @@ class SweepDefinition:
     def to_dict(self) -> dict[str, Any]:
         params = {path: spec.to_dict() if isinstance(spec, Range) else list(spec)
                   for path, spec in self.params}
-        return _encode({
+        return encode({
             "workload": self.workload.to_dict(),
             "base_config": json.loads(self.base.to_json()),
             "params": params,
@@ -260,10 +244,10 @@ class SweepDefinition:
         for path, spec in data["params"].items():
             if isinstance(spec, Mapping):
                 lo, hi = spec["range"]
-                params[path] = Range(_decode_value(path, lo), _decode_value(path, hi),
+                params[path] = Range(decode_value(path, lo), decode_value(path, hi),
                                      bool(spec.get("log", False)))
             else:
-                params[path] = [_decode_value(path, v) for v in spec]
+                params[path] = [decode_value(path, v) for v in spec]
         return cls.build(workload, params, seeds=data["seeds"], base=base,
                          samples=data.get("samples"), sample_seed=data.get("sample_seed", 0))
 
@@ -349,122 +333,8 @@ def _describe_point(point: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- #
-# Manifest and run files
+# Reading a sweep back (its files: optical._sweep_store)
 # --------------------------------------------------------------------------- #
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader (or a kill) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-#: What a sweep directory may hold besides its manifest: a directory with
-#: only these and no manifest is a sweep whose manifest was lost, and the same
-#: sweep started there again rebuilds it (run ids are hashes of the runs' content,
-#: so the finished runs are found again).
-_SWEEP_FILES = (".lock", RUNS, "results.parquet", "results.csv", "plots")
-
-
-def writes(out: str | os.PathLike, path: str | os.PathLike) -> bool:
-    """Whether the sweep in ``out`` writes ``path`` itself: its manifest, lock,
-    results table or a run file (another writer there would destroy them)."""
-    out, path = Path(out).resolve(), Path(path).resolve()
-    own = {out / name for name in (MANIFEST, *_SWEEP_FILES) if name not in (RUNS, "plots")}
-    return path in own or out / RUNS in path.parents
-
-
-#: How a sweep directory without a (readable) manifest gets one back.
-_RESTART = ("start the same sweep again on this directory (the whole `optical sweep` command "
-            "with its workload and options, not only --out; or the same optical.sweep call): "
-            "the manifest is rebuilt and the finished runs whose workload, config and seed it "
-            "names again are found by their ids, not re-run (a run of a definition that "
-            "differs, or of a library version with other config fields, runs again)")
-
-
-def _rebuild_advice(out: Path) -> str:
-    return f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and {_RESTART}"
-
-
-def _read_json(path: Path, advice: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
-
-
-def _is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _keys_problem(data: dict, keys: Sequence[tuple[str, type]], prefix: str = "") -> str | None:
-    """The first of ``keys`` (name, dict or list) that ``data`` lacks or holds
-    as another JSON type, named with ``prefix`` (None: all there)."""
-    for key, kind in keys:
-        if key not in data:
-            return f"missing key {prefix + key!r}"
-        if not isinstance(data[key], kind):
-            return f"{prefix + key!r} is not a JSON {'object' if kind is dict else 'array'}"
-    return None
-
-
-def _manifest_problem(manifest: Any) -> str | None:
-    """What is wrong with a manifest's structure (None: nothing)."""
-    if not isinstance(manifest, dict):
-        return f"expected a JSON object, got {type(manifest).__name__}"
-    problem = _keys_problem(manifest, (("definition", dict), ("params", list),
-                                       ("points", list), ("run_ids", list)))
-    if problem:
-        return problem
-    definition = manifest["definition"]
-    problem = _keys_problem(definition, (("workload", dict), ("base_config", dict),
-                                         ("params", dict), ("seeds", list)), "definition.")
-    if problem:
-        return problem
-    params = manifest["params"]
-    if not _is_str_list(params) or sorted(params) != sorted(definition["params"]):
-        return "'params' does not list the definition's parameters"
-    if not definition["seeds"]:
-        return "'definition.seeds' is empty"
-    points, run_ids = manifest["points"], manifest["run_ids"]
-    for i, point in enumerate(points):
-        if not isinstance(point, dict) or sorted(point) != sorted(params):
-            return f"'points'[{i}] does not give a value of every parameter"
-    if len(run_ids) != len(points):
-        return f"'run_ids' has {len(run_ids)} entries for {len(points)} points"
-    for i, ids in enumerate(run_ids):
-        if not _is_str_list(ids) or len(ids) != len(definition["seeds"]):
-            return f"'run_ids'[{i}] is not a list of one run id per seed"
-    return None
-
-
-def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of the sweep in ``out``; FileNotFoundError if there is none,
-    ValueError naming the file and what is wrong if it is damaged."""
-    out = Path(out)
-    path = out / MANIFEST
-    if not path.is_file():
-        if (out / RUNS).is_dir():
-            raise FileNotFoundError(
-                f"{out}: no sweep manifest ({MANIFEST} not found), but {out / RUNS} holds the "
-                f"sweep's runs: {_RESTART}")
-        raise FileNotFoundError(f"{out}: no sweep here ({MANIFEST} not found)")
-    manifest = _read_json(path, _rebuild_advice(out))
-    if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
-        fmt = manifest.get("format")
-        if isinstance(fmt, str) and fmt.startswith("optical-sweep/"):
-            raise ValueError(f"{path}: a sweep manifest of format {fmt!r}, written by another "
-                             f"version of optical (this one reads {FORMAT!r})")
-        if "definition" not in manifest:  # someone else's file: no advice to delete it
-            raise ValueError(f"{path}: not an optical sweep manifest (expected format "
-                             f"{FORMAT!r})")
-        problem: str | None = f"'format' is {fmt!r}, not {FORMAT!r}"
-    else:
-        problem = _manifest_problem(manifest)
-    if problem is not None:
-        raise ValueError(f"{path}: damaged sweep manifest: {problem}. {_rebuild_advice(out)}")
-    return manifest
 
 
 def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefinition:
@@ -478,51 +348,6 @@ def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefi
         text = f"missing key {err}" if isinstance(err, KeyError) else str(err)
         raise ValueError(f"{Path(out) / MANIFEST}: cannot rebuild the sweep's definition "
                          f"from it: {text}") from None
-
-
-_RECORD_KEYS = (("run_id", str, "a string"), ("point", int, "an integer"),
-                ("seed", int, "an integer"), ("params", dict, "a JSON object"),
-                ("metrics", dict, "a JSON object"), ("elapsed_s", numbers.Real, "a number"),
-                ("optical_version", str, "a string"), ("config", dict, "a JSON object"))
-
-
-def _stored_number(value: Any) -> bool:
-    """A metric value as :func:`_encode` stores it (booleans, which versions
-    before the checks stored for custom workloads, are read as 0 / 1)."""
-    if isinstance(value, str):
-        return value in ("inf", "-inf", "nan")
-    return value is None or isinstance(value, int | float)
-
-
-def _read_record(path: Path, paths: Sequence[str]) -> dict[str, Any]:
-    """One run file, its structure checked; ValueError names the file. (Its
-    ``point`` is where the run stood when it ran; the manifest says where it
-    stands now, which may differ after a rebuilt manifest.)"""
-    advice = "Delete it and resume the sweep to run that run again"
-    record = _read_json(path, advice)
-    problem = None
-    if not isinstance(record, dict):
-        problem = f"expected a JSON object, got {type(record).__name__}"
-    else:
-        for key, kind, kind_name in _RECORD_KEYS:
-            if key not in record:
-                problem = f"missing key {key!r}"
-            elif not isinstance(record[key], kind) or isinstance(record[key], bool):
-                problem = f"{key!r} is {record[key]!r}, not {kind_name}"
-            if problem:
-                break
-        else:
-            if record["run_id"] != path.stem:
-                problem = f"'run_id' {record['run_id']!r} is not the file's name"
-            elif missing := [p for p in paths if p not in record["params"]]:
-                problem = f"'params' has no value of {', '.join(missing)}"
-            else:
-                problem = next((f"metric {name!r} is {value!r}, not a number"
-                                for name, value in record["metrics"].items()
-                                if not _stored_number(value)), None)
-    if problem is not None:
-        raise ValueError(f"{path}: not a run record of this sweep: {problem}. {advice}")
-    return record
 
 
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -566,12 +391,12 @@ def _prepare(definition: SweepDefinition,
                              f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json "
                              "into the new directory first (a run's id is its workload, "
                              "config and seed, so the new sweep finds them there).")
-        points = [{p: _decode_value(p, v) for p, v in point.items()}
+        points = [{p: decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
         return points, manifest["run_ids"]
     # Without a manifest, only a sweep's own files (its manifest was lost): the
     # new manifest finds the finished runs again by their ids.
-    foreign = [p.name for p in out.iterdir() if p.name not in _SWEEP_FILES
+    foreign = [p.name for p in out.iterdir() if p.name not in SWEEP_FILES
                and not (p.name.startswith(".") and p.name.endswith(".tmp"))]
     if (out / RUNS).exists() and not (out / RUNS).is_dir():
         foreign.append(RUNS)
@@ -589,36 +414,17 @@ def _prepare(definition: SweepDefinition,
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": FORMAT,
-        "optical_version": _version(),
+        "optical_version": library_version(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "definition": new,
         "definition_hash": definition.hash,
         "params": definition.paths,
-        "points": _encode(points),
+        "points": encode(points),
         "runs": len(points) * len(definition.seeds),
         "run_ids": run_ids,
     }
-    _atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return points, run_ids
-
-
-@contextlib.contextmanager
-def _lock(out: Path) -> Iterator[None]:
-    """Refuse a second sweep process on the same directory (Unix)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    with open(out / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"{out}: another sweep is running on this directory") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------- #
@@ -659,7 +465,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"out: cannot create {out}: {err.strerror or err}") from None
-    with _lock(out):
+    with lock(out):
         points, run_ids = _prepare(definition, out)
         configs = definition.configs(points)
         runs_dir = out / RUNS
@@ -669,7 +475,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         done = {p.stem for p in runs_dir.glob("*.json")}
         for ids in run_ids:  # a damaged run file is named now, not after the runs
             for run_id in done.intersection(ids):
-                _read_record(runs_dir / f"{run_id}.json", definition.paths)
+                read_record(runs_dir / f"{run_id}.json", definition.paths)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):
@@ -681,7 +487,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         label = getattr(definition.workload, "label", type(definition.workload).__name__)
         finished = total - len(tasks)
         bar = progress_bar(total, desc=label, enabled=progress, initial=finished)
-        version = _version()
+        version = library_version()
         try:
             with contextlib.closing(runner.run(tasks)) as outcomes:
                 for task, outcome in outcomes:
@@ -697,7 +503,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"run at point {_describe_point(points[task.point])}, seed "
                             f"{task.seed}: {type(task.workload).__name__}.run returned "
                             f"{problem}. The {finished} runs finished so far are kept in {out}.")
-                    _write_run(runs_dir, task, points[task.point], outcome, version)
+                    write_run(runs_dir, task, points[task.point], outcome, version)
                     finished += 1
                     bar.update(1)
                     _raise_received()
@@ -706,7 +512,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
             description = runner.describe()
             if owned:
                 runner.close()
-        frame = _frame(out, pd)
+        frame = read_frame(out, pd)
         results = out / f"results.{results_format}"
         tmp = results.with_name(f".{results.name}.{os.getpid()}.tmp")
         if results_format == "parquet":
@@ -734,19 +540,6 @@ def _metrics_problem(metrics: Any, reserved: set[str]) -> str | None:
     return None
 
 
-def _write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Mapping[str, Any],
-               version: str) -> None:
-    record = {
-        "run_id": task.run_id,
-        "point": task.point,
-        "seed": task.seed,
-        "params": point,
-        "metrics": outcome["metrics"],
-        "elapsed_s": outcome["elapsed_s"],
-        "optical_version": version,
-        "config": json.loads(task.config.to_json()),
-    }
-    _atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(_encode(record)) + "\n")
 
 
 def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int],
@@ -829,48 +622,7 @@ def resume(out: str | os.PathLike, *, workload: Any = None, executor: Any = None
 def load(out: str | os.PathLike) -> Any:
     """Every finished run of the sweep in ``out`` as a tidy DataFrame (see
     :func:`sweep` for the columns), sorted by point and seed."""
-    return _frame(Path(out), _require("pandas"))
-
-
-def _frame(out: Path, pd: Any) -> Any:
-    manifest = read_manifest(out)
-    paths = list(manifest["params"])
-    # Point and seed of each run as the manifest places it (run ids hash the
-    # workload, config and seed, not the point's position).
-    place = {run_id: (point, seed)
-             for point, ids in enumerate(manifest["run_ids"])
-             for seed, run_id in zip(manifest["definition"]["seeds"], ids, strict=False)}
-    records = []
-    for run_id in sorted(place):
-        if (out / RUNS / f"{run_id}.json").is_file():
-            record = _read_record(out / RUNS / f"{run_id}.json", paths)
-            record["point"], record["seed"] = place[run_id]
-            records.append(record)
-    records.sort(key=lambda r: (r["point"], r["seed"]))
-    reserved = set(META_COLUMNS) | set(paths)
-    metric_names: dict[str, None] = {}
-    for record in records:  # (runs of older versions may hold a "seed" metric)
-        metric_names.update(dict.fromkeys(m for m in record["metrics"] if m not in reserved))
-    columns: dict[str, Any] = {
-        "point": pd.Series([r["point"] for r in records], dtype="int64"),
-        "seed": pd.Series([r["seed"] for r in records], dtype="uint64"),
-    }
-    for path in paths:
-        values = [_decode_value(path, r["params"][path]) for r in records]
-        columns[path] = pd.Series(values, dtype=object if None in values else None)
-    for name in metric_names:
-        values = [r["metrics"].get(name, math.nan) for r in records]
-        columns[name] = pd.Series([float(v) if isinstance(v, str) else v for v in values],
-                                  dtype=None if values else "float64")
-    columns["run_id"] = pd.Series([r["run_id"] for r in records], dtype=object)
-    columns["elapsed_s"] = pd.Series([r["elapsed_s"] for r in records], dtype="float64")
-    columns["optical_version"] = pd.Series([r["optical_version"] for r in records], dtype=object)
-    columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
-                                  dtype=object)
-    frame = pd.DataFrame(columns)
-    frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
-                            "runs": sum(len(ids) for ids in manifest["run_ids"])}
-    return frame
+    return read_frame(Path(out), _require("pandas"))
 
 
 def _require(module: str) -> Any:

@@ -11,12 +11,12 @@ import pytest
 
 import optical
 from optical import _executors
+from optical._sweep_store import lock
 from optical.sweep import (
     Range,
     SweepDefinition,
     SweepError,
     Terminated,
-    _lock,
     execute,
     load,
     read_manifest,
@@ -239,7 +239,7 @@ def test_out_must_be_a_sweep_or_empty(tmp_path):
 def test_second_sweep_on_the_same_directory_is_refused(tmp_path):
     out = tmp_path / "s"
     out.mkdir()
-    with _lock(out), pytest.raises(ValueError, match="another sweep is running"):
+    with lock(out), pytest.raises(ValueError, match="another sweep is running"):
         optical.sweep(WL, {}, seeds=1, out=out, executor="serial", progress=False)
 
 

@@ -84,7 +84,7 @@ def check_json_path(args: argparse.Namespace) -> None:
     sweep = getattr(args, "out", None) or getattr(args, "sweep_dir", None)
     if path is None or str(path) == "-" or sweep is None:
         return
-    from optical.sweep import writes
+    from optical._sweep_store import writes
 
     if writes(sweep, path):
         raise ValueError(f"--json {path}: a file of the sweep in {sweep}, which it would "

@@ -1,0 +1,292 @@
+"""A sweep's files on disk: the manifest, one JSON record per finished run,
+the lock, and the table read back from them (see :mod:`optical.sweep` for
+the layout). Values are stored JSON-safe (non-finite floats as strings) and
+every file is written atomically, so a kill never leaves half a file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import numbers
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optical._executors import Task
+from optical.config import OpticalConfig
+
+FORMAT = "optical-sweep/1"
+MANIFEST = "manifest.json"
+RUNS = "runs"
+#: Columns that describe a run rather than measure it.
+META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
+
+
+def library_version() -> str:
+    """The version of optical that writes a manifest or a run record."""
+    from optical import __version__
+
+    return __version__
+
+
+def encode(value: Any) -> Any:
+    """JSON-safe value: non-finite floats as "inf", "-inf", "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode(v) for v in value]
+    if isinstance(value, np.generic):
+        return encode(value.item())
+    return value
+
+
+def decode_value(path: str, value: Any) -> Any:
+    """Inverse of :func:`encode` for the value of a config field."""
+    if isinstance(value, str) and OpticalConfig.field_spec(path)["kind"] == "real":
+        return float(value)
+    return value
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader (or a kill) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+#: What a sweep directory may hold besides its manifest: a directory with
+#: only these and no manifest is a sweep whose manifest was lost, and the same
+#: sweep started there again rebuilds it (run ids are hashes of the runs' content,
+#: so the finished runs are found again).
+SWEEP_FILES = (".lock", RUNS, "results.parquet", "results.csv", "plots")
+
+
+def writes(out: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Whether the sweep in ``out`` writes ``path`` itself: its manifest, lock,
+    results table or a run file (another writer there would destroy them)."""
+    out, path = Path(out).resolve(), Path(path).resolve()
+    own = {out / name for name in (MANIFEST, *SWEEP_FILES) if name not in (RUNS, "plots")}
+    return path in own or out / RUNS in path.parents
+
+
+#: How a sweep directory without a (readable) manifest gets one back.
+_RESTART = ("start the same sweep again on this directory (the whole `optical sweep` command "
+            "with its workload and options, not only --out; or the same optical.sweep call): "
+            "the manifest is rebuilt and the finished runs whose workload, config and seed it "
+            "names again are found by their ids, not re-run (a run of a definition that "
+            "differs, or of a library version with other config fields, runs again)")
+
+
+def _rebuild_advice(out: Path) -> str:
+    return f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and {_RESTART}"
+
+
+def _read_json(path: Path, advice: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _keys_problem(data: dict, keys: Sequence[tuple[str, type]], prefix: str = "") -> str | None:
+    """The first of ``keys`` (name, dict or list) that ``data`` lacks or holds
+    as another JSON type, named with ``prefix`` (None: all there)."""
+    for key, kind in keys:
+        if key not in data:
+            return f"missing key {prefix + key!r}"
+        if not isinstance(data[key], kind):
+            return f"{prefix + key!r} is not a JSON {'object' if kind is dict else 'array'}"
+    return None
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    """What is wrong with a manifest's structure (None: nothing)."""
+    if not isinstance(manifest, dict):
+        return f"expected a JSON object, got {type(manifest).__name__}"
+    problem = _keys_problem(manifest, (("definition", dict), ("params", list),
+                                       ("points", list), ("run_ids", list)))
+    if problem:
+        return problem
+    definition = manifest["definition"]
+    problem = _keys_problem(definition, (("workload", dict), ("base_config", dict),
+                                         ("params", dict), ("seeds", list)), "definition.")
+    if problem:
+        return problem
+    params = manifest["params"]
+    if not _is_str_list(params) or sorted(params) != sorted(definition["params"]):
+        return "'params' does not list the definition's parameters"
+    if not definition["seeds"]:
+        return "'definition.seeds' is empty"
+    points, run_ids = manifest["points"], manifest["run_ids"]
+    for i, point in enumerate(points):
+        if not isinstance(point, dict) or sorted(point) != sorted(params):
+            return f"'points'[{i}] does not give a value of every parameter"
+    if len(run_ids) != len(points):
+        return f"'run_ids' has {len(run_ids)} entries for {len(points)} points"
+    for i, ids in enumerate(run_ids):
+        if not _is_str_list(ids) or len(ids) != len(definition["seeds"]):
+            return f"'run_ids'[{i}] is not a list of one run id per seed"
+    return None
+
+
+def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of the sweep in ``out``; FileNotFoundError if there is none,
+    ValueError naming the file and what is wrong if it is damaged."""
+    out = Path(out)
+    path = out / MANIFEST
+    if not path.is_file():
+        if (out / RUNS).is_dir():
+            raise FileNotFoundError(
+                f"{out}: no sweep manifest ({MANIFEST} not found), but {out / RUNS} holds the "
+                f"sweep's runs: {_RESTART}")
+        raise FileNotFoundError(f"{out}: no sweep here ({MANIFEST} not found)")
+    manifest = _read_json(path, _rebuild_advice(out))
+    if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
+        fmt = manifest.get("format")
+        if isinstance(fmt, str) and fmt.startswith("optical-sweep/"):
+            raise ValueError(f"{path}: a sweep manifest of format {fmt!r}, written by another "
+                             f"version of optical (this one reads {FORMAT!r})")
+        if "definition" not in manifest:  # someone else's file: no advice to delete it
+            raise ValueError(f"{path}: not an optical sweep manifest (expected format "
+                             f"{FORMAT!r})")
+        problem: str | None = f"'format' is {fmt!r}, not {FORMAT!r}"
+    else:
+        problem = _manifest_problem(manifest)
+    if problem is not None:
+        raise ValueError(f"{path}: damaged sweep manifest: {problem}. {_rebuild_advice(out)}")
+    return manifest
+
+
+_RECORD_KEYS = (("run_id", str, "a string"), ("point", int, "an integer"),
+                ("seed", int, "an integer"), ("params", dict, "a JSON object"),
+                ("metrics", dict, "a JSON object"), ("elapsed_s", numbers.Real, "a number"),
+                ("optical_version", str, "a string"), ("config", dict, "a JSON object"))
+
+
+def _stored_number(value: Any) -> bool:
+    """A metric value as :func:`encode` stores it (booleans, which versions
+    before the checks stored for custom workloads, are read as 0 / 1)."""
+    if isinstance(value, str):
+        return value in ("inf", "-inf", "nan")
+    return value is None or isinstance(value, int | float)
+
+
+def read_record(path: Path, paths: Sequence[str]) -> dict[str, Any]:
+    """One run file, its structure checked; ValueError names the file. (Its
+    ``point`` is where the run stood when it ran; the manifest says where it
+    stands now, which may differ after a rebuilt manifest.)"""
+    advice = "Delete it and resume the sweep to run that run again"
+    record = _read_json(path, advice)
+    problem = None
+    if not isinstance(record, dict):
+        problem = f"expected a JSON object, got {type(record).__name__}"
+    else:
+        for key, kind, kind_name in _RECORD_KEYS:
+            if key not in record:
+                problem = f"missing key {key!r}"
+            elif not isinstance(record[key], kind) or isinstance(record[key], bool):
+                problem = f"{key!r} is {record[key]!r}, not {kind_name}"
+            if problem:
+                break
+        else:
+            if record["run_id"] != path.stem:
+                problem = f"'run_id' {record['run_id']!r} is not the file's name"
+            elif missing := [p for p in paths if p not in record["params"]]:
+                problem = f"'params' has no value of {', '.join(missing)}"
+            else:
+                problem = next((f"metric {name!r} is {value!r}, not a number"
+                                for name, value in record["metrics"].items()
+                                if not _stored_number(value)), None)
+    if problem is not None:
+        raise ValueError(f"{path}: not a run record of this sweep: {problem}. {advice}")
+    return record
+
+
+@contextlib.contextmanager
+def lock(out: Path) -> Iterator[None]:
+    """Refuse a second sweep process on the same directory (Unix)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(out / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{out}: another sweep is running on this directory") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Mapping[str, Any],
+              version: str) -> None:
+    """Store one finished run as ``runs/<run_id>.json`` (atomically)."""
+    record = {
+        "run_id": task.run_id,
+        "point": task.point,
+        "seed": task.seed,
+        "params": point,
+        "metrics": outcome["metrics"],
+        "elapsed_s": outcome["elapsed_s"],
+        "optical_version": version,
+        "config": json.loads(task.config.to_json()),
+    }
+    atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(encode(record)) + "\n")
+
+
+def read_frame(out: Path, pd: Any) -> Any:
+    """The finished runs of the sweep in ``out`` as one DataFrame (``pd`` is
+    pandas), placed at the manifest's points and seeds; see
+    :func:`optical.sweep.sweep` for the columns."""
+    manifest = read_manifest(out)
+    paths = list(manifest["params"])
+    # Point and seed of each run as the manifest places it (run ids hash the
+    # workload, config and seed, not the point's position).
+    place = {run_id: (point, seed)
+             for point, ids in enumerate(manifest["run_ids"])
+             for seed, run_id in zip(manifest["definition"]["seeds"], ids, strict=False)}
+    records = []
+    for run_id in sorted(place):
+        if (out / RUNS / f"{run_id}.json").is_file():
+            record = read_record(out / RUNS / f"{run_id}.json", paths)
+            record["point"], record["seed"] = place[run_id]
+            records.append(record)
+    records.sort(key=lambda r: (r["point"], r["seed"]))
+    reserved = set(META_COLUMNS) | set(paths)
+    metric_names: dict[str, None] = {}
+    for record in records:  # (runs of older versions may hold a "seed" metric)
+        metric_names.update(dict.fromkeys(m for m in record["metrics"] if m not in reserved))
+    columns: dict[str, Any] = {
+        "point": pd.Series([r["point"] for r in records], dtype="int64"),
+        "seed": pd.Series([r["seed"] for r in records], dtype="uint64"),
+    }
+    for path in paths:
+        values = [decode_value(path, r["params"][path]) for r in records]
+        columns[path] = pd.Series(values, dtype=object if None in values else None)
+    for name in metric_names:
+        values = [r["metrics"].get(name, math.nan) for r in records]
+        columns[name] = pd.Series([float(v) if isinstance(v, str) else v for v in values],
+                                  dtype=None if values else "float64")
+    columns["run_id"] = pd.Series([r["run_id"] for r in records], dtype=object)
+    columns["elapsed_s"] = pd.Series([r["elapsed_s"] for r in records], dtype="float64")
+    columns["optical_version"] = pd.Series([r["optical_version"] for r in records], dtype=object)
+    columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
+                                  dtype=object)
+    frame = pd.DataFrame(columns)
+    frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
+                            "runs": sum(len(ids) for ids in manifest["run_ids"])}
+    return frame

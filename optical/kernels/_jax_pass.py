@@ -1,0 +1,431 @@
+"""The traced forward pass of the JAX backend (see :mod:`optical.kernels.jax_backend`):
+the static structure that keys ``jax.jit``, the programmed weights as device
+arrays (or derived from a traced ``w``), the noise parameters (traced, so
+``vmap``-able), the token chunks of one pass with their noise keyed by token,
+and the straight-through backward pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from optical import _rng
+from optical.config import OpticalConfig
+from optical.kernels import _fastpath
+from optical.physics import encoding
+from optical.quant import (
+    _UNIFORM_INPUT_MOMENTS,
+    ProgrammedWeights,
+    adc_rails,
+    program,
+)
+
+#: Numeric config fields that ``params`` may set (traced, so ``vmap``-able).
+PARAMS = ("source.photons_per_mac", "source.rin_db_per_hz", "source.rin_bandwidth",
+          "detector.dark_electrons", "detector.read_noise_electrons", "adc.enob_loss",
+          "adc.headroom")
+
+#: Default tokens per jitted chunk (bounds the memory of the noise arrays).
+CHUNK_TOKENS = 512
+
+_STREAM_READOUT = 6
+
+
+# --------------------------------------------------------------------------- #
+# Static structure and host-side programming
+# --------------------------------------------------------------------------- #
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Everything that fixes shapes and control flow (hashable: a jit key)."""
+
+    k: int
+    n: int
+    tile_k: int
+    tile_n: int
+    k_tiles: int
+    n_tiles: int
+    offset_inputs: bool
+    n_in: int
+    n_det: int
+    n_adc: int
+    balanced: bool
+    dac_top: float
+    adc_bits: int | None
+    poisson: bool
+    exact: bool
+    low_rank: bool
+    use_diff: bool
+    rin: bool
+    windows: str  # "programmed", "max" or "rms": where the ADC windows come from
+    window_per_tile: bool  # re-derived windows shared by each tile's columns
+    per_tensor: bool
+    h: tuple[float, ...]
+    t_min: float
+    c_sum: float
+    w_const: float
+    in_coeffs: tuple[float, ...]
+    in_const: float
+    g: tuple[tuple[float, ...], ...]
+    dtype: str
+
+
+def static_of(shape: tuple[int, int], config: OpticalConfig, exact: bool, varied: frozenset,
+            dtype: np.dtype) -> Static:
+    # A static input range reaches the jitted code as the scale array, not as part
+    # of this key: a new range (each programming) must not recompile.
+    dec = _fastpath.Decoding.of(config)
+    k, n = shape
+    finite = math.isfinite(config.source.photons_per_mac) or "source.photons_per_mac" in varied
+    poisson = config.detector.shot_noise == "poisson" and finite
+    window_fields = {"source.photons_per_mac", "source.rin_db_per_hz", "source.rin_bandwidth",
+                     "detector.dark_electrons", "detector.read_noise_electrons", "adc.headroom"}
+    # Varied noise re-derives the rule-based windows; calibrated ones stay as programmed.
+    rule = config.adc.full_scale in ("max", "rms")
+    windows = config.adc.full_scale if rule and varied & window_fields else "programmed"
+    # As in the numba backend: low-rank shot variance only for offset-encoded inputs.
+    low_rank = (not (exact or poisson) and dec.balanced and finite
+                and config.encoding.inputs == "offset")
+    return Static(
+        k=k, n=n, tile_k=config.core.inputs, tile_n=config.core.outputs,
+        k_tiles=-(-k // config.core.inputs), n_tiles=-(-n // config.core.outputs),
+        offset_inputs=config.encoding.inputs == "offset",
+        n_in=dec.n_in, n_det=dec.n_det, n_adc=dec.n_adc, balanced=dec.balanced,
+        dac_top=0.0 if config.dac.bits is None else float((1 << config.dac.bits) - 1),
+        adc_bits=config.adc.bits, poisson=poisson, exact=exact or poisson,
+        low_rank=low_rank, use_diff=low_rank or (not exact and not finite and dec.balanced),
+        rin=config.source.rin_sigma > 0 or bool(varied & {"source.rin_db_per_hz"}),
+        windows=windows, window_per_tile=config.adc.window == "per_tile",
+        per_tensor=config.dac.scaling == "per_tensor",
+        h=tuple(float(v) for v in dec.h), t_min=dec.t_min, c_sum=dec.c_sum,
+        w_const=dec.w_const, in_coeffs=tuple(float(v) for v in dec.in_coeffs),
+        in_const=dec.in_const, g=tuple(tuple(float(v) for v in r) for r in adc_rails(config)),
+        dtype=np.dtype(dtype).name)
+
+
+def _pad_kn(a: np.ndarray, st: Static) -> np.ndarray:
+    """Zero-pad the last two axes (K, N) to whole tiles."""
+    pad = [(0, 0)] * (a.ndim - 2) + [(0, st.k_tiles * st.tile_k - a.shape[-2]),
+                                      (0, st.n_tiles * st.tile_n - a.shape[-1])]
+    return np.pad(a, pad)
+
+
+def _pad_n(a: np.ndarray, st: Static) -> np.ndarray:
+    return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, st.n_tiles * st.tile_n - a.shape[-1])])
+
+
+def _host_arrays(pw: ProgrammedWeights, st: Static) -> dict[str, np.ndarray]:
+    """The programmed matrix as the arrays the jitted forward needs (numpy)."""
+    dt = np.dtype(st.dtype)
+    t = pw.transmissions.astype(np.float64)
+    g = np.array(st.g)
+    tp = _pad_kn(t, st)  # (n_det, Kp, Np)
+    signals = (tp[0] - tp[1])[None] if st.use_diff else tp
+    n_sig = signals.shape[0]
+    sig = signals.reshape(n_sig, st.k_tiles, st.tile_k, st.n_tiles, st.tile_n)
+    out = {
+        "sig": sig.transpose(1, 3, 0, 2, 4).astype(dt),  # (kt, nt, sig, tile_k, tile_n)
+        "rowsum": tp.sum(axis=0).reshape(st.k_tiles, st.tile_k, st.n_tiles, st.tile_n)
+                    .sum(axis=3).transpose(0, 2, 1).astype(dt),  # (kt, nt, tile_k)
+        "lo": _pad_n(pw.adc_lo, st).astype(dt),
+        "hi": _pad_n(pw.adc_hi, st).astype(dt),
+        "w_sum": _pad_n(pw.weight_sums, st).astype(dt),
+        "scale": _pad_n(pw.scale, st).astype(dt),
+    }
+    # The machine's noise-free linear map, for the straight-through backward pass.
+    coeffs, const = encoding.rail_coefficients(pw.config.encoding.weights)
+    decoded = (np.tensordot(np.asarray(coeffs), t, axes=1) - st.t_min * st.c_sum) \
+        / (1 - st.t_min) + const
+    rows_scale = np.repeat(pw.scale, st.tile_k, axis=0)[:st.k]
+    out["w_eff"] = (decoded * rows_scale).astype(dt)
+    if st.low_rank:
+        lefts, rights = [], []
+        for kt in range(st.k_tiles):
+            ks = slice(kt * st.tile_k, (kt + 1) * st.tile_k)
+            left, right = _fastpath.light_factors(tp[0, ks] + tp[1, ks])
+            lefts.append(left)
+            rights.append(right)
+        out["left"] = np.stack(lefts).astype(dt)
+        out["right"] = np.stack(rights).astype(dt)
+    if st.windows != "programmed":
+        floor, ceiling, csum, csq, det_g2 = [], [], [], [], []
+        for kt in range(st.k_tiles):
+            tk = t[:, kt * st.tile_k:(kt + 1) * st.tile_k]
+            combined = np.einsum("er,rkn->ekn", g, tk)
+            floor.append(np.minimum(combined, 0).sum(axis=1))
+            ceiling.append(np.maximum(combined, 0).sum(axis=1))
+            csum.append(combined.sum(axis=1))
+            csq.append(np.square(combined).sum(axis=1))
+            det_g2.append(np.square(g) @ tk.sum(axis=1))
+        for name, arr in (("floor", floor), ("ceiling", ceiling), ("csum", csum),
+                          ("csq", csq), ("det_g2", det_g2)):
+            out[name] = _pad_n(np.stack(arr), st).astype(dt)
+    return out
+
+
+def device_arrays(pw: ProgrammedWeights, st: Static) -> dict[str, jax.Array]:
+    def build(p: ProgrammedWeights) -> dict[str, jax.Array]:
+        # Concrete even when first asked for under jit: the cache outlives the trace.
+        with jax.ensure_compile_time_eval():
+            return {k: jnp.asarray(v) for k, v in _host_arrays(p, st).items()}
+
+    return _fastpath.derived(pw, ("jax", st, pw.config), build,
+                             arrays=("transmissions", "adc_lo", "adc_hi", "scale", "weight_sums"))
+
+
+def traced_arrays(w: jax.Array, config: OpticalConfig, st: Static) -> dict[str, jax.Array]:
+    """Program a traced weight matrix on the host (``jax.pure_callback``)."""
+    example = _host_arrays(program(np.ones((st.k, st.n), np.dtype(st.dtype)), config), st)
+    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in example.items()}
+
+    def host(w_value):
+        return _host_arrays(program(np.asarray(w_value), config), st)
+
+    return jax.pure_callback(host, shapes, jax.lax.stop_gradient(w), vmap_method="sequential")
+
+
+# --------------------------------------------------------------------------- #
+# The forward pass
+# --------------------------------------------------------------------------- #
+
+
+def noise_params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    values = {p: config.get(p) for p in PARAMS}
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"params: expected a mapping of path to value, got "
+                        f"{type(overrides).__name__}")
+    concrete = {}
+    for path, value in (overrides or {}).items():
+        if path not in PARAMS:
+            raise ValueError(f"params: {path!r} cannot be varied here; valid: {', '.join(PARAMS)}")
+        if not isinstance(value, jax.core.Tracer):
+            if isinstance(value, bool) or np.ndim(value) != 0 or not np.issubdtype(
+                    np.asarray(value).dtype, np.number):
+                raise TypeError(f"params: {path} = {value!r} is not a real number")
+            concrete[path] = float(value)
+        values[path] = value
+    # Validates the ranges and the rules between fields (e.g. RIN), naming the paths.
+    config.replace(concrete)
+    p = jnp.asarray(values["source.photons_per_mac"], dtype=jnp.float32)
+    rin_var = 10.0 ** (jnp.asarray(values["source.rin_db_per_hz"], jnp.float32) / 10.0) \
+        * values["source.rin_bandwidth"]
+    return {"inv_p": 1.0 / p, "rin_sigma": jnp.sqrt(rin_var),
+            "dark": jnp.asarray(values["detector.dark_electrons"], jnp.float32),
+            "read": jnp.asarray(values["detector.read_noise_electrons"], jnp.float32),
+            "enob_loss": jnp.asarray(values["adc.enob_loss"], jnp.float32),
+            "headroom": jnp.asarray(values["adc.headroom"], jnp.float32)}
+
+
+#: Mean count above which Poisson draws (shot and dark noise) are taken as
+#: ``round(lam + sqrt(lam) N(0, 1))``: ``jax.random.poisson`` counts in int32
+#: (it saturates at 2**31) and, in float32, overstates the variance from
+#: about 1e6 on (by 3 %); the normal law's skewness error here is 1/256.
+POISSON_NORMAL_ABOVE = float(1 << 16)
+
+
+def _token_normals(key, stream: int, t0, tokens: int, shape: tuple[int, ...], dtype):
+    """Standard normals of shape (tokens, *shape), each token's from its own key."""
+    base = jax.random.fold_in(key, stream)
+    ids = t0 + jnp.arange(tokens, dtype=jnp.uint32)
+    return jax.vmap(lambda t: jax.random.normal(jax.random.fold_in(base, t), shape, dtype))(ids)
+
+
+def _token_poisson(key, stream: int, t0, lam):
+    """Poisson counts of means ``lam`` (tokens first), each token's from its own
+    key; means above :data:`POISSON_NORMAL_ABOVE` draw ``round(lam + sqrt(lam) N(0, 1))``."""
+    base = jax.random.fold_in(key, stream)
+    ids = t0 + jnp.arange(lam.shape[0], dtype=jnp.uint32)
+
+    def draw(t, m):
+        token = jax.random.fold_in(base, t)
+        counts = jax.random.poisson(token, jnp.minimum(m, POISSON_NORMAL_ABOVE),
+                                    dtype=jnp.int32).astype(m.dtype)
+        z = jax.random.normal(jax.random.fold_in(token, 1), m.shape, m.dtype)
+        return jnp.where(m > POISSON_NORMAL_ABOVE, jnp.round(m + jnp.sqrt(m) * z), counts)
+
+    return jax.vmap(draw)(ids, lam)
+
+
+def _windows(st: Static, prog, params):
+    """ADC windows (kt, n_adc, Np): as programmed, or re-derived from the
+    (possibly traced) noise parameters by the rule of ``optical.quant``."""
+    if st.windows == "programmed":
+        return prog["lo"], prog["hi"]
+    if st.windows == "max":
+        return _shared_per_tile(st, prog["floor"], prog["ceiling"])
+    mean_a, var_a = _UNIFORM_INPUT_MOMENTS["offset" if st.offset_inputs else "split"]
+    inv_p = params["inv_p"]
+    g2sum = jnp.asarray(np.square(np.array(st.g)).sum(axis=1))[None, :, None]
+    mean = mean_a * prog["csum"]
+    signal_var = var_a * prog["csq"]
+    noise_var = (params["rin_sigma"] ** 2 * (var_a + mean_a**2) * prog["csq"]
+                 + mean_a * prog["det_g2"] * inv_p + g2sum * params["dark"] * inv_p**2
+                 + (params["read"] * inv_p) ** 2)
+    half = params["headroom"] * jnp.sqrt(signal_var + noise_var)
+    noise_half = params["headroom"] * jnp.sqrt(noise_var)
+    return _shared_per_tile(st, jnp.maximum(mean - half, prog["floor"] - noise_half),
+                            jnp.minimum(mean + half, prog["ceiling"] + noise_half))
+
+
+def _shared_per_tile(st: Static, lo, hi):
+    """Per-column windows (kt, n_adc, Np), or with ``adc.window = "per_tile"``
+    the union over each tile's real columns (as ``quant._share_windows``)."""
+    if not st.window_per_tile:
+        return lo, hi
+    real = np.arange(st.n_tiles * st.tile_n) < st.n
+    tiles = (*lo.shape[:-1], st.n_tiles, st.tile_n)
+    lo = jnp.where(real, lo, jnp.inf).reshape(tiles).min(axis=-1, keepdims=True)
+    hi = jnp.where(real, hi, -jnp.inf).reshape(tiles).max(axis=-1, keepdims=True)
+    flat = (*tiles[:-2], st.n_tiles * st.tile_n)
+    return (jnp.broadcast_to(lo, tiles).reshape(flat), jnp.broadcast_to(hi, tiles).reshape(flat))
+
+
+def _adc(value, lo, hi, bits):
+    top = float((1 << bits) - 1)
+    step = (hi - lo) / top
+    safe = jnp.where(step > 0, step, 1.0)
+    code = jnp.round((value - lo) / safe)
+    clipped = ((code < 0) | (code > top)) & (step > 0)
+    return lo + jnp.clip(code, 0, top) * jnp.where(step > 0, step, 0.0), clipped
+
+
+def _chunk(st: Static, prog, params, x, scale, t0, seed):
+    """y (T, N), the detected photons of each token (T,) and the clipped
+    conversions of a chunk of tokens. (Photons per token: the host adds them
+    in float64, so that the total depends on the batching only through
+    the float32 rounding of XLA's GEMMs.)"""
+    dt = x.dtype
+    hp = jax.lax.Precision.HIGHEST
+    tokens = x.shape[0]
+    kp = st.k_tiles * st.tile_k
+    key = jax.random.key(seed)
+    xn = jnp.clip(x / jnp.where(scale > 0, scale, 1)[:, None], -1, 1)  # zero tokens: 0
+    if st.offset_inputs:
+        a = ((xn + 1) / 2)[None]
+    else:
+        a = jnp.stack([jnp.maximum(xn, 0), jnp.maximum(-xn, 0)])
+    if st.dac_top:
+        a = jnp.round(jnp.clip(a, 0, 1) * st.dac_top) / st.dac_top
+    a = jnp.pad(a, ((0, 0), (0, 0), (0, kp - st.k))).reshape(st.n_in, tokens, st.k_tiles,
+                                                               st.tile_k)
+    a_sum = a.sum(axis=-1)  # (n_in, T, kt)
+    if st.rin:
+        z = _token_normals(key, _rng.STREAMS["rin"], t0, tokens,
+                           (st.k_tiles, st.n_in, st.n_tiles, st.tile_k), dt)
+        light = a[:, :, :, None, :] * (1 + params["rin_sigma"].astype(dt)
+                                       * jnp.moveaxis(z, 2, 0))
+        means = jnp.einsum("stkmj,kmrjn->rstkmn", light, prog["sig"], precision=hp)
+        photons = jnp.einsum("stkmj,kmj->t", light, prog["rowsum"], precision=hp)
+    else:
+        means = jnp.einsum("stkj,kmrjn->rstkmn", a, prog["sig"], precision=hp)
+        photons = jnp.einsum("stkj,kmj->t", a, prog["rowsum"], precision=hp)
+    np_ = st.n_tiles * st.tile_n
+    means = means.reshape(means.shape[0], st.n_in, tokens, st.k_tiles, np_)
+    lo, hi = _windows(st, prog, params)  # (kt, n_adc, Np)
+    lo_b = jnp.moveaxis(lo, 1, 0)[:, None, None]  # (n_adc, 1, 1, kt, Np)
+    hi_b = jnp.moveaxis(hi, 1, 0)[:, None, None]
+    inv_p = params["inv_p"].astype(dt)
+    enob_var = jnp.zeros((), dt)
+    if st.adc_bits is not None:
+        step = (hi_b - lo_b) / ((1 << st.adc_bits) - 1)
+        enob_var = step**2 * (4.0 ** params["enob_loss"] - 1.0) / 12.0
+    shape = (st.k_tiles, st.n_in, st.n_adc, np_)
+    if not st.exact:
+        g = np.array(st.g)
+        if st.low_rank:
+            pl = jnp.einsum("stkj,kjr->stkr", a, prog["left"], precision=hp)
+            shot = jnp.einsum("stkr,krn->stkn", pl, prog["right"], precision=hp)[None]
+        elif st.use_diff:
+            shot = jnp.zeros_like(means)  # noise-free
+        else:
+            shot = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.square(g), dt),
+                              jnp.maximum(means, 0))
+            means = jnp.einsum("er,rstkn->estkn", jnp.asarray(g, dt), means)
+        g2 = np.square(g).sum(axis=1)  # dark counts of each rail, per ADC
+        var = (jnp.maximum(shot, 0) * inv_p
+               + jnp.asarray(g2, dt)[:, None, None, None, None] * params["dark"] * inv_p**2
+               + (params["read"] * inv_p) ** 2 + enob_var)
+        z = _token_normals(key, _STREAM_READOUT, t0, tokens, shape, dt)
+        value = means + jnp.sqrt(var) * jnp.transpose(z, (3, 2, 0, 1, 4))
+    else:
+        det = means
+        if st.poisson:
+            # photons_per_mac = inf (a traced value) gives the means themselves.
+            lit = inv_p > 0
+            p = 1.0 / jnp.where(lit, inv_p, 1.0)
+            lam = jnp.moveaxis(jnp.where(lit, jnp.maximum(means, 0) * p, 0.0), 2, 0)  # tokens first
+            det = jnp.where(lit, _token_poisson(key, _rng.STREAMS["shot"], t0, lam) / p,
+                            jnp.moveaxis(means, 2, 0))
+            dark = _token_poisson(key, _rng.STREAMS["dark"], t0,
+                                  jnp.broadcast_to(params["dark"], lam.shape))
+            det = jnp.moveaxis(det + (dark - params["dark"]) * inv_p, 0, 2).astype(dt)
+        else:
+            dshape = (st.k_tiles, st.n_in, st.n_det, np_)
+            zs = _token_normals(key, _rng.STREAMS["shot"], t0, tokens, dshape, dt)
+            zd = _token_normals(key, _rng.STREAMS["dark"], t0, tokens, dshape, dt)
+            zs, zd = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zs, zd))
+            det = (means + jnp.sqrt(jnp.maximum(means, 0) * inv_p) * zs
+                   + jnp.sqrt(params["dark"]) * inv_p * zd)
+        value = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.array(st.g), dt), det)
+        zr = _token_normals(key, _rng.STREAMS["read"], t0, tokens, shape, dt)
+        za = _token_normals(key, _rng.STREAMS["adc"], t0, tokens, shape, dt)
+        zr, za = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zr, za))
+        value = value + params["read"] * inv_p * zr + jnp.sqrt(enob_var) * za
+    clipped = jnp.zeros((), jnp.int32)
+    if st.adc_bits is not None:
+        value, clip = _adc(value, lo_b, hi_b, st.adc_bits)
+        clipped = clip[..., :st.n].sum(dtype=jnp.int32)
+    zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value)
+    a_sum = a_sum[..., None]
+    z = (zsum - st.t_min * st.c_sum * a_sum) / (1 - st.t_min) + st.w_const * a_sum
+    part = st.in_const * prog["w_sum"][None] + jnp.einsum("s,stkn->tkn",
+                                                           jnp.asarray(st.in_coeffs, dt), z)
+    y = jnp.einsum("tkn,kn->tn", part, prog["scale"], precision=hp)[:, :st.n]
+    return y * scale[:, None], photons / params["inv_p"], clipped
+
+
+_chunk_jit = jax.jit(_chunk, static_argnums=0)
+
+
+def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
+    if x2.shape[0] == 0:  # no tokens: no pass, nothing detected
+        return jnp.zeros((0, st.n), x2.dtype), jnp.zeros((0,), x2.dtype), jnp.zeros((), jnp.int32)
+    ys, photons, clipped = [], [], 0
+    for c0 in range(0, x2.shape[0], chunk):
+        c1 = min(c0 + chunk, x2.shape[0])
+        y, ph, cl = _chunk_jit(st, prog, params, x2[c0:c1], scale[c0:c1], jnp.uint32(c0), seed)
+        ys.append(y)
+        photons.append(ph)
+        clipped = clipped + cl
+    if len(ys) == 1:
+        return ys[0], photons[0], clipped
+    return jnp.concatenate(ys), jnp.concatenate(photons, axis=-1), clipped
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def emulate(st, chunk, x2, w2, prog, params, scale, seed):
+    """The noisy machine forward; straight-through backward (module docstring)."""
+    return run_chunks(st, x2, prog, params, scale, seed, chunk)
+
+
+def _emulate_fwd(st, chunk, x2, w2, prog, params, scale, seed):
+    return run_chunks(st, x2, prog, params, scale, seed, chunk), (x2, prog, params, scale, seed)
+
+
+def _emulate_bwd(st, chunk, res, cts):
+    x2, prog, params, scale, seed = res
+    g = cts[0]
+    zeros = jax.tree.map(jnp.zeros_like, (prog, params, scale))
+    seed_ct = np.zeros(np.shape(seed), dtype=jax.dtypes.float0)
+    return (g @ prog["w_eff"].T, x2.T @ g, *zeros, seed_ct)
+
+
+emulate.defvjp(_emulate_fwd, _emulate_bwd)
