@@ -389,8 +389,9 @@ class DetectorConfig(_Section):
         noise remains.
     read_noise_electrons : float, electrons
         RMS input-referred read/TIA noise per readout (Gaussian). This and
-        ``dark_electrons`` are at most 1e30 (larger values overflow the
-        noise variances to NaN).
+        ``dark_electrons`` are at most 1e30. Noise that large keeps its law on
+        every backend, in float32 too (a variance past its range included), as
+        long as the output fits its dtype.
     shot_noise : {"poisson", "gaussian"}
         Exact Poisson counts, or their Gaussian approximation.
     balanced : bool
@@ -425,7 +426,8 @@ class ADCConfig(_Section):
         when ``bits`` is None.
     full_scale : {"max", "rms", "calibrated"}
         How each column's window is set when the tile is programmed: "max"
-        spans every readout the programmed weights can produce (never clips);
+        spans every noise-free readout the programmed weights can produce (no
+        clipping without noise; noise at the extremes can still clip);
         "rms" spans the mean +- ``headroom`` standard deviations of the readout
         for normalised inputs uniform on [-1, 1], noise included, capped at
         the smallest and largest noise-free readouts the weights can produce

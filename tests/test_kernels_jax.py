@@ -280,6 +280,23 @@ def test_rederived_windows_keep_the_per_tile_policy(rng, full_scale):
                                    atol=1e-4 * np.abs(as_programmed).max())
 
 
+def test_rederived_windows_of_a_read_noise_past_float32_range(rng):
+    # A read noise of 1e30 electrons per photon (valid, though unphysical):
+    # its variance overflows float32, yet the windows re-derived in the trace
+    # are those program() sets on the host in float64, and the output is finite.
+    x = jnp.asarray(rng.standard_normal((6, 70)).astype(np.float32))
+    w = rng.standard_normal((70, 30)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.full_scale": "rms",
+                   "detector.shot_noise": "gaussian", "source.photons_per_mac": 1.0})
+    loud = cfg.replace({"detector.read_noise_electrons": 1e30})
+    as_programmed = np.asarray(jax_backend.matmul(x, w, loud, seed=0))
+    rederived = np.asarray(jax_backend.matmul(
+        x, w, cfg, seed=0, params={"detector.read_noise_electrons": 1e30}))
+    assert np.isfinite(as_programmed).all()
+    np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
+                               atol=1e-4 * np.abs(as_programmed).max())
+
+
 def test_poisson_shot_noise_at_large_and_infinite_photon_counts(rng):
     # jax.random.poisson counts in int32 and, in float32, overstates the
     # variance at large means; the backend draws the normal law there. Truth:

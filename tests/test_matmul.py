@@ -291,6 +291,33 @@ def test_dark_and_read_noise_in_the_dark(rng, backend, exact, balanced, source):
     _assert_noise_law(y[1:], 0.0, theory)
 
 
+@pytest.mark.parametrize(("backend", "exact"), [
+    *BACKENDS, pytest.param("jax", False, id="jax-fast"), pytest.param("jax", True, id="jax-exact")])
+@pytest.mark.parametrize("balanced", [True, False])
+def test_read_noise_past_float32_range_keeps_its_law(rng, backend, exact, balanced):
+    """A read noise 1e28 times the photons per MAC (a variance of 1e56, past
+    float32's range, of a valid config: read noise up to 1e30 electrons):
+    the law of ``test_dark_and_read_noise_in_the_dark`` still holds, on the
+    fast paths too (which took the root of a float32 variance and gave NaN)."""
+    p, read = 100.0, 1e30
+    x = _zero_tokens(4000, 16)
+    w = rng.uniform(-2, 2, (16, 4))
+    s = np.abs(w).max(axis=0)
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
+                   "encoding.inputs": "split", "encoding.weights": "split",
+                   "detector.balanced": balanced, "detector.read_noise_electrons": read,
+                   "core.inputs": 16, "dac.scaling": "per_tensor"})
+    theory = s**2 * 2 * (1 if balanced else 2) * read**2 / p**2
+    if backend == "jax":
+        jnp = pytest.importorskip("jax.numpy")
+        y = np.asarray(optical.matmul(jnp.asarray(x, jnp.float32), w.astype(np.float32), cfg,
+                                      seed=3, exact=exact), dtype=np.float64)
+    else:
+        y = optical.matmul(x, w, cfg, seed=3, backend=backend, exact=exact)
+    assert np.isfinite(y).all()
+    _assert_noise_law(y[1:], 0.0, theory)
+
+
 @pytest.mark.parametrize(("backend", "exact"), BACKENDS)
 def test_poisson_dark_counts_are_fluctuations_about_their_mean(rng, backend, exact):
     """Poisson dark counts of mean d, offset inputs and offset weights: one

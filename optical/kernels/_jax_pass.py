@@ -266,13 +266,23 @@ def _windows(st: Static, prog, params):
     g2sum = jnp.asarray(np.square(np.array(st.g)).sum(axis=1))[None, :, None]
     mean = mean_a * prog["csum"]
     signal_var = var_a * prog["csq"]
-    noise_var = (params["rin_sigma"] ** 2 * (var_a + mean_a**2) * prog["csq"]
-                 + mean_a * prog["det_g2"] * inv_p + g2sum * params["dark"] * inv_p**2
-                 + (params["read"] * inv_p) ** 2)
-    half = params["headroom"] * jnp.sqrt(signal_var + noise_var)
-    noise_half = params["headroom"] * jnp.sqrt(noise_var)
+    noise_sd = _root_sum_squares(
+        params["rin_sigma"] * math.sqrt(var_a + mean_a**2) * jnp.sqrt(prog["csq"]),
+        jnp.sqrt(mean_a * prog["det_g2"] * inv_p), jnp.sqrt(g2sum * params["dark"]) * inv_p,
+        params["read"] * inv_p)
+    half = params["headroom"] * _root_sum_squares(jnp.sqrt(signal_var), noise_sd)
+    noise_half = params["headroom"] * noise_sd
     return _shared_per_tile(st, jnp.maximum(mean - half, prog["floor"] - noise_half),
                             jnp.minimum(mean + half, prog["ceiling"] + noise_half))
+
+
+def _root_sum_squares(*deviations):
+    """``sqrt(sum(d**2))`` of non-negative standard deviations, scaled by the
+    largest: a deviation past float32's square root (1.8e19 readout units,
+    e.g. a read noise that many times ``photons_per_mac``) does not overflow."""
+    top = functools.reduce(jnp.maximum, deviations)
+    safe = jnp.where(top > 0, top, 1.0)
+    return top * jnp.sqrt(sum(jnp.square(d / safe) for d in deviations))
 
 
 def _shared_per_tile(st: Static, lo, hi):
@@ -333,10 +343,10 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
     lo_b = jnp.moveaxis(lo, 1, 0)[:, None, None]  # (n_adc, 1, 1, kt, Np)
     hi_b = jnp.moveaxis(hi, 1, 0)[:, None, None]
     inv_p = params["inv_p"].astype(dt)
-    enob_var = jnp.zeros((), dt)
+    enob_sd = jnp.zeros((), dt)
     if st.adc_bits is not None:
         step = (hi_b - lo_b) / ((1 << st.adc_bits) - 1)
-        enob_var = step**2 * (4.0 ** params["enob_loss"] - 1.0) / 12.0
+        enob_sd = step * jnp.sqrt((4.0 ** params["enob_loss"] - 1.0) / 12.0)
     shape = (st.k_tiles, st.n_in, st.n_adc, np_)
     if not st.exact:
         g = np.array(st.g)
@@ -350,11 +360,12 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
                               jnp.maximum(means, 0))
             means = jnp.einsum("er,rstkn->estkn", jnp.asarray(g, dt), means)
         g2 = np.square(g).sum(axis=1)  # dark counts of each rail, per ADC
-        var = (jnp.maximum(shot, 0) * inv_p
-               + jnp.asarray(g2, dt)[:, None, None, None, None] * params["dark"] * inv_p**2
-               + (params["read"] * inv_p) ** 2 + enob_var)
+        sd = _root_sum_squares(
+            jnp.sqrt(jnp.maximum(shot, 0) * inv_p),
+            jnp.sqrt(jnp.asarray(g2, dt)[:, None, None, None, None] * params["dark"]) * inv_p,
+            params["read"] * inv_p, enob_sd)
         z = _token_normals(key, _STREAM_READOUT, t0, tokens, shape, dt)
-        value = means + jnp.sqrt(var) * jnp.transpose(z, (3, 2, 0, 1, 4))
+        value = means + sd * jnp.transpose(z, (3, 2, 0, 1, 4))
     else:
         det = means
         if st.poisson:
@@ -378,7 +389,7 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
         zr = _token_normals(key, _rng.STREAMS["read"], t0, tokens, shape, dt)
         za = _token_normals(key, _rng.STREAMS["adc"], t0, tokens, shape, dt)
         zr, za = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zr, za))
-        value = value + params["read"] * inv_p * zr + jnp.sqrt(enob_var) * za
+        value = value + params["read"] * inv_p * zr + enob_sd * za
     clipped = jnp.zeros((), jnp.int32)
     if st.adc_bits is not None:
         value, clip = _adc(value, lo_b, hi_b, st.adc_bits)

@@ -294,8 +294,9 @@ def _readout_fast_pass(m, row, g, p_low, r_low, lo, step, inv_step, var_col, var
         if top > 0.0:
             for j in range(nn):
                 v = max(var[j], 0.0) * inv_p + vconst + vc_e[j]
-                # float32 is ample for the size of a noise term, and twice as wide.
-                value = mean_e[j] + np.float64(math.sqrt(np.float32(v)) * noise[j + shift])
+                # float32 is ample for the size of a noise term (the root is taken in
+                # float64: a variance past float32's range is a finite deviation).
+                value = mean_e[j] + np.float64(np.float32(math.sqrt(v)) * noise[j + shift])
                 # A zero-width window has inv_step 0: code 0, value lo, never clipped.
                 code = np.rint((value - lo_e[j]) * inv_e[j])
                 n_clip += (code < 0.0) | (code > top)
@@ -304,7 +305,7 @@ def _readout_fast_pass(m, row, g, p_low, r_low, lo, step, inv_step, var_col, var
             for j in range(nn):
                 v = max(var[j], 0.0) * inv_p + vconst + vc_e[j]
                 zsum[j] += he * (mean_e[j]
-                                 + np.float64(math.sqrt(np.float32(v)) * noise[j + shift]))
+                                 + np.float64(np.float32(math.sqrt(v)) * noise[j + shift]))
     return n_clip
 
 
@@ -361,7 +362,7 @@ def _readout_fast_single(t, m, g0, p_low, r_low, asum, lo, step, inv_step, var_c
     for j in range(nn):
         v = max(var[j], 0.0) * inv_p + vconst + var_col[j]
         value = g0 * np.float64(mean[j]) \
-            + np.float64(math.sqrt(np.float32(v)) * noise[j + shift])
+            + np.float64(np.float32(math.sqrt(v)) * noise[j + shift])
         if top > 0.0:
             code = np.rint((value - lo[j]) * inv_step[j])
             n_clip += (code < 0.0) | (code > top)
