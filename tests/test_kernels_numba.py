@@ -546,3 +546,40 @@ def test_passive_waits_unless_the_user_chose(env, expected):
     out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == expected
+
+
+@pytest.mark.slow  # compiles every kernel of a matmul afresh (~1 min)
+def test_kernels_compile_without_a_writable_cache(tmp_path):
+    """Where numba finds no directory to cache in (a read-only install
+    without a writable user cache: numba's cache locators all decline),
+    importing the kernels must not fail: they compile in memory, with one
+    warning per module naming NUMBA_CACHE_DIR, and compute the same bits."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_cache.py"
+    script.write_text(
+        "import warnings\n"
+        "import numba.core.caching as caching\n"
+        "impl = getattr(caching, 'CacheImpl', None) or caching._CacheImpl  # (numba < 0.61)\n"
+        "impl._locator_classes = []  # nowhere to cache, as on a read-only disk\n"
+        "import numpy as np\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import optical\n"
+        "    rng = np.random.default_rng(0)\n"
+        "    x, w = rng.standard_normal((8, 64)), rng.standard_normal((64, 16))\n"
+        "    cfg = optical.presets.get('iris-like').replace({'core.inputs': 32, "
+        "'core.outputs': 16})\n"
+        "    y = optical.matmul(x, w, cfg, seed=1, backend='numba')\n"
+        "np.save(r'%s', y)\n"
+        "print(sum('NUMBA_CACHE_DIR' in str(c.message) for c in caught))\n" % (tmp_path / "y.npy"))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout.split()[-1]) >= 3  # one per kernel module imported
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((8, 64)), rng.standard_normal((64, 16))
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+    expected = optical.matmul(x, w, cfg, seed=1, backend="numba")
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)

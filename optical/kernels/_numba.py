@@ -27,8 +27,11 @@ import math
 import numba as nb
 import numpy as np
 
+from optical._numba_cache import can_cache
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 from optical.kernels import _rng_numba as rng
+
+_CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
 
 #: SHA-256 (first 16 hex digits) of each module whose numba functions the
 #: kernels here compile in. numba checks a cached kernel against its own
@@ -37,10 +40,10 @@ from optical.kernels import _rng_numba as rng
 #: alone would leave the kernels cached from this file running the old
 #: code. Recording the digests makes such an edit change this file too;
 #: ``tests/test_kernels_numba.py`` fails until they are updated.
-DEPENDENCY_SHA256 = {"_rng_numba.py": "7321ca5a5d0efb97"}
+DEPENDENCY_SHA256 = {"_rng_numba.py": "f52659077e14d793"}
 
-_SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
-_PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
+_SERIAL = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
+_PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
 
 
 @nb.njit(inline="always", error_model="numpy")

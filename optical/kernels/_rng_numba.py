@@ -22,7 +22,10 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from optical._numba_cache import can_cache
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
+
+_CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -333,33 +336,33 @@ def normal_pair32(key, counter):
 _BLOCK = 4096
 
 
-@nb.njit(cache=True, error_model="numpy")
+@nb.njit(cache=_CACHE, error_model="numpy")
 def normal_array(key, index, out):
     """The reference's normals of every counter in ``index`` (serial)."""
     for i in range(index.size):
         out[i] = normal(key, index[i])
 
 
-@nb.njit(cache=True, error_model="numpy")
+@nb.njit(cache=_CACHE, error_model="numpy")
 def uniform_array(key, index, out):
     for i in range(index.size):
         out[i] = uniform(key, index[i])
 
 
-@nb.njit(cache=True, error_model="numpy")
+@nb.njit(cache=_CACHE, error_model="numpy")
 def poisson_array(seed, stream, index, lam, out):
     key0 = stream_key(seed, stream, np.uint64(0))
     for i in range(index.size):
         out[i] = poisson(seed, stream, key0, index[i], lam[i])
 
 
-@nb.njit(cache=True, error_model="numpy")
+@nb.njit(cache=_CACHE, error_model="numpy")
 def _normal_block(key, start, out):
     for i in range(out.size):
         out[i] = normal_inline(key, start + np.uint64(i))
 
 
-@nb.njit(cache=True, error_model="numpy")
+@nb.njit(cache=_CACHE, error_model="numpy")
 def _pairs_block(key, start, out):
     for i in range(out.size // 2):
         c, s = normal_pair32(key, start + np.uint64(i))
@@ -368,7 +371,7 @@ def _pairs_block(key, start, out):
 
 
 @guarded
-@nb.njit(parallel=True, cache=True, error_model="numpy")
+@nb.njit(parallel=True, cache=_CACHE, error_model="numpy")
 def normal_range(key, start, out):
     """Reference normals of the counters ``start, start + 1, ...``, in parallel."""
     for b in nb.prange((out.size + _BLOCK - 1) // _BLOCK):
@@ -377,7 +380,7 @@ def normal_range(key, start, out):
 
 
 @guarded
-@nb.njit(parallel=True, cache=True, error_model="numpy")
+@nb.njit(parallel=True, cache=_CACHE, error_model="numpy")
 def normal_pairs_range(key, start, out):
     """Fast normals in parallel: ``out[2 i], out[2 i + 1]`` are the pair of
     counter ``start + i`` (``out.size`` even)."""
@@ -386,7 +389,7 @@ def normal_pairs_range(key, start, out):
         _pairs_block(key, start + np.uint64(lo // 2), out[lo:min(lo + _BLOCK, out.size)])
 
 
-@nb.njit(cache=True, error_model="numpy")
+@nb.njit(cache=_CACHE, error_model="numpy")
 def _tukey_block(key, start, half_h, scale, out):
     for i in range(out.size // 2):
         c, s = normal_pair32(key, start + np.uint64(i))
@@ -398,7 +401,7 @@ def _tukey_block(key, start, half_h, scale, out):
 
 
 @guarded
-@nb.njit(parallel=True, cache=True, error_model="numpy")
+@nb.njit(parallel=True, cache=_CACHE, error_model="numpy")
 def tukey_h_range(key, h, scale, out):
     """Tukey-h samples ``scale z exp(h z**2 / 2)`` (float32, in parallel) of
     the fast normals: ``out[2 i], out[2 i + 1]`` from the pair of counter ``i``."""

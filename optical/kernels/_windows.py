@@ -25,10 +25,13 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from optical._numba_cache import can_cache
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
-_SERIAL = {"cache": True, "error_model": "numpy", "nogil": True}
-_PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
+_CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
+
+_SERIAL = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
+_PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
 
 
 @nb.njit(inline="always", error_model="numpy")

@@ -18,9 +18,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from optical._numba_cache import can_cache
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
-_PARALLEL = {"cache": True, "error_model": "numpy", "nogil": True, "parallel": True}
+_CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
+
+_PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
 
 _CHUNK = 1 << 16
 _ABS = np.uint32(0x7FFFFFFF)
