@@ -163,7 +163,7 @@ def _init_worker(threads: int, parent_pid: int) -> None:
         os.environ[var] = str(threads)
     try:  # numpy's BLAS is loaded already: cap it at run time
         import threadpoolctl
-    except ImportError:  # pragma: no cover - threadpoolctl ships in the sweep extra
+    except ImportError:  # pragma: no cover - threadpoolctl is a base dependency
         pass
     else:
         global _LIMITS

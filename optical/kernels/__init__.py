@@ -59,7 +59,9 @@ def resolve(backend: str, x: object, config=None) -> str:
         small = config is not None and config.core.inputs * config.core.outputs < MIN_FAST_TILE
         return "numba" if "numba" in available() and not small else "numpy"
     if backend not in available():
-        raise ValueError(f"backend: {backend!r} is not installed; install optical[{backend}]")
+        # numba is a base dependency (missing only from a broken install); JAX an extra.
+        hint = "pip install 'optical[jax]'" if backend == "jax" else "pip install numba"
+        raise ValueError(f"backend: {backend!r} is not installed; {hint}")
     if jax_input and backend != "jax":
         raise ValueError(f"backend: {backend!r} takes numpy arrays, x is a JAX array; "
                          "use backend='jax' or convert with numpy.asarray(x)")

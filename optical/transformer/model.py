@@ -285,8 +285,8 @@ class BertModel(_Model):
             try:
                 from tokenizers import Tokenizer
             except ImportError:
-                raise ImportError('embedding sentences needs the tokenizers package; install '
-                                  'the "models" extra: pip install -e ".[models]"') from None
+                raise ImportError("embedding sentences needs the tokenizers package; install "
+                                  "the models extra: pip install 'optical[models]'") from None
             tokenizer = Tokenizer.from_file(str(path))
             tokenizer.no_padding()
             tokenizer.enable_truncation(256)
