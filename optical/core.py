@@ -121,6 +121,28 @@ def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
     """Count the passes, loads and conversions of a (tokens, k) @ (k, n) matmul.
 
     The same counting :func:`matmul` reports in its stats, without running it.
+
+    Parameters
+    ----------
+    tokens, k, n : int
+        Rows of the input, its features (the weights' rows), and the weights'
+        columns; non-negative.
+    config : OpticalConfig
+        Sets the core's tile (``core.inputs`` x ``core.outputs``) and the rails
+        of the encodings and the ADCs.
+
+    Returns
+    -------
+    Schedule
+        Passes, weight loads, DAC and ADC conversions, detector readouts and
+        MACs.
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not an OpticalConfig.
+    ValueError
+        ``tokens``, ``k`` or ``n`` is not a non-negative integer.
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
@@ -228,6 +250,19 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     y : ndarray (a jax.Array on the JAX backend), shape (..., N), dtype of ``x``
         (which ``w`` must share)
     stats : MatmulStats, if ``return_stats``
+
+    Raises
+    ------
+    TypeError
+        ``x`` or ``w`` not a float32/float64 array (or of different dtypes),
+        ``config`` not an OpticalConfig, a seed that is not an integer, a
+        non-bool ``exact``.
+    ValueError
+        Shapes that do not chain (``x``'s last axis is not ``w``'s K), NaN or
+        inf in ``x`` or ``w``, a seed out of range, ``chunk_tokens`` < 1, an
+        unknown or unavailable ``backend``, ``ProgrammedWeights`` programmed
+        for another config, or raw weights whose calibration on ``x`` cannot
+        work (e.g. an all-zero ``x``).
     """
     if not isinstance(config, OpticalConfig):
         raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")

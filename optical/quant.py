@@ -86,9 +86,12 @@ class ProgrammedWeights:
     scale : ndarray, shape (k_tiles, N)
         Weight scale of every column of every K-tile: the rows of K-tile ``i``
         hold ``w[rows, n] ~ scale[i, n] * weights[rows, n]``. Restored
-        digitally before the K-tiles' partial sums are added; 0 for a column
-        that is all zero in the K-tile, whose readouts (noise alone) are
-        then dropped.
+        digitally before the K-tiles' partial sums are added. It is 0 where
+        every weight sharing it is zero (``mask.scaling``: the whole tensor,
+        the column, the tile, or with "per_tile_column" the column within the
+        K-tile), and those readouts (noise alone) are then dropped; under
+        the other scalings a column zero in one K-tile only keeps its
+        scale and its readouts' noise.
     weights : ndarray, shape (K, N)
         Normalised, quantised weights in [-1, 1] as the digital side believes
         they are programmed (used to undo the encoding); with

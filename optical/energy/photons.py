@@ -66,6 +66,21 @@ def output_snr_db(width: int, photons_per_mac: float, *, operands: str = "cohere
     ``config`` (default: the ideal preset) is used with ``core.inputs = width``
     and ``core.outputs = outputs``; the same ``seed`` draws the operands and
     the noise, so SNRs at different photon counts share their random numbers.
+
+    Parameters
+    ----------
+    width : int
+        K, the inputs summed per output (one tile's width).
+    photons_per_mac : float, photons
+    operands : {"coherent", "zero_mean"}
+        ``x`` (tokens, width) and ``w`` (width, outputs) drawn uniform on
+        [0, 1] ("coherent": the products add up, the signal grows as K) or
+        on [-1, 1] ("zero_mean": it grows as sqrt(K)).
+    tokens, outputs : int
+        Rows of ``x`` and columns of ``w``.
+    config : OpticalConfig, optional
+        Default: the ideal preset (shot noise only).
+    seed : int
     """
     x, w = _operands(width, tokens, outputs, operands, seed)
     cfg = _width_config(config, width, outputs).replace(
@@ -110,6 +125,18 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     then measures the SNR at three photon counts a quarter-decade apart
     around the last step and solves a least-squares line of SNR against
     ``log10(photons)`` for the target.
+
+    Parameters
+    ----------
+    width, operands, tokens, outputs, config, seed
+        As :func:`output_snr_db`.
+    target_snr_db : float, dB
+    max_steps : int
+        Secant steps allowed before the final fit.
+
+    Returns
+    -------
+    PhotonRequirement
 
     Raises
     ------

@@ -131,7 +131,10 @@ class BertLayer:
                 calibration: Mapping[str, np.ndarray] | None = None
                 ) -> np.ndarray | tuple[np.ndarray, dict[str, MatmulStats]]:
         """The layer with every weight matmul on the optical core; see
-        :meth:`optical.transformer.LlamaLayer.optical`."""
+        :meth:`optical.transformer.LlamaLayer.optical` for the parameters and
+        what it returns (the products are named ``query`` ... ``output``).
+        ``mask`` is that of :meth:`reference` (True for real tokens; padded
+        keys get no attention; None: all real)."""
         trace = self.trace(h, config=config, seed=seed, mask=mask,
                            program_options=program_options, matmul_options=matmul_options,
                            calibration=calibration)

@@ -144,6 +144,15 @@ class LlamaLayer:
             Held-out input rows of each weight matmul, by product name, for
             configs that need calibration; without them each product is
             calibrated on its own inputs (an oracle).
+
+        Returns
+        -------
+        out : ndarray, float32, the shape of ``h``
+            The layer's output hidden states.
+        stats : dict of str to MatmulStats, if ``return_stats``
+            Each product's stats by name (``q_proj`` ... ``down_proj``, and
+            ``attention.scores`` / ``attention.values`` summed over heads when
+            they run optically).
         """
         trace = self.trace(h, config=config, seed=seed, program_options=program_options,
                            matmul_options=matmul_options, calibration=calibration)

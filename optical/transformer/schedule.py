@@ -30,7 +30,9 @@ def layer_schedule(spec: ModelSpec, tokens: int, config: OpticalConfig, *,
     Returns
     -------
     dict of str to Schedule
-        Keyed by matmul name, in execution order.
+        Keyed by matmul name: the linear products in execution order, then
+        (with ``mapping.attention = "optical"``) the two attention products,
+        which run between the value and the output projections.
     """
     tokens = check_positive_int(tokens, "tokens")
     batch = check_positive_int(batch, "batch")

@@ -82,7 +82,37 @@ class ProductReport:
 
 @dataclasses.dataclass(frozen=True)
 class ValidationReport:
-    """The result of :func:`validate`; :meth:`table` renders it, :meth:`to_dict` serialises it."""
+    """The result of :func:`validate`; :meth:`table` renders it, :meth:`to_dict` serialises it.
+
+    Attributes
+    ----------
+    model, architecture : str
+        The model directory's name and "llama" or "bert".
+    weights : str
+        ``"checkpoint <dir>"`` or ``"synthetic (seed N)"``.
+    layer, tokens, batch, seed : int
+        What was run: the layer's index, the prompt length, the batch and the
+        seed of the noise and the inputs.
+    reference_dtype : str
+        The reference's dtype ("float16" by default).
+    config : OpticalConfig
+    products : tuple of ProductReport
+        One row per product, in execution order.
+    output : ProductReport
+        The layer's output hidden states.
+    totals : dict of str to float
+        Over the products on the optical core: the sums of the
+        :class:`optical.Schedule` counts (``passes``, ``weight_loads``,
+        ``dac_conversions``, ``adc_conversions``, ``detector_readouts``,
+        ``macs``) and ``detected_photons``, the expected photons detected
+        (the signal light that reached the detectors, far below the light the
+        energy model charges for an always-on full-scale source; ``inf`` for
+        the ideal source).
+    timings : dict of str to float, s
+        See below.
+    calibration_tokens : int or None
+        See below.
+    """
 
     model: str
     architecture: str
