@@ -271,44 +271,96 @@ def test_energy_table_divides_each_component_by_every_prompt_token(capsys):
         assert float(share.rstrip("%")) == pytest.approx(100 * value / total, abs=0.051), name
 
 
-def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path, monkeypatch):
+def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path):
     """The figure of a batch of 2: the optical bar stacks each component's
     joules over 2 x 256 tokens, up to the total per token; the GPU bar is its
-    energy over those tokens; the time panel holds the two TTFTs."""
-    plt = pytest.importorskip("matplotlib.pyplot")
-    from optical.energy.plot import plot_breakdown
+    energy over those tokens; the time panel holds the two TTFTs, each bar
+    labelled with its value."""
+    pytest.importorskip("matplotlib")
+    from optical.energy.plot import breakdown_figure, plot_breakdown
 
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read it
     spec, cfg, h100 = read_spec(MODEL), optical.presets.get("iris-like"), gpu.get_gpu("h100")
     opt = optical.energy.prefill(spec, PROMPT, cfg, batch=2, model="llama-3.2-1b")
     ref = gpu.prefill(spec, PROMPT, h100, batch=2)
     path = plot_breakdown(opt, ref, tmp_path / "fig.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    (fig,) = figures
+    fig = breakdown_figure(opt, ref)
+    energy, times = fig.axes
+    bars = {c.get_label(): c.patches for c in energy.containers}
+    tokens = 2 * PROMPT
+    bottom = 0.0
+    for name, value in opt.components.items():
+        if value == 0:
+            assert name not in bars, name
+            continue
+        (bar,) = bars[name]
+        assert bar.get_y() == pytest.approx(bottom, rel=1e-12, abs=0), name
+        assert bar.get_height() == pytest.approx(value / tokens, rel=1e-12, abs=0), name
+        bottom += value / tokens
+    assert bottom == pytest.approx(sum(opt.components.values()) / tokens, rel=1e-12, abs=0)
+    (gpu_bar,) = bars[f"GPU (x{ref.gpus})"]
+    assert gpu_bar.get_height() == pytest.approx(ref.energy / tokens, rel=1e-12, abs=0)
+    assert [p.get_height() for p in times.patches] == [opt.ttft, ref.time]
+    assert [t.get_text() for t in times.texts] == [f"{opt.ttft:.3g} s", f"{ref.time:.3g} s"]
+    assert [t.get_text() for t in energy.texts] == [f"{bottom:.3g} J",
+                                                    f"{ref.energy / tokens:.3g} J"]
+    # the optical TTFT bar wears no component's colour (the legend is shared)
+    colours = {tuple(c.patches[0].get_facecolor()) for c in energy.containers}
+    assert tuple(times.patches[0].get_facecolor()) not in colours
+
+
+@pytest.mark.parametrize(("model", "tokens", "batch", "cores", "name", "scale"), [
+    ("models/llama-3.1-70b", 2048, 8, 64, "h200", "linear"),  # GPU 2.08x the optical TTFT
+    (MODEL, PROMPT, 1, 1, "h100", "log"),                   # optical ~800x the GPU's
+])
+def test_energy_figure_time_bars_keep_the_ratio_of_the_times(model, tokens, batch, cores,
+                                                             name, scale):
+    """Bar lengths read as the ratio of the TTFTs: a linear axis from 0 when
+    the times are within 10x (a log axis whose automatic bottom sat just under
+    the smaller bar drew a 2.08x ratio as 21x); past that a log axis whose
+    bottom is at least a decade below the smaller time."""
+    pytest.importorskip("matplotlib")
+    from optical.energy.plot import breakdown_figure
+
+    spec = read_spec(model)
+    cfg = optical.presets.get("iris-like").replace({"energy.cores": cores})
+    opt = optical.energy.prefill(spec, tokens, cfg, batch=batch)
+    ref = gpu.prefill(spec, tokens, gpu.get_gpu(name), batch=batch)
+    times = breakdown_figure(opt, ref).axes[1]
+    low, high = sorted([opt.ttft, ref.time])
+    bottom, top = times.get_ylim()
+    assert times.get_yscale() == scale and top > high
+    if scale == "linear":
+        assert high / low < 10 and bottom == 0
+        lengths = [p.get_height() for p in times.patches]  # bars from 0: lengths are times
+        assert max(lengths) / min(lengths) == pytest.approx(high / low, rel=1e-12)
+    else:
+        assert high / low >= 10 and bottom <= low / 10
+        assert "log scale" in times.get_ylabel()
+
+
+def test_energy_figure_leaves_the_callers_backend_alone(tmp_path, monkeypatch):
+    """No pyplot, no matplotlib.use: a notebook's backend survives the figure;
+    without matplotlib the error is an ImportError naming the extra."""
+    import sys
+
+    matplotlib = pytest.importorskip("matplotlib")
+    from optical.energy.plot import plot_breakdown
+
+    spec = read_spec(MODEL)
+    opt = optical.energy.prefill(spec, PROMPT, optical.presets.get("iris-like"))
+    ref = gpu.prefill(spec, PROMPT, gpu.get_gpu("h100"))
+    before = matplotlib.get_backend()
     try:
-        energy, times = fig.axes
-        bars = {c.get_label(): c.patches for c in energy.containers}
-        tokens = 2 * PROMPT
-        bottom = 0.0
-        for name, value in opt.components.items():
-            if value == 0:
-                assert name not in bars, name
-                continue
-            (bar,) = bars[name]
-            assert bar.get_y() == pytest.approx(bottom, rel=1e-12, abs=0), name
-            assert bar.get_height() == pytest.approx(value / tokens, rel=1e-12, abs=0), name
-            bottom += value / tokens
-        assert bottom == pytest.approx(sum(opt.components.values()) / tokens, rel=1e-12, abs=0)
-        (gpu_bar,) = bars[f"GPU (x{ref.gpus})"]
-        assert gpu_bar.get_height() == pytest.approx(ref.energy / tokens, rel=1e-12, abs=0)
-        assert [p.get_height() for p in times.patches] == [opt.ttft, ref.time]
-        assert times.get_yscale() == "log"
-        # the optical TTFT bar wears no component's colour (the legend is shared)
-        colours = {tuple(c.patches[0].get_facecolor()) for c in energy.containers}
-        assert tuple(times.patches[0].get_facecolor()) not in colours
+        matplotlib.use("svg")
+        plot_breakdown(opt, ref, tmp_path / "fig.png")
+        assert matplotlib.get_backend() == "svg"
     finally:
-        close(fig)
+        matplotlib.use(before)
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"pip install 'optical\[plot\]'"):
+        plot_breakdown(opt, ref, tmp_path / "other.png")
 
 
 def test_break_even_line_says_what_each_figure_holds_fixed(capsys):

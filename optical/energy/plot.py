@@ -1,28 +1,20 @@
-"""Stacked-bar figure of an optical prefill against the GPU (matplotlib, Agg).
+"""Stacked-bar figure of an optical prefill against the GPU.
 
 matplotlib is an optional dependency (``pip install 'optical[plot]'``); it is
-imported only when a figure is drawn.
+imported only when a figure is drawn, and without pyplot: no backend or other
+global state of the caller (a notebook, say) is touched.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 from optical.energy.gpu import GPUReport
 from optical.energy.model import COMPONENTS, PrefillEnergy
 
-__all__ = ["plot_breakdown"]
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise ValueError("plotting needs matplotlib: pip install 'optical[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+__all__ = ["breakdown_figure", "plot_breakdown"]
 
 
 def figure_path(path: str | Path, option: str = "path") -> Path:
@@ -39,24 +31,41 @@ def figure_path(path: str | Path, option: str = "path") -> Path:
     return path
 
 
-def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> Path:
-    """Draw energy per prompt token (optical stacked by component, GPU) and
-    time to first token, and save the figure to ``path`` (format from its
-    suffix: png, svg or pdf; no suffix: ``.png`` is added).
+def _time_axis(ax: Any, times: list[float]) -> None:
+    """Scale of the time-to-first-token panel, where bar lengths must keep the
+    ratio of the times: linear from 0 when they are within 10x of each other;
+    otherwise log, with the bottom at least a decade below the smaller time (a
+    bar's length then reads in decades, none is a sliver of the other)."""
+    low, high = min(times), max(times)
+    if high < 10 * low:
+        ax.set_ylim(0, 1.15 * high)  # room for the value above the taller bar
+        return
+    ax.set_yscale("log")
+    ax.set_ylim(10 ** (math.floor(math.log10(low)) - 1), high * 10 ** 0.3)
+
+
+def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport) -> Any:
+    """Energy per prompt token (optical stacked by component, GPU) and time
+    to first token, each bar with its value written on it.
+
+    The time panel is linear when the two times are within 10x of each
+    other, else log from at least a decade below the smaller one.
 
     Returns
     -------
-    Path
-        Where the figure was written.
+    matplotlib.figure.Figure
+        Axes: energy, then time; ImportError naming ``pip install
+        'optical[plot]'`` without matplotlib.
     """
-    path = figure_path(path)
-    plt = _pyplot()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from optical.plots import _figure
+
+    fig = _figure(figsize=(10, 4.5))
+    from matplotlib import colormaps
+
+    ax_e, ax_t = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     tokens = optical.batch * optical.tokens
-    fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(10, 4.5),
-                                     gridspec_kw={"width_ratios": [3, 2]})
     bottom = 0.0
-    palette = plt.get_cmap("tab10")
+    palette = colormaps["tab10"]
     colors = [palette(i) for i in (0, 1, 2, 3, 4, 5, 6, 8, 9)]  # no grey: that is the GPU
     for color, name in zip(colors, COMPONENTS, strict=True):
         value = optical.components[name] / tokens
@@ -65,16 +74,35 @@ def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> 
         ax_e.bar("optical", value, bottom=bottom, color=color, label=name)
         bottom += value
     ax_e.bar(gpu.gpu.name, gpu.per_token, color="0.3", label=f"GPU (x{gpu.gpus})")
+    for x, total in enumerate((bottom, gpu.per_token)):
+        ax_e.annotate(f"{total:.3g} J", (x, total), xytext=(0, 3), textcoords="offset points",
+                      ha="center", va="bottom", fontsize="small")
+    ax_e.margins(y=0.1)  # room for the totals
     ax_e.set_ylabel("energy per prompt token (J)")
     ax_e.set_title(f"{optical.model or 'model'}: {optical.tokens} tokens x batch {optical.batch}",
                    fontsize=10)
-    names = ["optical", gpu.gpu.name]
+    times = [optical.ttft, gpu.time]
     # Not palette(0): that colour is the laser's in the shared legend.
-    ax_t.bar(names, [optical.ttft, gpu.time], color=["white", "0.3"], edgecolor="black")
-    ax_t.set_yscale("log")
-    ax_t.set_ylabel("time to first token (s)")
-    fig.legend(loc="center right", fontsize=8)
-    fig.tight_layout(rect=(0, 0, 0.85, 1))
+    bars = ax_t.bar(["optical", gpu.gpu.name], times, color=["white", "0.3"], edgecolor="black")
+    _time_axis(ax_t, times)
+    ax_t.bar_label(bars, [f"{t:.3g} s" for t in times], padding=3, fontsize="small")
+    log = ax_t.get_yscale() == "log"
+    ax_t.set_ylabel("time to first token (s" + (", log scale)" if log else ")"))
+    fig.legend(loc="outside right center", fontsize=8)
+    return fig
+
+
+def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> Path:
+    """Draw :func:`breakdown_figure` and save it to ``path`` (format from its
+    suffix: png, svg or pdf; no suffix: ``.png`` is added).
+
+    Returns
+    -------
+    Path
+        Where the figure was written.
+    """
+    path = figure_path(path)
+    fig = breakdown_figure(optical, gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
