@@ -49,34 +49,37 @@ def sweep(points: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def plot(results: dict[str, tuple[np.ndarray, np.ndarray]], path: str) -> None:
-    import matplotlib
+def plot(results: dict[str, tuple[np.ndarray, np.ndarray]], path: str):
+    """Draw the four panels and save them to ``path``; returns the Figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
+    Built on ``matplotlib.figure.Figure``, not pyplot: a caller's backend and
+    open figures are left alone.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    fig = Figure(figsize=(10, 7), layout="constrained")
+    axes = fig.subplots(2, 2)
     for col, (name, (x, rows)) in enumerate(results.items()):
-        ax = axes[0, col]
-        ax.semilogx(x, 10 * np.log10(rows[:, 0]), "o-", label="input (next row)")
-        ax.semilogx(x, 10 * np.log10(rows[:, 1]), "s-", label="output (next detector)")
-        ax.set_xlabel(f"{name} of both lenses, mm")
-        ax.set_ylabel("nearest-neighbour coupling, dB")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.legend()
-        ax = axes[1, col]
-        ax.loglog(x, np.maximum(rows[:, 2], 1e-6), "o-", label="flat-top line generator")
-        ax.loglog(x, np.maximum(rows[:, 3], 1e-6), "s-", label="Gaussian source, 1.5 um waist")
-        ax.set_xlabel(f"{name} of both lenses, mm")
-        ax.set_ylabel("illumination fall-off, 1 - min(envelope)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.legend()
+        upper, lower = axes[0, col], axes[1, col]
+        upper.semilogx(x, 10 * np.log10(rows[:, 0]), "o-", label="input (next row)")
+        upper.semilogx(x, 10 * np.log10(rows[:, 1]), "s-", label="output (next detector)")
+        upper.set_ylabel("nearest-neighbour coupling, dB")
+        lower.loglog(x, np.maximum(rows[:, 2], 1e-6), "o-", label="flat-top line generator")
+        lower.loglog(x, np.maximum(rows[:, 3], 1e-6), "s-", label="Gaussian source, 1.5 um waist")
+        lower.set_ylabel("illumination fall-off, 1 - min(envelope)\n(under 1e-6: drawn at 1e-6)")
+        for ax in (upper, lower):
+            ax.set_xlabel(f"{name} of both lenses, mm")
+            ax.grid(True, which="both", alpha=0.3)
+            # The sweeps span about one decade: decades alone would label one
+            # tick (or none); 1-2-5 steps label three or four.
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.legend()
     fig.suptitle("iris-like core: crosstalk and illumination from scalar diffraction")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def main() -> None:

@@ -2,7 +2,9 @@
 
 Each function takes the tidy DataFrame of :func:`optical.sweep` /
 :func:`optical.load_sweep`, averages a metric over seeds (error bars: the
-standard deviation over seeds), and returns a ``matplotlib.figure.Figure``;
+standard deviation over seeds; NaN seeds left out and named in the title;
+an infinite mean marked "inf" at the axes' edge), chooses linear or log
+scales from the values (:func:`line`), and returns a ``matplotlib.figure.Figure``;
 :func:`save` writes it as PNG and SVG (or the format a file name's suffix
 names). Swept parameters other than the ones
 plotted must be held fixed with ``where={"path": value}`` (or plotted as the
@@ -15,6 +17,7 @@ hue): a plot never silently averages over a parameter.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -116,12 +119,24 @@ def _groups(frame: Any, keys: Sequence[str], metric: str) -> dict[tuple, np.ndar
     return {k: np.asarray(v) for k, v in groups.items()}
 
 
-def _mean_std(values: np.ndarray) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    if finite.size < values.size:  # an infinite SQNR (exact result) stays infinite
-        return float(np.mean(values)), 0.0
-    std = float(np.std(values, ddof=1)) if values.size > 1 else 0.0
-    return float(np.mean(values)), std
+def _mean_std(values: np.ndarray) -> tuple[float, float, int]:
+    """Mean and sample standard deviation over the seeds of one point, and how
+    many NaN seeds were left out of them.
+
+    A NaN seed (a metric undefined on that run) is left out and counted, so
+    that one failed seed does not hide the others; the caller names it on the
+    figure. An infinite seed (the SQNR of an exact result) makes the mean
+    infinite, with no spread; +inf and -inf together have no mean (NaN).
+    """
+    kept = values[~np.isnan(values)]
+    dropped = values.size - kept.size
+    if kept.size == 0:
+        return math.nan, 0.0, dropped
+    if not np.all(np.isfinite(kept)):
+        signs = set(np.sign(kept[np.isinf(kept)]))
+        return (math.inf * signs.pop() if len(signs) == 1 else math.nan), 0.0, dropped
+    std = float(np.std(kept, ddof=1)) if kept.size > 1 else 0.0
+    return float(np.mean(kept)), std, dropped
 
 
 def _numeric(values: Sequence[Any]) -> bool:
@@ -138,8 +153,26 @@ def _figure(**kwargs: Any) -> Any:
     return Figure(figsize=kwargs.pop("figsize", (6.4, 4.4)), layout="constrained", **kwargs)
 
 
-def _title(where: Mapping[str, Any] | None) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in (where or {}).items())
+def _title(where: Mapping[str, Any] | None, dropped: Sequence[str] = ()) -> str:
+    """The ``where`` values, and a second line naming the points whose NaN
+    seeds were left out of the mean (at most three, then a count)."""
+    title = ", ".join(f"{k}={v!r}" for k, v in (where or {}).items())
+    if dropped:
+        pieces = [*dropped[:3]] + ([f"{len(dropped) - 3} more"] if len(dropped) > 3 else [])
+        lines = ["NaN seeds left out of the mean:"]
+        for i, piece in enumerate(pieces):
+            piece += ";" if i < len(pieces) - 1 else ""
+            # Broken between points, within the narrowest figure (6.4 in at 10 pt).
+            if len(lines[-1]) + 1 + len(piece) > 80:
+                lines.append(piece)
+            else:
+                lines[-1] += " " + piece
+        title = "\n".join(([title] if title else []) + lines)
+    return title
+
+
+def _dropped(point: str, dropped: int, seeds: int) -> str:
+    return f"{point} ({dropped} of {seeds}{', no mean' if dropped == seeds else ''})"
 
 
 def _log_axis(xs: list) -> bool:
@@ -150,6 +183,144 @@ def _log_axis(xs: list) -> bool:
     return span >= 100 or (span >= 10 and not integers)
 
 
+def _powers_of_two(xs: list) -> bool:
+    """Whether ``xs`` are positive integer powers of two spanning a decade or
+    more (8 ... 512 inputs): a base-2 log axis spaces them evenly, where a
+    linear one crowds the small ones together."""
+    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0
+                   for v in xs)
+    return integers and all(v & (v - 1) == 0 for v in xs) and max(xs) / min(xs) >= 10
+
+
+def _log_values(values: Sequence[float], metric: str) -> bool:
+    """Whether plotted values of ``metric`` want a log scale: all positive,
+    spanning two decades or more, and not already in decibels (``sqnr_db``,
+    ``sqnr_db.q_proj``: a log scale of a log scale misleads)."""
+    values = np.asarray(values, dtype=np.float64)
+    if metric.split(".")[0].endswith("_db") or values.size < 2:
+        return False
+    return bool(values.min() > 0 and values.max() / values.min() >= 100)
+
+
+def _label(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _colours(values: Sequence[Any]) -> list[Any]:
+    """One distinct colour per hue value: numbers from a sequential colormap
+    (viridis, light end left out: it vanishes on white), so that the order of
+    the lines reads as magnitude; other values from tab10, or evenly from turbo
+    past ten values, where tab10 would repeat."""
+    from matplotlib import colormaps
+
+    n = len(values)
+    if n > 1 and _numeric(values):
+        return [colormaps["viridis"](0.85 * i / (n - 1)) for i in range(n)]
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    return [colormaps["turbo"](0.05 + 0.9 * i / (n - 1)) for i in range(n)]
+
+
+@functools.cache
+def _spaced_labels() -> type:
+    """The tick formatter class of :func:`_label_ticks` (defined on first use:
+    matplotlib is an optional dependency)."""
+    from matplotlib.textpath import TextToPath
+    from matplotlib.ticker import Formatter
+
+    class SpacedLabels(Formatter):
+        """Given labels at fixed x ticks, less any that would overlap the label
+        kept to its left: decided when the axis is drawn, at its final length."""
+
+        def __init__(self, texts: Mapping[float, str]):
+            self.texts = dict(texts)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return self.texts.get(x, "")
+
+        def format_ticks(self, values: Sequence[float]) -> list[str]:
+            texts = [self(v) for v in values]
+            ax = self.axis.axes
+            font = self.axis.majorTicks[0].label1.get_fontproperties()
+            pixels = ax.figure.dpi / 72  # per point
+            bottom = ax.get_ylim()[0]
+            centres = ax.transData.transform([(v, bottom) for v in values])[:, 0]
+            gap, right = font.get_size_in_points() * pixels / 2, -math.inf
+            measure = TextToPath().get_text_width_height_descent  # in points, no renderer
+            for i, (text, centre) in enumerate(zip(texts, centres, strict=True)):
+                half = measure(text, font, False)[0] / 2
+                if text and centre - half * pixels >= right + gap:
+                    right = centre + half * pixels
+                else:
+                    texts[i] = ""
+            return texts
+
+    return SpacedLabels
+
+
+def _label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str]) -> None:
+    """x ticks at ``positions`` labelled ``texts``, leaving out labels that
+    would overlap (many values, or values crowded on the scale)."""
+    from matplotlib.ticker import FixedLocator
+
+    ax.xaxis.set_major_locator(FixedLocator(positions))
+    ax.xaxis.set_major_formatter(_spaced_labels()(dict(zip(positions, texts, strict=True))))
+    ax.xaxis.set_minor_locator(FixedLocator([]))
+
+
+def _x_axis(ax: Any, xs: list, numeric: bool) -> None:
+    """Scale and ticks of a line's x axis: the rule in :func:`line`'s docstring."""
+    if not numeric:
+        _label_ticks(ax, range(len(xs)), [_label(v) for v in xs])
+        return
+    positive = [v for v in xs if v > 0]
+    if min(xs) > 0 and _powers_of_two(xs):
+        ax.set_xscale("log", base=2)
+    elif min(xs) > 0 and _log_axis(xs):
+        ax.set_xscale("log")
+        if len(xs) > 6:  # labels at decades read better than many values' labels
+            return
+    elif min(xs) == 0 and len(positive) > 1 and max(positive) / min(positive) >= 100:
+        # 0 beside decades: the linear part ends at the smallest positive value
+        ax.set_xscale("symlog", linthresh=min(positive))
+    if len(xs) <= 12:
+        _label_ticks(ax, xs, [_label(v) for v in xs])
+
+
+def _mark_infinite(ax: Any, marks: Sequence[tuple[float, float, Any]]) -> None:
+    """Draw each infinite mean ``(x, +-inf, colour)`` as a triangle at the top
+    (+inf) or bottom edge of the axes, labelled "inf": an exact result (an
+    infinite SQNR) must not look like a missing run. The y margins grow so that
+    no finite point is drawn there."""
+    if not marks:
+        return
+    ax.set_ymargin(0.15)  # the finite data stay within 11.5% ... 88.5% of the height
+    labelled = set()
+    for x, mean, colour in marks:
+        top = mean > 0
+        y = 0.95 if top else 0.05
+        ax.plot([x], [y], marker="^" if top else "v", color=colour, linestyle="none",
+                transform=ax.get_xaxis_transform(), clip_on=False)
+        if (x, top) not in labelled:
+            labelled.add((x, top))
+            ax.annotate("inf" if top else "-inf", (x, y), xycoords=ax.get_xaxis_transform(),
+                        xytext=(0, -6 if top else 6), textcoords="offset points",
+                        rotation=90, ha="center", va="top" if top else "bottom",
+                        fontsize="small", color="0.2")
+
+
+def _spread(std: np.ndarray) -> np.ndarray | None:
+    """Error bars of standard deviations ``std``: none where it is 0 (one
+    seed, equal seeds), whose cap alone would look like a measured spread."""
+    return np.where(std > 0, std, np.nan) if np.any(std > 0) else None
+
+
+def _legend(ax: Any, title: str) -> None:
+    """The legend outside the axes, to their right, where it covers no data."""
+    ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
+              fontsize="small")
+
+
 def line(frame: Any, x: str, y: str, *, hue: str | None = None,
          where: Mapping[str, Any] | None = None, errorbars: bool = True) -> Any:
     """A metric against one parameter, one line per value of another.
@@ -158,24 +329,36 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     ----------
     frame : DataFrame of a sweep
     x : str
-        Swept parameter on the horizontal axis (log scale when its values
-        are positive and span two decades or more, or one decade for a float
+        Swept parameter on the horizontal axis: log scale when its values are
+        positive and span two decades or more, or one decade for a float
         parameter such as photons per MAC, whose tick labels would collide on
-        a linear axis; categorical when not all finite numbers, e.g. ``None``
-        bits or ``inf`` photons).
+        a linear axis (base 2 for integer powers of two spanning a decade,
+        e.g. 8 ... 512 inputs); symlog (linear up to the smallest positive
+        value) when 0 sits beside positive values spanning two decades or more;
+        linear otherwise; categorical when not all finite numbers, e.g.
+        ``None`` bits or ``inf`` photons. Ticks sit at the values (at most 12
+        of them; on a log axis more than 6 get matplotlib's decades instead),
+        and labels that would overlap are left out.
     y : str
-        Metric, averaged over seeds.
+        Metric, averaged over seeds, on a log axis when all the plotted means
+        are positive and span two decades or more (e.g. relative error) and
+        the metric is not in decibels (``*_db``), linear otherwise. Seeds
+        whose value is NaN are left out of a mean and named in the title; an
+        infinite mean (an exact result's SQNR) is drawn as a triangle at the
+        top (or bottom) edge labelled "inf".
     hue : str, optional
-        Swept parameter drawn as separate lines.
+        Swept parameter drawn as separate lines: numeric values in a sequential
+        colormap (viridis, low to high), others in distinct colours.
     where : mapping, optional
         Values at which to hold the other swept parameters.
     errorbars : bool
-        Standard deviation over seeds.
+        Standard deviation over seeds (none where it is 0).
 
     Returns
     -------
     matplotlib.figure.Figure
-        Axis labels are exactly ``x`` and ``y``.
+        Axis labels are exactly ``x`` and ``y``; the legend sits outside the
+        axes, on the right.
     """
     _check_runs(frame)
     _check_param(frame, x, "x")
@@ -189,28 +372,42 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     numeric = _numeric(xs)
     position = {v: (v if numeric else i) for i, v in enumerate(xs)}
     groups = _groups(frame, [hue or x, x], y)
+    hues = _sorted(frame[hue]) if hue else [None]
     fig = _figure()
     ax = fig.add_subplot()
-    for h in (_sorted(frame[hue]) if hue else [None]):
-        points = [(position[xv], *_mean_std(groups[(h if hue else xv, xv)]))
-                  for xv in xs if (h if hue else xv, xv) in groups]
-        px, mean, std = (np.array(c) for c in zip(*points, strict=True))
-        label = f"{h:g}" if isinstance(h, float) else str(h)
-        ax.errorbar(px, mean, yerr=std if errorbars and np.any(std > 0) else None,
-                    marker="o", capsize=3, label=label if hue else None)
-    if numeric and min(xs) > 0 and _log_axis(xs):
-        ax.set_xscale("log")
-    if not numeric:
-        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
-    elif len(xs) <= 12:
-        ax.set_xticks(xs, [f"{v:g}" for v in xs])
-        ax.minorticks_off()
+    plotted, infinite, dropped = [], [], []
+    for h, colour in zip(hues, _colours(hues), strict=True):
+        points = []
+        for xv in xs:
+            values = groups.get((h if hue else xv, xv))
+            if values is None:  # not run (random sampling, an unfinished sweep)
+                continue
+            mean, std, lost = _mean_std(values)
+            if lost:
+                point = (f"{hue}={_label(h)}, " if hue else "") + f"{x}={_label(xv)}"
+                dropped.append(_dropped(point, lost, values.size))
+            if math.isinf(mean):
+                infinite.append((position[xv], mean, colour))
+            points.append((position[xv], mean, std))
+        px, mean, std = (np.array(c, dtype=np.float64) for c in zip(*points, strict=True))
+        finite = np.isfinite(mean)
+        plotted.extend(mean[finite])
+        # Non-finite means are NaN here: the line breaks there, not across them.
+        ax.errorbar(px, np.where(finite, mean, np.nan),
+                    yerr=_spread(std) if errorbars else None,
+                    marker="o", capsize=3, color=colour, label=_label(h) if hue else None)
+    # Every swept x value is on the axis, even where no finite mean is drawn.
+    ax.update_datalim([(p, 0.0) for p in position.values()], updatey=False)
+    if _log_values(plotted, y):
+        ax.set_yscale("log")
+    _x_axis(ax, xs, numeric)
+    _mark_infinite(ax, infinite)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     if hue:
-        ax.legend(title=hue)
+        _legend(ax, hue)
     ax.grid(True, alpha=0.3)
-    ax.set_title(_title(where), fontsize="medium")
+    ax.set_title(_title(where, dropped), fontsize="medium")
     return fig
 
 
@@ -219,10 +416,14 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
             value: str | None = None) -> Any:
     """A metric ``z`` (mean over seeds) over two swept parameters ``x`` and ``y``.
 
-    Missing cells (random sampling, an unfinished sweep) are left blank;
-    cells are annotated with their values when the grid is small (at most
-    12 x 12) unless ``annotate`` says otherwise. ``value`` is the former
-    name of ``z``, still accepted.
+    Missing cells (random sampling, an unfinished sweep) and infinite means
+    are left blank (an infinite one is annotated "inf"); seeds whose value is
+    NaN are left out of a mean and named in the title. The colour scale is
+    logarithmic when all finite cells are positive and span two decades or
+    more (e.g. relative error) and the metric is not in decibels (``*_db``),
+    linear otherwise. Cells are annotated with
+    their values when the grid is small (at most 12 x 12) unless ``annotate``
+    says otherwise. ``value`` is the former name of ``z``, still accepted.
     """
     if value is not None:
         if z is not None:
@@ -240,39 +441,52 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     xs, ys = _sorted(frame[x]), _sorted(frame[y])
     groups = _groups(frame, [y, x], z)
     grid = np.full((len(ys), len(xs)), np.nan)
+    dropped = []
     for (yv, xv), values in groups.items():
-        grid[ys.index(yv), xs.index(xv)] = _mean_std(values)[0]
+        grid[ys.index(yv), xs.index(xv)], _, lost = _mean_std(values)
+        if lost:
+            dropped.append(_dropped(f"{x}={_label(xv)}, {y}={_label(yv)}", lost, values.size))
     fig = _figure(figsize=(1.2 + 0.9 * max(len(xs), 4), 1.2 + 0.6 * max(len(ys), 4)))
     ax = fig.add_subplot()
     finite = np.where(np.isfinite(grid), grid, np.nan)
+    norm = None
+    if _log_values(finite[np.isfinite(finite)], z):
+        from matplotlib.colors import LogNorm
+
+        norm = LogNorm(vmin=np.nanmin(finite), vmax=np.nanmax(finite))
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
-                      cmap="viridis")
+                      cmap="viridis", norm=norm)
     fig.colorbar(image, ax=ax, label=z)
-    ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
+    _label_ticks(ax, range(len(xs)), [_label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
-        lo, hi = np.nanmin(finite, initial=np.inf), np.nanmax(finite, initial=-np.inf)
         for (i, j), v in np.ndenumerate(grid):
             if math.isnan(v):
                 continue
-            dark = math.isfinite(v) and hi > lo and (v - lo) / (hi - lo) < 0.5
+            # Light text on the dark (low) half of the colour scale, as drawn.
+            dark = math.isfinite(v) and image.norm.vmax > image.norm.vmin and \
+                float(image.norm(v)) < 0.5
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize="small",
                     color="white" if dark else "black")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(_title(where), fontsize="medium")
+    ax.set_title(_title(where, dropped), fontsize="medium")
     return fig
-
-
-def _label(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
                 where: Mapping[str, Any] | None = None) -> Any:
-    """Per-matmul ``metric`` of a layer sweep (columns ``metric.<matmul>``),
-    one bar per matmul and, if present, one for the layer output
-    (``metric``); grouped by ``hue`` when given."""
+    """Per-matmul ``metric`` of a layer sweep (columns ``metric.<matmul>``).
+
+    One bar per matmul and, if present, one for the layer output
+    (``metric``); grouped by ``hue`` when given, coloured as in :func:`line`.
+    Error bars (standard deviation over seeds) are drawn when a spread is not
+    zero; NaN seeds are left out of a mean and named in the title; an infinite
+    mean is a triangle at the top edge labelled "inf". Bars are at least about
+    0.1 inch wide: past 14 inches of them the matmuls wrap onto further rows
+    of axes (sharing the y axis) rather than widen the figure; the legend sits
+    outside the first row's axes, on the right.
+    """
     _check_runs(frame)
     prefix = metric + "."
     names = [c[len(prefix):] for c in _metric_columns(frame) if c.startswith(prefix)]
@@ -288,22 +502,45 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
         _check_param(frame, hue, "hue")
     frame = _select(frame, where, [hue] if hue else [])
     hues = _sorted(frame[hue]) if hue else [None]
-    fig = _figure(figsize=(max(6.4, 0.9 * len(columns) * max(1, len(hues)) * 0.6 + 2), 4.4))
-    ax = fig.add_subplot()
+    group_inches = max(0.54, 0.15 * len(hues))  # a group's bars fill 0.8 of its slot
+    rows = math.ceil(len(columns) * group_inches / 12)
+    per_row = math.ceil(len(columns) / rows)
+    fig = _figure(figsize=(max(6.4, min(14.0, per_row * group_inches + 2.5)),
+                           4.4 + 3.0 * (rows - 1)))
+    axes = fig.subplots(rows, 1, sharey=True, squeeze=False)[:, 0]
     width = 0.8 / len(hues)
-    for k, h in enumerate(hues):
-        rows = frame if hue is None else frame[[_key(v) == h for v in frame[hue]]]
-        stats = [_mean_std(rows[c].to_numpy(dtype=np.float64)) for c in columns]
-        centre = np.arange(len(columns)) - 0.4 + width * (k + 0.5)
-        ax.bar(centre, [s[0] for s in stats], width, yerr=[s[1] for s in stats], capsize=2,
-               label=_label(h) if hue else None)
-    ax.set_xticks(range(len(columns)), labels, rotation=30, ha="right")
-    ax.set_xlabel("matmul")
-    ax.set_ylabel(metric)
+    dropped, infinite = [], [[] for _ in axes]
+    for k, (h, colour) in enumerate(zip(hues, _colours(hues), strict=True)):
+        rows_of_h = frame if hue is None else frame[[_key(v) == h for v in frame[hue]]]
+        stats = []
+        for column, label in zip(columns, labels, strict=True):
+            values = rows_of_h[column].to_numpy(dtype=np.float64)
+            stats.append(_mean_std(values))
+            if stats[-1][2]:
+                point = f"{label}" + (f", {hue}={_label(h)}" if hue else "")
+                dropped.append(_dropped(point, stats[-1][2], values.size))
+        mean = np.array([s[0] for s in stats])
+        std = np.array([s[1] for s in stats])
+        for r, ax in enumerate(axes):
+            part = slice(r * per_row, (r + 1) * per_row)
+            centre = np.arange(len(columns))[part] - r * per_row - 0.4 + width * (k + 0.5)
+            finite = np.isfinite(mean[part])
+            ax.bar(centre[finite], mean[part][finite], width,
+                   yerr=_spread(std[part][finite]),
+                   capsize=2, color=colour, label=_label(h) if hue and r == 0 else None)
+            infinite[r].extend((c, m, colour) for c, m in zip(centre, mean[part], strict=True)
+                               if math.isinf(m))
+    for r, ax in enumerate(axes):
+        shown = labels[r * per_row:(r + 1) * per_row]
+        ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
+        ax.set_xlim(-0.5, per_row - 0.5)  # equal bar widths on every row
+        _mark_infinite(ax, infinite[r])
+        ax.set_ylabel(metric)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[-1].set_xlabel("matmul")
     if hue:
-        ax.legend(title=hue)
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.set_title(_title(where), fontsize="medium")
+        _legend(axes[0], hue)
+    axes[0].set_title(_title(where, dropped), fontsize="medium")
     return fig
 
 

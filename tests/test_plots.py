@@ -232,3 +232,244 @@ def test_heatmap_takes_its_metric_as_z_or_by_its_former_name(grid):
         plots.heatmap(grid, "adc.bits", "source.photons_per_mac", "sqnr_db", value="sqnr_db")
     with pytest.raises(TypeError, match="missing the metric to plot, z"):
         plots.heatmap(grid, "adc.bits", "source.photons_per_mac")
+
+
+# --------------------------------------------------------------------------- #
+# What the reader sees: scales, tick labels, colours, non-finite means
+
+
+def drawn(fig):
+    """Draw ``fig`` (on an Agg canvas of its own, not pyplot's) and return its renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def shown_xlabels(fig, ax, renderer=None):
+    """(texts, boxes) of the x tick labels drawn with text, left to right."""
+    renderer = renderer or drawn(fig)
+    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    return [t.get_text() for t in labels], [t.get_window_extent(renderer) for t in labels]
+
+
+def one_param(path, xs, metric="sqnr_db", values=None, seeds=1):
+    values = values if values is not None else [float(i) for i in range(len(xs))]
+    return frame_of([{"seed": s, path: x, metric: v + 0.1 * s}
+                     for x, v in zip(xs, values, strict=True) for s in range(seeds)], [path])
+
+
+@pytest.mark.parametrize(("path", "xs", "scale", "labels"), [
+    # 0 beside decades of read noise: symlog, linear below the smallest positive value
+    ("detector.read_noise_electrons", [0.0, 10.0, 100.0, 1e3, 1e4, 1e5], "symlog",
+     ["0", "10", "100", "1000", "10000", "100000"]),
+    # powers of two under two decades: a base-2 log axis spaces them evenly
+    ("core.inputs", [8, 16, 32, 64, 128, 256, 512], "log",
+     ["8", "16", "32", "64", "128", "256", "512"]),
+    # twelve log-spaced floats: matplotlib's decades, not twelve colliding labels
+    ("source.photons_per_mac", list(np.logspace(1, 6, 12)), "log", None),
+    # categorical (inf present): values formatted with :g, not str()
+    ("source.photons_per_mac", [100.0, 10 ** 2.5, 1e3, 1e4, 1e5, 1e6, math.inf], "linear",
+     ["100", "316.228", "1000", "10000", "100000", "1e+06", "inf"]),
+    # twelve long labels on a linear axis (under a decade): colliding ones are left out
+    ("source.photons_per_mac", [float(v) for v in np.linspace(1e4, 9e4, 12)], "linear", None),
+])
+def test_x_tick_labels_never_overlap(path, xs, scale, labels):
+    """Tick labels as drawn do not overlap their neighbours (read noise 0,
+    10, ..., 1e5 on a linear axis, 8 ... 512 inputs and twelve log-spaced
+    photon counts all overprinted), and read as the values (":g")."""
+    fig = plots.line(one_param(path, xs), path, "sqnr_db")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == scale
+    texts, boxes = shown_xlabels(fig, ax)
+    assert len(texts) >= 3
+    for left, right in zip(boxes, boxes[1:], strict=False):
+        assert left.x1 < right.x0, texts
+    if labels is not None:
+        assert texts == labels
+    if path == "core.inputs":
+        assert ax.xaxis.get_transform().base == 2
+    if scale == "symlog":
+        assert ax.xaxis.get_transform().linthresh == 10.0
+
+
+def test_log_y_for_a_metric_spanning_decades():
+    """Positive means spanning two decades or more get a log y axis (line)
+    and a log colour scale (heatmap): relative errors from 1e-3 to 1 sat on
+    the floor of a linear axis. One decade, a sign change or decibels (a
+    log scale already) stay linear."""
+    errors = [1.0, 0.1, 0.01, 0.001]
+    frame = one_param("adc.bits", [2, 4, 6, 8], "relative_error", errors)
+    ax = plots.line(frame, "adc.bits", "relative_error").axes[0]
+    assert ax.get_yscale() == "log"
+    np.testing.assert_allclose(data_lines(ax)[0].get_ydata(), errors, rtol=1e-12)
+    for metric, values in [("relative_error", [1.0, 0.5, 0.2, 0.11]),
+                           ("relative_error", [1.0, 0.1, -0.01, 0.001]),
+                           ("sqnr_db", [0.5, 5.0, 30.0, 60.0])]:
+        frame = one_param("adc.bits", [2, 4, 6, 8], metric, values)
+        assert plots.line(frame, "adc.bits", metric).axes[0].get_yscale() == "linear", values
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p,
+             "relative_error": 10.0 ** -(b / 2) * 1e3 / p}
+            for b in (4, 8) for p in (1e3, 1e4, 1e5)]
+    fig = plots.heatmap(frame_of(rows, ["adc.bits", "source.photons_per_mac"]),
+                        "source.photons_per_mac", "adc.bits", "relative_error")
+    from matplotlib.colors import LogNorm
+
+    norm = fig.axes[0].get_images()[0].norm
+    assert isinstance(norm, LogNorm)
+    assert (norm.vmin, norm.vmax) == pytest.approx((1e-6, 1e-2), rel=1e-12)
+    drawn(fig)
+
+
+def test_numeric_hues_take_distinct_ordered_colours():
+    """Twelve hue values: twelve colours (tab10 repeated two of them), from a
+    sequential colormap in the order of the values; twelve categorical hues
+    likewise differ."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_rgba
+
+    photons = list(np.logspace(1, 6, 12))
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": b + i}
+            for b in (4, 8) for i, p in enumerate(photons)]
+    fig = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                     "sqnr_db", hue="source.photons_per_mac")
+    colours = [to_rgba(line.get_color()) for line in data_lines(fig.axes[0])]
+    assert len(set(colours)) == 12
+    viridis = colormaps["viridis"]
+    assert colours[0] == pytest.approx(viridis(0.0)) and colours[-1] == pytest.approx(
+        viridis(0.85))
+    categorical = [*photons[:11], math.inf]  # inf: not all finite numbers, so categorical
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": b + i}
+            for b in (4, 8) for i, p in enumerate(categorical)]
+    fig = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                     "sqnr_db", hue="source.photons_per_mac")
+    assert len({to_rgba(line.get_color()) for line in data_lines(fig.axes[0])}) == 12
+
+
+def layer_rows(hues, matmuls, seeds=1, value=lambda h, m, s: 10.0 + h + m):
+    return frame_of([{"seed": s, "source.photons_per_mac": h,
+                      **{f"sqnr_db.m{m}": value(h, m, s) for m in range(matmuls)},
+                      "sqnr_db": value(h, matmuls, s)}
+                     for h in hues for s in range(seeds)], ["source.photons_per_mac"])
+
+
+def test_matmul_bars_with_many_hues_wrap_rather_than_widen():
+    """Twelve hue values over nine bars made a 60-inch-wide figure: now at
+    most 14 inches, the matmuls wrapped onto rows with bars of one width,
+    every matmul still labelled and every bar drawn."""
+    hues = list(np.logspace(2, 7, 12))
+    fig = plots.matmul_bars(layer_rows(hues, 8), hue="source.photons_per_mac")
+    width, _ = fig.get_size_inches()
+    assert width <= 14
+    shown = [t.get_text() for ax in fig.axes if ax.get_xlabel() or ax.get_ylabel()
+             for t in ax.get_xticklabels()]
+    assert shown == [f"m{m}" for m in range(8)] + ["layer output"]
+    patches = [p for ax in fig.axes for p in ax.patches]
+    assert len(patches) == 12 * 9
+    renderer = drawn(fig)
+    assert len({round(p.get_window_extent(renderer).width, 6) for p in patches}) == 1
+    assert min(p.get_window_extent(renderer).width for p in patches) >= 0.09 * fig.dpi
+
+
+def test_zero_spreads_draw_no_error_bars():
+    """Equal seeds (or one seed) have no spread: no zero-length caps, in bars
+    or lines; where some spreads are not zero, only those are drawn."""
+    fig = plots.matmul_bars(layer_rows([1e3], 2, seeds=2, value=lambda h, m, s: 1.0 + m))
+    assert not [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]
+    frame = one_param("adc.bits", [4, 6, 8], values=[1.0, 2.0, 3.0], seeds=2)
+    frame.loc[frame["adc.bits"] == 6, "sqnr_db"] = 2.0  # equal seeds at 6 bits
+    (container,) = plots.line(frame, "adc.bits", "sqnr_db").axes[0].containers
+    segments = container[2][0].get_segments()
+    assert [len(s) for s in segments] == [2, 0, 2]
+
+
+def test_the_legend_sits_outside_the_data():
+    """The legend is drawn beside the axes, never over them."""
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": b * p}
+            for b in (4, 6, 8) for p in (1.0, 2.0, 3.0)]
+    line = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                      "sqnr_db", hue="source.photons_per_mac")
+    bars = plots.matmul_bars(layer_rows([1e3, 1e4, 1e5], 3), hue="source.photons_per_mac")
+    for fig in (line, bars):
+        renderer = drawn(fig)
+        ax = fig.axes[0]
+        legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert legend.x0 > axes.x1
+        assert fig.bbox.contains(legend.x1 - 1, legend.y0 + 1)  # and on the figure
+
+
+def test_nan_seeds_are_left_out_of_the_mean_and_named():
+    """One NaN seed no longer hides a point: the mean of the other seeds is
+    drawn, and the title says which point lost how many seeds; a point with
+    no seed left is a gap, said too. No RuntimeWarning (errors here)."""
+    frame = one_param("adc.bits", [4, 6, 8], values=[1.0, 2.0, 3.0], seeds=2)
+    frame.loc[(frame["adc.bits"] == 6) & (frame["seed"] == 1), "sqnr_db"] = math.nan
+    frame.loc[frame["adc.bits"] == 8, "sqnr_db"] = math.nan
+    fig = plots.line(frame, "adc.bits", "sqnr_db")
+    ax = fig.axes[0]
+    np.testing.assert_array_equal(data_lines(ax)[0].get_ydata(), [1.05, 2.0, math.nan])
+    assert ax.get_title().replace("\n", " ") == (
+        "NaN seeds left out of the mean: adc.bits=6 (1 of 2); adc.bits=8 (2 of 2, no mean)")
+    rows = layer_rows([1e3], 2, seeds=2, value=lambda h, m, s: math.nan if s else 5.0 + m)
+    ax = plots.matmul_bars(rows).axes[0]
+    assert [p.get_height() for p in ax.patches] == [5.0, 6.0, 7.0]
+    assert ax.get_title().replace("\n", " ").startswith(
+        "NaN seeds left out of the mean: m0 (1 of 2); m1 (1 of 2)")
+    drawn(fig)
+
+
+def test_an_infinite_mean_is_marked_at_the_edge():
+    """An exact result (infinite SQNR) was an empty slot, like a missing run:
+    now a triangle at the top edge of the axes labelled "inf", above every
+    finite point, in lines and bars alike."""
+    frame = one_param("adc.bits", [4, 6, 8], values=[10.0, 20.0, math.inf], seeds=2)
+    fig = plots.line(frame, "adc.bits", "sqnr_db")
+    ax = fig.axes[0]
+    drawn(fig)
+    (mark,) = [line for line in ax.lines if line.get_marker() == "^"]
+    assert list(mark.get_xdata()) == [8]
+    assert mark.get_transform() == ax.get_xaxis_transform()  # y in axes units
+    (y,) = mark.get_ydata()
+    top_point = ax.transLimits.transform((6, 20.1))[1]  # the highest finite mean
+    assert y > top_point and y <= 1
+    assert [t.get_text() for t in ax.texts] == ["inf"]
+    rows = layer_rows([1e3, 1e4], 2, value=lambda h, m, s: math.inf if h > 5e3 and m == 0
+                      else 10.0 + m)
+    ax = plots.matmul_bars(rows, hue="source.photons_per_mac").axes[0]
+    (mark,) = [line for line in ax.lines if line.get_marker() == "^"]
+    assert mark.get_xdata()[0] == pytest.approx(0.2)  # the second hue's bar of m0
+    assert [t.get_text() for t in ax.texts] == ["inf"]
+    assert len(ax.patches) == 5
+
+
+def test_crosstalk_example_figure_uses_no_pyplot_and_labels_its_axes(tmp_path):
+    """examples/crosstalk_vs_optics.py leaves the caller's backend alone (it
+    called matplotlib.use("Agg")) and labels at least three x ticks of each
+    log axis (a one-decade sweep showed a single "10^2")."""
+    import importlib.util
+    from pathlib import Path
+
+    import matplotlib
+
+    path = Path(__file__).parents[1] / "examples" / "crosstalk_vs_optics.py"
+    spec = importlib.util.spec_from_file_location("crosstalk_vs_optics_plot", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rows = np.column_stack([np.geomspace(1e-8, 1e-2, 6), np.geomspace(1e-3, 1e-1, 6),
+                            np.geomspace(1e-6, 1e-2, 6), np.geomspace(0.05, 0.9, 6)])
+    results = {"focal length": (np.geomspace(50.8, 406.4, 6), rows),
+               "aperture": (np.geomspace(3.125, 50, 6), rows)}
+    before = matplotlib.get_backend()
+    try:
+        matplotlib.use("svg")
+        fig = example.plot(results, str(tmp_path / "fig.png"))
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    renderer = drawn(fig)
+    for ax in fig.axes:
+        texts, boxes = shown_xlabels(fig, ax, renderer)
+        assert len(texts) >= 3, texts
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
