@@ -17,15 +17,14 @@ hue): a plot never silently averages over a parameter.
 
 from __future__ import annotations
 
-import functools
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from optical import _plot_axes
 from optical.config import OpticalConfig
 
 __all__ = ["heatmap", "line", "matmul_bars", "param_columns", "save"]
@@ -139,11 +138,6 @@ def _mean_std(values: np.ndarray) -> tuple[float, float, int]:
     return float(np.mean(kept)), std, dropped
 
 
-def _numeric(values: Sequence[Any]) -> bool:
-    return all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-               for v in values)
-
-
 def _figure(**kwargs: Any) -> Any:
     try:
         from matplotlib.figure import Figure
@@ -173,152 +167,6 @@ def _title(where: Mapping[str, Any] | None, dropped: Sequence[str] = ()) -> str:
 
 def _dropped(point: str, dropped: int, seeds: int) -> str:
     return f"{point} ({dropped} of {seeds}{', no mean' if dropped == seeds else ''})"
-
-
-def _log_axis(xs: list) -> bool:
-    """Whether positive values ``xs`` want a log axis: two decades, or one for
-    floats (integers such as bit counts stay linear below two)."""
-    span = max(xs) / min(xs)
-    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in xs)
-    return span >= 100 or (span >= 10 and not integers)
-
-
-def _powers_of_two(xs: list) -> bool:
-    """Whether ``xs`` are positive integer powers of two spanning a decade or
-    more (8 ... 512 inputs): a base-2 log axis spaces them evenly, where a
-    linear one crowds the small ones together."""
-    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0
-                   for v in xs)
-    return integers and all(v & (v - 1) == 0 for v in xs) and max(xs) / min(xs) >= 10
-
-
-def _log_values(values: Sequence[float], metric: str) -> bool:
-    """Whether plotted values of ``metric`` want a log scale: all positive,
-    spanning two decades or more, and not already in decibels (``sqnr_db``,
-    ``sqnr_db.q_proj``: a log scale of a log scale misleads)."""
-    values = np.asarray(values, dtype=np.float64)
-    if metric.split(".")[0].endswith("_db") or values.size < 2:
-        return False
-    return bool(values.min() > 0 and values.max() / values.min() >= 100)
-
-
-def _label(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _colours(values: Sequence[Any]) -> list[Any]:
-    """One distinct colour per hue value: numbers from a sequential colormap
-    (viridis, light end left out: it vanishes on white), so that the order of
-    the lines reads as magnitude; other values from tab10, or evenly from turbo
-    past ten values, where tab10 would repeat."""
-    from matplotlib import colormaps
-
-    n = len(values)
-    if n > 1 and _numeric(values):
-        return [colormaps["viridis"](0.85 * i / (n - 1)) for i in range(n)]
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    return [colormaps["turbo"](0.05 + 0.9 * i / (n - 1)) for i in range(n)]
-
-
-@functools.cache
-def _spaced_labels() -> type:
-    """The tick formatter class of :func:`_label_ticks` (defined on first use:
-    matplotlib is an optional dependency)."""
-    from matplotlib.textpath import TextToPath
-    from matplotlib.ticker import Formatter
-
-    class SpacedLabels(Formatter):
-        """Given labels at fixed x ticks, less any that would overlap the label
-        kept to its left: decided when the axis is drawn, at its final length."""
-
-        def __init__(self, texts: Mapping[float, str]):
-            self.texts = dict(texts)
-
-        def __call__(self, x: float, pos: int | None = None) -> str:
-            return self.texts.get(x, "")
-
-        def format_ticks(self, values: Sequence[float]) -> list[str]:
-            texts = [self(v) for v in values]
-            ax = self.axis.axes
-            font = self.axis.majorTicks[0].label1.get_fontproperties()
-            pixels = ax.figure.dpi / 72  # per point
-            bottom = ax.get_ylim()[0]
-            centres = ax.transData.transform([(v, bottom) for v in values])[:, 0]
-            gap, right = font.get_size_in_points() * pixels / 2, -math.inf
-            measure = TextToPath().get_text_width_height_descent  # in points, no renderer
-            for i, (text, centre) in enumerate(zip(texts, centres, strict=True)):
-                half = measure(text, font, False)[0] / 2
-                if text and centre - half * pixels >= right + gap:
-                    right = centre + half * pixels
-                else:
-                    texts[i] = ""
-            return texts
-
-    return SpacedLabels
-
-
-def _label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str]) -> None:
-    """x ticks at ``positions`` labelled ``texts``, leaving out labels that
-    would overlap (many values, or values crowded on the scale)."""
-    from matplotlib.ticker import FixedLocator
-
-    ax.xaxis.set_major_locator(FixedLocator(positions))
-    ax.xaxis.set_major_formatter(_spaced_labels()(dict(zip(positions, texts, strict=True))))
-    ax.xaxis.set_minor_locator(FixedLocator([]))
-
-
-def _x_axis(ax: Any, xs: list, numeric: bool) -> None:
-    """Scale and ticks of a line's x axis: the rule in :func:`line`'s docstring."""
-    if not numeric:
-        _label_ticks(ax, range(len(xs)), [_label(v) for v in xs])
-        return
-    positive = [v for v in xs if v > 0]
-    if min(xs) > 0 and _powers_of_two(xs):
-        ax.set_xscale("log", base=2)
-    elif min(xs) > 0 and _log_axis(xs):
-        ax.set_xscale("log")
-        if len(xs) > 6:  # labels at decades read better than many values' labels
-            return
-    elif min(xs) == 0 and len(positive) > 1 and max(positive) / min(positive) >= 100:
-        # 0 beside decades: the linear part ends at the smallest positive value
-        ax.set_xscale("symlog", linthresh=min(positive))
-    if len(xs) <= 12:
-        _label_ticks(ax, xs, [_label(v) for v in xs])
-
-
-def _mark_infinite(ax: Any, marks: Sequence[tuple[float, float, Any]]) -> None:
-    """Draw each infinite mean ``(x, +-inf, colour)`` as a triangle at the top
-    (+inf) or bottom edge of the axes, labelled "inf": an exact result (an
-    infinite SQNR) must not look like a missing run. The y margins grow so that
-    no finite point is drawn there."""
-    if not marks:
-        return
-    ax.set_ymargin(0.15)  # the finite data stay within 11.5% ... 88.5% of the height
-    labelled = set()
-    for x, mean, colour in marks:
-        top = mean > 0
-        y = 0.95 if top else 0.05
-        ax.plot([x], [y], marker="^" if top else "v", color=colour, linestyle="none",
-                transform=ax.get_xaxis_transform(), clip_on=False)
-        if (x, top) not in labelled:
-            labelled.add((x, top))
-            ax.annotate("inf" if top else "-inf", (x, y), xycoords=ax.get_xaxis_transform(),
-                        xytext=(0, -6 if top else 6), textcoords="offset points",
-                        rotation=90, ha="center", va="top" if top else "bottom",
-                        fontsize="small", color="0.2")
-
-
-def _spread(std: np.ndarray) -> np.ndarray | None:
-    """Error bars of standard deviations ``std``: none where it is 0 (one
-    seed, equal seeds), whose cap alone would look like a measured spread."""
-    return np.where(std > 0, std, np.nan) if np.any(std > 0) else None
-
-
-def _legend(ax: Any, title: str) -> None:
-    """The legend outside the axes, to their right, where it covers no data."""
-    ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
-              fontsize="small")
 
 
 def line(frame: Any, x: str, y: str, *, hue: str | None = None,
@@ -369,14 +217,14 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
             raise ValueError(f"hue {hue!r} is the x parameter")
     frame = _select(frame, where, [x] + ([hue] if hue else []))
     xs = _sorted(frame[x])
-    numeric = _numeric(xs)
+    numeric = _plot_axes.numeric(xs)
     position = {v: (v if numeric else i) for i, v in enumerate(xs)}
     groups = _groups(frame, [hue or x, x], y)
     hues = _sorted(frame[hue]) if hue else [None]
     fig = _figure()
     ax = fig.add_subplot()
     plotted, infinite, dropped = [], [], []
-    for h, colour in zip(hues, _colours(hues), strict=True):
+    for h, colour in zip(hues, _plot_axes.colours(hues), strict=True):
         points = []
         for xv in xs:
             values = groups.get((h if hue else xv, xv))
@@ -384,7 +232,9 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
                 continue
             mean, std, lost = _mean_std(values)
             if lost:
-                point = (f"{hue}={_label(h)}, " if hue else "") + f"{x}={_label(xv)}"
+                point = f"{x}={_plot_axes.label(xv)}"
+                if hue:
+                    point = f"{hue}={_plot_axes.label(h)}, {point}"
                 dropped.append(_dropped(point, lost, values.size))
             if math.isinf(mean):
                 infinite.append((position[xv], mean, colour))
@@ -394,18 +244,18 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         plotted.extend(mean[finite])
         # Non-finite means are NaN here: the line breaks there, not across them.
         ax.errorbar(px, np.where(finite, mean, np.nan),
-                    yerr=_spread(std) if errorbars else None,
-                    marker="o", capsize=3, color=colour, label=_label(h) if hue else None)
+                    yerr=_plot_axes.spread(std) if errorbars else None,
+                    marker="o", capsize=3, color=colour, label=_plot_axes.label(h) if hue else None)
     # Every swept x value is on the axis, even where no finite mean is drawn.
     ax.update_datalim([(p, 0.0) for p in position.values()], updatey=False)
-    if _log_values(plotted, y):
+    if _plot_axes.log_values(plotted, y):
         ax.set_yscale("log")
-    _x_axis(ax, xs, numeric)
-    _mark_infinite(ax, infinite)
+    _plot_axes.x_axis(ax, xs, numeric)
+    _plot_axes.mark_infinite(ax, infinite)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     if hue:
-        _legend(ax, hue)
+        _plot_axes.legend(ax, hue)
     ax.grid(True, alpha=0.3)
     ax.set_title(_title(where, dropped), fontsize="medium")
     return fig
@@ -445,20 +295,21 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     for (yv, xv), values in groups.items():
         grid[ys.index(yv), xs.index(xv)], _, lost = _mean_std(values)
         if lost:
-            dropped.append(_dropped(f"{x}={_label(xv)}, {y}={_label(yv)}", lost, values.size))
+            point = f"{x}={_plot_axes.label(xv)}, {y}={_plot_axes.label(yv)}"
+            dropped.append(_dropped(point, lost, values.size))
     fig = _figure(figsize=(1.2 + 0.9 * max(len(xs), 4), 1.2 + 0.6 * max(len(ys), 4)))
     ax = fig.add_subplot()
     finite = np.where(np.isfinite(grid), grid, np.nan)
     norm = None
-    if _log_values(finite[np.isfinite(finite)], z):
+    if _plot_axes.log_values(finite[np.isfinite(finite)], z):
         from matplotlib.colors import LogNorm
 
         norm = LogNorm(vmin=np.nanmin(finite), vmax=np.nanmax(finite))
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis", norm=norm)
     fig.colorbar(image, ax=ax, label=z)
-    _label_ticks(ax, range(len(xs)), [_label(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
+    _plot_axes.label_ticks(ax, range(len(xs)), [_plot_axes.label(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [_plot_axes.label(v) for v in ys])
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
         for (i, j), v in np.ndenumerate(grid):
             if math.isnan(v):
@@ -510,14 +361,14 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     axes = fig.subplots(rows, 1, sharey=True, squeeze=False)[:, 0]
     width = 0.8 / len(hues)
     dropped, infinite = [], [[] for _ in axes]
-    for k, (h, colour) in enumerate(zip(hues, _colours(hues), strict=True)):
+    for k, (h, colour) in enumerate(zip(hues, _plot_axes.colours(hues), strict=True)):
         rows_of_h = frame if hue is None else frame[[_key(v) == h for v in frame[hue]]]
         stats = []
         for column, label in zip(columns, labels, strict=True):
             values = rows_of_h[column].to_numpy(dtype=np.float64)
             stats.append(_mean_std(values))
             if stats[-1][2]:
-                point = f"{label}" + (f", {hue}={_label(h)}" if hue else "")
+                point = f"{label}" + (f", {hue}={_plot_axes.label(h)}" if hue else "")
                 dropped.append(_dropped(point, stats[-1][2], values.size))
         mean = np.array([s[0] for s in stats])
         std = np.array([s[1] for s in stats])
@@ -526,20 +377,20 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
             centre = np.arange(len(columns))[part] - r * per_row - 0.4 + width * (k + 0.5)
             finite = np.isfinite(mean[part])
             ax.bar(centre[finite], mean[part][finite], width,
-                   yerr=_spread(std[part][finite]),
-                   capsize=2, color=colour, label=_label(h) if hue and r == 0 else None)
+                   yerr=_plot_axes.spread(std[part][finite]),
+                   capsize=2, color=colour, label=_plot_axes.label(h) if hue and r == 0 else None)
             infinite[r].extend((c, m, colour) for c, m in zip(centre, mean[part], strict=True)
                                if math.isinf(m))
     for r, ax in enumerate(axes):
         shown = labels[r * per_row:(r + 1) * per_row]
         ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
         ax.set_xlim(-0.5, per_row - 0.5)  # equal bar widths on every row
-        _mark_infinite(ax, infinite[r])
+        _plot_axes.mark_infinite(ax, infinite[r])
         ax.set_ylabel(metric)
         ax.grid(True, axis="y", alpha=0.3)
     axes[-1].set_xlabel("matmul")
     if hue:
-        _legend(axes[0], hue)
+        _plot_axes.legend(axes[0], hue)
     axes[0].set_title(_title(where, dropped), fontsize="medium")
     return fig
 

@@ -1,0 +1,165 @@
+"""Scales, ticks, colours and marks of the sweep plots (:mod:`optical.plots`):
+each rule decided from the plotted values, so a figure reads right without
+options. matplotlib is imported inside the functions (an optional extra)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def numeric(values: Sequence[Any]) -> bool:
+    """Whether every value is a finite real number (else the axis is categorical)."""
+    return all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values)
+
+
+def log_axis(xs: list) -> bool:
+    """Whether positive values ``xs`` want a log axis: two decades, or one for
+    floats (integers such as bit counts stay linear below two)."""
+    span = max(xs) / min(xs)
+    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in xs)
+    return span >= 100 or (span >= 10 and not integers)
+
+
+def powers_of_two(xs: list) -> bool:
+    """Whether ``xs`` are positive integer powers of two spanning a decade or
+    more (8 ... 512 inputs): a base-2 log axis spaces them evenly, where a
+    linear one crowds the small ones together."""
+    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0
+                   for v in xs)
+    return integers and all(v & (v - 1) == 0 for v in xs) and max(xs) / min(xs) >= 10
+
+
+def log_values(values: Sequence[float], metric: str) -> bool:
+    """Whether plotted values of ``metric`` want a log scale: all positive,
+    spanning two decades or more, and not already in decibels (``sqnr_db``,
+    ``sqnr_db.q_proj``: a log scale of a log scale misleads)."""
+    values = np.asarray(values, dtype=np.float64)
+    if metric.split(".")[0].endswith("_db") or values.size < 2:
+        return False
+    return bool(values.min() > 0 and values.max() / values.min() >= 100)
+
+
+def label(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def colours(values: Sequence[Any]) -> list[Any]:
+    """One distinct colour per hue value: numbers from a sequential colormap
+    (viridis, light end left out: it vanishes on white), so that the order of
+    the lines reads as magnitude; other values from tab10, or evenly from turbo
+    past ten values, where tab10 would repeat."""
+    from matplotlib import colormaps
+
+    n = len(values)
+    if n > 1 and numeric(values):
+        return [colormaps["viridis"](0.85 * i / (n - 1)) for i in range(n)]
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    return [colormaps["turbo"](0.05 + 0.9 * i / (n - 1)) for i in range(n)]
+
+
+@functools.cache
+def _spaced_labels() -> type:
+    """The tick formatter class of :func:`label_ticks` (defined on first use:
+    matplotlib is an optional dependency)."""
+    from matplotlib.textpath import TextToPath
+    from matplotlib.ticker import Formatter
+
+    class SpacedLabels(Formatter):
+        """Given labels at fixed x ticks, less any that would overlap the label
+        kept to its left: decided when the axis is drawn, at its final length."""
+
+        def __init__(self, texts: Mapping[float, str]):
+            self.texts = dict(texts)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return self.texts.get(x, "")
+
+        def format_ticks(self, values: Sequence[float]) -> list[str]:
+            texts = [self(v) for v in values]
+            ax = self.axis.axes
+            font = self.axis.majorTicks[0].label1.get_fontproperties()
+            pixels = ax.figure.dpi / 72  # per point
+            bottom = ax.get_ylim()[0]
+            centres = ax.transData.transform([(v, bottom) for v in values])[:, 0]
+            gap, right = font.get_size_in_points() * pixels / 2, -math.inf
+            measure = TextToPath().get_text_width_height_descent  # in points, no renderer
+            for i, (text, centre) in enumerate(zip(texts, centres, strict=True)):
+                half = measure(text, font, False)[0] / 2
+                if text and centre - half * pixels >= right + gap:
+                    right = centre + half * pixels
+                else:
+                    texts[i] = ""
+            return texts
+
+    return SpacedLabels
+
+
+def label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str]) -> None:
+    """x ticks at ``positions`` labelled ``texts``, leaving out labels that
+    would overlap (many values, or values crowded on the scale)."""
+    from matplotlib.ticker import FixedLocator
+
+    ax.xaxis.set_major_locator(FixedLocator(positions))
+    ax.xaxis.set_major_formatter(_spaced_labels()(dict(zip(positions, texts, strict=True))))
+    ax.xaxis.set_minor_locator(FixedLocator([]))
+
+
+def x_axis(ax: Any, xs: list, numeric: bool) -> None:
+    """Scale and ticks of a line's x axis: the rule in :func:`line`'s docstring."""
+    if not numeric:
+        label_ticks(ax, range(len(xs)), [label(v) for v in xs])
+        return
+    positive = [v for v in xs if v > 0]
+    if min(xs) > 0 and powers_of_two(xs):
+        ax.set_xscale("log", base=2)
+    elif min(xs) > 0 and log_axis(xs):
+        ax.set_xscale("log")
+        if len(xs) > 6:  # labels at decades read better than many values' labels
+            return
+    elif min(xs) == 0 and len(positive) > 1 and max(positive) / min(positive) >= 100:
+        # 0 beside decades: the linear part ends at the smallest positive value
+        ax.set_xscale("symlog", linthresh=min(positive))
+    if len(xs) <= 12:
+        label_ticks(ax, xs, [label(v) for v in xs])
+
+
+def mark_infinite(ax: Any, marks: Sequence[tuple[float, float, Any]]) -> None:
+    """Draw each infinite mean ``(x, +-inf, colour)`` as a triangle at the top
+    (+inf) or bottom edge of the axes, labelled "inf": an exact result (an
+    infinite SQNR) must not look like a missing run. The y margins grow so that
+    no finite point is drawn there."""
+    if not marks:
+        return
+    ax.set_ymargin(0.15)  # the finite data stay within 11.5% ... 88.5% of the height
+    labelled = set()
+    for x, mean, colour in marks:
+        top = mean > 0
+        y = 0.95 if top else 0.05
+        ax.plot([x], [y], marker="^" if top else "v", color=colour, linestyle="none",
+                transform=ax.get_xaxis_transform(), clip_on=False)
+        if (x, top) not in labelled:
+            labelled.add((x, top))
+            ax.annotate("inf" if top else "-inf", (x, y), xycoords=ax.get_xaxis_transform(),
+                        xytext=(0, -6 if top else 6), textcoords="offset points",
+                        rotation=90, ha="center", va="top" if top else "bottom",
+                        fontsize="small", color="0.2")
+
+
+def spread(std: np.ndarray) -> np.ndarray | None:
+    """Error bars of standard deviations ``std``: none where it is 0 (one
+    seed, equal seeds), whose cap alone would look like a measured spread."""
+    return np.where(std > 0, std, np.nan) if np.any(std > 0) else None
+
+
+def legend(ax: Any, title: str) -> None:
+    """The legend outside the axes, to their right, where it covers no data."""
+    ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
+              fontsize="small")
