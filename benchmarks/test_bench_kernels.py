@@ -24,6 +24,8 @@ from optical.kernels import _rng_numba
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
+from interleaved_ratio import summary, time_round  # noqa: E402
+
 from optical.kernels import jax_backend  # noqa: E402
 
 SHAPES = {
@@ -90,12 +92,14 @@ def test_jax_iris_like(benchmark, case, record):
     record(name, "optical jax (CPU), iris-like", benchmark)
 
 
-def test_interleaved_ratio(benchmark, case, record_seconds):
+def test_interleaved_ratio(benchmark, case, record_seconds, record_round_ratio):
     """The headline ratio, robust to a shared machine: each round times the
-    two baselines and the emulator back to back, so a change of load hits all
-    three; the minimum of each over the rounds is recorded."""
-    import time
-
+    two baselines and the emulator one after the other, so a change of load
+    hits all three; the order rotates from round to round and every call is
+    followed by an idle pause (``interleaved_ratio.time_round``: OpenBLAS's
+    threads spin after numpy returns). Recorded: each method's minimum over
+    the rounds, and the median of the emulator's per-round ratios to the
+    same round's fastest baseline, for wall time and for CPU time."""
     name, x, w, pw = case
     xj, wj = jnp.asarray(x), jnp.asarray(w)
     methods = {
@@ -104,17 +108,18 @@ def test_interleaved_ratio(benchmark, case, record_seconds):
         "optical numba, iris-like":
             lambda: optical.matmul(x, pw, CFG, seed=0, backend="numba"),
     }
-    best = dict.fromkeys(methods, float("inf"))
-
-    def one_round():
-        for label, run in methods.items():
-            t0 = time.perf_counter()
-            run()
-            best[label] = min(best[label], time.perf_counter() - t0)
-
-    benchmark.pedantic(one_round, rounds=2 * _rounds(x), warmup_rounds=1)
-    for label, seconds in best.items():
-        record_seconds(name + " (interleaved)", label, seconds)
+    time_round(methods, 0, {}, {})  # warm-up, not kept
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    rounds = iter(range(2 * _rounds(x)))
+    benchmark.pedantic(lambda: time_round(methods, next(rounds), wall, cpu),
+                       rounds=2 * _rounds(x), warmup_rounds=0)
+    baselines = [label for label in methods if label.startswith("baseline")]
+    for suffix, times in ((" (interleaved)", wall), (" (interleaved, CPU time)", cpu)):
+        for label, row in summary(times, baselines).items():
+            record_seconds(name + suffix, label, row["min_s"])
+            if not label.startswith("baseline"):
+                record_round_ratio(name + suffix, label, row["median_round_ratio"])
 
 
 # --------------------------------------------------------------------------- #
