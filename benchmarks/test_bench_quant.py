@@ -1,5 +1,10 @@
 """Programming a Llama-3-8B MLP-sized matrix (4096 x 14336) once, and streaming
-inputs through the programmed matrix against programming it on every call."""
+inputs through the programmed matrix against programming it on every call.
+
+Baselines: numpy's ``x @ w`` and a jitted JAX ``x @ w`` (skipped without JAX),
+the emulator's GEMMs running in XLA when JAX is installed; each ratio is to the
+faster of the two.
+"""
 
 import numpy as np
 import pytest
@@ -31,6 +36,20 @@ def test_baseline_prefill_gemm(benchmark, weights, record):
     record(PROGRAM, "baseline numpy 512-token x @ w", benchmark)
 
 
+def _jax_gemm(x, w):
+    jax = pytest.importorskip("jax")
+    mm = jax.jit(lambda a, b: a @ b)
+    xj, wj = jax.numpy.asarray(x), jax.numpy.asarray(w)
+    return lambda: mm(xj, wj).block_until_ready()
+
+
+def test_baseline_prefill_gemm_jax(benchmark, weights, record):
+    w, _ = weights
+    x = np.random.default_rng(1).standard_normal((512, K), dtype=np.float32)
+    benchmark.pedantic(_jax_gemm(x, w), rounds=3, warmup_rounds=1)
+    record(PROGRAM, "baseline jax jit 512-token x @ w", benchmark)
+
+
 @pytest.mark.parametrize(("label", "changes"), [
     ("program iris-like (calibrated windows, static bypass)", {}),
     ("program rms windows, no bypass", {"adc.full_scale": "rms", "outliers.policy": "none"}),
@@ -58,16 +77,23 @@ def test_baseline_stream_gemm(benchmark, weights, stream_inputs, record):
     record(STREAM, "baseline numpy x @ w", benchmark)
 
 
+def test_baseline_stream_gemm_jax(benchmark, weights, stream_inputs, record):
+    w, _ = weights
+    benchmark.pedantic(_jax_gemm(stream_inputs, w), rounds=5, warmup_rounds=1)
+    record(STREAM, "baseline jax jit x @ w", benchmark)
+
+
 def test_matmul_with_programmed_weights(benchmark, weights, iris, stream_inputs, record):
     w, calibration = weights
     programmed = optical.program(w, iris, calibration=calibration)
-    benchmark.pedantic(lambda: optical.matmul(stream_inputs, programmed, iris, seed=0), rounds=2,
-                       warmup_rounds=0)
+    benchmark.pedantic(lambda: optical.matmul(stream_inputs, programmed, iris, seed=0), rounds=3,
+                       warmup_rounds=1)
     record(STREAM, "optical.matmul, programmed once", benchmark)
 
 
 def test_matmul_with_raw_weights(benchmark, weights, iris, stream_inputs, record):
     w, _ = weights
+    # ~1-2 s a call: one warm-up round (the first also maps fresh memory) and two timed.
     benchmark.pedantic(lambda: optical.matmul(stream_inputs, w, iris, seed=0), rounds=2,
-                       warmup_rounds=0)
+                       warmup_rounds=1)
     record(STREAM, "optical.matmul, programs every call", benchmark)
