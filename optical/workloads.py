@@ -332,11 +332,25 @@ def layer_metrics(report: Any) -> dict[str, float]:
     """The metrics of a validation report (:func:`flatten_report` of its
     :data:`LAYER_METRIC_KEYS` parts): ``sqnr_db``, ``cosine``, ... of the layer
     output, ``sqnr_db.down_proj``, ... of each product, ``totals.passes``, ...
-    of the counts. They depend only on (model, config, seed)."""
+    of the counts (``totals.digital_mac_fraction``: the outlier channels'
+    share), and each optical product's ``digital_mac_fraction.down_proj``
+    and ``clipped_fraction.down_proj`` from its stats. They depend only on
+    (model, config, seed)."""
     data = _as_mapping(report)
     if data is None:
         raise TypeError(f"cannot take metrics of a report of type {type(report).__name__}")
-    return flatten_report({key: data[key] for key in LAYER_METRIC_KEYS if key in data})
+    flat = flatten_report({key: data[key] for key in LAYER_METRIC_KEYS if key in data})
+    # Each optical product's digital share (outlier channels) and clipping,
+    # from its stats, which flatten_report leaves out as a nested mapping.
+    for product in data.get("products") or ():
+        product = _as_mapping(product)
+        stats = _as_mapping(product.get("stats")) if product is not None else None
+        if stats is None:
+            continue
+        for key in ("digital_mac_fraction", "clipped_fraction"):
+            if _is_number(stats.get(key)):
+                flat[f"{key}.{product['name']}"] = _number(stats[key])
+    return flat
 
 
 #: Keys under which a validation report may hold the layer output's metrics;

@@ -582,3 +582,37 @@ def test_report_output_and_every_total_against_recomputed_values(tiny_dir):
     for key in ("passes", "weight_loads", "dac_conversions", "adc_conversions",
                 "detector_readouts", "macs"):
         assert report.totals[key] == sum(getattr(s, key) for s in schedule.values()), key
+
+
+def test_the_digital_cost_of_an_outlier_bypass_is_reported_and_swept(tiny_dir):
+    """With outlier channels multiplied digitally (iris-like's static bypass),
+    the totals, the table and a layer sweep's metrics say how many MACs ran
+    digitally and their share of the layer's (layer_schedule's MACs, which
+    count every channel), and the ADC clipping pooled over the products."""
+    from optical.workloads import layer_metrics
+
+    model = transformer.load(tiny_dir)
+    bypass = CFG.replace({"outliers.threshold": None, "outliers.top_k": 3})  # 3 per product
+    report = transformer.validate(model, layer=2, tokens=12, config=bypass, seed=3)
+    rows = [r for r in report.products if r.stats is not None]
+    shapes = {s.name: s for s in model.spec.linear_shapes()}
+    digital = sum(12 * r.stats.digital_channels * shapes[r.name].out_features for r in rows)
+    assert digital > 0
+    logical = sum(s.macs for s in transformer.layer_schedule(model.spec, 12, bypass).values())
+    assert report.totals["digital_macs"] == digital
+    assert report.totals["digital_mac_fraction"] == pytest.approx(digital / logical, rel=1e-12)
+    clipped = sum(r.stats.clipped_fraction * r.stats.adc_conversions for r in rows)
+    assert report.totals["clipped_fraction"] == pytest.approx(
+        clipped / sum(r.stats.adc_conversions for r in rows), rel=1e-12)
+    assert f"digital (outlier channels) MACs {digital}" in report.table()
+    flat = layer_metrics(json.loads(json.dumps(report.to_dict(), default=str)))
+    assert flat == layer_metrics(report)
+    assert flat["totals.digital_mac_fraction"] == report.totals["digital_mac_fraction"]
+    for r in rows:
+        assert flat[f"digital_mac_fraction.{r.name}"] == \
+            r.stats.digital_channels / shapes[r.name].in_features
+        assert flat[f"clipped_fraction.{r.name}"] == r.stats.clipped_fraction
+    # Without a bypass: no digital MACs, and the table says nothing of them.
+    plain = transformer.validate(model, layer=2, tokens=12, config=NAIVE, seed=3)
+    assert plain.totals["digital_macs"] == 0 and plain.totals["digital_mac_fraction"] == 0.0
+    assert "digital (outlier channels)" not in plain.table()

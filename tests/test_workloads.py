@@ -217,8 +217,9 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
 
 def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
     """A layer sweep's metrics are the report's accuracy (layer output and each
-    product) and summed counts: no config field, no timing, nothing it was
-    asked to run; two identical sweeps give identical tables."""
+    product), summed counts, and each optical product's digital share and
+    clipping: no config field, no timing, nothing it was asked to run; two
+    identical sweeps give identical tables."""
     model_dir = write_model(tmp_path / "tiny", TINY_LLAMA)
     wl = LayerWorkload(str(model_dir), layer=1, tokens=6)
     base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
@@ -232,6 +233,8 @@ def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
         expected |= {f"{m}.{product.name}": getattr(product, m) for m in accuracy
                      if getattr(product, m) is not None}
     expected |= {f"totals.{name}": value for name, value in report.totals.items()}
+    expected |= {f"{m}.{product.name}": getattr(product.stats, m) for product in report.products
+                 if product.stats is not None for m in ("digital_mac_fraction", "clipped_fraction")}
     metrics = frames[0].attrs["sweep"]["metrics"]
     assert sorted(metrics) == sorted(expected)
     assert not [m for m in metrics if m.startswith("timings.") or m in ("layer", "tokens", "seed")

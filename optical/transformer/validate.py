@@ -5,8 +5,9 @@ Hugging Face numerics in ``dtype`` (fp16 by default) and the optical run --
 and compares every product and the layer output: SQNR, cosine and relative
 error, plus the passes, mask loads and conversions each product took (the
 counts the energy model reads; they equal :func:`layer_schedule`'s but for
-input channels an outlier policy routes around the optics, which
-``stats.digital_macs`` counts).
+input channels a static outlier bypass routes around the optics, which
+``stats.digital_macs`` counts, as for the dynamic policy, whose optical counts
+stay the schedule's).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from optical._validation import check_positive_int, check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
-from optical.transformer._engines import derive_seed, weight_matmuls
+from optical.transformer._engines import derive_seed, sum_stats, weight_matmuls
 from optical.transformer.numerics import check_dtype
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
@@ -107,7 +108,10 @@ class ValidationReport:
         ``macs``) and ``detected_photons``, the expected photons detected
         (the signal light that reached the detectors, far below the light the
         energy model charges for an always-on full-scale source; ``inf`` for
-        the ideal source).
+        the ideal source); ``digital_macs`` and ``digital_mac_fraction``, the
+        MACs of input channels an outlier policy multiplied digitally and
+        their share of these products' MACs; ``clipped_fraction``, the ADC
+        conversions that clipped, pooled over the products.
     timings : dict of str to float, s
         See below.
     calibration_tokens : int or None
@@ -188,15 +192,19 @@ class ValidationReport:
             lines.append(text)
         t = self.totals
         pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + (9 if local else 0)
+        clipped = f" {t['clipped_fraction']:8.2%}" if "clipped_fraction" in t else ""
         lines.append(f"{'total (optical)':{pad}s} {int(t['passes']):12d} "
                      f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
-                     f"{int(t['adc_conversions']):12d}")
+                     f"{int(t['adc_conversions']):12d}{clipped}")
         times = self.timings
         lines += ["", "SQNR, cosine and rel.err against the reference's same tensor; worst dB: "
                       "the lowest SQNR of one token's row"
                       + ("; local dB: against the exact product of the inputs it received"
                          if local else ""),
                   f"optical MACs {int(t['macs']):d}; "
+                      + (f"digital (outlier channels) MACs {int(t['digital_macs']):d}, "
+                         f"{t['digital_mac_fraction']:.3%} of these products'; "
+                         if t.get("digital_macs") else "")
                       + (f"calibration run {times['calibration_s']:.2f} s, "
                          if self.calibration_tokens is not None else "")
                       + f"reference {times['reference_s']:.2f} s, "
@@ -332,6 +340,12 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
                                 for k in COUNTS}
     photons = [s.detected_photons for s in run.stats.values()]
     totals["detected_photons"] = math.fsum(photons) if photons else 0.0
+    totals.update(digital_macs=0, digital_mac_fraction=0.0, clipped_fraction=0.0)
+    if run.stats:
+        pooled = sum_stats(list(run.stats.values()))
+        totals.update(digital_macs=pooled.digital_macs,
+                      digital_mac_fraction=pooled.digital_mac_fraction,
+                      clipped_fraction=pooled.clipped_fraction)
     return ValidationReport(
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
