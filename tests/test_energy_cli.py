@@ -398,3 +398,14 @@ def test_break_even_batch_none_is_said_in_words(capsys):
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU / optical"))
     assert line.endswith("break-even batch at these photons: none")
+
+
+def test_the_table_says_outlier_channels_are_priced_as_optical(capsys):
+    """The estimate counts every channel on the optics (which channels bypass
+    depends on the data); with an outlier policy on, the table says so."""
+    argv = ["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "128"]
+    assert main(argv) == 0  # iris-like: static bypass
+    assert "outlier channels (outliers.policy = 'static') priced as optical" in \
+        capsys.readouterr().out
+    assert main([*argv, "--set", "outliers.policy=none"]) == 0
+    assert "outlier channels" not in capsys.readouterr().out

@@ -146,6 +146,9 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     resident = "resident" if opt.weights_resident else "reloaded every prefill"
     print(f"  weight tiles: {opt.counts['weight_tiles']} ({resident}); "
           f"{opt.counts['rows_per_weight_load']} rows per weight load")
+    if cfg.outliers.policy != "none":  # which channels bypass depends on the data
+        print(f"  outlier channels (outliers.policy = {cfg.outliers.policy!r}) priced as "
+              "optical: their digital share is data-dependent (optical validate reports it)")
     print(f"GPU: {gpu.name} x{ref.gpus}, {gpu.compute_utilization:.0%} of peak, "
           f"{'compute' if ref.compute_bound else 'memory'}-bound: {ref.flops:.4g} FLOP, "
           f"{ref.bytes:.4g} B")
