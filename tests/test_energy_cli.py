@@ -409,3 +409,15 @@ def test_the_table_says_outlier_channels_are_priced_as_optical(capsys):
         capsys.readouterr().out
     assert main([*argv, "--set", "outliers.policy=none"]) == 0
     assert "outlier channels" not in capsys.readouterr().out
+
+
+def test_prompt_length_defaults_to_what_the_model_holds(capsys):
+    """The default prompt (2048 tokens) is cut to a model's
+    max_position_embeddings (all-MiniLM-L6-v2: 512), which refused it before;
+    a prompt given explicitly is still checked against it."""
+    assert main(["energy", "--model", "models/all-minilm-l6-v2", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 512
+    assert main(["energy", "--model", "models/llama-3.2-1b", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 2048
+    assert main(["energy", "--model", "models/all-minilm-l6-v2", "--prompt-tokens", "513"]) == 2
+    assert "--prompt-tokens: 513 exceed max_position_embeddings 512" in capsys.readouterr().err

@@ -54,9 +54,11 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=Path, metavar="DIR",
                         help="model directory with a config.json")
-    parser.add_argument("--prompt-tokens", type=_positive_int, default=2048, metavar="N",
+    parser.add_argument("--prompt-tokens", type=_positive_int, default=None, metavar="N",
                         help="tokens per prompt (default 2048, a long prompt: the mask "
-                             "loads are amortised over it; validate defaults to 256)")
+                             "loads are amortised over it; or the model's "
+                             "max_position_embeddings if smaller, e.g. 512 for "
+                             "all-MiniLM-L6-v2; validate defaults to 256)")
     parser.add_argument("--batch", type=_positive_int, default=1,
                         help="prompts prefilled together, i.e. per weight load (default 1)")
     parser.add_argument("--gpu", default="h100", choices=sorted(gpu_model.GPUS),
@@ -97,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         require("matplotlib", "plot", "--plot")
     cfg = config_from_args(args)
     spec = read_spec(args.model)
+    if args.prompt_tokens is None:
+        args.prompt_tokens = min(2048, spec.max_positions or 2048)
     spec.check_tokens(args.prompt_tokens, "--prompt-tokens")
     gpu = gpu_model.get_gpu(args.gpu)
     if args.gpu_utilization is not None:
