@@ -160,6 +160,70 @@ def test_tiny_bert_matches_hugging_face(tiny_bert):
     np.testing.assert_allclose(ours[mask], expected[mask], atol=5e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("attention", ["digital", "optical"])
+def test_padding_never_reaches_the_optical_core(tiny_bert, attention):
+    """Padded positions are masked, so what they hold must not move a real
+    token: on the optical core they would otherwise set the calibration of
+    the real tokens' ADC windows and outlier channels (iris-like calibrates
+    on the call's own rows) and, with optical attention, load padded keys and
+    values as masks. Changing only the padding's ids leaves every real
+    token's hidden state bit-identical, and the products count real tokens."""
+    model, tensors = tiny_bert
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 40, "core.outputs": 32, "mapping.attention": attention})
+    rng = np.random.default_rng(4)
+    lengths = [11, 5, 8]
+    ids = np.zeros((3, 11), dtype=np.int64)
+    mask = np.zeros((3, 11), dtype=bool)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(1, TINY_BERT["vocab_size"], n)
+        mask[row, :n] = True
+    other = np.where(mask, ids, rng.integers(1, TINY_BERT["vocab_size"], ids.shape))
+    runs = [model.encode(i, mask, config=cfg, seed=3, layers=2) for i in (ids, other)]
+    np.testing.assert_array_equal(runs[0][mask], runs[1][mask])
+    # The reference still matches its float64 rederivation, padding ignored.
+    pooled = transformer.bert.mean_pool(model.encode(other, mask), mask)
+    for row, n in enumerate(lengths):
+        np.testing.assert_allclose(pooled[row], bert_embed64(list(ids[row, :n]), tensors,
+                                                             TINY_BERT), atol=2e-6)
+    # Counts: those of the real tokens alone.
+    h = model.encode(ids, mask, layers=0)  # the embeddings
+    trace = model.layer(0).trace(h, config=cfg, seed=3, mask=mask)
+    assert trace.stats["query"].tokens == mask.sum()
+    if attention == "optical":
+        heads, d = TINY_BERT["num_attention_heads"], \
+            TINY_BERT["hidden_size"] // TINY_BERT["num_attention_heads"]
+        assert trace.stats["attention.scores"].macs == sum(n * n for n in lengths) * heads * d
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tiny_bert_layer_in_half_precision_matches_hugging_face(tiny_bert, dtype):
+    """A BERT layer cast to fp16 / bf16 in Hugging Face holds every weight in
+    that dtype, LayerNorm's gamma and beta included: our reference rounds them
+    too, and lands on HF's output far closer than the dtype's own error."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model, _ = tiny_bert
+    hf = transformers.BertModel.from_pretrained(model.checkpoint.directory,
+                                                attn_implementation="eager").eval()
+    h = model.hidden_states(1, 9, seed=5, batch=2)
+    mask = np.ones((2, 9), dtype=bool)
+    mask[1, 6:] = False
+    outputs = {}
+    for name in ("float32", dtype):
+        layer = hf.encoder.layer[1].to(getattr(torch, name))
+        extended = torch.zeros(2, 1, 1, 9, dtype=getattr(torch, name))
+        extended[torch.from_numpy(~mask)[:, None, None, :]] = torch.finfo(getattr(torch, name)).min
+        with torch.no_grad():
+            out = layer(torch.from_numpy(h).to(getattr(torch, name)), attention_mask=extended)
+        outputs[name] = (out[0] if isinstance(out, tuple) else out).float().numpy()[mask]
+        hf.encoder.layer[1].float()
+    ours = model.layer(1).reference(h, dtype=dtype, mask=mask)[mask]
+    own_error = optical.metrics.relative_error(outputs["float32"], outputs[dtype])
+    assert optical.metrics.relative_error(outputs[dtype], ours) < 0.5 * own_error
+
+
 # --------------------------------------------------------------------------- #
 # all-MiniLM-L6-v2 with its real weights
 # --------------------------------------------------------------------------- #
@@ -211,14 +275,21 @@ def test_minilm_on_iris_like_keeps_the_pair_similarity_ranking(minilm, record_pr
     record_property("minilm_iris_like_pair_spearman", float(rank))
     print(f"\nall-MiniLM-L6-v2 on iris-like: embedding cosine to fp32 mean {cosines.mean():.4f}, "
           f"min {cosines.min():.4f}; Spearman of {len(pairs[0])} pair similarities {rank:.4f}")
-    # Measured (seed 0, each product calibrated on its own inputs): mean cosine
-    # 0.984, Spearman 0.990; the naive mapping (rms ADC windows, no outlier
-    # bypass, no compensation) gave 0.50. Every sentence's optical embedding
-    # still retrieves its own fp32 embedding.
+    # Measured (seed 0, each product calibrated on its own inputs, padding
+    # left out): mean cosine 0.985 (min 0.981), Spearman 0.983; the naive
+    # mapping (rms ADC windows, no outlier bypass, no compensation) gave 0.50.
+    # Every sentence's optical embedding still retrieves its own fp32 embedding.
     assert cosines.mean() > 0.95 and rank > 0.95
     retrieved = np.argmax(optical_embeddings @ reference.T, axis=1)
     np.testing.assert_array_equal(retrieved, np.arange(len(SENTENCES)))
     np.testing.assert_array_equal(minilm.embed(SENTENCES, config, seed=0), optical_embeddings)
+
+
+@pytest.mark.parametrize("sentences", [None, (s for s in ["a"]), "one sentence", ["a", 1]])
+def test_embed_names_what_it_expects(tiny_bert, sentences):
+    model, _ = tiny_bert
+    with pytest.raises(TypeError, match=r"sentences: expected a sequence \(list, tuple\) of str"):
+        model.token_ids(sentences)
 
 
 @pytest.mark.parametrize(("change", "message"), [

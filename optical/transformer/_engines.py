@@ -99,12 +99,14 @@ class LayerTrace:
         The layer's output, shaped like its input.
     products : dict of str to ndarray
         The output of every product, in execution order (weight matmuls as
-        (rows, out_features); ``attention.scores`` after scaling, with masked
+        (rows, out_features), the real tokens' rows only when a padding mask
+        leaves some out; ``attention.scores`` after scaling, with masked
         entries set to 0; ``attention.values`` as (batch, heads, tokens, head_dim)).
     stats : dict of str to MatmulStats
         What each optical product did on the hardware (empty for a reference run).
     inputs : dict of str to ndarray
-        The input rows of every weight matmul, as it received them.
+        The input rows of every weight matmul, as it received them (the real
+        tokens' only: padding never reaches a product).
     operands : dict of str to (ndarray, ndarray, ndarray)
         For each attention product run on the optical core: its operands
         ``a`` (batch, kv_heads, M, k) and ``b`` (batch, kv_heads, k, n) as it
@@ -181,12 +183,19 @@ class ReferenceEngine:
             out = empty_like(w)
         return round_to(w, self.dtype, out=out)
 
-    def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """``q @ k^T`` per (prompt, KV head): (B, KV, G*T, d) x (B, KV, T, d) -> (B, KV, G*T, T)."""
+    def scores(self, q: np.ndarray, k: np.ndarray,
+               mask: np.ndarray | None = None) -> np.ndarray:
+        """``q @ k^T`` per (prompt, KV head): (B, KV, G*T, d) x (B, KV, T, d) -> (B, KV, G*T, T).
+
+        ``mask`` (B, T): the real tokens of a padded batch (G = 1), the only
+        ones an optical engine sends to the core (digital products do not
+        mix rows: each entry is its own dot product)."""
         return self.round(stack_matmul(q, k.swapaxes(-1, -2)))
 
-    def values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """``p @ v`` per (prompt, KV head): (B, KV, G*T, T) x (B, KV, T, d) -> (B, KV, G*T, d)."""
+    def values(self, p: np.ndarray, v: np.ndarray,
+               mask: np.ndarray | None = None) -> np.ndarray:
+        """``p @ v`` per (prompt, KV head): (B, KV, G*T, T) x (B, KV, T, d) -> (B, KV, G*T, d);
+        ``mask`` as in :meth:`scores`."""
         return self.round(stack_matmul(p, v))
 
 
@@ -283,30 +292,58 @@ class OpticalEngine(ReferenceEngine):
         self._done(name)
         return y
 
-    def _per_head(self, name: str, a: np.ndarray, b: np.ndarray, transpose_b: bool) -> np.ndarray:
+    def _per_head(self, name: str, a: np.ndarray, b: np.ndarray, transpose_b: bool,
+                  mask: np.ndarray | None) -> np.ndarray:
+        """``a @ b`` (``b^T``) of every (prompt, KV head) on the core. With a
+        padding ``mask`` (one query row per token), only a prompt's real
+        tokens go: rows of ``a``, and the rows of ``b`` (keys, values) and
+        columns of ``a`` (the scores' keys) they meet; the rest stays 0."""
         batch, kv_heads = a.shape[:2]
-        out = np.empty((batch, kv_heads, a.shape[2], b.shape[2] if transpose_b else b.shape[3]),
+        out = np.zeros((batch, kv_heads, a.shape[2], b.shape[2] if transpose_b else b.shape[3]),
                        dtype=np.float32)
+        if mask is not None:  # what each prompt sent to the core, for the local SQNR
+            rows = mask[:, None, :, None]
+            a = np.where(rows, a, np.float32(0))
+            if not transpose_b:  # the scores' padded key columns (probabilities 0 already)
+                a = np.where(mask[:, None, None, :], a, np.float32(0))
+            b = np.where(rows, b, np.float32(0))
         parts = []
         for i in range(batch):
+            real = slice(None) if mask is None else np.flatnonzero(mask[i])
             for j in range(kv_heads):
-                operand = b[i, j].T if transpose_b else b[i, j]
-                out[i, j], stats = self._matmul(np.ascontiguousarray(a[i, j]), operand, name, i, j)
+                a_ij = a[i, j][real]
+                if not transpose_b and mask is not None:
+                    a_ij = a_ij[:, real]
+                operand = (b[i, j][real].T if transpose_b else b[i, j][real])
+                y, stats = self._matmul(np.ascontiguousarray(a_ij), operand, name, i, j)
+                if mask is None:
+                    out[i, j] = y
+                elif transpose_b:
+                    out[i, j][np.ix_(real, real)] = y
+                else:
+                    out[i, j][real] = y
                 parts.append(stats)
         self.stats[name] = sum_stats(parts)
         self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
         self._done(name)
         return out
 
-    def scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    def scores(self, q: np.ndarray, k: np.ndarray,
+               mask: np.ndarray | None = None) -> np.ndarray:
         if self.config.mapping.attention == "digital":
             return stack_matmul(q, k.swapaxes(-1, -2))
-        return self._per_head("attention.scores", q, k, transpose_b=True)
+        return self._per_head("attention.scores", q, k, transpose_b=True, mask=_padding(mask))
 
-    def values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    def values(self, p: np.ndarray, v: np.ndarray,
+               mask: np.ndarray | None = None) -> np.ndarray:
         if self.config.mapping.attention == "digital":
             return stack_matmul(p, v)
-        return self._per_head("attention.values", p, v, transpose_b=False)
+        return self._per_head("attention.values", p, v, transpose_b=False, mask=_padding(mask))
+
+
+def _padding(mask: np.ndarray | None) -> np.ndarray | None:
+    """``mask`` when it leaves out a token (None: every token is real)."""
+    return None if mask is None or mask.all() else mask
 
 
 def weight_matmuls(weights: Mapping[str, np.ndarray]) -> list[str]:

@@ -60,11 +60,14 @@ def check_bert_config(spec: ModelSpec) -> None:
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
                engine: ReferenceEngine) -> np.ndarray:
-    """LayerNorm over the last axis in float32, rounded once (torch on the CPU)."""
+    """LayerNorm over the last axis in float32, rounded once (torch on the CPU),
+    with ``gamma`` and ``beta`` in the engine's dtype (a model cast with
+    ``.half()`` holds them in fp16)."""
     mean = np.mean(x, axis=-1, keepdims=True)
     centred = x - mean
     variance = np.mean(np.square(centred), axis=-1, keepdims=True)
-    y = centred / np.sqrt(variance + np.float32(eps)) * gamma + beta
+    y = centred / np.sqrt(variance + np.float32(eps)) * engine.round(gamma) \
+        + engine.round(beta)
     return engine.round(y.astype(np.float32))
 
 
@@ -172,19 +175,28 @@ class BertLayer:
         heads, d = spec.num_heads, spec.head_dim
         x = rnd(h)
         rows = x.reshape(-1, hidden)
+        real = mask.reshape(-1)
+        padded = not real.all()
 
         def project(name: str, inputs: np.ndarray) -> np.ndarray:
-            return engine.linear(name, inputs, w[name], w[name + ".bias"])
+            if not padded:
+                return engine.linear(name, inputs, w[name], w[name + ".bias"])
+            # Padding never reaches a product: on the optical core it would set
+            # the calibration of the real tokens' conversions and bypass (and
+            # be counted). Its rows stay 0; attention and pooling mask them.
+            y = np.zeros((inputs.shape[0], w[name].shape[0]), dtype=np.float32)
+            y[real] = engine.linear(name, inputs[real], w[name], w[name + ".bias"])
+            return y
 
         def split_heads(y: np.ndarray) -> np.ndarray:
             return y.reshape(batch, tokens, heads, d).transpose(0, 2, 1, 3)
 
         q, k, v = (split_heads(project(n, rows)) for n in ("query", "key", "value"))
-        scores = rnd(engine.scores(q, k) * np.float32(d ** -0.5))  # (B, heads, T, T)
+        scores = rnd(engine.scores(q, k, mask) * np.float32(d ** -0.5))  # (B, heads, T, T)
         keys = mask[:, None, None, :]
         engine.record("attention.scores", np.where(keys, scores, np.float32(0)))
         probs = rnd(softmax(np.where(keys, scores, -np.inf).astype(np.float32)))
-        context = engine.values(probs, v)
+        context = engine.values(probs, v, mask)
         engine.record("attention.values", context)
         context = context.transpose(0, 2, 1, 3).reshape(batch * tokens, hidden)
         attn = project("attention.output", context)

@@ -295,8 +295,10 @@ class BertModel(_Model):
 
     def token_ids(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask), each (batch, longest), padded with ``pad_token_id``."""
-        if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
-            raise TypeError("sentences: expected a sequence of str")
+        if isinstance(sentences, str) or not isinstance(sentences, Sequence) \
+                or not all(isinstance(s, str) for s in sentences):
+            raise TypeError(f"sentences: expected a sequence (list, tuple) of str, got "
+                            f"{type(sentences).__name__}")
         if len(sentences) == 0:
             raise ValueError("sentences: empty")
         encoded = [e.ids for e in self.tokenizer().encode_batch(list(sentences))]
@@ -319,6 +321,8 @@ class BertModel(_Model):
         ----------
         ids : ndarray of int, shape (batch, tokens)
         mask : ndarray of bool, shape (batch, tokens), optional
+            The real tokens (None: all). Padding never reaches a product: its
+            rows of every product are 0, and attention and pooling mask it.
         config : OpticalConfig, optional
             Run every layer's weight matmuls optically; None: float32 reference.
         seed : int
@@ -366,6 +370,10 @@ class BertModel(_Model):
         config : OpticalConfig, optional
             Run every encoder layer's weight matmuls optically (the embedding
             lookup and pooling stay digital); None: the float32 reference.
+            Settings that need calibration inputs (iris-like's ADC windows and
+            outlier channels) are calibrated on the call's own tokens (the
+            oracle of :func:`optical.matmul`), the padding left out: a
+            sentence's embedding depends on the others in the batch.
         seed : int
         program_options, matmul_options : mapping, optional
             Passed to every ``optical.program`` / ``optical.matmul`` call.
