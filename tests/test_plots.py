@@ -473,3 +473,185 @@ def test_crosstalk_example_figure_uses_no_pyplot_and_labels_its_axes(tmp_path):
         texts, boxes = shown_xlabels(fig, ax, renderer)
         assert len(texts) >= 3, texts
         assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+# --------------------------------------------------------------------------- #
+# The rules' edges (each case a rule of line's or heatmap's docstring)
+
+
+@pytest.mark.parametrize(("xs", "scale"), [
+    ((3, 10, 30), "linear"),    # integers over one decade, not powers of two: linear
+    ((2, 8, 32), "log"),        # powers of two over a decade: base 2
+    ((2, 4, 8), "linear"),      # powers of two under a decade: linear
+])
+def test_integer_x_over_one_decade_stays_linear_unless_powers_of_two(xs, scale):
+    """Integers (not powers of two) go log only past two decades; integer
+    powers of two spanning a decade get a base-2 log axis."""
+    ax = plots.line(one_param("core.inputs", xs), "core.inputs", "sqnr_db").axes[0]
+    assert ax.get_xscale() == scale, xs
+    if scale == "log":
+        assert ax.xaxis.get_transform().base == 2
+
+
+def test_zero_beside_one_decade_is_linear_not_symlog():
+    """symlog only where 0 sits beside positive values spanning two decades."""
+    path = "detector.read_noise_electrons"
+    ax = plots.line(one_param(path, [0.0, 1.0, 5.0, 10.0]), path, "sqnr_db").axes[0]
+    assert ax.get_xscale() == "linear"
+    ax = plots.line(one_param(path, [0.0, 1.0, 10.0, 100.0]), path, "sqnr_db").axes[0]
+    assert ax.get_xscale() == "symlog"
+
+
+def test_ticks_sit_at_the_values_up_to_twelve_and_six_on_a_log_axis():
+    """Ticks at the values for at most 12 of them (linear) or 6 (log); past
+    that matplotlib's own ticks (decades on a log axis)."""
+    path = "source.photons_per_mac"
+    for n in (12, 13):
+        xs = [float(v) for v in np.linspace(1.0, 2.0, n)]
+        ax = plots.line(one_param(path, xs), path, "sqnr_db").axes[0]
+        assert ax.get_xscale() == "linear"
+        at_values = len(ax.get_xticks()) == n and np.allclose(ax.get_xticks(), xs, rtol=0,
+                                                              atol=1e-12)
+        assert at_values == (n <= 12), n
+    six = [1.0, 3.0, 10.0, 30.0, 100.0, 300.0]
+    for xs in (six, [*six, 1000.0]):
+        fig = plots.line(one_param(path, xs), path, "sqnr_db")
+        ax = fig.axes[0]
+        drawn(fig)
+        assert ax.get_xscale() == "log"
+        ticks = [t for t in ax.get_xticks() if xs[0] <= t <= xs[-1]]
+        if len(xs) <= 6:
+            np.testing.assert_allclose(ticks, xs, rtol=1e-12)
+        else:
+            assert all(float(np.log10(t)).is_integer() for t in ticks), ticks
+
+
+def test_log_y_rule_edges_zero_and_per_matmul_decibels():
+    """Not all positive (a 0 among decades) stays linear, and so does a
+    per-matmul decibel metric (``sqnr_db.q_proj``: the metric before the dot
+    is in dB)."""
+    for metric, values in [("relative_error", [0.0, 0.001, 0.1, 1.0]),
+                           ("sqnr_db.q_proj", [0.5, 5.0, 30.0, 60.0])]:
+        frame = one_param("adc.bits", [2, 4, 6, 8], metric, values)
+        assert plots.line(frame, "adc.bits", metric).axes[0].get_yscale() == "linear", metric
+
+
+def test_two_numeric_hues_take_the_ends_of_the_sequential_colormap():
+    from matplotlib import colormaps
+    from matplotlib.colors import to_rgba
+
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": b + p}
+            for b in (4, 8) for p in (1e3, 1e4)]
+    fig = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                     "sqnr_db", hue="source.photons_per_mac")
+    colours = [to_rgba(line.get_color()) for line in data_lines(fig.axes[0])]
+    viridis = colormaps["viridis"]
+    assert colours[0] == pytest.approx(viridis(0.0))
+    assert colours[1] == pytest.approx(viridis(0.85))
+
+
+def test_a_minus_infinite_mean_is_marked_at_the_bottom_edge():
+    """-inf: a downward triangle at the bottom edge, below every finite
+    point, labelled "-inf"."""
+    frame = one_param("adc.bits", [4, 6, 8], values=[10.0, 20.0, -math.inf], seeds=2)
+    fig = plots.line(frame, "adc.bits", "sqnr_db")
+    ax = fig.axes[0]
+    drawn(fig)
+    (mark,) = [line for line in ax.lines if line.get_marker() == "v"]
+    assert not [line for line in ax.lines if line.get_marker() == "^"]
+    assert list(mark.get_xdata()) == [8]
+    (y,) = mark.get_ydata()
+    bottom_point = ax.transLimits.transform((4, 10.0))[1]  # the lowest finite mean
+    assert 0 <= y < bottom_point
+    assert [t.get_text() for t in ax.texts] == ["-inf"]
+
+
+def test_infinite_means_of_two_hues_at_one_x_share_one_label():
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p,
+             "sqnr_db": math.inf if b == 8 else float(b)}
+            for b in (4, 6, 8) for p in (1e3, 1e4)]
+    fig = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                     "sqnr_db", hue="source.photons_per_mac")
+    ax = fig.axes[0]
+    assert len([line for line in ax.lines if line.get_marker() == "^"]) == 2
+    assert [t.get_text() for t in ax.texts] == ["inf"]
+
+
+def test_plus_and_minus_infinite_seeds_have_no_mean():
+    """Seeds of +inf and -inf at one point: no mean (a gap, no mark)."""
+    frame = one_param("adc.bits", [4, 6, 8], values=[1.0, 2.0, 0.0], seeds=2)
+    frame.loc[frame["adc.bits"] == 8, "sqnr_db"] = [math.inf, -math.inf]
+    ax = plots.line(frame, "adc.bits", "sqnr_db").axes[0]
+    np.testing.assert_array_equal(data_lines(ax)[0].get_ydata(), [1.05, 2.05, math.nan])
+    assert not [line for line in ax.lines if line.get_marker() in ("^", "v")]
+    assert not ax.texts
+
+
+def test_nan_seeds_title_names_three_points_then_a_count_in_lines_of_80():
+    """Four points with a NaN seed: three named, then "1 more"; the title
+    broken between points into lines of at most 80 characters."""
+    frame = one_param("adc.bits", [2, 4, 6, 8], values=[1.0, 2.0, 3.0, 4.0], seeds=2)
+    frame.loc[frame["seed"] == 1, "sqnr_db"] = math.nan
+    title = plots.line(frame, "adc.bits", "sqnr_db").axes[0].get_title()
+    assert title.replace("\n", " ") == (
+        "NaN seeds left out of the mean: adc.bits=2 (1 of 2); adc.bits=4 (1 of 2); "
+        "adc.bits=6 (1 of 2); 1 more")
+    assert max(len(line) for line in title.split("\n")) <= 80, title
+
+
+def test_nan_seeds_are_named_by_every_coordinate_of_their_point(grid):
+    """With a hue (line) and in a heatmap, the point named in the title
+    gives the value of each plotted parameter."""
+    grid = grid.copy()
+    grid.loc[(grid["adc.bits"] == 6) & (grid["source.photons_per_mac"] == 1e3)
+             & (grid["seed"] == 1), "sqnr_db"] = math.nan
+    title = plots.line(grid, "adc.bits", "sqnr_db",
+                       hue="source.photons_per_mac").axes[0].get_title()
+    assert "source.photons_per_mac=1000, adc.bits=6 (1 of 3)" in title
+    title = plots.heatmap(grid, "adc.bits", "source.photons_per_mac",
+                          "sqnr_db").axes[0].get_title()
+    assert "adc.bits=6, source.photons_per_mac=1000 (1 of 3)" in title
+
+
+def test_heatmap_annotations_are_light_on_the_dark_half_of_the_scale_as_drawn():
+    """White text where the cell's colour is in the low (dark) half of the
+    colour scale as drawn: on a log scale 1e-5 of [1e-6, 1e-2] is a quarter
+    up (white) and 1e-3 three quarters (black), though linearly both sit
+    near the bottom."""
+    from matplotlib.colors import to_rgba
+
+    values = {(4, 1e3): 1e-6, (4, 1e4): 1e-5, (8, 1e3): 1e-3, (8, 1e4): 1e-2}
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "relative_error": v}
+            for (b, p), v in values.items()]
+    fig = plots.heatmap(frame_of(rows, ["adc.bits", "source.photons_per_mac"]),
+                        "source.photons_per_mac", "adc.bits", "relative_error")
+    colour = {t.get_text(): to_rgba(t.get_color()) for t in fig.axes[0].texts}
+    white, black = to_rgba("white"), to_rgba("black")
+    assert colour == {"1e-06": white, "1e-05": white, "0.001": black, "0.01": black}
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": v}
+            for (b, p), v in zip(values, [0.0, 1.0, 2.0, 3.0], strict=True)]
+    fig = plots.heatmap(frame_of(rows, ["adc.bits", "source.photons_per_mac"]),
+                        "source.photons_per_mac", "adc.bits", "sqnr_db")
+    colour = {t.get_text(): to_rgba(t.get_color()) for t in fig.axes[0].texts}
+    assert colour == {"0": white, "1": white, "2": black, "3": black}
+
+
+def test_wrapped_matmul_bars_keep_error_bars_and_infinite_marks_on_their_row():
+    """Twelve hues over nine bars wrap onto two rows (m0-m4, then m5-m7 and
+    the layer output): the second row's bars keep their error bars, and an
+    infinite mean of m6 is marked on the second row, over m6's bar."""
+    hues = list(np.logspace(2, 7, 12))
+    rows = layer_rows(hues, 8, seeds=2, value=lambda h, m, s: math.inf
+                      if m == 6 and h == hues[0] else 10.0 + m + s)
+    fig = plots.matmul_bars(rows, hue="source.photons_per_mac")
+    first, second = fig.axes
+    assert [t.get_text() for t in second.get_xticklabels()] == ["m5", "m6", "m7", "layer output"]
+    for ax in (first, second):
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert len(bars) == 12
+        half = [abs(seg[1][1] - seg[0][1]) / 2 for c in bars for seg in c[2][0].get_segments()]
+        np.testing.assert_allclose(half, math.sqrt(0.5), rtol=1e-12)
+    assert not [line for line in first.lines if line.get_marker() == "^"]
+    (mark,) = [line for line in second.lines if line.get_marker() == "^"]
+    assert mark.get_xdata()[0] == pytest.approx(1 - 0.4 + 0.8 / 12 / 2)  # m6, first hue
+    assert [t.get_text() for t in second.texts] == ["inf"]
