@@ -339,6 +339,32 @@ def test_energy_figure_time_bars_keep_the_ratio_of_the_times(model, tokens, batc
         assert "log scale" in times.get_ylabel()
 
 
+@pytest.mark.parametrize(("ratio", "scale"), [(10.0, "log"), (9.99, "linear"), (0.099, "log")])
+def test_energy_figure_time_axis_at_the_ten_times_edge(ratio, scale):
+    """Within 10x (strictly) the time axis is linear from 0; at exactly 10x
+    it is log, from at least a decade below the smaller time (and past 10x
+    with the optical bar the taller). The GPU's time is set to ``ratio``
+    times the optical TTFT."""
+    pytest.importorskip("matplotlib")
+    import dataclasses
+
+    from optical.energy.plot import breakdown_figure
+
+    spec = read_spec(MODEL)
+    opt = optical.energy.prefill(spec, PROMPT, optical.presets.get("iris-like"))
+    ref = dataclasses.replace(gpu.prefill(spec, PROMPT, gpu.get_gpu("h100")),
+                              time=ratio * opt.ttft)
+    times = breakdown_figure(opt, ref).axes[1]
+    assert [p.get_height() for p in times.patches] == [opt.ttft, ratio * opt.ttft]
+    bottom, top = times.get_ylim()
+    low, high = sorted([opt.ttft, ratio * opt.ttft])
+    assert times.get_yscale() == scale and top > high
+    if scale == "linear":
+        assert bottom == 0
+    else:
+        assert 0 < bottom <= low / 10
+
+
 def test_energy_figure_leaves_the_callers_backend_alone(tmp_path, monkeypatch):
     """No pyplot, no matplotlib.use: a notebook's backend survives the figure;
     without matplotlib the error is an ImportError naming the extra."""

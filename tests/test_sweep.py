@@ -699,6 +699,7 @@ def test_a_manifest_not_of_this_version_or_not_a_sweeps_is_not_to_be_deleted(tmp
 @pytest.mark.parametrize(("change", "message"), [
     (lambda r: r.pop("seed"), "missing key 'seed'"),
     (lambda r: r.update(point="0"), "'point' is '0', not an integer"),
+    (lambda r: r.update(seed=True), "'seed' is True, not an integer"),  # JSON true: no seed
     (lambda r: r.update(metrics=[1.0]), "'metrics' is \\[1.0\\], not a JSON object"),
     (lambda r: r["metrics"].update(sqnr_db="high"), "metric 'sqnr_db' is 'high', not a number"),
     (lambda r: r["params"].pop("adc.bits"), "'params' has no value of adc.bits"),
