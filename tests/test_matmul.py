@@ -252,6 +252,23 @@ def _zero_tokens(tokens, k):
     return x
 
 
+#: BACKENDS and the JAX backend's fast and exact paths (float32 device arrays).
+ALL_BACKENDS = [*BACKENDS, pytest.param("jax", False, id="jax-fast"),
+                pytest.param("jax", True, id="jax-exact")]
+
+
+def _run(x, w, cfg, seed, backend, exact):
+    """(y, stats) of optical.matmul on ``backend`` (JAX: float32 device arrays,
+    y back in float64)."""
+    if backend == "jax":
+        jnp = pytest.importorskip("jax.numpy")
+        y, st = optical.matmul(jnp.asarray(x, jnp.float32), w.astype(np.float32), cfg,
+                               seed=seed, exact=exact, return_stats=True)
+        return np.asarray(y, dtype=np.float64), st
+    return optical.matmul(x, w, cfg, seed=seed, backend=backend, exact=exact,
+                          return_stats=True)
+
+
 def _assert_noise_law(y, mean, variance):
     """Every column's sample mean and variance against the law, within five
     standard errors (var of a sample variance: 2 var^2 / n, Gaussian noise)."""
@@ -382,7 +399,7 @@ def test_poisson_dark_counts_are_fluctuations_about_their_mean(rng, backend, exa
     _assert_noise_law(y[1:], 0.0, theory)
 
 
-@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
 def test_enob_noise_alone_follows_the_converter_law(rng, backend, exact):
     """p = inf, a 6-bit ADC with 2 bits lost: the ADC must err as an ideal
     4-bit converter would, variance (4 step)**2 / 12. Offset inputs and
@@ -401,12 +418,12 @@ def test_enob_noise_alone_follows_the_converter_law(rng, backend, exact):
                    "core.inputs": 16, "dac.scaling": "per_tensor"})
     step = ((w / s + 1) / 2).sum(axis=0) / 63
     theory = s**2 * 16 * (step * 2**2) ** 2 / 12
-    y, st = optical.matmul(x, w, cfg, seed=1, backend=backend, exact=exact, return_stats=True)
+    y, st = _run(x, w, cfg, 1, backend, exact)
     _assert_noise_law(y[1:], 0.0, theory)
     assert st.clipped_fraction == 0.0
 
 
-@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
 @pytest.mark.parametrize("balanced", [True, False])
 def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, exact, balanced):
     """iris-like's path: offset inputs, split weights, Gaussian shot, dark,
@@ -441,7 +458,7 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
                                            + (ge**2).sum() * dark / p**2 + read**2 / p**2
                                            + (step * 2**2) ** 2 / 12)
     theory = s**2 * 4 * per_conversion / (1 - t_min) ** 2
-    y, st = optical.matmul(x, w, cfg, seed=5, backend=backend, exact=exact, return_stats=True)
+    y, st = _run(x, w, cfg, 5, backend, exact)
     _assert_noise_law(y[1:], 0.0, theory)
     assert st.clipped_fraction == 0.0
 
