@@ -280,6 +280,27 @@ def test_rederived_windows_keep_the_per_tile_policy(rng, full_scale):
                                    atol=1e-4 * np.abs(as_programmed).max())
 
 
+def test_rederived_rms_windows_stop_at_the_noise_free_extremes(rng):
+    # A headroom of 20 deviations on one weight rail (offset weights, all
+    # transmissions >= 0): mean -+ 20 sd of the signal reaches far below the
+    # lowest noise-free readout (0) and above the highest, so the "rms" rule
+    # stops the window there, widened by the noise alone (quant's
+    # max(mean - half, floor - noise_half)). Re-derived in the trace, the
+    # windows must be program()'s, and so the output.
+    x = jnp.asarray(rng.standard_normal((6, 70)).astype(np.float32))
+    w = rng.standard_normal((70, 30)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.full_scale": "rms",
+                   "adc.headroom": 20.0, "encoding.weights": "offset", "adc.bits": 6})
+    fixed = cfg.replace({"source.photons_per_mac": 1e4})
+    pw = optical.program(w, fixed)
+    assert pw.adc_lo.min() > -0.1 * (pw.adc_hi - pw.adc_lo).max()  # the floor (0) binds
+    as_programmed = np.asarray(jax_backend.matmul(x, w, fixed, seed=0))
+    rederived = np.asarray(jax_backend.matmul(
+        x, w, cfg, seed=0, params={"source.photons_per_mac": 1e4}))
+    np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
+                               atol=1e-4 * np.abs(as_programmed).max())
+
+
 def test_rederived_windows_of_a_read_noise_past_float32_range(rng):
     # A read noise of 1e30 electrons per photon (valid, though unphysical):
     # its variance overflows float32, yet the windows re-derived in the trace
