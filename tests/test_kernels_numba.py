@@ -553,7 +553,8 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
     """Where numba finds no directory to cache in (a read-only install
     without a writable user cache: numba's cache locators all decline),
     importing the kernels must not fail: they compile in memory, with one
-    warning per module naming NUMBA_CACHE_DIR, and compute the same bits."""
+    warning per module naming NUMBA_CACHE_DIR, and compute the same bits
+    (the matmul's kernels and the transformer's rounding kernels alike)."""
     import subprocess
     import sys
 
@@ -572,11 +573,17 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
         "    cfg = optical.presets.get('iris-like').replace({'core.inputs': 32, "
         "'core.outputs': 16})\n"
         "    y = optical.matmul(x, w, cfg, seed=1, backend='numba')\n"
+        "    from optical.transformer.numerics import round_to  # the rounding kernels too\n"
+        "    v = np.linspace(-6e4, 6e4, 1 << 15, dtype=np.float32)\n"
+        "    fp16 = v.astype(np.float16).astype(np.float32)\n"
+        "    same = np.array_equal(round_to(v, 'float16'), fp16)\n"
+        "print('rounding', int(same))\n"
         "np.save(r'%s', y)\n"
         "print(sum('NUMBA_CACHE_DIR' in str(c.message) for c in caught))\n" % (tmp_path / "y.npy"))
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert "rounding 1" in run.stdout  # the transformer's fp16 rounding ran, numpy's bits
     assert int(run.stdout.split()[-1]) >= 3  # one per kernel module imported
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((8, 64)), rng.standard_normal((64, 16))
