@@ -262,22 +262,28 @@ def test_programmed_weights_survive_a_jit_trace(rng):
     assert np.isfinite(np.asarray(again)).all()
 
 
-@pytest.mark.parametrize("full_scale", ["rms", "max"])
-def test_rederived_windows_keep_the_per_tile_policy(rng, full_scale):
-    # Giving a noise field its own value through params re-derives the ADC
-    # windows from the rule; they must be the programmed ones, per-tile
-    # windows shared by each tile's columns included (30 columns: a partial
-    # last tile of 10).
+def _assert_rederived_windows_are_programmed(rng, base, params):
+    """``matmul`` with ``params`` passed through (the ADC windows re-derived
+    from the rule in the trace) equals ``matmul`` of the config holding those
+    values (windows set by program() on the host, in float64); returns the
+    output. x (6, 70) @ w (70, 30)."""
     x = jnp.asarray(rng.standard_normal((6, 70)).astype(np.float32))
     w = rng.standard_normal((70, 30)).astype(np.float32)
-    for window in ("per_column", "per_tile"):
-        cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.window": window,
-                       "adc.full_scale": full_scale})
-        as_programmed = np.asarray(jax_backend.matmul(x, w, cfg, seed=0))
-        rederived = np.asarray(jax_backend.matmul(
-            x, w, cfg, seed=0, params={"source.photons_per_mac": 40.0}))
-        np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
-                                   atol=1e-4 * np.abs(as_programmed).max())
+    as_programmed = np.asarray(jax_backend.matmul(x, w, base.replace(params), seed=0))
+    rederived = np.asarray(jax_backend.matmul(x, w, base, seed=0, params=params))
+    np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
+                               atol=1e-4 * np.abs(as_programmed).max())
+    return as_programmed, w
+
+
+@pytest.mark.parametrize("full_scale", ["rms", "max"])
+@pytest.mark.parametrize("window", ["per_column", "per_tile"])
+def test_rederived_windows_keep_the_per_tile_policy(rng, full_scale, window):
+    # Per-tile windows are shared by each tile's columns (30 columns in
+    # tiles of 20: a partial last tile of 10).
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.window": window,
+                   "adc.full_scale": full_scale, "source.photons_per_mac": 30.0})
+    _assert_rederived_windows_are_programmed(rng, cfg, {"source.photons_per_mac": 40.0})
 
 
 def test_rederived_rms_windows_stop_at_the_noise_free_extremes(rng):
@@ -285,37 +291,24 @@ def test_rederived_rms_windows_stop_at_the_noise_free_extremes(rng):
     # transmissions >= 0): mean -+ 20 sd of the signal reaches far below the
     # lowest noise-free readout (0) and above the highest, so the "rms" rule
     # stops the window there, widened by the noise alone (quant's
-    # max(mean - half, floor - noise_half)). Re-derived in the trace, the
-    # windows must be program()'s, and so the output.
-    x = jnp.asarray(rng.standard_normal((6, 70)).astype(np.float32))
-    w = rng.standard_normal((70, 30)).astype(np.float32)
+    # max(mean - half, floor - noise_half)).
     cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.full_scale": "rms",
                    "adc.headroom": 20.0, "encoding.weights": "offset", "adc.bits": 6})
-    fixed = cfg.replace({"source.photons_per_mac": 1e4})
-    pw = optical.program(w, fixed)
+    params = {"source.photons_per_mac": 1e4}
+    _, w = _assert_rederived_windows_are_programmed(rng, cfg, params)
+    pw = optical.program(w, cfg.replace(params))
     assert pw.adc_lo.min() > -0.1 * (pw.adc_hi - pw.adc_lo).max()  # the floor (0) binds
-    as_programmed = np.asarray(jax_backend.matmul(x, w, fixed, seed=0))
-    rederived = np.asarray(jax_backend.matmul(
-        x, w, cfg, seed=0, params={"source.photons_per_mac": 1e4}))
-    np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
-                               atol=1e-4 * np.abs(as_programmed).max())
 
 
 def test_rederived_windows_of_a_read_noise_past_float32_range(rng):
     # A read noise of 1e30 electrons per photon (valid, though unphysical):
     # its variance overflows float32, yet the windows re-derived in the trace
-    # are those program() sets on the host in float64, and the output is finite.
-    x = jnp.asarray(rng.standard_normal((6, 70)).astype(np.float32))
-    w = rng.standard_normal((70, 30)).astype(np.float32)
+    # are program()'s, and the output is finite.
     cfg = noisy(**{"core.inputs": 32, "core.outputs": 20, "adc.full_scale": "rms",
                    "detector.shot_noise": "gaussian", "source.photons_per_mac": 1.0})
-    loud = cfg.replace({"detector.read_noise_electrons": 1e30})
-    as_programmed = np.asarray(jax_backend.matmul(x, w, loud, seed=0))
-    rederived = np.asarray(jax_backend.matmul(
-        x, w, cfg, seed=0, params={"detector.read_noise_electrons": 1e30}))
-    assert np.isfinite(as_programmed).all()
-    np.testing.assert_allclose(rederived, as_programmed, rtol=1e-4,
-                               atol=1e-4 * np.abs(as_programmed).max())
+    y, _ = _assert_rederived_windows_are_programmed(
+        rng, cfg, {"detector.read_noise_electrons": 1e30})
+    assert np.isfinite(y).all()
 
 
 def test_poisson_shot_noise_at_large_and_infinite_photon_counts(rng):

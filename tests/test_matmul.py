@@ -308,72 +308,41 @@ def test_dark_and_read_noise_in_the_dark(rng, backend, exact, balanced, source):
     _assert_noise_law(y[1:], 0.0, theory)
 
 
-@pytest.mark.parametrize(("backend", "exact"), [
-    *BACKENDS, pytest.param("jax", False, id="jax-fast"), pytest.param("jax", True, id="jax-exact")])
-@pytest.mark.parametrize("balanced", [True, False])
-def test_read_noise_past_float32_range_keeps_its_law(rng, backend, exact, balanced):
-    """A read noise 1e28 times the photons per MAC (a variance of 1e56, past
-    float32's range, of a valid config: read noise up to 1e30 electrons):
-    the law of ``test_dark_and_read_noise_in_the_dark`` still holds, on the
-    fast paths too (which took the root of a float32 variance and gave NaN)."""
-    p, read = 100.0, 1e30
-    x = _zero_tokens(4000, 16)
-    w = rng.uniform(-2, 2, (16, 4))
-    s = np.abs(w).max(axis=0)
-    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
-                   "encoding.inputs": "split", "encoding.weights": "split",
-                   "detector.balanced": balanced, "detector.read_noise_electrons": read,
-                   "core.inputs": 16, "dac.scaling": "per_tensor"})
-    theory = s**2 * 2 * (1 if balanced else 2) * read**2 / p**2
-    if backend == "jax":
-        jnp = pytest.importorskip("jax.numpy")
-        y = np.asarray(optical.matmul(jnp.asarray(x, jnp.float32), w.astype(np.float32), cfg,
-                                      seed=3, exact=exact), dtype=np.float64)
-    else:
-        y = optical.matmul(x, w, cfg, seed=3, backend=backend, exact=exact)
-    assert np.isfinite(y).all()
-    _assert_noise_law(y[1:], 0.0, theory)
-
-
-
-@pytest.mark.parametrize(("backend", "exact"), [
-    *BACKENDS, pytest.param("jax", False, id="jax-fast"), pytest.param("jax", True, id="jax-exact")])
-@pytest.mark.parametrize(("inputs", "weights", "bits"), [
-    ("split", "split", 8),    # numba: the general readout, ADC on
-    ("offset", "offset", None),  # numba: the one-pass, one-rail readout, no ADC
-    ("offset", "offset", 8),  # ... and with an ADC
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
+@pytest.mark.parametrize(("inputs", "balanced", "bits"), [
+    ("split", True, None),   # numba: the general readout, one ADC per balanced pair
+    ("split", False, None),  # ... an ADC per rail
+    ("split", True, 8),      # ... with an ADC's window and rounding
+    ("offset", True, None),  # numba: the one-pass, one-rail readout (offset weights)
+    ("offset", True, 8),     # ... with an ADC
 ])
-def test_read_noise_past_float32_range_keeps_its_law_on_every_readout(rng, backend, exact,
-                                                                      inputs, weights, bits):
-    """The law of ``test_read_noise_past_float32_range_keeps_its_law`` on the
-    numba readouts that test does not reach: an ADC present (an overflowing
-    deviation there is not NaN but a conversion clipped at the window's
-    edge), and offset inputs with one weight rail (numba's one-pass readout).
-    The "rms" window spans +-8 deviations of the readout (headroom 8): no
-    clipping to speak of, and a rounding step of 16/255 deviations adds
-    (16/255)**2/12 = 3e-4 of the variance, far inside the tolerance.
-    Decoding: split inputs and balanced split weights read two passes of
-    gain 1, var(y) = s**2 * 2 * read**2 / p**2; offset inputs and offset
-    weights one conversion doubled twice (2 a - 1, 2 u - 1),
-    var(y) = s**2 * 16 * read**2 / p**2."""
+def test_read_noise_past_float32_range_keeps_its_law(rng, backend, exact, inputs, balanced,
+                                                     bits):
+    """A read noise 1e28 times the photons per MAC (a variance of 1e56, past
+    float32's range, of a valid config: read noise up to 1e30 electrons)
+    keeps the law of ``test_dark_and_read_noise_in_the_dark`` on every
+    readout, the fast paths included (they took the root of a float32
+    variance: NaN, or with an ADC a conversion clipped at the window's edge).
+    The "rms" window spans +-8 deviations (headroom 8): no clipping to speak
+    of, and a rounding step of 16/255 deviations adds (16/255)**2/12 = 3e-4
+    of the variance, far inside the tolerance. Decoding: split inputs and
+    split weights read two passes of gain 1, var(y) = s**2 * 2 * n_adc *
+    read**2 / p**2; offset inputs and offset weights one conversion doubled
+    twice (2 a - 1, 2 u - 1), var(y) = s**2 * 16 * read**2 / p**2."""
     p, read = 100.0, 1e30
     x = _zero_tokens(4000, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
-                   "encoding.inputs": inputs, "encoding.weights": weights,
-                   "detector.balanced": True, "detector.read_noise_electrons": read,
+                   "encoding.inputs": inputs, "encoding.weights": inputs,
+                   "detector.balanced": balanced, "detector.read_noise_electrons": read,
                    "adc.bits": bits, "adc.full_scale": "rms", "adc.headroom": 8.0,
                    "core.inputs": 16, "dac.scaling": "per_tensor"})
-    theory = s**2 * (2 if inputs == "split" else 16) * read**2 / p**2
-    if backend == "jax":
-        jnp = pytest.importorskip("jax.numpy")
-        y = np.asarray(optical.matmul(jnp.asarray(x, jnp.float32), w.astype(np.float32), cfg,
-                                      seed=3, exact=exact), dtype=np.float64)
-    else:
-        y = optical.matmul(x, w, cfg, seed=3, backend=backend, exact=exact)
+    theory = s**2 * (2 * (1 if balanced else 2) if inputs == "split" else 16) * read**2 / p**2
+    y, _ = _run(x, w, cfg, 3, backend, exact)
     assert np.isfinite(y).all()
     _assert_noise_law(y[1:], 0.0, theory)
+
 
 @pytest.mark.parametrize(("backend", "exact"), BACKENDS)
 def test_poisson_dark_counts_are_fluctuations_about_their_mean(rng, backend, exact):

@@ -68,15 +68,21 @@ def tiny_bert(tmp_path_factory):
     return transformer.load(directory), tensors
 
 
-def test_tiny_bert_matches_float64_rederivation_with_padding(tiny_bert):
-    model, tensors = tiny_bert
-    rng = np.random.default_rng(2)
-    lengths = [5, 11, 8]
-    ids = np.zeros((3, 11), dtype=np.int64)
-    mask = np.zeros((3, 11), dtype=bool)
+def _padded_batch(rng, lengths):
+    """Random token ids of sentences of ``lengths``, padded (id 0) to the
+    longest, and the mask of the real tokens."""
+    ids = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+    mask = np.zeros(ids.shape, dtype=bool)
     for row, n in enumerate(lengths):
         ids[row, :n] = rng.integers(1, TINY_BERT["vocab_size"], n)
         mask[row, :n] = True
+    return ids, mask
+
+
+def test_tiny_bert_matches_float64_rederivation_with_padding(tiny_bert):
+    model, tensors = tiny_bert
+    lengths = [5, 11, 8]
+    ids, mask = _padded_batch(np.random.default_rng(2), lengths)
     hidden = model.encode(ids, mask)
     pooled = transformer.bert.mean_pool(hidden, mask)
     for row, n in enumerate(lengths):
@@ -173,11 +179,7 @@ def test_padding_never_reaches_the_optical_core(tiny_bert, attention):
         "core.inputs": 40, "core.outputs": 32, "mapping.attention": attention})
     rng = np.random.default_rng(4)
     lengths = [11, 5, 8]
-    ids = np.zeros((3, 11), dtype=np.int64)
-    mask = np.zeros((3, 11), dtype=bool)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = rng.integers(1, TINY_BERT["vocab_size"], n)
-        mask[row, :n] = True
+    ids, mask = _padded_batch(rng, lengths)
     other = np.where(mask, ids, rng.integers(1, TINY_BERT["vocab_size"], ids.shape))
     runs = [model.encode(i, mask, config=cfg, seed=3, layers=2) for i in (ids, other)]
     np.testing.assert_array_equal(runs[0][mask], runs[1][mask])
