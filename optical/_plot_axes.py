@@ -47,6 +47,7 @@ def log_values(values: Sequence[float], metric: str) -> bool:
 
 
 def label(value: Any) -> str:
+    """A value as a tick or legend label: floats in ``:g`` (``316.228``)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -112,9 +113,10 @@ def label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str]) -> No
     ax.xaxis.set_minor_locator(FixedLocator([]))
 
 
-def x_axis(ax: Any, xs: list, numeric: bool) -> None:
-    """Scale and ticks of a line's x axis: the rule in :func:`line`'s docstring."""
-    if not numeric:
+def x_axis(ax: Any, xs: list, is_numeric: bool) -> None:
+    """Scale and ticks of a line's x axis: the rule in
+    :func:`optical.plots.line`'s docstring (``is_numeric``: :func:`numeric` of ``xs``)."""
+    if not is_numeric:
         label_ticks(ax, range(len(xs)), [label(v) for v in xs])
         return
     positive = [v for v in xs if v > 0]
