@@ -8,7 +8,7 @@ With none writable -- a read-only install in a container started with
 ``cache=True`` when the kernel is defined, which would make importing the
 kernels, and so every matmul (``backend="numpy"`` included: programming
 uses them), fail. The kernels then compile in memory at each start, with
-one warning that says how to keep them.
+one warning per kernel module (in each process) that says how to keep them.
 """
 
 import functools
@@ -28,8 +28,9 @@ def can_cache(source: str) -> bool:
     except RuntimeError as err:
         if "cannot cache" not in str(err):
             raise
-        warnings.warn(f"numba cannot cache the kernels of {source} ({err}); they compile at "
-                      "each start instead (seconds). Set NUMBA_CACHE_DIR to a writable "
-                      "directory to keep them.", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"numba finds no writable directory to cache the kernels of {source} "
+                      "in; they compile at each start instead (seconds). Set "
+                      "NUMBA_CACHE_DIR to a writable directory to keep them.",
+                      RuntimeWarning, stacklevel=2)
         return False
     return True

@@ -356,6 +356,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     group_inches = max(0.54, 0.15 * len(hues))  # a group's bars fill 0.8 of its slot
     rows = math.ceil(len(columns) * group_inches / 12)
     per_row = math.ceil(len(columns) / rows)
+    rows = math.ceil(len(columns) / per_row)  # (rounding per_row up can leave a row empty)
     fig = _figure(figsize=(max(6.4, min(14.0, per_row * group_inches + 2.5)),
                            4.4 + 3.0 * (rows - 1)))
     axes = fig.subplots(rows, 1, sharey=True, squeeze=False)[:, 0]

@@ -311,6 +311,26 @@ def test_rederived_windows_of_a_read_noise_past_float32_range(rng):
     assert np.isfinite(y).all()
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # numpy's float32 noise
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_deviation_past_float32_clips_every_conversion(rng, exact):
+    # Read noise 1e40 times the photons per MAC: its deviation is inf in
+    # float32, and every conversion clips to one of its window's rails, as
+    # on the numpy reference (whose outputs' magnitudes are the rails'
+    # combinations, whatever side the noise fell on) -- not NaN.
+    x = rng.uniform(-1, 1, (8, 16)).astype(np.float32)
+    w = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 8, "detector.shot_noise": "gaussian",
+                   "adc.bits": 8, "adc.full_scale": "max", "source.photons_per_mac": 1e-10,
+                   "detector.read_noise_electrons": 1e30})
+    y, stats = jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0, exact=exact,
+                                  return_stats=True)
+    ref = optical.matmul(x, w, cfg, seed=0, backend="numpy")
+    assert stats.clipped_fraction == 1.0
+    np.testing.assert_allclose(np.sort(np.abs(np.asarray(y)).ravel()),
+                               np.sort(np.abs(ref).ravel()), rtol=1e-5)
+
+
 def test_poisson_shot_noise_at_large_and_infinite_photon_counts(rng):
     # jax.random.poisson counts in int32 and, in float32, overstates the
     # variance at large means; the backend draws the normal law there. Truth:

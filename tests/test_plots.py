@@ -372,6 +372,16 @@ def test_matmul_bars_with_many_hues_wrap_rather_than_widen():
     assert min(p.get_window_extent(renderer).width for p in patches) >= 0.09 * fig.dpi
 
 
+@pytest.mark.parametrize("n_hues", [27, 41])
+def test_wrapped_matmul_bars_leave_no_row_empty(n_hues):
+    """Rounding the matmuls per row up must not leave a last row of axes
+    without bars (10 bars with 41 hues drew 6 axes, one of them empty)."""
+    fig = plots.matmul_bars(layer_rows(list(np.logspace(2, 7, n_hues)), 9),
+                            hue="source.photons_per_mac")
+    rows = [ax for ax in fig.axes if ax.get_ylabel() == "sqnr_db"]
+    assert len(rows) > 1 and all(ax.patches for ax in rows)
+
+
 def test_zero_spreads_draw_no_error_bars():
     """Equal seeds (or one seed) have no spread: no zero-length caps, in bars
     or lines; where some spreads are not zero, only those are drawn."""

@@ -198,6 +198,26 @@ def test_padding_never_reaches_the_optical_core(tiny_bert, attention):
         assert trace.stats["attention.scores"].macs == sum(n * n for n in lengths) * heads * d
 
 
+def test_a_padded_trace_matches_the_reference_product_by_product(tiny_bert):
+    """On the ideal core every recorded product of a padded batch (a mask
+    that is not a prefix) equals the reference's: padded rows of the weight
+    products are left out of both, and padded queries' rows of the
+    attention products are 0 in both (the reference computed them)."""
+    model, _ = tiny_bert
+    ids, mask = _padded_batch(np.random.default_rng(6), [9, 4, 7])
+    mask[2] = np.roll(mask[2], 2)  # real tokens at 2..8 of prompt 2
+    h = model.encode(ids, mask, layers=0)
+    cfg = optical.presets.get("ideal").replace({"core.inputs": 40, "core.outputs": 32,
+                                                 "mapping.attention": "optical"})
+    layer = model.layer(0)
+    ref = layer.trace(h, dtype="float32", mask=mask)
+    run = layer.trace(h, config=cfg, seed=0, mask=mask)
+    assert list(run.products) == list(ref.products)
+    for name, value in ref.products.items():
+        assert optical.metrics.relative_error(value, run.products[name]) < 1e-5, name
+    np.testing.assert_allclose(run.output[mask], ref.output[mask], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tiny_bert_layer_in_half_precision_matches_hugging_face(tiny_bert, dtype):
@@ -263,6 +283,18 @@ def test_minilm_embeddings_match_an_independent_numpy_forward(minilm):
     assert sims[0, 1] > 0.5 > sims[0, 4]
 
 
+@pytest.mark.parametrize("kind", ["tuple", "array", "series", "keys"])
+def test_any_sized_collection_of_sentences_is_taken(minilm, kind):
+    """A numpy array, a pandas Series or dict keys of str tokenise as the list."""
+    sentences = SENTENCES[:3]
+    wrapped = {"tuple": tuple(sentences), "array": np.array(sentences),
+               "series": pytest.importorskip("pandas").Series(sentences),
+               "keys": dict.fromkeys(sentences).keys()}[kind]
+    for got, expected in zip(minilm.token_ids(wrapped), minilm.token_ids(sentences),
+                             strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.slow
 def test_minilm_on_iris_like_keeps_the_pair_similarity_ranking(minilm, record_property):
     reference = minilm.embed(SENTENCES)
@@ -290,7 +322,8 @@ def test_minilm_on_iris_like_keeps_the_pair_similarity_ranking(minilm, record_pr
 @pytest.mark.parametrize("sentences", [None, (s for s in ["a"]), "one sentence", ["a", 1]])
 def test_embed_names_what_it_expects(tiny_bert, sentences):
     model, _ = tiny_bert
-    with pytest.raises(TypeError, match=r"sentences: expected a sequence \(list, tuple\) of str"):
+    with pytest.raises(TypeError, match=r"sentences: expected a sequence \(list, tuple, "
+                                        r"array\) of str, got"):
         model.token_ids(sentences)
 
 

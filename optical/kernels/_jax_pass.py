@@ -281,8 +281,10 @@ def _root_sum_squares(*deviations):
     largest: a deviation past float32's square root (1.8e19 readout units,
     e.g. a read noise that many times ``photons_per_mac``) does not overflow."""
     top = functools.reduce(jnp.maximum, deviations)
-    safe = jnp.where(top > 0, top, 1.0)
-    return top * jnp.sqrt(sum(jnp.square(d / safe) for d in deviations))
+    finite = jnp.isfinite(top)  # an infinite deviation (read noise / photons past
+    safe = jnp.where((top > 0) & finite, top, 1.0)  # float32) is the infinite sum
+    return jnp.where(finite, top * jnp.sqrt(sum(jnp.square(d / safe) for d in deviations)),
+                     top)
 
 
 def _shared_per_tile(st: Static, lo, hi):

@@ -71,8 +71,10 @@ def check_hidden(h: object, hidden: int) -> np.ndarray:
 
 def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
     """Stats of several matmuls of one kind run back to back (e.g. one per head):
-    counts add; tile counts are those of one matmul; photons and clipping are
-    pooled over all readouts and conversions."""
+    counts add; tile counts are those of the first matmul (of parts of
+    different shapes, such as the prompts of a padded BERT batch, they
+    describe none exactly); photons and clipping are pooled over all
+    readouts and conversions."""
     first = parts[0]
     counts = {f.name: sum(getattr(p, f.name) for p in parts)
               for f in dataclasses.fields(MatmulStats)}

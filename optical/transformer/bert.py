@@ -197,7 +197,9 @@ class BertLayer:
         engine.record("attention.scores", np.where(keys, scores, np.float32(0)))
         probs = rnd(softmax(np.where(keys, scores, -np.inf).astype(np.float32)))
         context = engine.values(probs, v, mask)
-        engine.record("attention.values", context)
+        # Padded queries' rows set to 0, as the optical core leaves them.
+        engine.record("attention.values", np.where(mask[:, None, :, None], context,
+                                                   np.float32(0)))
         context = context.transpose(0, 2, 1, 3).reshape(batch * tokens, hidden)
         attn = project("attention.output", context)
         x = layer_norm(rnd(attn + rows), w["attention.output.LayerNorm.weight"],

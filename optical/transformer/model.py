@@ -295,10 +295,13 @@ class BertModel(_Model):
 
     def token_ids(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask), each (batch, longest), padded with ``pad_token_id``."""
-        if isinstance(sentences, str) or not isinstance(sentences, Sequence) \
-                or not all(isinstance(s, str) for s in sentences):
-            raise TypeError(f"sentences: expected a sequence (list, tuple) of str, got "
-                            f"{type(sentences).__name__}")
+        expected = "sentences: expected a sequence (list, tuple, array) of str"
+        if isinstance(sentences, str | bytes) or not hasattr(sentences, "__len__"):
+            raise TypeError(f"{expected}, got {type(sentences).__name__}")
+        sentences = list(sentences)
+        if not all(isinstance(s, str) for s in sentences):
+            kind = next(type(s).__name__ for s in sentences if not isinstance(s, str))
+            raise TypeError(f"{expected}, got an item of type {kind}")
         if len(sentences) == 0:
             raise ValueError("sentences: empty")
         encoded = [e.ids for e in self.tokenizer().encode_batch(list(sentences))]
