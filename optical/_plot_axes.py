@@ -19,21 +19,23 @@ def numeric(values: Sequence[Any]) -> bool:
                for v in values)
 
 
+def _integers(xs: list) -> bool:
+    return all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in xs)
+
+
 def log_axis(xs: list) -> bool:
     """Whether positive values ``xs`` want a log axis: two decades, or one for
     floats (integers such as bit counts stay linear below two)."""
     span = max(xs) / min(xs)
-    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in xs)
-    return span >= 100 or (span >= 10 and not integers)
+    return span >= 100 or (span >= 10 and not _integers(xs))
 
 
 def powers_of_two(xs: list) -> bool:
     """Whether ``xs`` are positive integer powers of two spanning a decade or
     more (8 ... 512 inputs): a base-2 log axis spaces them evenly, where a
     linear one crowds the small ones together."""
-    integers = all(isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0
-                   for v in xs)
-    return integers and all(v & (v - 1) == 0 for v in xs) and max(xs) / min(xs) >= 10
+    return (_integers(xs) and all(v > 0 and v & (v - 1) == 0 for v in xs)
+            and max(xs) / min(xs) >= 10)
 
 
 def log_values(values: Sequence[float], metric: str) -> bool:

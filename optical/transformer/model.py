@@ -304,7 +304,7 @@ class BertModel(_Model):
             raise TypeError(f"{expected}, got an item of type {kind}")
         if len(sentences) == 0:
             raise ValueError("sentences: empty")
-        encoded = [e.ids for e in self.tokenizer().encode_batch(list(sentences))]
+        encoded = [e.ids for e in self.tokenizer().encode_batch(sentences)]
         longest = max(len(e) for e in encoded)
         ids = np.full((len(encoded), longest), self.spec.raw.get("pad_token_id", 0), np.int64)
         mask = np.zeros((len(encoded), longest), dtype=bool)

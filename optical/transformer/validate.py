@@ -336,16 +336,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
                                        raw)
         rows.append(_compare(name, name in run.stats, ref, value, local_db, run.stats.get(name)))
     output = _compare("layer output", False, reference.output, run.output)
-    totals: dict[str, float] = {k: sum(getattr(s, k) for s in run.stats.values())
-                                for k in COUNTS}
-    photons = [s.detected_photons for s in run.stats.values()]
-    totals["detected_photons"] = math.fsum(photons) if photons else 0.0
-    totals.update(digital_macs=0, digital_mac_fraction=0.0, clipped_fraction=0.0)
-    if run.stats:
-        pooled = sum_stats(list(run.stats.values()))
-        totals.update(digital_macs=pooled.digital_macs,
-                      digital_mac_fraction=pooled.digital_mac_fraction,
-                      clipped_fraction=pooled.clipped_fraction)
+    # Every weight matmul runs on the core, so there is always a product to pool:
+    # counts add, the digital share and the clipping are pooled.
+    stats = list(run.stats.values())
+    pooled = sum_stats(stats)
+    totals: dict[str, float] = {k: getattr(pooled, k) for k in COUNTS}
+    totals["detected_photons"] = math.fsum(s.detected_photons for s in stats)
+    totals.update({k: getattr(pooled, k)
+                   for k in ("digital_macs", "digital_mac_fraction", "clipped_fraction")})
     return ValidationReport(
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
