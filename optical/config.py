@@ -21,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-import numpy as np
+from optical._config_fields import Section, boolean, check, choice, integer, parse, real
 
 __all__ = [
     "ADCConfig",
@@ -47,81 +46,6 @@ MAX_BITS = 24
 #: Largest finite ``source.photons_per_mac``; ``inf`` means no shot noise.
 MAX_FINITE_PHOTONS_PER_MAC = 1e30
 
-# --------------------------------------------------------------------------- #
-# Field specifications: one place that knows each field's kind and valid range.
-# --------------------------------------------------------------------------- #
-
-
-def _real(default, lo=-math.inf, hi=math.inf, *, lo_open=False, hi_open=False, optional=False):
-    """A real-valued field, valid in [lo, hi] (ends open where asked)."""
-    spec = {"kind": "real", "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
-            "optional": optional}
-    return dataclasses.field(default=default, metadata=spec)
-
-
-def _int(default, lo, hi, *, optional=False):
-    """An integer field, valid in [lo, hi]; ``None`` allowed where optional."""
-    return dataclasses.field(default=default, metadata={"kind": "int", "lo": lo, "hi": hi,
-                                                        "optional": optional})
-
-
-def _choice(default, choices):
-    return dataclasses.field(default=default, metadata={"kind": "choice", "choices": choices})
-
-
-def _bool(default):
-    return dataclasses.field(default=default, metadata={"kind": "bool"})
-
-
-def _describe(spec: Mapping[str, Any]) -> str:
-    """Human-readable valid range of a field, for error messages."""
-    kind = spec["kind"]
-    if kind == "choice":
-        return "one of " + ", ".join(repr(c) for c in spec["choices"])
-    if kind == "bool":
-        return "true or false"
-    left = "(" if spec.get("lo_open") else "["
-    right = ")" if spec.get("hi_open") else "]"
-    text = f"{'integer' if kind == 'int' else 'number'} in {left}{spec['lo']}, {spec['hi']}{right}"
-    return text + (" or None" if spec.get("optional") else "")
-
-
-def _check_value(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
-    """Validate one field value against its spec; return it in canonical form."""
-    kind = spec["kind"]
-    valid = _describe(spec)
-    if kind == "choice":
-        if value not in spec["choices"]:
-            raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
-        return value
-    if kind == "bool":  # numpy's bools too, canonicalised
-        if not isinstance(value, bool | np.bool_):
-            raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
-        return bool(value)
-    if value is None:
-        if spec.get("optional"):
-            return None
-        raise ValueError(f"{path}: None is not valid; valid: {valid}")
-    if isinstance(value, bool | np.bool_):
-        raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
-    # numpy scalars (a sweep's np.arange, say) are accepted and made Python numbers.
-    if kind == "int":
-        if not isinstance(value, numbers.Integral):
-            raise ValueError(f"{path}: {value!r} is not an integer; valid: {valid}")
-        value = int(value)
-        if not spec["lo"] <= value <= spec["hi"]:
-            raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
-        return value
-    if not isinstance(value, numbers.Real):
-        raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
-    value = float(value)
-    lo, hi = spec["lo"], spec["hi"]
-    too_low = value <= lo if spec["lo_open"] else value < lo
-    too_high = value >= hi if spec["hi_open"] else value > hi
-    if math.isnan(value) or too_low or too_high:
-        raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
-    return value
-
 
 def check_value(path: str, value: Any) -> Any:
     """Validate one value for the field at a dotted ``path`` on its own (not
@@ -132,7 +56,7 @@ def check_value(path: str, value: Any) -> Any:
     ValueError
         Naming the path for an unknown path or an invalid value.
     """
-    return _check_value(path, value, OpticalConfig.field_spec(path))
+    return check(path, value, OpticalConfig.field_spec(path))
 
 
 def parse_value(path: str, text: str) -> Any:
@@ -144,51 +68,7 @@ def parse_value(path: str, text: str) -> Any:
     ValueError
         If ``path`` is unknown or ``text`` does not parse to a valid value.
     """
-    spec = OpticalConfig.field_spec(path)
-    kind = spec["kind"]
-    raw = text.strip()
-    if raw.lower() == "none" and spec.get("optional"):
-        return None
-    try:
-        if kind == "int":
-            value: Any = int(raw)
-        elif kind == "real":
-            value = float(raw)
-            if math.isinf(value) and "inf" not in raw.lower():
-                raise ValueError(f"{path}: {text!r} overflows a float (write inf for "
-                                 "infinity)")
-            if value == 0 and any(c in "123456789" for c in raw.lower().partition("e")[0]):
-                raise ValueError(f"{path}: {text!r} underflows to 0")
-        elif kind == "bool":
-            lowered = raw.lower()
-            if lowered not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(raw)
-            value = lowered in ("true", "1", "yes")
-        else:
-            value = raw
-    except ValueError as err:
-        if str(err).startswith(f"{path}: "):
-            raise
-        raise ValueError(f"{path}: cannot parse {text!r}; valid: {_describe(spec)}") from None
-    return _check_value(path, value, spec)
-
-
-class _Section:
-    """Base of the config sections: validation from field metadata, dict I/O."""
-
-    _name: ClassVar[str] = ""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = _check_value(f"{self._name}.{f.name}", getattr(self, f.name), f.metadata)
-            object.__setattr__(self, f.name, value)
-        self._check_consistency()
-
-    def _check_consistency(self) -> None:
-        """Cross-field rules; sections override."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    return parse(path, text, OpticalConfig.field_spec(path))
 
 
 # --------------------------------------------------------------------------- #
@@ -197,7 +77,7 @@ class _Section:
 
 
 @dataclasses.dataclass(frozen=True)
-class SourceConfig(_Section):
+class SourceConfig(Section):
     """The light sources that encode the input vector as intensity.
 
     Attributes
@@ -219,10 +99,10 @@ class SourceConfig(_Section):
     """
 
     _name: ClassVar[str] = "source"
-    wavelength: float = _real(850e-9, 100e-9, 100e-6)
-    photons_per_mac: float = _real(math.inf, 0.0, math.inf, lo_open=True)
-    rin_db_per_hz: float = _real(-math.inf, -math.inf, 0.0, hi_open=True)
-    rin_bandwidth: float = _real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
+    wavelength: float = real(850e-9, 100e-9, 100e-6)
+    photons_per_mac: float = real(math.inf, 0.0, math.inf, lo_open=True)
+    rin_db_per_hz: float = real(-math.inf, -math.inf, 0.0, hi_open=True)
+    rin_bandwidth: float = real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
 
     @property
     def rin_sigma(self) -> float:
@@ -248,7 +128,7 @@ class SourceConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class DACConfig(_Section):
+class DACConfig(Section):
     """Digital-to-analogue conversion of the inputs into source drive levels.
 
     Attributes
@@ -268,13 +148,13 @@ class DACConfig(_Section):
     """
 
     _name: ClassVar[str] = "dac"
-    bits: int | None = _int(None, 1, MAX_BITS, optional=True)
-    scaling: str = _choice("per_token", ("per_token", "per_tensor", "static"))
-    percentile: float = _real(99.99, 0.0, 100.0, lo_open=True)
+    bits: int | None = integer(None, 1, MAX_BITS, optional=True)
+    scaling: str = choice("per_token", ("per_token", "per_tensor", "static"))
+    percentile: float = real(99.99, 0.0, 100.0, lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskConfig(_Section):
+class MaskConfig(Section):
     """The programmable transmission mask that holds the weights.
 
     Attributes
@@ -297,11 +177,11 @@ class MaskConfig(_Section):
     """
 
     _name: ClassVar[str] = "mask"
-    bits: int | None = _int(None, 1, MAX_BITS, optional=True)
-    contrast_ratio: float = _real(math.inf, 1.0, math.inf, lo_open=True)
-    scaling: str = _choice("per_column", ("per_column", "per_tensor", "per_tile",
+    bits: int | None = integer(None, 1, MAX_BITS, optional=True)
+    contrast_ratio: float = real(math.inf, 1.0, math.inf, lo_open=True)
+    scaling: str = choice("per_column", ("per_column", "per_tensor", "per_tile",
                                           "per_tile_column"))
-    compensate: bool = _bool(False)
+    compensate: bool = boolean(False)
 
     @property
     def min_transmission(self) -> float:
@@ -310,7 +190,7 @@ class MaskConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class OpticsConfig(_Section):
+class OpticsConfig(Section):
     """Lens geometry between sources, mask and detectors.
 
     With ``model = "ideal"`` (the default) the optics are ideal: each source
@@ -349,18 +229,18 @@ class OpticsConfig(_Section):
     """
 
     _name: ClassVar[str] = "optics"
-    model: str = _choice("ideal", ("ideal", "diffraction"))
-    pixel_pitch: float = _real(10e-6, 0.0, 1e-2, lo_open=True)
-    fill_factor: float = _real(0.9, 0.0, 1.0, lo_open=True)
-    fan_out_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
-    fan_out_aperture: float = _real(50.8e-3, 0.0, 10.0, lo_open=True)
-    fan_in_focal_length: float = _real(50e-3, 0.0, 10.0, lo_open=True)
-    fan_in_aperture: float = _real(25.4e-3, 0.0, 10.0, lo_open=True)
-    defocus_waves: float = _real(0.0, -100.0, 100.0)
-    spherical_waves: float = _real(0.0, -100.0, 100.0)
-    beam_profile: str = _choice("flat_top", ("flat_top", "gaussian"))
-    beam_waist: float = _real(1.5e-6, 0.0, 1e-2, lo_open=True)
-    kernel_radius: int = _int(1, 0, 64)
+    model: str = choice("ideal", ("ideal", "diffraction"))
+    pixel_pitch: float = real(10e-6, 0.0, 1e-2, lo_open=True)
+    fill_factor: float = real(0.9, 0.0, 1.0, lo_open=True)
+    fan_out_focal_length: float = real(50e-3, 0.0, 10.0, lo_open=True)
+    fan_out_aperture: float = real(50.8e-3, 0.0, 10.0, lo_open=True)
+    fan_in_focal_length: float = real(50e-3, 0.0, 10.0, lo_open=True)
+    fan_in_aperture: float = real(25.4e-3, 0.0, 10.0, lo_open=True)
+    defocus_waves: float = real(0.0, -100.0, 100.0)
+    spherical_waves: float = real(0.0, -100.0, 100.0)
+    beam_profile: str = choice("flat_top", ("flat_top", "gaussian"))
+    beam_waist: float = real(1.5e-6, 0.0, 1e-2, lo_open=True)
+    kernel_radius: int = integer(1, 0, 64)
 
     def _check_consistency(self) -> None:
         for side in ("fan_out", "fan_in"):
@@ -374,7 +254,7 @@ class OpticsConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class DetectorConfig(_Section):
+class DetectorConfig(Section):
     """Photodetectors and their transimpedance amplifiers.
 
     Attributes
@@ -400,15 +280,15 @@ class DetectorConfig(_Section):
     """
 
     _name: ClassVar[str] = "detector"
-    quantum_efficiency: float = _real(1.0, 0.0, 1.0, lo_open=True)
-    dark_electrons: float = _real(0.0, 0.0, 1e30)
-    read_noise_electrons: float = _real(0.0, 0.0, 1e30)
-    shot_noise: str = _choice("poisson", ("poisson", "gaussian"))
-    balanced: bool = _bool(True)
+    quantum_efficiency: float = real(1.0, 0.0, 1.0, lo_open=True)
+    dark_electrons: float = real(0.0, 0.0, 1e30)
+    read_noise_electrons: float = real(0.0, 0.0, 1e30)
+    shot_noise: str = choice("poisson", ("poisson", "gaussian"))
+    balanced: bool = boolean(True)
 
 
 @dataclasses.dataclass(frozen=True)
-class ADCConfig(_Section):
+class ADCConfig(Section):
     """Analogue-to-digital conversion of each detector readout.
 
     Attributes
@@ -443,11 +323,11 @@ class ADCConfig(_Section):
     """
 
     _name: ClassVar[str] = "adc"
-    bits: int | None = _int(None, 1, MAX_BITS, optional=True)
-    enob_loss: float = _real(0.0, 0.0, MAX_BITS, hi_open=True)
-    full_scale: str = _choice("rms", ("max", "rms", "calibrated"))
-    headroom: float = _real(4.0, 0.0, 1e6, lo_open=True)
-    window: str = _choice("per_column", ("per_column", "per_tile"))
+    bits: int | None = integer(None, 1, MAX_BITS, optional=True)
+    enob_loss: float = real(0.0, 0.0, MAX_BITS, hi_open=True)
+    full_scale: str = choice("rms", ("max", "rms", "calibrated"))
+    headroom: float = real(4.0, 0.0, 1e6, lo_open=True)
+    window: str = choice("per_column", ("per_column", "per_tile"))
 
     def _check_consistency(self) -> None:
         if self.bits is not None and self.enob_loss >= self.bits:
@@ -463,7 +343,7 @@ class ADCConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class EncodingConfig(_Section):
+class EncodingConfig(Section):
     """How signed values become non-negative light intensities.
 
     Attributes
@@ -478,12 +358,12 @@ class EncodingConfig(_Section):
     """
 
     _name: ClassVar[str] = "encoding"
-    inputs: str = _choice("split", ("offset", "split"))
-    weights: str = _choice("split", ("offset", "split"))
+    inputs: str = choice("split", ("offset", "split"))
+    weights: str = choice("split", ("offset", "split"))
 
 
 @dataclasses.dataclass(frozen=True)
-class CoreConfig(_Section):
+class CoreConfig(Section):
     """Size of the optical core: one pass multiplies ``inputs`` by ``outputs``.
 
     Attributes
@@ -496,12 +376,12 @@ class CoreConfig(_Section):
     """
 
     _name: ClassVar[str] = "core"
-    inputs: int = _int(1024, 1, 1 << 20)
-    outputs: int = _int(1024, 1, 1 << 20)
+    inputs: int = integer(1024, 1, 1 << 20)
+    outputs: int = integer(1024, 1, 1 << 20)
 
 
 @dataclasses.dataclass(frozen=True)
-class MappingConfig(_Section):
+class MappingConfig(Section):
     """How a transformer layer's products are mapped onto the optical core.
 
     Attributes
@@ -513,11 +393,11 @@ class MappingConfig(_Section):
     """
 
     _name: ClassVar[str] = "mapping"
-    attention: str = _choice("digital", ("digital", "optical"))
+    attention: str = choice("digital", ("digital", "optical"))
 
 
 @dataclasses.dataclass(frozen=True)
-class OutliersConfig(_Section):
+class OutliersConfig(Section):
     """Input channels that bypass the optics and are multiplied digitally
     (an LLM.int8-style decomposition: ``x @ w = x[:, D] @ w[D] + x[:, O] @ w[O]``).
 
@@ -541,9 +421,9 @@ class OutliersConfig(_Section):
     """
 
     _name: ClassVar[str] = "outliers"
-    policy: str = _choice("none", ("none", "static", "dynamic"))
-    threshold: float | None = _real(6.0, 1.0, math.inf, hi_open=True, optional=True)
-    top_k: int | None = _int(None, 0, 1 << 30, optional=True)
+    policy: str = choice("none", ("none", "static", "dynamic"))
+    threshold: float | None = real(6.0, 1.0, math.inf, hi_open=True, optional=True)
+    top_k: int | None = integer(None, 0, 1 << 30, optional=True)
 
     def _check_consistency(self) -> None:
         if self.policy != "none" and self.threshold is None and self.top_k is None:
@@ -553,7 +433,7 @@ class OutliersConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class CalibrationConfig(_Section):
+class CalibrationConfig(Section):
     """How calibration inputs are used when weights are programmed.
 
     Attributes
@@ -571,11 +451,11 @@ class CalibrationConfig(_Section):
     """
 
     _name: ClassVar[str] = "calibration"
-    max_tokens: int = _int(256, 1, 1 << 24)
+    max_tokens: int = integer(256, 1, 1 << 24)
 
 
 @dataclasses.dataclass(frozen=True)
-class EnergyConfig(_Section):
+class EnergyConfig(Section):
     """Energy and latency of the machine around the optics (read by
     :mod:`optical.energy`; the emulated arithmetic does not depend on it).
 
@@ -637,31 +517,31 @@ class EnergyConfig(_Section):
     """
 
     _name: ClassVar[str] = "energy"
-    laser_efficiency: float = _real(0.3, 0.0, 1.0, lo_open=True)
-    optical_efficiency: float = _real(1.0, 0.0, 1.0, lo_open=True)
-    source_mean_level: float = _real(1.0, 0.0, 1.0, lo_open=True)
-    walden_fom: float = _real(25e-15, 0.0, math.inf, hi_open=True)
-    dac_energy: float | None = _real(None, 0.0, math.inf, hi_open=True, optional=True)
-    adc_energy: float | None = _real(None, 0.0, math.inf, hi_open=True, optional=True)
-    detector_energy: float = _real(1e-12, 0.0, math.inf, hi_open=True)
-    input_rate: float = _real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
-    mask_refresh_rate: float = _real(1e3, 0.0, math.inf, lo_open=True, hi_open=True)
-    mask_load_energy: float = _real(1e-3, 0.0, math.inf, hi_open=True)
-    double_buffered_mask: bool = _bool(False)
-    cores: int = _int(1, 1, 1 << 30)
-    dram_energy_per_byte: float = _real(31e-12, 0.0, math.inf, hi_open=True)
-    sram_energy_per_byte: float = _real(1.25e-12, 0.0, math.inf, hi_open=True)
-    digital_energy_per_op: float = _real(0.71e-12, 0.0, math.inf, hi_open=True)
-    digital_ops_per_s: float = _real(989e12, 0.0, math.inf, lo_open=True, hi_open=True)
-    static_power: float = _real(0.0, 0.0, math.inf, hi_open=True)
-    link_energy_per_byte: float = _real(8e-12, 0.0, math.inf, hi_open=True)
+    laser_efficiency: float = real(0.3, 0.0, 1.0, lo_open=True)
+    optical_efficiency: float = real(1.0, 0.0, 1.0, lo_open=True)
+    source_mean_level: float = real(1.0, 0.0, 1.0, lo_open=True)
+    walden_fom: float = real(25e-15, 0.0, math.inf, hi_open=True)
+    dac_energy: float | None = real(None, 0.0, math.inf, hi_open=True, optional=True)
+    adc_energy: float | None = real(None, 0.0, math.inf, hi_open=True, optional=True)
+    detector_energy: float = real(1e-12, 0.0, math.inf, hi_open=True)
+    input_rate: float = real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
+    mask_refresh_rate: float = real(1e3, 0.0, math.inf, lo_open=True, hi_open=True)
+    mask_load_energy: float = real(1e-3, 0.0, math.inf, hi_open=True)
+    double_buffered_mask: bool = boolean(False)
+    cores: int = integer(1, 1, 1 << 30)
+    dram_energy_per_byte: float = real(31e-12, 0.0, math.inf, hi_open=True)
+    sram_energy_per_byte: float = real(1.25e-12, 0.0, math.inf, hi_open=True)
+    digital_energy_per_op: float = real(0.71e-12, 0.0, math.inf, hi_open=True)
+    digital_ops_per_s: float = real(989e12, 0.0, math.inf, lo_open=True, hi_open=True)
+    static_power: float = real(0.0, 0.0, math.inf, hi_open=True)
+    link_energy_per_byte: float = real(8e-12, 0.0, math.inf, hi_open=True)
 
 
 # --------------------------------------------------------------------------- #
 # The whole machine
 # --------------------------------------------------------------------------- #
 
-_SECTIONS: dict[str, type[_Section]] = {
+_SECTIONS: dict[str, type[Section]] = {
     "source": SourceConfig,
     "dac": DACConfig,
     "mask": MaskConfig,
@@ -760,7 +640,7 @@ class OpticalConfig:
         for path, value in (changes or {}).items():
             spec = self.field_spec(path)
             section, _, leaf = path.partition(".")
-            by_section.setdefault(section, {})[leaf] = _check_value(path, value, spec)
+            by_section.setdefault(section, {})[leaf] = check(path, value, spec)
         new_sections = dict(kwargs)
         for name in new_sections:
             if name not in _SECTIONS:
