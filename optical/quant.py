@@ -22,7 +22,7 @@ from optical import _memory, compensation, outliers
 from optical import calibration as _calibration
 from optical._validation import check_float_array
 from optical.config import OpticalConfig
-from optical.physics import converters, crosstalk, encoding
+from optical.physics import _mask_apply, converters, crosstalk, encoding
 
 __all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs", "program"]
 
@@ -257,7 +257,7 @@ class _LensOptics:
         absolute = dataclasses.replace(
             kern, input_coupling=np.abs(kern.input_coupling),
             output_mutual=np.abs(np.real(kern.output_mutual)).astype(kern.output_mutual.dtype))
-        lit = crosstalk._apply_tiled(np.ones((kern.rails, tiling.k, tiling.n)), absolute, tiling)
+        lit = _mask_apply.apply_tiled(np.ones((kern.rails, tiling.k, tiling.n)), absolute, tiling)
         return np.maximum(lit - self.diagonal(tiling), 0.0)
 
     def diagonal(self, tiling: Tiling) -> np.ndarray:

@@ -9,6 +9,7 @@ import pytest
 from scipy import special
 
 import optical
+from optical.physics import _mask_apply
 from optical.physics import crosstalk as X
 from optical.quant import Tiling
 
@@ -396,7 +397,7 @@ def test_row_blocks_and_in_place_output_give_the_same_map(monkeypatch, radius):
     whole = X.effective_transmissions(t, tiling, cfg)
     # Blocks of one or a few rows: the halo rows come from the input, or from
     # the copy kept before they were overwritten.
-    monkeypatch.setattr(X, "_BLOCK_ELEMENTS", 2 * 30 + 30)
+    monkeypatch.setattr(_mask_apply, "BLOCK_ELEMENTS", 2 * 30 + 30)
     np.testing.assert_allclose(X.effective_transmissions(t, tiling, cfg), whole, rtol=1e-6)
     inplace = t.copy()
     assert X.effective_transmissions(inplace, tiling, cfg, out=inplace) is inplace

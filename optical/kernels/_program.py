@@ -19,7 +19,7 @@ tile-sized scratch, and the weights the digital side keeps overwrite the
 normalised weights they come from. Tiles run in parallel (``prange``); each
 is serial, so the result does not depend on the number of threads.
 
-Mask layout within a tile (as in ``crosstalk._apply``): rails interleaved
+Mask layout within a tile (as in ``_mask_apply.apply``): rails interleaved
 along a physical row (column ``rails * n + rail``), every tile lit from the
 core's first physical column, zero light outside the tile.
 """
@@ -63,7 +63,7 @@ def _quantize(u, top, zero, one):
 @nb.njit(**_SERIAL)
 def _row_light(t_row, s, coef, radius, g_lag, g_d0, g_d1, g_w, v, pairs, q_row):
     """Output form of one physical row: ``Q[m] = sum M[d, d'] v[m+d] v[m+d']``
-    with ``v = |e| sqrt(t)``, evaluated group by group as ``crosstalk._output_form``
+    with ``v = |e| sqrt(t)``, evaluated group by group as ``_mask_apply.output_form``
     does (group ``g`` adds ``pair_lag[m + d0] (+ pair_lag[m + d1])`` times its
     weight; ``g_d1 < -radius``: a group of one shift), so that every element
     sees the same sum in the same order. ``v`` and ``pairs`` are scratch rows
@@ -107,7 +107,7 @@ def _row_light(t_row, s, coef, radius, g_lag, g_d0, g_d1, g_w, v, pairs, q_row):
 @nb.njit(**_SERIAL)
 def _row_coupling(ring, i, rows, row_d, row_w, out):
     """Input coupling of tile row ``i``: ``T[i] = c0 Q[i] + sum_d c_d Q[i + d]``
-    over the tile's rows (taps in ``crosstalk._taps`` order, the centre first)."""
+    over the tile's rows (taps in ``_mask_apply.taps`` order, the centre first)."""
     n_ring = ring.shape[0]
     centre = ring[i % n_ring]
     c0 = row_w[0]
@@ -301,8 +301,8 @@ def program_tiles(v, gain, k_bounds, n_bounds, rails, diag, s, coef, radius, g_l
     k_bounds, n_bounds : (tiles, 2) int64 start and stop of each K- and N-tile.
     diag : (rails, N) self-coupling of each pixel; s : (rails * tile_n,) |e|
     of the physical columns; coef : ``s * s * M00`` (radius 0 only).
-    g_* : the output form's groups (``crosstalk._output_taps``, flattened);
-    row_d, row_w : the input coupling's taps (``crosstalk._taps``).
+    g_* : the output form's groups (``_mask_apply.output_taps``, flattened);
+    row_d, row_w : the input coupling's taps (``_mask_apply.taps``).
     consts : dtype ``(t_min, 1 - t_min, dtype(1 - t_min in float64), 0, 1, 2)``.
     top : dtype ``2**mask.bits - 1``, 0 for a continuous mask.
     transmissions : (rails, K, N), out;
@@ -355,7 +355,7 @@ def lens_mask(v: np.ndarray, gain: np.ndarray | None, diag: np.ndarray | None, t
     steps : ndarray of int64, shape (k_tiles * n_tiles,)
         Jacobi steps each tile took (0 without compensation).
     """
-    from optical.physics import crosstalk
+    from optical.physics import _mask_apply
 
     dtype = v.dtype
     rails, radius = kern.rails, kern.radius
@@ -366,7 +366,7 @@ def lens_mask(v: np.ndarray, gain: np.ndarray | None, diag: np.ndarray | None, t
     consts = np.array([t_min, 1 - t_min, scalar(1 - min_transmission), 0, 1, 2], dtype=dtype)
     top = scalar(0 if bits is None else (1 << bits) - 1)
     s = np.abs(kern.envelope_field).astype(dtype)[:rails * tiling.tile_n]
-    lags = crosstalk._output_taps(np.real(kern.output_mutual), dtype)
+    lags = _mask_apply.output_taps(np.real(kern.output_mutual), dtype)
     g_lag, g_d0, g_d1, g_w = [], [], [], []
     for lag, groups in enumerate(lags):
         for shifts, weight in groups:
@@ -375,7 +375,7 @@ def lens_mask(v: np.ndarray, gain: np.ndarray | None, diag: np.ndarray | None, t
             g_d1.append(shifts[1] if len(shifts) == 2 else -radius - 1)
             g_w.append(weight)
     coef = s * s * lags[0][0][1] if radius == 0 else np.zeros(0, dtype=dtype)
-    taps = crosstalk._taps(kern.input_coupling, dtype)
+    taps = _mask_apply.taps(kern.input_coupling, dtype)
     row_d = np.array([d for d, _ in taps], dtype=np.int64)
     row_w = np.array([w for _, w in taps], dtype=dtype)
     if compensate:
