@@ -101,6 +101,27 @@ def test_bert_without_max_position_embeddings_defaults_to_512():
         spec.check_tokens(513)
 
 
+@pytest.mark.parametrize("head_dim", [None, 12, 16])
+def test_bert_head_size_comes_from_hidden_size_alone(head_dim):
+    """Hugging Face's BertSelfAttention ignores a head_dim key (checked against
+    it when installed); a hidden size the heads do not divide is refused."""
+    config = {"model_type": "bert", "hidden_size": 48, "num_attention_heads": 4,
+              "intermediate_size": 64, "num_hidden_layers": 1, "vocab_size": 10}
+    if head_dim is not None:
+        config["head_dim"] = head_dim
+    spec = ModelSpec.from_config(config)
+    assert spec.head_dim == 12
+    assert {s.name: s.out_features for s in spec.linear_shapes()}["query"] == 48
+    with pytest.raises(ValueError, match="hidden_size 50 is not divisible by "
+                                         "num_attention_heads 4"):
+        ModelSpec.from_config({**config, "hidden_size": 50})
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.BertConfig(**{k: v for k, v in config.items()
+                                           if k != "model_type"})
+    hf = transformers.models.bert.modeling_bert.BertSelfAttention(hf_config)
+    assert hf.attention_head_size == spec.head_dim
+
+
 def test_explicit_head_dim_is_honoured():
     spec = ModelSpec.from_config({"model_type": "llama", "hidden_size": 64,
                                   "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -1,6 +1,7 @@
 """The reference Llama layer against independent implementations: Hugging Face's
 LlamaDecoderLayer (torch, when installed) and a float64 numpy re-derivation."""
 
+import copy
 import math
 from pathlib import Path
 
@@ -168,20 +169,19 @@ def hf_llama(tmp_path_factory):
 
 
 def _hf_layer_output(torch, model, index, h, dtype):
-    layer = model.model.layers[index].to(dtype)
-    try:
-        batch, tokens = h.shape[:2]
-        x = torch.from_numpy(h).to(dtype)
-        positions = torch.arange(tokens)[None].expand(batch, tokens)
-        cos, sin = model.model.rotary_emb(x, positions)
-        mask = torch.full((tokens, tokens), torch.finfo(dtype).min).triu(1)[None, None].to(dtype)
-        with torch.no_grad():
-            out = layer(x, attention_mask=mask, position_ids=positions,
-                        position_embeddings=(cos, sin))
-        out = out[0] if isinstance(out, tuple) else out
-        return out.float().numpy()
-    finally:
-        layer.float()
+    # A copy: casting the shared layer to fp16 and back would leave its weights
+    # rounded to fp16 for every later call (a bf16 run would then see bf16(fp16(w))).
+    layer = copy.deepcopy(model.model.layers[index]).to(dtype)
+    batch, tokens = h.shape[:2]
+    x = torch.from_numpy(h).to(dtype)
+    positions = torch.arange(tokens)[None].expand(batch, tokens)
+    cos, sin = model.model.rotary_emb(x, positions)
+    mask = torch.full((tokens, tokens), torch.finfo(dtype).min).triu(1)[None, None].to(dtype)
+    with torch.no_grad():
+        out = layer(x, attention_mask=mask, position_ids=positions,
+                    position_embeddings=(cos, sin))
+    out = out[0] if isinstance(out, tuple) else out
+    return out.float().numpy()
 
 
 @pytest.mark.slow
@@ -200,24 +200,22 @@ def test_matches_hugging_face_llama_decoder_layer(hf_llama):
         ours_vs_hf = optical.metrics.relative_error(hf[name], mine[name])
         assert ours_vs_hf < eps
         assert ours_vs_hf < 0.5 * own_error, (name, ours_vs_hf, own_error)
-    assert optical.metrics.relative_error(hf["float16"], mine["float16"]) < 1e-5
+    for name in ("float16", "bfloat16"):
+        assert optical.metrics.relative_error(hf[name], mine[name]) < 1e-5, name
 
 
 @pytest.mark.slow
 def test_bf16_hf_checkpoint_loads_bit_exactly(hf_llama, tmp_path):
     torch, model, _ = hf_llama
-    bf16 = model.to(torch.bfloat16)
-    try:
-        bf16.save_pretrained(tmp_path)
-        layer = transformer.load(tmp_path).layer(2)
-        state = bf16.state_dict()
-        for short, name in (("down_proj", "mlp.down_proj.weight"),
-                            ("q_proj", "self_attn.q_proj.weight"),
-                            ("input_layernorm", "input_layernorm.weight")):
-            expected = state[f"model.layers.2.{name}"].float().numpy()
-            np.testing.assert_array_equal(layer.weights[short], expected)
-    finally:
-        model.float()
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)  # the fixture's model stays fp32
+    bf16.save_pretrained(tmp_path)
+    layer = transformer.load(tmp_path).layer(2)
+    state = bf16.state_dict()
+    for short, name in (("down_proj", "mlp.down_proj.weight"),
+                        ("q_proj", "self_attn.q_proj.weight"),
+                        ("input_layernorm", "input_layernorm.weight")):
+        expected = state[f"model.layers.2.{name}"].float().numpy()
+        np.testing.assert_array_equal(layer.weights[short], expected)
 
 
 def test_reference_bits_do_not_depend_on_the_blas_thread_count():

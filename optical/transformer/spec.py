@@ -90,10 +90,16 @@ class ModelSpec:
         hidden, heads = need("hidden_size"), need("num_attention_heads")
         kv_heads = (need("num_key_value_heads") if config.get("num_key_value_heads") is not None
                     else heads)  # absent or null: as many as the heads (Hugging Face)
-        head_dim = need("head_dim") if config.get("head_dim") is not None else hidden // heads
-        if head_dim * heads != hidden and model_type == "bert":
-            raise ValueError(f"{source}: hidden_size {hidden} is not divisible by "
-                             f"num_attention_heads {heads}")
+        if model_type == "bert":
+            # Hugging Face's BertSelfAttention derives the head size from
+            # hidden_size alone and ignores a head_dim key: so do we.
+            if hidden % heads:
+                raise ValueError(f"{source}: hidden_size {hidden} is not divisible by "
+                                 f"num_attention_heads {heads}")
+            head_dim = hidden // heads
+        else:
+            head_dim = (need("head_dim") if config.get("head_dim") is not None
+                        else hidden // heads)  # Hugging Face's LlamaAttention likewise
         if model_type == "bert" and kv_heads != heads:
             raise ValueError(f"{source}: num_key_value_heads {kv_heads} differs from "
                              f"num_attention_heads {heads}; BERT has no grouped-query "
