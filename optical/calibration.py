@@ -48,8 +48,14 @@ NEGLIGIBLE_NOISE = 0.02
 TAIL_SAMPLES = 16
 
 # Nine-point Gauss-Hermite rule for E f(r + s z), z ~ N(0, 1): its nodes
-# reach 4.5 s, so for a pure Gaussian the optimal window lands within ~5 % of
-# the exact optimum at 2 to 8 bits (a three-point rule stops at 1.7 s).
+# reach 4.5 s (a three-point rule stops at 1.7 s). The rule sees the noise as
+# nine atoms, so the optimal window jumps between them: for pure Gaussian
+# readouts it lands within 5 % of the exact optimum's half-width, and within
+# 0.1 dB of its conversion MSE, at 2 to 6 and 8 to 10 bits, but 11 % narrow
+# at 7 bits (1.1 dB above the optimum's MSE). Readouts spread wider than the
+# noise smooth the jumps out (0.3 dB at 7 bits when the noise is 8x their
+# spread, at most 0.1 dB otherwise). Other node counts move the miss to
+# other bits; an exact Gaussian clipping integral would remove it.
 _HERMITE_NODES, _HERMITE_WEIGHTS = np.polynomial.hermite_e.hermegauss(9)
 _HERMITE_WEIGHTS = _HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum()
 

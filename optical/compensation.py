@@ -33,9 +33,8 @@ supplies the full one.
 
 Both by projected Jacobi iteration, ``x <- clip(x + residual / D)``, a
 contraction when each pixel keeps more of its own light than it receives
-from its neighbours. :func:`gain` is the largest ``g`` for which every
-pixel's target stays reachable even when its neighbours leak the most (or
-the least) light.
+from its neighbours. :func:`gain` is a ``g`` for which every pixel's target
+stays reachable even when its neighbours leak the most (or the least) light.
 """
 
 from __future__ import annotations
@@ -141,18 +140,30 @@ _REACH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
-    """Largest target scale of each K-tile column that every pixel can reach.
+    """A target scale of each K-tile column that every pixel can reach,
+    whatever its neighbours show.
 
-    With self-coupling ``D`` and leakage ``L`` per pixel -- the most light
-    any mask's neighbours can put on it: ``optics.leak_bound(tiling)`` where
-    the optics define it (the lens map with every coupling term at its
-    absolute value, on an open mask, less ``D``), else ``|F(open) - D|``, the
-    bound for optics whose coupling terms are all positive -- split weights need
-    ``|d| <= 1 - t_min`` where ``D d = g (1 - t_min) v - leak`` and
-    ``|leak| <= L (1 - t_min)``, so ``g <= D - L``; offset weights need the
-    top target ``t_min + (1 - t_min)(1 + g) / 2 <= D - L t_min`` (neighbours
-    closed) and the bottom one ``t_min + (1 - t_min)(1 - g) / 2 >= D t_min + L``
-    (neighbours open). Shape (k_tiles, N), in (0, 1].
+    Each pixel's effective transmission is ``D t + leak``: its self-coupling
+    ``D`` times its own transmission, plus the light its neighbours put on
+    it. With every transmission in ``[t_min, 1]``, that leak lies in
+    ``[t_min P - N, P - t_min N]``, where ``P`` and ``N`` are the light of
+    the coupling's positive and negative terms on an open mask (less ``D``):
+    ``optics.leak_parts(tiling)`` where the optics define it (the lens relay
+    has negative interference terms), else ``F(open) - D`` and 0, as for
+    linear optics whose coupling terms are all non-negative. Then
+
+    - split weights: reaching ``v = +1`` (``t+ = 1``, ``t- = t_min``) needs
+      ``D+ - t_min D- + least+ - most- >= g (1 - t_min)``, and ``v = -1``
+      the same with the rails swapped (the rails of an output differ at the
+      tile's edges and under the envelope);
+    - offset weights: the top target ``t_min + (1 - t_min)(1 + g) / 2`` must
+      be at most ``D + least`` (the pixel open) and the bottom one
+      ``t_min + (1 - t_min)(1 - g) / 2`` at least ``D t_min + most`` (the
+      pixel closed).
+
+    The result is the largest ``g`` these bounds allow (a pixel's
+    neighbours cannot all be at their worst for every term at once, so the
+    true reach may be slightly larger). Shape (k_tiles, N), in (0, 1].
 
     Raises
     ------
@@ -189,21 +200,27 @@ def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np
 
 
 def _tile_reach(optics, tile, t_min: float, scheme: str, rails: int) -> np.ndarray:
-    """The gain every pixel of one tile (a one-tile ``Tiling``) can reach, per column."""
+    """The gain every pixel of one tile (a one-tile ``Tiling``) can reach, per
+    column (the bounds of :func:`gain`)."""
     shape = (rails, tile.k, tile.n)
     diag = np.broadcast_to(optics.diagonal(tile), shape).astype(np.float64)
-    bound = getattr(optics, "leak_bound", None)
-    # Optics whose coupling terms are all positive leak the most into a pixel
-    # through an open mask; others say what their worst case is.
-    leak = np.broadcast_to(bound(tile), shape) if bound is not None else \
-        np.abs(optics.apply(np.ones(shape), tile) - diag)
+    parts = getattr(optics, "leak_parts", None)
+    if parts is not None:
+        positive, negative = (np.broadcast_to(p, shape) for p in parts(tile))
+    else:  # linear, non-negative coupling terms: an open mask leaks the most
+        positive, negative = np.abs(optics.apply(np.ones(shape), tile) - diag), 0.0
+    most = positive - t_min * negative      # the most light the neighbours put on a pixel
+    least = t_min * positive - negative     # ... and the least
+    span = 1 - t_min
     if scheme == "split":
-        reach = diag - leak
+        plus = diag[0] - t_min * diag[1] + least[0] - most[1]
+        minus = diag[1] - t_min * diag[0] + least[1] - most[0]
+        reach = np.minimum(plus, minus) / span
     else:
-        top = 2 * (diag - leak * t_min - t_min) / (1 - t_min) - 1
-        bottom = 1 - 2 * (diag * t_min + leak - t_min) / (1 - t_min)
+        top = 2 * (diag + least - t_min) / span - 1
+        bottom = 1 - 2 * (diag * t_min + most - t_min) / span
         reach = np.minimum(top, bottom)
-    return reach.min(axis=(0, 1))
+    return reach.reshape(-1, tile.n).min(axis=0)
 
 
 #: Pre-distortion stops when no value of a tile moves by more than this

@@ -246,19 +246,28 @@ class _LensOptics:
     def apply(self, t: np.ndarray, tiling: Tiling) -> np.ndarray:
         return crosstalk.effective_transmissions(t, tiling, self.config)
 
-    def leak_bound(self, tiling: Tiling) -> np.ndarray:
-        """The most light any mask can put on each pixel from its neighbours,
-        shape (rails, K, N), per unit of full transmission: the lens map with
-        every coupling term at its absolute value, on an open mask, less each
-        pixel's own light. (With negative interference terms, as the iris-like
-        relay has, an open mask leaks less than a pattern whose neighbours
-        are lit only where the terms are positive; its leak is no bound.)"""
+    def leak_parts(self, tiling: Tiling) -> tuple[np.ndarray, np.ndarray]:
+        """The light neighbours put on each pixel of an open mask through the
+        coupling's positive terms and (as a magnitude) its negative ones, each
+        shape (rails, K, N) per unit of full transmission, the pixel's own
+        light left out (see :func:`optical.compensation.gain`). The iris-like
+        relay has negative interference terms between neighbouring columns
+        (``M[0, +-1] < 0``): an open mask is then not the pattern that leaks
+        the most."""
         kern = self.kernels
-        absolute = dataclasses.replace(
-            kern, input_coupling=np.abs(kern.input_coupling),
-            output_mutual=np.abs(np.real(kern.output_mutual)).astype(kern.output_mutual.dtype))
-        lit = _mask_apply.apply_tiled(np.ones((kern.rails, tiling.k, tiling.n)), absolute, tiling)
-        return np.maximum(lit - self.diagonal(tiling), 0.0)
+        mutual = np.real(kern.output_mutual)
+        coupling = np.abs(kern.input_coupling)  # intensities: >= 0 up to rounding
+        open_mask = np.ones((kern.rails, tiling.k, tiling.n))
+
+        def lit(part: np.ndarray) -> np.ndarray:
+            terms = dataclasses.replace(kern, input_coupling=coupling,
+                                        output_mutual=part.astype(kern.output_mutual.dtype))
+            return _mask_apply.apply_tiled(open_mask, terms, tiling)
+
+        positive = np.maximum(lit(np.maximum(mutual, 0.0)) - self.diagonal(tiling), 0.0)
+        # (M's centre is positive: without negative terms there is nothing to apply)
+        negative = lit(np.maximum(-mutual, 0.0)) if np.any(mutual < 0) else np.zeros_like(positive)
+        return positive, negative
 
     def diagonal(self, tiling: Tiling) -> np.ndarray:
         """Each pixel's self-coupling, shape (rails, 1, N): the centre of the

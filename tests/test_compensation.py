@@ -324,3 +324,54 @@ def test_iris_like_lens_reaches_every_full_scale_pattern(backend, scheme):
         for x in (np.ones((3, 16)), np.eye(16)):
             y = optical.matmul(x, w, cfg, seed=0, backend=backend)
             np.testing.assert_allclose(y, x @ w, rtol=0, atol=1e-7 * (np.abs(x) @ np.abs(w)).max())
+
+
+@pytest.mark.parametrize("contrast", [5.0, 10.0])
+def test_split_gain_holds_at_a_tiles_edge_columns_at_low_contrast(contrast):
+    """The two rails of a tile's first output leak unequally (the positive
+    rail, on the tile's first physical column, has a neighbour on one side
+    only), and at low contrast the closed rail's own pedestal counts: the
+    gain must couple the rails. Full-scale +-1 weights, exact converters, no
+    noise: every column exact. (With each rail's reach taken alone, the first
+    column missed by 1.0e-2 at 5:1 and 2.9e-3 at 10:1 for +1, the last for -1.)"""
+    iris = optical.presets.get("iris-like")
+    cfg = optical.presets.get("ideal").replace({
+        **{p: v for p, v in iris.items() if p.startswith("optics.")},
+        "optics.beam_waist": 1.5e-6, "optics.beam_profile": "gaussian",
+        "optics.defocus_waves": 0.3, "optics.kernel_radius": 2,
+        "mask.contrast_ratio": contrast, "mask.compensate": True, "core.inputs": 12,
+        "core.outputs": 12, "encoding.weights": "split"})
+    for sign in (1.0, -1.0):
+        w = np.full((12, 12), sign)
+        y = optical.matmul(np.eye(12), w, cfg, seed=0)  # the matrix the light applies
+        np.testing.assert_allclose(y, w, rtol=0, atol=1e-6)
+
+
+def test_offset_gain_of_a_positive_coupling_by_hand():
+    """Offset weights, a linear coupling with every term positive (0.1 to each
+    neighbouring row and column): a pixel's neighbours put between t_min L
+    and L on it (L = 1 - 0.64 inside the tile, less at its edges), so its top
+    target is bounded by D + t_min L (neighbours closed) and its bottom one by
+    D t_min + L (open). The bound is reached: every +-1 pattern comes out
+    exact at that gain. (Counting the closed neighbours' leak as -t_min L
+    refused these optics.)"""
+    kernel = np.array([0.1, 0.8, 0.1])
+    coupling = SeparableCoupling(np.ones((8, 8)), kernel, kernel)
+    tiling = _tiling(8, 8, 8, 8)
+    t_min, d = 0.2, 0.64
+    # The worst row is an edge row, whose missing neighbour row takes 0.1 of L:
+    # top 2 (D + t_min L - t_min) / (1 - t_min) - 1 with L = 0.26 (edge column: 0.17);
+    # the bottom bound (interior, L = 0.36) is 1 - 2 (D t_min + L - t_min) / (1 - t_min) = 0.28.
+    top = [2 * (d + t_min * leak - t_min) / (1 - t_min) - 1 for leak in (0.17, 0.26)]
+    expect = np.array([top[0]] + [top[1]] * 6 + [top[0]])
+    g = compensation.gain(coupling, tiling, t_min, "offset", 1)
+    np.testing.assert_allclose(g, expect[None], rtol=1e-12)
+    rng = np.random.default_rng(0)
+    checker = np.indices((8, 8)).sum(axis=0) % 2 * 2.0 - 1
+    rows = np.broadcast_to(g, (8, 8))
+    for v in (np.ones((8, 8)), -np.ones((8, 8)), checker, rng.choice([-1.0, 1.0], (8, 8))):
+        levels = compensation.pre_distort(v, rows, coupling, tiling, t_min, "offset",
+                                          tol=1e-13, max_iter=5000)
+        shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
+            / (1 - t_min) - 1
+        np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)

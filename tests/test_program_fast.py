@@ -46,8 +46,8 @@ class _Reference:
     def diagonal(self, tiling):
         return self.optics.diagonal(tiling)
 
-    def leak_bound(self, tiling):  # the optics' worst-case leak: physics, not the fast path
-        return self.optics.leak_bound(tiling)
+    def leak_parts(self, tiling):  # the optics' leak bounds: physics, not the fast path
+        return self.optics.leak_parts(tiling)
 
 
 def _reference_load(w, rows, tiling, policy):

@@ -110,15 +110,16 @@ def test_static_input_range_is_the_calibration_percentile_and_clips(rng, percent
 # --------------------------------------------------------------------------- #
 
 
+def _gaussian_window_mse(a, bits):
+    """E(clip error) + step^2 / 12 of the window [-a, a] for N(0, 1) readouts."""
+    clip = 2 * integrate.quad(lambda z: (z - a) ** 2 * stats.norm.pdf(z), a, np.inf)[0]
+    return clip + (2 * a / (2**bits - 1)) ** 2 / 12
+
+
 def _gaussian_optimal_half_width(bits):
-    """Half-width a of [-a, a] minimising E(clip error) + step^2 / 12 for N(0, 1)."""
-    top = 2**bits - 1
-
-    def cost(a):
-        clip = 2 * integrate.quad(lambda z: (z - a) ** 2 * stats.norm.pdf(z), a, np.inf)[0]
-        return clip + (2 * a / top) ** 2 / 12
-
-    return optimize.minimize_scalar(cost, bounds=(0.5, 8), method="bounded").x
+    """Half-width a of [-a, a] minimising :func:`_gaussian_window_mse`."""
+    return optimize.minimize_scalar(lambda a: _gaussian_window_mse(a, bits), bounds=(0.5, 8),
+                                    method="bounded").x
 
 
 @pytest.mark.parametrize("bits", [3, 4, 6])
@@ -130,13 +131,18 @@ def test_mse_window_of_gaussian_readouts_matches_the_analytic_optimum(rng, bits)
     assert (10.0 - lo[0]) / 3.0 == pytest.approx(a, rel=0.03)
 
 
-@pytest.mark.parametrize("bits", [4, 6, 8])
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, pytest.param(7, marks=pytest.mark.xfail(
+    strict=True, reason="the nine-point Hermite rule's window is 11% narrow at 7 bits "
+    "(1.1 dB of conversion MSE; calibration._HERMITE_NODES)")), 8, 9, 10])
 def test_mse_window_of_pure_noise_matches_the_analytic_optimum(bits):
-    """Noise-free readouts all equal: the window comes from the noise alone."""
+    """Noise-free readouts all equal: the window comes from the noise alone,
+    within 6% of the optimal half-width and 0.1 dB of the optimal MSE."""
     lo, hi = calibration.mse_windows(np.full((50, 2), 5.0), np.array([0.5, 2.0]), bits)
     a = _gaussian_optimal_half_width(bits)
     np.testing.assert_allclose((hi - 5.0) / [0.5, 2.0], a, rtol=0.06)
     np.testing.assert_allclose((5.0 - lo) / [0.5, 2.0], a, rtol=0.06)
+    ours = _gaussian_window_mse((hi[0] - lo[0]) / 2 / 0.5, bits)
+    assert 10 * np.log10(ours / _gaussian_window_mse(a, bits)) < 0.1
 
 
 def test_enob_loss_widens_the_window(rng):
