@@ -111,6 +111,11 @@ class ProgrammedWeights:
         Input channels multiplied digitally (``outliers.policy``). With a
         static bypass the mask holds only the other rows: ``tiling`` and the
         arrays above describe those, ``shape`` the whole matrix.
+
+    :func:`program` returns the arrays read-only: the fast backends derive
+    their plans from them once and find them again by identity. To try
+    other values (windows, say), ``dataclasses.replace`` the field with a
+    new array.
     """
 
     config: OpticalConfig
@@ -415,6 +420,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         lo, hi = _adc_windows(transmissions, tiling, config)
         if config.adc.window == "per_tile":
             lo, hi = _share_windows(lo, hi, tiling)
+    for array in (scale, weights, weight_sums, transmissions, lo, hi):
+        array.flags.writeable = False  # the fast backends cache by identity (class docstring)
     return ProgrammedWeights(config, tiling, scale, weights, weight_sums, transmissions, lo, hi,
                              input_range=static_range, bypass=bypass)
 

@@ -478,6 +478,53 @@ def test_blas_and_xla_gemms_agree(rng):
     assert close.mean() > 0.98
 
 
+def test_xla_rows_do_not_depend_on_the_row_count_and_compile_few_shapes(rng):
+    """XLA's CPU GEMM gives other last bits for a few rows (up to 50 here):
+    a token's readouts would then depend on how many tokens came with it.
+    Padded to one of a few row counts, every row is the same bits for any
+    count, and 200 counts compile a handful of GEMMs, not 200."""
+    pytest.importorskip("jax")
+    a = rng.random((1100, 256)).astype(np.float32)
+    b = rng.random((256, 256)).astype(np.float32)
+    full = numba_backend.engine_matmul(a, b, 64)
+    for m in (1, 2, 17, 30, 50, 51, 64, 65, 300, 1023):
+        np.testing.assert_array_equal(numba_backend.engine_matmul(a[:m], b, 64), full[:m])
+    sizes = {numba_backend.xla_rows(m) for m in range(1, 2049)}
+    assert min(sizes) == numba_backend.XLA_MIN_ROWS and len(sizes) <= 12
+    assert all(numba_backend.xla_rows(m) >= m for m in range(1, 5000))
+    numba_backend._xla_gemm(1)._clear_cache()
+    for m in range(1, 201):
+        numba_backend.engine_matmul(a[:m], b[:, :128], 64)
+    assert numba_backend._xla_gemm(1)._cache_size() <= 4  # 64, 128, 256 rows
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("changes", [{}, {"detector.shot_noise": "poisson"},
+                                     {"encoding.inputs": "split"}])
+def test_a_programmed_matrix_dies_with_its_last_reference(dtype, changes):
+    """The fast path's plan is cached until the transmissions die: it must
+    hold no view of them (nor a device array aliasing them), on BLAS
+    (float64) and XLA (float32) alike, or no programmed matrix is ever freed."""
+    import gc
+    import weakref
+
+    from optical.kernels import _fastpath
+
+    rng = np.random.default_rng(0)
+    cfg = noisy(**{"core.inputs": 256, "core.outputs": 256, **changes})
+    x = rng.standard_normal((4, 256)).astype(dtype)
+    before = len(_fastpath._CACHE)
+    alive = []
+    for exact in (False, True):
+        pw = optical.program(rng.standard_normal((256, 256)).astype(dtype), cfg)
+        optical.matmul(x, pw, cfg, seed=0, backend="numba", exact=exact)
+        alive.append(weakref.ref(pw.transmissions))
+        del pw
+    gc.collect()
+    assert [ref() is None for ref in alive] == [True, True]
+    assert len(_fastpath._CACHE) == before
+
+
 # --------------------------------------------------------------------------- #
 # numba's OpenMP workers wait passively, whichever parallel kernel runs first
 # --------------------------------------------------------------------------- #

@@ -577,3 +577,29 @@ def test_programmed_weights_repr_is_a_summary_that_names_a_bypass(rng):
     assert repr(bypassed) == "ProgrammedWeights(shape=(12, 5), dtype=float32, tiles=3x2, bypass)"
     assert repr(optical.program(w.astype(np.float64), ideal(**core))) == \
         "ProgrammedWeights(shape=(12, 5), dtype=float64, tiles=3x2)"
+
+
+def test_programmed_arrays_are_read_only_and_a_replaced_one_is_seen_by_every_backend():
+    """The fast backends derive their plans from a ProgrammedWeights' arrays
+    once and find them again by identity: an array changed in place left
+    numba with stale transmissions and JAX with stale windows and scales.
+    program() returns them read-only; a field replaced by a new array is
+    seen at once, the same bits as a fresh copy of every array."""
+    rng = np.random.default_rng(0)
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16,
+                                                    "adc.full_scale": "rms",
+                                                    "outliers.policy": "none"})
+    w = rng.standard_normal((48, 20)).astype(np.float32)  # float32: JAX without x64
+    x = rng.standard_normal((6, 48)).astype(np.float32)
+    pw = optical.program(w, cfg)
+    fields = ("scale", "weights", "weight_sums", "transmissions", "adc_lo", "adc_hi")
+    for name in fields:
+        assert not getattr(pw, name).flags.writeable, name
+    with pytest.raises(ValueError, match="read-only"):
+        pw.adc_hi[...] = 0
+    narrow = dataclasses.replace(pw, adc_hi=pw.adc_hi * 0.5, scale=pw.scale * 2.0)
+    fresh = dataclasses.replace(narrow, **{f: getattr(narrow, f).copy() for f in fields})
+    for backend in ("numpy", "numba", "jax"):
+        optical.matmul(x, pw, cfg, seed=1, backend=backend)  # plans of pw cached first
+        np.testing.assert_array_equal(optical.matmul(x, narrow, cfg, seed=1, backend=backend),
+                                      optical.matmul(x, fresh, cfg, seed=1, backend=backend))

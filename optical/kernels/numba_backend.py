@@ -127,6 +127,11 @@ class _Plan:
         use_diff = self.low_rank or (not self.exact and not self.finite and dec.balanced)
         if use_diff:
             self.g = np.ones((1, 1))
+        # The plan lives in _fastpath's cache until the transmissions die, so it
+        # holds no view of them (nor a device array that may alias them): BLAS
+        # takes each rail's view per call (:meth:`blocks`), XLA a copy.
+        self.rail_views = not use_diff and engine != "xla"
+        self.n_det = dec.n_det
         self.signals: list[list[list]] = []
         self.rowsum: list[list[np.ndarray]] = []
         self.factors: list[tuple[np.ndarray, np.ndarray]] = []
@@ -136,8 +141,9 @@ class _Plan:
                 blocks, row_r, colsum = _balanced_rails(t, ks, tl)
                 row_s = [[put(b)] for b in blocks]
             else:
-                row_s = [[put(t[r, ks, ns]) for r in range(dec.n_det)]
-                         for ns in map(tl.n_slice, range(tl.n_tiles))]
+                row_s = ([] if self.rail_views else
+                         [[put(np.array(t[r, ks, ns])) for r in range(dec.n_det)]
+                          for ns in map(tl.n_slice, range(tl.n_tiles))])
                 row_r = [t[:, ks, ns].sum(axis=(0, 2), dtype=np.float64)
                          for ns in map(tl.n_slice, range(tl.n_tiles))]
             self.signals.append(row_s)
@@ -149,6 +155,13 @@ class _Plan:
                 else:
                     left, right = _fastpath.light_factors(t[0, ks] + t[1, ks])
                 self.factors.append((np.ascontiguousarray(left.T), right))
+
+    def blocks(self, t: np.ndarray, kt: int, nt: int) -> list:
+        """The weight blocks of tile (kt, nt), ``t`` the transmissions planned."""
+        if not self.rail_views:
+            return self.signals[kt][nt]
+        ks, ns = self.tiling.k_slice(kt), self.tiling.n_slice(nt)
+        return [t[r, ks, ns] for r in range(self.n_det)]
 
 
 #: Columns per task of the one-pass plan kernel (a few tasks even for one N-tile).
@@ -190,6 +203,28 @@ def _put_xla(block: np.ndarray):
 
 
 _XLA_GEMM: dict[int, Callable] = {}
+#: XLA's CPU GEMM takes another path for a few rows (here up to 50), whose
+#: last bits differ: its operands get at least this many rows, zero-padded.
+XLA_MIN_ROWS = 64
+#: Above XLA_MIN_ROWS, rows are padded to powers of two up to this, then to
+#: multiples of it: a handful of shapes to compile, not one per token count.
+_XLA_ROW_STEP = 256
+
+
+def xla_rows(rows: int) -> int:
+    """The rows an XLA GEMM of ``rows`` rows is run with (zero-padded)."""
+    if rows <= _XLA_ROW_STEP:
+        return max(XLA_MIN_ROWS, 1 << (rows - 1).bit_length())
+    return -(-rows // _XLA_ROW_STEP) * _XLA_ROW_STEP
+
+
+def _xla_padded(a: np.ndarray) -> np.ndarray:
+    rows = xla_rows(a.shape[0])
+    if rows == a.shape[0]:
+        return np.ascontiguousarray(a)
+    padded = np.zeros((rows, a.shape[1]), dtype=a.dtype)
+    padded[:a.shape[0]] = a
+    return padded
 
 
 def _xla_gemm(n: int) -> Callable:
@@ -204,19 +239,22 @@ def _xla_gemm(n: int) -> Callable:
 def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     """``a @ b`` (2-D) on the engine ``accumulate(gemm="auto")`` would take for
     these operands: XLA's GEMM for float32 when JAX is installed and ``b``
-    has at least 128 x 128 entries (the result then fixed per install, as
-    the fast path's), else BLAS in fixed row blocks of ``block``
+    has at least 128 x 128 entries (rows zero-padded as the fast path's,
+    :func:`xla_rows`: the result then fixed per install), else BLAS in fixed row blocks of ``block``
     (:func:`optical._gemm.rows_matmul`)."""
     if a.dtype == b.dtype and _xla_pays(b.dtype, b.size):
         # Indexed on the host: indexing the device array is a dispatch of its own.
-        return np.asarray(_xla_gemm(1)(np.ascontiguousarray(a), np.ascontiguousarray(b)))[0]
+        out = _xla_gemm(1)(_xla_padded(a), np.ascontiguousarray(b))
+        return np.asarray(out)[0, :a.shape[0]]
     return rows_matmul(a, b, block)
 
 
 def _gemm(plan: _Plan, light: np.ndarray, blocks: list, out: np.ndarray) -> np.ndarray:
     """Mean readouts (len(blocks), rows, nn) of ``light`` through the weight blocks."""
     if plan.engine == "xla":
-        return np.asarray(_xla_gemm(len(blocks))(light, *blocks))
+        means = np.asarray(_xla_gemm(len(blocks))(_xla_padded(light), *blocks))
+        return means if means.shape[1] == light.shape[0] else \
+            np.ascontiguousarray(means[:, :light.shape[0]])
     # Fixed row blocks, one BLAS thread each: OpenBLAS's last bits otherwise
     # depend on its thread count (optical._gemm).
     rows = row_block(light.shape[0])
@@ -298,7 +336,7 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
                                     plan.exact, b0, tl.k_tiles, kt, tl.n_tiles, nt, tl.tile_k)
                 if plan.finite:
                     photons[b0:b1] += light_rows.reshape(dec.n_in, tb).sum(axis=0)
-                blocks = plan.signals[kt][nt]
+                blocks = plan.blocks(pw.transmissions, kt, nt)
                 out = np.empty((len(blocks), dec.n_in * tb, nn), dtype=dtype)
                 means = _gemm(plan, light, blocks, out)
                 lo = np.ascontiguousarray(adc_lo[kt][:, ns])
