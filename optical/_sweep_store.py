@@ -182,10 +182,12 @@ def _stored_number(value: Any) -> bool:
     return value is None or isinstance(value, int | float)
 
 
-def read_record(path: Path, paths: Sequence[str]) -> dict[str, Any]:
+def read_record(path: Path) -> dict[str, Any]:
     """One run file, its structure checked; ValueError names the file. (Its
-    ``point`` is where the run stood when it ran; the manifest says where it
-    stands now, which may differ after a rebuilt manifest.)"""
+    ``point`` and ``params`` are where the run stood in the sweep that ran
+    it; the manifest says where it stands now, which may differ after a
+    rebuilt manifest, or in another sweep whose run it is: a run id hashes
+    the workload, the whole config and the seed, not the swept paths.)"""
     advice = "Delete it and resume the sweep to run that run again"
     record = _read_json(path, advice)
     problem = None
@@ -202,8 +204,6 @@ def read_record(path: Path, paths: Sequence[str]) -> dict[str, Any]:
         else:
             if record["run_id"] != path.stem:
                 problem = f"'run_id' {record['run_id']!r} is not the file's name"
-            elif missing := [p for p in paths if p not in record["params"]]:
-                problem = f"'params' has no value of {', '.join(missing)}"
             else:
                 problem = next((f"metric {name!r} is {value!r}, not a number"
                                 for name, value in record["metrics"].items()
@@ -262,8 +262,9 @@ def read_frame(out: Path, pd: Any) -> Any:
     records = []
     for run_id in sorted(place):
         if (out / RUNS / f"{run_id}.json").is_file():
-            record = read_record(out / RUNS / f"{run_id}.json", paths)
+            record = read_record(out / RUNS / f"{run_id}.json")
             record["point"], record["seed"] = place[run_id]
+            record["params"] = manifest["points"][record["point"]]
             records.append(record)
     records.sort(key=lambda r: (r["point"], r["seed"]))
     reserved = set(META_COLUMNS) | set(paths)

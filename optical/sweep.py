@@ -41,6 +41,7 @@ import math
 import numbers
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -470,12 +471,12 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         configs = definition.configs(points)
         runs_dir = out / RUNS
         runs_dir.mkdir(exist_ok=True)
-        for stale in runs_dir.glob(".*.tmp"):  # left by a kill mid-write
+        for stale in [*runs_dir.glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a kill
             stale.unlink(missing_ok=True)
         done = {p.stem for p in runs_dir.glob("*.json")}
         for ids in run_ids:  # a damaged run file is named now, not after the runs
             for run_id in done.intersection(ids):
-                read_record(runs_dir / f"{run_id}.json", definition.paths)
+                read_record(runs_dir / f"{run_id}.json")
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):
@@ -492,13 +493,18 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
             with contextlib.closing(runner.run(tasks)) as outcomes:
                 for task, outcome in outcomes:
                     if isinstance(outcome, BaseException):
+                        # A stop signal that arrived inside the run may come
+                        # back as its failure (jaxlib turns one raised while
+                        # it imports into an ImportError): the signal wins.
+                        _raise_received()
                         raise SweepError(
                             f"run failed at point {_describe_point(points[task.point])}, seed "
-                            f"{task.seed}: {type(outcome).__name__}: {outcome}. The "
-                            f"{finished} runs finished so far are kept in {out}."
-                        ) from outcome
+                            f"{task.seed}: {type(outcome).__name__}: "
+                            f"{str(outcome).rstrip('.')}. The {finished} runs finished so far "
+                            f"are kept in {out}.") from outcome
                     problem = _metrics_problem(outcome.get("metrics"), reserved)
                     if problem is not None:
+                        _raise_received()
                         raise SweepError(
                             f"run at point {_describe_point(points[task.point])}, seed "
                             f"{task.seed}: {type(task.workload).__name__}.run returned "
@@ -668,11 +674,22 @@ def sigterm_as_exit() -> Iterator[None]:
         _RECEIVED.append(signum)
         _stop(signum)
 
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        # Where Python ignores the handler's exception (a garbage-collection
+        # callback), it prints a traceback; the signal is recorded and acted
+        # on after the next result, so that traceback is noise.
+        if not (_RECEIVED and isinstance(unraisable.exc_value, KeyboardInterrupt | Terminated)):
+            hook(unraisable)
+
     _RECEIVED.clear()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    sys.unraisablehook = quiet
     try:
         yield
     finally:
         for signum, before in previous.items():
             signal.signal(signum, before)
+        sys.unraisablehook = hook
         _RECEIVED.clear()

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import signal
+import sys
 
 import numpy as np
 import pytest
@@ -122,12 +123,14 @@ def test_interrupted_sweep_keeps_finished_runs_and_completes_each_run_once(tmp_p
                       executor="serial", progress=False)
     assert len(load(out)) == 3
     (out / "runs" / ".half-written.json.1.2.tmp").write_text("{")  # as a kill mid-write
+    for left in (".manifest.json.7.tmp", ".results.parquet.7.tmp"):  # of the table too
+        (out / left).write_text("{")
     again = Interruptible(WL)
     summary = resume(out, workload=again, executor="serial", progress=False)
     assert (summary.already_done, summary.ran, len(again.calls)) == (3, 5, 5)
     frame = load(out)
     assert len(frame) == 8 and not frame.duplicated(["point", "seed"]).any()
-    assert not list((out / "runs").glob(".*.tmp"))
+    assert not list((out / "runs").glob(".*.tmp")) and not list(out.glob(".*.tmp"))
     whole = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "whole", base=BASE,
                           executor="serial", progress=False)
     pd.testing.assert_frame_equal(metric_frame(frame), metric_frame(whole))
@@ -191,8 +194,33 @@ def test_a_grown_grid_reuses_the_runs_it_shares_as_the_refusal_says(tmp_path):
         drop=True).drop(columns=["point"]), load(out).drop(columns=["point"]))
 
 
+def test_runs_copied_into_a_sweep_of_more_paths_are_reused(tmp_path):
+    """The refusal's advice holds when the new sweep also sweeps a path the
+    old one held fixed: a run id hashes the workload, the whole config and
+    the seed, so the copied runs are the new sweep's own; its table takes
+    every swept value from its manifest. (Their records lack the new path:
+    they were refused as not runs of this sweep, with advice to delete them.)"""
+    import shutil
+
+    out, wider = tmp_path / "s", tmp_path / "wider"
+    photons = BASE.source.photons_per_mac
+    optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=2, out=out, base=BASE, executor="serial",
+                  progress=False)
+    (wider / "runs").mkdir(parents=True)
+    for run in (out / "runs").glob("*.json"):
+        shutil.copy(run, wider / "runs")
+    params = {"adc.bits": [4, 8], "source.photons_per_mac": [photons, 10 * photons]}
+    summary = execute(SweepDefinition.build(WL, params, seeds=2, base=BASE), wider,
+                      executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (4, 4)
+    frame = load(wider)
+    assert sorted(frame["source.photons_per_mac"]) == [photons] * 4 + [10 * photons] * 4
+    shared = frame[frame["source.photons_per_mac"] == photons].reset_index(drop=True)
+    pd.testing.assert_frame_equal(shared.drop(columns=["point", "source.photons_per_mac"]),
+                                  load(out).drop(columns=["point"]))
+
+
 @pytest.mark.parametrize(("params", "kwargs", "message"), [
-    ({"adc.bitz": [4]}, {}, "unknown config path 'adc.bitz'"),
     ({"adc.bits": [4, 0]}, {}, "adc.bits: 0 is out of range"),
     ({"adc.bits": ["6"]}, {}, "adc.bits: '6' is not an integer"),
     ({"encoding.inputs": ["offset", "both"]}, {}, "encoding.inputs: 'both' is not valid"),
@@ -702,7 +730,7 @@ def test_a_manifest_not_of_this_version_or_not_a_sweeps_is_not_to_be_deleted(tmp
     (lambda r: r.update(seed=True), "'seed' is True, not an integer"),  # JSON true: no seed
     (lambda r: r.update(metrics=[1.0]), "'metrics' is \\[1.0\\], not a JSON object"),
     (lambda r: r["metrics"].update(sqnr_db="high"), "metric 'sqnr_db' is 'high', not a number"),
-    (lambda r: r["params"].pop("adc.bits"), "'params' has no value of adc.bits"),
+    (lambda r: r.update(params=[4]), "'params' is \\[4\\], not a JSON object"),
     (lambda r: r.update(run_id="0123"), "'run_id' '0123' is not the file's name"),
 ])
 def test_damaged_run_file_is_named_before_any_run(tmp_path, change, message):
@@ -804,6 +832,79 @@ def test_a_swallowed_ctrl_c_still_stops_the_sweep_after_the_run(tmp_path):
     # the record is gone with the context: a later sweep runs to its end
     assert len(optical.sweep(WL, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
                              progress=False)) == 8
+
+
+@dataclasses.dataclass(frozen=True)
+class FailsOnCtrlC:
+    """Like WL, but its second run receives Ctrl-C where a library turns it
+    into a failure of its own (jaxlib raises ImportError when the signal
+    lands while it imports)."""
+
+    inner: optical.MatmulWorkload
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    label = "fails on ctrl-c"
+
+    def run(self, config, seed):
+        self.calls.append(seed)
+        if len(self.calls) == 2:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                raise ImportError("Encountered an error while initializing the extension.") \
+                    from None
+        return self.inner.run(config, seed)
+
+    def to_dict(self):
+        return self.inner.to_dict()
+
+
+def test_a_ctrl_c_that_makes_a_run_fail_stops_the_sweep_as_an_interruption(tmp_path):
+    """The user pressed Ctrl-C: the sweep is interrupted (resume it), not a
+    run failure with the library's error. (It was reported as "run failed
+    ... ImportError", exit 1.)"""
+    out = tmp_path / "s"
+    workload = FailsOnCtrlC(WL)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_exit():
+        optical.sweep(workload, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
+                      progress=False)
+    assert len(workload.calls) == 2 and len(load(out)) == 1  # the first run is kept
+    # Without a signal the same failure is a failure, its message not doubly stopped.
+    with pytest.raises(SweepError, match=r"ImportError: Encountered an error while "
+                                         r"initializing the extension\. The 0 runs"):
+        optical.sweep(FailsOnCtrlC(WL, calls=[0]), PARAMS, seeds=2, out=tmp_path / "t",
+                      base=BASE, executor="serial", progress=False)
+
+
+def test_a_swallowed_stop_signal_prints_no_traceback(monkeypatch):
+    """Python hands what a garbage-collection callback or a __del__ raises to
+    sys.unraisablehook, which prints a traceback, and goes on; for the stop
+    signal's own exception that traceback follows the sweep saying it stops.
+    Inside the context it is dropped once a signal is recorded; anything
+    else still reaches the hook, which is restored on the way out."""
+    class Raises:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __del__(self):
+            raise self.exc
+
+    seen = []
+
+    def hook(unraisable):
+        seen.append(type(unraisable.exc_value).__name__)
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    with sigterm_as_exit():
+        Raises(KeyboardInterrupt())  # no signal recorded: the hook sees it
+        assert seen == ["KeyboardInterrupt"]
+        sys.modules["optical.sweep"]._RECEIVED.append(signal.SIGTERM)
+        Raises(Terminated(143))
+        Raises(KeyboardInterrupt())
+        assert seen == ["KeyboardInterrupt"]
+        Raises(RuntimeError("unrelated"))
+        assert seen == ["KeyboardInterrupt", "RuntimeError"]
+    assert sys.unraisablehook is hook
 
 
 def test_vmap_executor_says_when_it_vmapped_nothing(tmp_path):
