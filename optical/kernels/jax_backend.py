@@ -108,7 +108,9 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     chunk_tokens : int, optional
         Tokens per jitted chunk (default 512). Every token draws from its own
         keys, so the noise does not depend on it; XLA's GEMMs of other shapes
-        may round differently (float32 ulps, rarely a moved ADC code).
+        may round differently (float32 ulps, rarely a moved ADC code). Each
+        chunk shape (the last chunk holds the remainder) compiles once per
+        process and stays compiled, as ``jax.jit`` keeps it.
     exact : bool
         Compute the shot noise of balanced rails exactly (no low-rank factors)
         and draw every noise separately.
