@@ -219,6 +219,7 @@ def xla_rows(rows: int) -> int:
 
 
 def _xla_padded(a: np.ndarray) -> np.ndarray:
+    """``a`` (rows, k), C-contiguous, zero-padded to :func:`xla_rows` rows."""
     rows = xla_rows(a.shape[0])
     if rows == a.shape[0]:
         return np.ascontiguousarray(a)
@@ -240,8 +241,8 @@ def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     """``a @ b`` (2-D) on the engine ``accumulate(gemm="auto")`` would take for
     these operands: XLA's GEMM for float32 when JAX is installed and ``b``
     has at least 128 x 128 entries (rows zero-padded as the fast path's,
-    :func:`xla_rows`: the result then fixed per install), else BLAS in fixed row blocks of ``block``
-    (:func:`optical._gemm.rows_matmul`)."""
+    :func:`xla_rows`: the result then fixed per install), else BLAS in fixed
+    row blocks of ``block`` (:func:`optical._gemm.rows_matmul`)."""
     if a.dtype == b.dtype and _xla_pays(b.dtype, b.size):
         # Indexed on the host: indexing the device array is a dispatch of its own.
         out = _xla_gemm(1)(_xla_padded(a), np.ascontiguousarray(b))
