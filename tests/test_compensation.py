@@ -375,3 +375,152 @@ def test_offset_gain_of_a_positive_coupling_by_hand():
         shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
             / (1 - t_min) - 1
         np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)
+
+
+def test_lens_leak_parts_are_the_terms_of_lit_pixels_and_pairs():
+    """leak_parts against the lens map itself: the effective transmission of a
+    pixel is a quadratic form of the mask's amplitudes (coherent output
+    coupling), so on an open mask its terms are what one lit pixel gives
+    (the pixel's own: the diagonal) and what a lit pair adds over its two
+    pixels alone (interference). The positive ones sum to ``positive``,
+    the magnitudes of the negative ones to ``negative``; partial tiles on
+    both axes, rails interleaved."""
+    import itertools
+
+    iris = optical.presets.get("iris-like")
+    cfg = optical.presets.get("ideal").replace({
+        **{p: v for p, v in iris.items() if p.startswith("optics.")},
+        "optics.beam_waist": 1.5e-6, "optics.beam_profile": "gaussian",
+        "optics.defocus_waves": 0.3, "optics.kernel_radius": 2,
+        "mask.contrast_ratio": 10.0, "core.inputs": 2, "core.outputs": 4,
+        "encoding.weights": "split"})
+    optics = quant._optics_map(cfg)
+    tiling = _tiling(3, 6, 2, 4)
+    shape = (2, 3, 6)
+    n = math.prod(shape)
+
+    def lit(*pixels):
+        t = np.zeros(n)
+        t[list(pixels)] = 1.0
+        return optical.physics.crosstalk.effective_transmissions(
+            t.reshape(shape), tiling, cfg).ravel()
+
+    single = np.array([lit(j) for j in range(n)])  # single[j]: pixel j alone
+    terms = [single[j] * (np.arange(n) != j) for j in range(n)]
+    terms += [lit(a, b) - single[a] - single[b] for a, b in itertools.combinations(range(n), 2)]
+    terms = np.array(terms)
+    positive = np.maximum(terms, 0).sum(axis=0).reshape(shape)
+    negative = np.maximum(-terms, 0).sum(axis=0).reshape(shape)
+    assert negative.max() > 1e-3 and positive.max() > 1e-3  # both kinds of term present
+    got_positive, got_negative = optics.leak_parts(tiling)
+    np.testing.assert_allclose(got_positive, positive, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got_negative, negative, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.broadcast_to(optics.diagonal(tiling), shape),
+                               single[np.arange(n), np.arange(n)].reshape(shape),
+                               rtol=0, atol=1e-15)
+
+
+class _PartsOptics:
+    """Optics that state their self-coupling and leak parts outright
+    (``gain`` needs no more of optics that define ``leak_parts``)."""
+
+    def __init__(self, diagonal, positive, negative):
+        self._d, self._p, self._n = diagonal, positive, negative
+
+    def diagonal(self, tiling):
+        return self._d
+
+    def leak_parts(self, tiling):
+        return self._p, self._n
+
+
+def test_gain_of_signed_leak_parts_and_unequal_rails_by_hand():
+    """Each pixel's leak lies in [t_min P - N, P - t_min N] (P, N its positive
+    and negative parts). Split: +1 (t+ = 1, t- = t_min) is reachable when
+    D+ + least+ - (t_min D- + most-) >= g (1 - t_min), -1 with the rails
+    swapped. Offset: the top target t_min + (1 - t_min)(1 + g) / 2 <= D + least,
+    the bottom one t_min + (1 - t_min)(1 - g) / 2 >= t_min D + most. Values
+    chosen so that each bound binds somewhere: the rails' diagonals differ,
+    and the offset pixel with D + P - N > 1 is bound by its bottom target."""
+    t_min = 0.1
+    tiling = _tiling(2, 3, 2, 3)
+    # split: rails (2), rows (2), columns (3)
+    d = np.array([[[0.95, 0.90, 0.85]], [[0.80, 0.92, 0.97]]])  # (rails, 1, N)
+    p = np.array([[[0.02, 0.05, 0.01], [0.03, 0.00, 0.04]],
+                  [[0.06, 0.01, 0.02], [0.01, 0.03, 0.00]]])
+    n = np.array([[[0.01, 0.00, 0.03], [0.02, 0.04, 0.01]],
+                  [[0.00, 0.02, 0.01], [0.05, 0.01, 0.02]]])
+    expect = np.full(3, np.inf)
+    for k in range(2):
+        for c in range(3):
+            least = [t_min * p[r, k, c] - n[r, k, c] for r in range(2)]
+            most = [p[r, k, c] - t_min * n[r, k, c] for r in range(2)]
+            plus = d[0, 0, c] + least[0] - (t_min * d[1, 0, c] + most[1])
+            minus = d[1, 0, c] + least[1] - (t_min * d[0, 0, c] + most[0])
+            expect[c] = min(expect[c], plus / (1 - t_min), minus / (1 - t_min))
+    got = compensation.gain(_PartsOptics(d, p, n), tiling, t_min, "split", 2)
+    np.testing.assert_allclose(got, expect[None], rtol=1e-12)
+    # offset: one rail; column 0 has D + P - N = 1.1 (bottom binds), column 2 a bright
+    # pixel with little leak (top binds)
+    d1 = np.array([[[0.9, 0.8, 0.95]]])
+    p1 = np.array([[[0.3, 0.1, 0.02], [0.05, 0.05, 0.01]]])
+    n1 = np.array([[[0.1, 0.02, 0.0], [0.0, 0.05, 0.03]]])
+    expect = np.full(3, np.inf)
+    for k in range(2):
+        for c in range(3):
+            least = t_min * p1[0, k, c] - n1[0, k, c]
+            most = p1[0, k, c] - t_min * n1[0, k, c]
+            top = 2 * (d1[0, 0, c] + least - t_min) / (1 - t_min) - 1
+            bottom = 1 - 2 * (t_min * d1[0, 0, c] + most - t_min) / (1 - t_min)
+            expect[c] = min(expect[c], top, bottom)
+    assert expect[0] == pytest.approx(1 - 2 * (0.09 + 0.3 - 0.01 - 0.1) / 0.9)  # bottom
+    got = compensation.gain(_PartsOptics(d1, p1, n1), tiling, t_min, "offset", 1)
+    np.testing.assert_allclose(got, expect[None], rtol=1e-12)
+
+
+def test_offset_gain_bound_by_the_bottom_target_by_hand():
+    """A coupling that brightens (envelope 1.1, kernel [0.1, 0.8, 0.1]): D = 0.704
+    and an inner pixel's open neighbours put L = 0.396 on it, so D + L > 1 and
+    a closed pixel among open ones bounds the gain: 1 - 2 (D t_min + L - t_min)
+    / (1 - t_min). Every +-1 pattern is reached exactly at that gain."""
+    kernel = np.array([0.1, 0.8, 0.1])
+    coupling = SeparableCoupling(np.full((8, 8), 1.1), kernel, kernel)
+    tiling = _tiling(8, 8, 8, 8)
+    t_min = 0.2
+    d = 0.64 * 1.1
+
+    def top(leak):
+        return 2 * (d + t_min * leak - t_min) / (1 - t_min) - 1
+
+    def bottom(leak):
+        return 1 - 2 * (d * t_min + leak - t_min) / (1 - t_min)
+
+    # edge columns: corner pixels (L = 0.17 * 1.1) bound the top, edge-row pixels
+    # (L = 0.26 * 1.1) the bottom; inner columns: inner pixels (L = 0.36 * 1.1)
+    edge = min(top(0.17 * 1.1), bottom(0.26 * 1.1))
+    inner = min(top(0.26 * 1.1), bottom(0.36 * 1.1))
+    assert inner == bottom(0.36 * 1.1)
+    expect = np.array([edge] + [inner] * 6 + [edge])
+    g = compensation.gain(coupling, tiling, t_min, "offset", 1)
+    np.testing.assert_allclose(g, expect[None], rtol=1e-12)
+    rng = np.random.default_rng(1)
+    checker = np.indices((8, 8)).sum(axis=0) % 2 * 2.0 - 1
+    rows = np.broadcast_to(g, (8, 8))
+    for v in (np.ones((8, 8)), -np.ones((8, 8)), checker, -checker,
+              rng.choice([-1.0, 1.0], (8, 8))):
+        levels = compensation.pre_distort(v, rows, coupling, tiling, t_min, "offset",
+                                          tol=1e-13, max_iter=5000)
+        shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
+            / (1 - t_min) - 1
+        np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)
+
+
+def test_a_gain_of_exactly_zero_is_refused():
+    """Offset weights under an envelope of 0.5 with t_min = 0: the top target
+    at gain g is (1 + g) / 2 and an open pixel gives 0.5, so g = 0 exactly --
+    no positive gain works, and gain() says so (its result is in (0, 1])."""
+    coupling = SeparableCoupling(np.full((2, 2), 0.5), np.array([1.0]), np.array([1.0]))
+    tiling = _tiling(2, 2, 2, 2)
+    assert 2 * (0.5 - 0.0) / (1 - 0.0) - 1 == 0.0
+    with pytest.raises(ValueError, match="mask.compensate: the optics"):
+        compensation.gain(coupling, tiling, 0.0, "offset", 1)
