@@ -637,3 +637,47 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
     cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
     expected = optical.matmul(x, w, cfg, seed=1, backend="numba")
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
+
+
+def test_xla_pads_rows_exactly_to_the_next_power_of_two_then_to_multiples_of_the_step():
+    """XLA_MIN_ROWS rows at least; above them the next power of two up to the
+    step (256), then the next multiple of it: a row count that is already one
+    of those sizes is run as it is (no doubled work)."""
+    step = 256
+    for m in range(1, 3000):
+        if m <= numba_backend.XLA_MIN_ROWS:
+            expect = numba_backend.XLA_MIN_ROWS
+        elif m <= step:
+            expect = 1
+            while expect < m:
+                expect *= 2
+        else:
+            expect = step * math.ceil(m / step)
+        assert numba_backend.xla_rows(m) == expect, m
+    for m in (64, 128, 256, 512, 768, 2048):
+        assert numba_backend.xla_rows(m) == m
+
+
+@pytest.mark.parametrize("split_inputs", [False, True])
+def test_a_tokens_xla_readout_does_not_depend_on_the_tokens_with_it(split_inputs):
+    """The fast path's XLA GEMMs take the light of every token of a block at
+    once; noise is keyed by token, so a token's output must be the same bits
+    whether it comes alone, with a few others or with many (XLA's CPU GEMM
+    gives other last bits for a few rows, as on these 256 x 256 tiles: its
+    operands are padded)."""
+    pytest.importorskip("jax")
+    rng = np.random.default_rng(3)
+    # no ADC: the readouts' last bits reach the output
+    cfg = noisy(**{"core.inputs": 256, "core.outputs": 256,  # XLA's few-row path differs here
+                   "adc.bits": None, "encoding.inputs": "split" if split_inputs else "offset"})
+    w = rng.standard_normal((256, 256)).astype(np.float32)
+    x = rng.standard_normal((300, 256)).astype(np.float32)
+    pw = optical.program(w, cfg)
+    scale = np.abs(x).max(axis=1)
+
+    def run(m):
+        return numba_backend.accumulate(x[:m], scale[:m], pw, cfg, 5, np.zeros(3), gemm="xla")
+
+    full = run(300)
+    for m in (1, 3, 17, 40):
+        np.testing.assert_array_equal(run(m), full[:m], err_msg=f"{m} tokens")
