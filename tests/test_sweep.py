@@ -876,6 +876,57 @@ def test_a_ctrl_c_that_makes_a_run_fail_stops_the_sweep_as_an_interruption(tmp_p
                       base=BASE, executor="serial", progress=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class BadMetricsOnSignal:
+    """Like WL, but its second run receives a stop signal inside a library
+    that swallows it and hands back what it has: metrics the table cannot
+    hold (a string)."""
+
+    inner: optical.MatmulWorkload
+    signum: int
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    label = "bad metrics on a signal"
+
+    def run(self, config, seed):
+        self.calls.append(seed)
+        if len(self.calls) == 2:
+            try:
+                signal.raise_signal(self.signum)
+            except (KeyboardInterrupt, SystemExit):
+                return {"sqnr_db": "interrupted"}
+        return self.inner.run(config, seed)
+
+    def to_dict(self):
+        return self.inner.to_dict()
+
+
+@pytest.mark.parametrize(("signum", "stop"), [(signal.SIGINT, KeyboardInterrupt),
+                                              (signal.SIGTERM, Terminated)])
+def test_a_stop_signal_that_spoils_a_runs_metrics_stops_the_sweep_as_an_interruption(
+        tmp_path, signum, stop):
+    """A signal that arrived inside the run wins over what the run returned:
+    the sweep stops as interrupted (resume it), not with a SweepError about
+    the metrics. Without a signal the same metrics are refused."""
+    workload = BadMetricsOnSignal(WL, signum)
+    with pytest.raises(stop), sigterm_as_exit():
+        optical.sweep(workload, PARAMS, seeds=2, out=tmp_path / "s", base=BASE,
+                      executor="serial", progress=False)
+    assert len(workload.calls) == 2 and len(load(tmp_path / "s")) == 1  # the first run is kept
+
+    @dataclasses.dataclass(frozen=True)
+    class Bad:
+        def run(self, config, seed):
+            return {"sqnr_db": "interrupted"}
+
+        def to_dict(self):
+            return WL.to_dict()
+
+    with pytest.raises(SweepError, match="not a number"):
+        optical.sweep(Bad(), PARAMS, seeds=2, out=tmp_path / "t", base=BASE,
+                      executor="serial", progress=False)
+
+
 def test_a_swallowed_stop_signal_prints_no_traceback(monkeypatch):
     """Python hands what a garbage-collection callback or a __del__ raises to
     sys.unraisablehook, which prints a traceback, and goes on; for the stop
