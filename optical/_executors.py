@@ -21,8 +21,10 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import pickle
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -48,6 +50,25 @@ class Task:
     seed: int
     workload: Any
     config: OpticalConfig
+
+
+def _portable(task: Task) -> dict[str, Any]:
+    """:func:`evaluate` in a worker process or on a Dask worker: an exception
+    that would not survive the trip back (one whose ``__init__`` takes other
+    arguments than its ``args``, say) comes back as a RuntimeError holding its
+    type, message and traceback; else the pool reports a broken worker, on
+    another run, and drops the cause."""
+    try:
+        return evaluate(task)
+    except Exception as err:
+        try:
+            pickle.loads(pickle.dumps(err))
+        except Exception:
+            detail = "".join(traceback.format_exception(err)).rstrip()
+            raise RuntimeError(f"{type(err).__name__}: {err} (an exception that cannot be "
+                               f"sent back from the worker; its traceback there:\n{detail})"
+                               ) from None
+        raise
 
 
 def evaluate(task: Task) -> dict[str, Any]:
@@ -181,6 +202,11 @@ def _init_worker(threads: int, parent_pid: int) -> None:
 _LIMITS: Any = None
 
 
+#: Seconds :meth:`ProcessExecutor.close` waits for its workers to exit before
+#: killing them (an idle worker exits at once).
+_CLOSE_WAIT_S = 10.0
+
+
 class ProcessExecutor(Executor):
     """Worker processes on this machine (``concurrent.futures``, spawn).
 
@@ -230,7 +256,7 @@ class ProcessExecutor(Executor):
                     task = next(todo, None)
                     if task is None:
                         break
-                    running[pool.submit(evaluate, task)] = task
+                    running[pool.submit(_portable, task)] = task
                 if not running:
                     break
                 done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
@@ -238,9 +264,12 @@ class ProcessExecutor(Executor):
                     task = running.pop(future)
                     err = future.exception()
                     if isinstance(err, BrokenProcessPool):
+                        cause = err.__cause__
+                        why = "" if cause is None else f"; the pool's reason: {cause}"
                         err = BrokenProcessPool(
-                            f"a worker process died ({err}); if it died as it started, "
-                            f"{_UNGUARDED}")
+                            f"a worker process died while {len(running) + 1} runs were in "
+                            f"flight, this one among them ({err}{why}); if it died as it "
+                            f"started, {_UNGUARDED}")
                     yield task, (err if err is not None else future.result())
             finished = True
         finally:
@@ -260,9 +289,24 @@ class ProcessExecutor(Executor):
         pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
+        """Stop the workers. Never waits without a limit: a worker killed while
+        the pool shuts down can leave another blocked on the call queue's lock
+        forever (and the pool's manager thread waiting for it)."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if pool is None:
+            return
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join(_CLOSE_WAIT_S)
+        manager = getattr(pool, "_executor_manager_thread", None)
+        if manager is not None:
+            manager.join(_CLOSE_WAIT_S)
 
     def describe(self) -> str:
         if not self._ran:
@@ -291,17 +335,25 @@ class DaskExecutor(Executor):
         tag = uuid.uuid4().hex[:8]
         by_key: dict[str, Task] = {}
         futures = []
-        for task in tasks:
-            key = f"optical-run-{task.point}-{task.seed}-{task.run_id}-{tag}"
-            futures.append(self.client.submit(evaluate, task, key=key, retries=0))
-            by_key[key] = task
         try:
+            for task in tasks:
+                key = f"optical-run-{task.point}-{task.seed}-{task.run_id}-{tag}"
+                try:
+                    futures.append(self.client.submit(_portable, task, key=key, retries=0))
+                except Exception as err:  # a workload Dask cannot serialise, say
+                    yield task, err
+                    return
+                by_key[key] = task
             for future in as_completed(futures):
                 task = by_key[future.key]
-                if future.status == "error":
-                    outcome: Outcome = future.exception()
-                else:
-                    outcome = future.result()
+                try:
+                    if future.status == "error":
+                        outcome: Outcome = future.exception()
+                    else:
+                        outcome = future.result()
+                except Exception as err:  # cancelled: the scheduler is gone, say
+                    outcome = RuntimeError(f"Dask returned no result ({type(err).__name__}: "
+                                           f"{err}); is the scheduler still running?")
                 yield task, outcome
                 future.release()
         finally:

@@ -471,8 +471,9 @@ def test_a_dead_worker_keeps_its_reason_and_names_the_main_guard(monkeypatch):
     assert len(outcomes) == 2
     for err in outcomes:
         assert isinstance(err, BrokenProcessPool)
-        assert str(err).startswith("a worker process died (the pool's own reason); if it died "
-                                   "as it started, worker processes are spawned")
+        assert str(err).startswith("a worker process died while ")
+        assert ("runs were in flight, this one among them (the pool's own reason); if it died "
+                "as it started, worker processes are spawned") in str(err)
         assert 'under `if __name__ == "__main__":`' in str(err)
 
 
@@ -1006,3 +1007,132 @@ def test_a_script_without_the_main_guard_is_told_so(tmp_path, guarded):
         last = done.stderr.strip().splitlines()[-1]
         assert last.startswith("optical.sweep.SweepError: run failed") and \
             'must run under `if __name__ == "__main__":`' in last
+
+
+class NeedsTwoArgs(Exception):
+    """An exception pickle cannot rebuild (``__init__`` takes two arguments,
+    ``args`` holds one), as subprocess.CalledProcessError-like classes are."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RaisesAtEightBits:
+    """Like WL, but its runs at adc.bits = 8 raise :class:`NeedsTwoArgs`."""
+
+    inner: optical.MatmulWorkload
+
+    label = "raises at 8 bits"
+
+    def run(self, config, seed):
+        if config.adc.bits == 8:
+            raise NeedsTwoArgs("x", "y")
+        return self.inner.run(config, seed)
+
+    def to_dict(self):
+        return self.inner.to_dict()
+
+
+@pytest.mark.slow
+def test_a_worker_exception_that_cannot_be_unpickled_names_its_run_and_cause(tmp_path):
+    """It was reported as a dead worker ('BrokenProcessPool'), on another run,
+    its cause dropped; it now names the failing run and the exception."""
+    with pytest.raises(SweepError, match=r"point adc.bits=8, .*NeedsTwoArgs: x/y"):
+        optical.sweep(RaisesAtEightBits(WL), {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "s",
+                      base=BASE, executor=2, progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 1])
+def test_closing_the_pool_does_not_hang_when_a_worker_dies_meanwhile(victim):
+    """A worker killed while the pool shuts down can leave the other blocked
+    on the call queue's lock for good, and shutdown(wait=True) with it (a
+    sweep then never wrote its table and ignored SIGTERM). Both idle workers
+    are stopped so that neither takes its sentinel, close() starts, one is
+    killed and the other continued: close() returns, no worker is left."""
+    import os
+    import threading
+    import time
+
+    from optical import _executors
+
+    executor = _executors.ProcessExecutor(2)
+    tasks = [_executors.Task(f"r{i}", 0, i, WL, BASE) for i in range(2)]
+    assert len(list(executor.run(tasks))) == 2
+    processes = list(executor._pool._processes.values())
+    for process in processes:
+        os.kill(process.pid, signal.SIGSTOP)
+    closer = threading.Thread(target=executor.close, daemon=True)
+    closer.start()
+    time.sleep(1.0)  # the sentinels are queued
+    os.kill(processes[victim].pid, signal.SIGKILL)
+    for process in processes:
+        try:
+            os.kill(process.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    closer.join(3 * _executors._CLOSE_WAIT_S)
+    alive = closer.is_alive()
+    for process in processes:  # (never leave a stuck child behind, whatever happened)
+        if process.is_alive():
+            process.kill()
+    assert not alive
+    assert not any(process.is_alive() for process in processes)
+
+
+def test_a_workload_dask_cannot_send_is_a_sweep_error(tmp_path):
+    """It escaped the Dask executor as a raw TypeError from the submit loop."""
+    import threading
+
+    distributed = pytest.importorskip("distributed")
+
+    @dataclasses.dataclass(frozen=True)
+    class HoldsALock:
+        inner: optical.MatmulWorkload
+        lock: object = dataclasses.field(default_factory=threading.Lock, compare=False)
+
+        def run(self, config, seed):
+            return self.inner.run(config, seed)
+
+        def to_dict(self):
+            return self.inner.to_dict()
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        with pytest.raises(SweepError, match=r"run failed at point adc.bits=4, seed 0: "):
+            optical.sweep(HoldsALock(WL), {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "s",
+                          base=BASE, executor=client, progress=False)
+
+
+def test_a_dask_future_without_a_result_is_the_runs_failure():
+    """A scheduler lost mid-sweep cancels the futures; their result() raised
+    out of the executor as a raw traceback. It is now the run's outcome."""
+    from optical import _executors
+
+    class Cancelled:
+        key, status = "k", "cancelled"
+
+        def result(self):
+            raise RuntimeError("scheduler-connection-lost")  # as FutureCancelledError says
+
+        def release(self):
+            pass
+
+    class Client:
+        def submit(self, fn, task, key, retries):
+            future = Cancelled()
+            future.key = key
+            return future
+
+        def cancel(self, futures):
+            pass
+
+    distributed = pytest.importorskip("distributed")
+    task = _executors.Task("r0", 0, 0, WL, BASE)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distributed, "as_completed", lambda futures: iter(futures))
+        ((got, outcome),) = list(_executors.DaskExecutor(Client()).run([task]))
+    assert got is task and isinstance(outcome, RuntimeError)
+    assert "scheduler-connection-lost" in str(outcome) and "scheduler still running" in str(outcome)

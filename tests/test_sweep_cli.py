@@ -648,3 +648,30 @@ def test_samples_of_a_list_are_its_distinct_draws(tmp_path):
                  "--out", str(out)]) == 0
     frame = load(out)
     assert sorted(frame["adc.bits"]) == [4, 6, 8] and frame["point"].tolist() == [0, 1, 2]
+
+
+def test_a_scheduler_port_that_never_answers_is_one_line_not_a_hang(tmp_path, capsys,
+                                                                     monkeypatch):
+    """Something accepts the connection and says nothing (the dashboard's port
+    given for the scheduler's, say): Client's timeout covers the connect
+    only, and the sweep hung for good."""
+    import socket
+    import time
+
+    pytest.importorskip("distributed")
+    from optical.commands import sweep as sweep_command
+
+    monkeypatch.setattr(sweep_command, "SCHEDULER_TIMEOUT_S", 1)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        out = tmp_path / "s"
+        argv = [a for a in SWEEP if a not in ("--jobs", "1")]
+        start = time.monotonic()
+        assert main([*argv, "--out", str(out), "--scheduler", address]) == 1
+        assert time.monotonic() - start < 30
+    err = capsys.readouterr().err
+    assert err.startswith(f"optical sweep: error: --scheduler {address}: no Dask scheduler "
+                          "answered within 1 s")
+    assert "Traceback" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -231,13 +232,32 @@ def _vmappable(definition: Any) -> bool:
 def _connect(address: str) -> Any:
     """A Dask client of the scheduler at ``address``; errors name the address."""
     client_class = require("distributed", "sweep", "--scheduler").Client
-    try:
-        return client_class(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
-    except OSError as err:  # TimeoutError included
+    result: list[Any] = []
+
+    def connect() -> None:
+        try:
+            result.append(client_class(address, timeout=f"{SCHEDULER_TIMEOUT_S}s"))
+        except Exception as err:
+            result.append(err)
+
+    # Client's timeout bounds the TCP connect, not Dask's handshake: a port that
+    # accepts and never answers (a dashboard's, say) would hang here for good.
+    thread = threading.Thread(target=connect, daemon=True, name="optical-dask-connect")
+    thread.start()
+    thread.join(SCHEDULER_TIMEOUT_S + 5)
+    if not result:
         raise ConnectionError(f"--scheduler {address}: no Dask scheduler answered within "
-                              f"{SCHEDULER_TIMEOUT_S} s ({err})") from None
-    except ValueError as err:
-        raise ValueError(f"--scheduler {address}: {err}") from None
+                              f"{SCHEDULER_TIMEOUT_S} s (something accepted the connection "
+                              "but did not speak Dask)")
+    outcome = result[0]
+    if isinstance(outcome, OSError):  # TimeoutError included
+        raise ConnectionError(f"--scheduler {address}: no Dask scheduler answered within "
+                              f"{SCHEDULER_TIMEOUT_S} s ({outcome})") from None
+    if isinstance(outcome, ValueError):
+        raise ValueError(f"--scheduler {address}: {outcome}") from None
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 def run_command(args: argparse.Namespace) -> int:
