@@ -366,15 +366,7 @@ def test_offset_gain_of_a_positive_coupling_by_hand():
     expect = np.array([top[0]] + [top[1]] * 6 + [top[0]])
     g = compensation.gain(coupling, tiling, t_min, "offset", 1)
     np.testing.assert_allclose(g, expect[None], rtol=1e-12)
-    rng = np.random.default_rng(0)
-    checker = np.indices((8, 8)).sum(axis=0) % 2 * 2.0 - 1
-    rows = np.broadcast_to(g, (8, 8))
-    for v in (np.ones((8, 8)), -np.ones((8, 8)), checker, rng.choice([-1.0, 1.0], (8, 8))):
-        levels = compensation.pre_distort(v, rows, coupling, tiling, t_min, "offset",
-                                          tol=1e-13, max_iter=5000)
-        shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
-            / (1 - t_min) - 1
-        np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)
+    _assert_offset_patterns_reached(coupling, tiling, t_min, g, seed=0)
 
 
 def test_lens_leak_parts_are_the_terms_of_lit_pixels_and_pairs():
@@ -503,16 +495,7 @@ def test_offset_gain_bound_by_the_bottom_target_by_hand():
     expect = np.array([edge] + [inner] * 6 + [edge])
     g = compensation.gain(coupling, tiling, t_min, "offset", 1)
     np.testing.assert_allclose(g, expect[None], rtol=1e-12)
-    rng = np.random.default_rng(1)
-    checker = np.indices((8, 8)).sum(axis=0) % 2 * 2.0 - 1
-    rows = np.broadcast_to(g, (8, 8))
-    for v in (np.ones((8, 8)), -np.ones((8, 8)), checker, -checker,
-              rng.choice([-1.0, 1.0], (8, 8))):
-        levels = compensation.pre_distort(v, rows, coupling, tiling, t_min, "offset",
-                                          tol=1e-13, max_iter=5000)
-        shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
-            / (1 - t_min) - 1
-        np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)
+    _assert_offset_patterns_reached(coupling, tiling, t_min, g, seed=1)
 
 
 def test_a_gain_of_exactly_zero_is_refused():
@@ -524,3 +507,18 @@ def test_a_gain_of_exactly_zero_is_refused():
     assert 2 * (0.5 - 0.0) / (1 - 0.0) - 1 == 0.0
     with pytest.raises(ValueError, match="mask.compensate: the optics"):
         compensation.gain(coupling, tiling, 0.0, "offset", 1)
+
+
+def _assert_offset_patterns_reached(coupling, tiling, t_min, g, *, seed):
+    """Offset weights of full scale (all +1, all -1, a checkerboard, its
+    negative, a random sign pattern) come out exact at gain ``g`` (8 x 8)."""
+    checker = np.indices((8, 8)).sum(axis=0) % 2 * 2.0 - 1
+    rows = np.broadcast_to(g, (8, 8))
+    patterns = (np.ones((8, 8)), -np.ones((8, 8)), checker, -checker,
+                np.random.default_rng(seed).choice([-1.0, 1.0], (8, 8)))
+    for v in patterns:
+        levels = compensation.pre_distort(v, rows, coupling, tiling, t_min, "offset",
+                                          tol=1e-13, max_iter=5000)
+        shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
+            / (1 - t_min) - 1
+        np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)

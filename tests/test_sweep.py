@@ -798,23 +798,32 @@ def test_sigterm_becomes_terminated_inside_the_context_only():
 
 
 @dataclasses.dataclass(frozen=True)
-class SwallowsCtrlC:
-    """Like WL, but its second run receives Ctrl-C and swallows the
-    KeyboardInterrupt (as a garbage-collection callback does: Python ignores
-    exceptions raised there)."""
+class SignalledRun:
+    """Like WL, but its second run receives a stop signal inside a library
+    that swallows it, and then, per ``after``: goes on (``"run"``, as a
+    garbage-collection callback does: Python ignores exceptions raised
+    there), fails (``"fail"``, as jaxlib raises ImportError when the signal
+    lands while it imports), or hands back what it has (``"bad metrics"``: a
+    string the table cannot hold)."""
 
     inner: optical.MatmulWorkload
+    signum: int = signal.SIGINT
+    after: str = "run"
     calls: list = dataclasses.field(default_factory=list, compare=False)
 
-    label = "swallows ctrl-c"
+    label = "signalled run"
 
     def run(self, config, seed):
         self.calls.append(seed)
         if len(self.calls) == 2:
             try:
-                signal.raise_signal(signal.SIGINT)
-            except KeyboardInterrupt:
-                pass
+                signal.raise_signal(self.signum)
+            except (KeyboardInterrupt, SystemExit):
+                if self.after == "fail":
+                    raise ImportError("Encountered an error while initializing the "
+                                      "extension.") from None
+                if self.after == "bad metrics":
+                    return {"sqnr_db": "interrupted"}
         return self.inner.run(config, seed)
 
     def to_dict(self):
@@ -823,7 +832,7 @@ class SwallowsCtrlC:
 
 def test_a_swallowed_ctrl_c_still_stops_the_sweep_after_the_run(tmp_path):
     out = tmp_path / "s"
-    workload = SwallowsCtrlC(WL)
+    workload = SignalledRun(WL)
     previous = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt), sigterm_as_exit():
         optical.sweep(workload, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
@@ -835,37 +844,12 @@ def test_a_swallowed_ctrl_c_still_stops_the_sweep_after_the_run(tmp_path):
                              progress=False)) == 8
 
 
-@dataclasses.dataclass(frozen=True)
-class FailsOnCtrlC:
-    """Like WL, but its second run receives Ctrl-C where a library turns it
-    into a failure of its own (jaxlib raises ImportError when the signal
-    lands while it imports)."""
-
-    inner: optical.MatmulWorkload
-    calls: list = dataclasses.field(default_factory=list, compare=False)
-
-    label = "fails on ctrl-c"
-
-    def run(self, config, seed):
-        self.calls.append(seed)
-        if len(self.calls) == 2:
-            try:
-                signal.raise_signal(signal.SIGINT)
-            except KeyboardInterrupt:
-                raise ImportError("Encountered an error while initializing the extension.") \
-                    from None
-        return self.inner.run(config, seed)
-
-    def to_dict(self):
-        return self.inner.to_dict()
-
-
 def test_a_ctrl_c_that_makes_a_run_fail_stops_the_sweep_as_an_interruption(tmp_path):
     """The user pressed Ctrl-C: the sweep is interrupted (resume it), not a
     run failure with the library's error. (It was reported as "run failed
     ... ImportError", exit 1.)"""
     out = tmp_path / "s"
-    workload = FailsOnCtrlC(WL)
+    workload = SignalledRun(WL, after="fail")
     with pytest.raises(KeyboardInterrupt), sigterm_as_exit():
         optical.sweep(workload, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
                       progress=False)
@@ -873,33 +857,8 @@ def test_a_ctrl_c_that_makes_a_run_fail_stops_the_sweep_as_an_interruption(tmp_p
     # Without a signal the same failure is a failure, its message not doubly stopped.
     with pytest.raises(SweepError, match=r"ImportError: Encountered an error while "
                                          r"initializing the extension\. The 0 runs"):
-        optical.sweep(FailsOnCtrlC(WL, calls=[0]), PARAMS, seeds=2, out=tmp_path / "t",
+        optical.sweep(SignalledRun(WL, after="fail", calls=[0]), PARAMS, seeds=2, out=tmp_path / "t",
                       base=BASE, executor="serial", progress=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class BadMetricsOnSignal:
-    """Like WL, but its second run receives a stop signal inside a library
-    that swallows it and hands back what it has: metrics the table cannot
-    hold (a string)."""
-
-    inner: optical.MatmulWorkload
-    signum: int
-    calls: list = dataclasses.field(default_factory=list, compare=False)
-
-    label = "bad metrics on a signal"
-
-    def run(self, config, seed):
-        self.calls.append(seed)
-        if len(self.calls) == 2:
-            try:
-                signal.raise_signal(self.signum)
-            except (KeyboardInterrupt, SystemExit):
-                return {"sqnr_db": "interrupted"}
-        return self.inner.run(config, seed)
-
-    def to_dict(self):
-        return self.inner.to_dict()
 
 
 @pytest.mark.parametrize(("signum", "stop"), [(signal.SIGINT, KeyboardInterrupt),
@@ -909,7 +868,7 @@ def test_a_stop_signal_that_spoils_a_runs_metrics_stops_the_sweep_as_an_interrup
     """A signal that arrived inside the run wins over what the run returned:
     the sweep stops as interrupted (resume it), not with a SweepError about
     the metrics. Without a signal the same metrics are refused."""
-    workload = BadMetricsOnSignal(WL, signum)
+    workload = SignalledRun(WL, signum, after="bad metrics")
     with pytest.raises(stop), sigterm_as_exit():
         optical.sweep(workload, PARAMS, seeds=2, out=tmp_path / "s", base=BASE,
                       executor="serial", progress=False)
