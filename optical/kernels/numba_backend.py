@@ -131,7 +131,6 @@ class _Plan:
         # holds no view of them (nor a device array that may alias them): BLAS
         # takes each rail's view per call (:meth:`blocks`), XLA a copy.
         self.rail_views = not use_diff and engine != "xla"
-        self.n_det = dec.n_det
         self.signals: list[list[list]] = []
         self.rowsum: list[list[np.ndarray]] = []
         self.factors: list[tuple[np.ndarray, np.ndarray]] = []
@@ -161,7 +160,7 @@ class _Plan:
         if not self.rail_views:
             return self.signals[kt][nt]
         ks, ns = self.tiling.k_slice(kt), self.tiling.n_slice(nt)
-        return [t[r, ks, ns] for r in range(self.n_det)]
+        return [t[r, ks, ns] for r in range(self.dec.n_det)]
 
 
 #: Columns per task of the one-pass plan kernel (a few tasks even for one N-tile).

@@ -96,14 +96,14 @@ class ModelSpec:
             if hidden % heads:
                 raise ValueError(f"{source}: hidden_size {hidden} is not divisible by "
                                  f"num_attention_heads {heads}")
+            if kv_heads != heads:
+                raise ValueError(f"{source}: num_key_value_heads {kv_heads} differs from "
+                                 f"num_attention_heads {heads}; BERT has no grouped-query "
+                                 "attention")
             head_dim = hidden // heads
         else:
             head_dim = (need("head_dim") if config.get("head_dim") is not None
                         else hidden // heads)  # Hugging Face's LlamaAttention likewise
-        if model_type == "bert" and kv_heads != heads:
-            raise ValueError(f"{source}: num_key_value_heads {kv_heads} differs from "
-                             f"num_attention_heads {heads}; BERT has no grouped-query "
-                             "attention")
         if heads % kv_heads:
             raise ValueError(f"{source}: num_attention_heads {heads} is not a multiple of "
                              f"num_key_value_heads {kv_heads}")
