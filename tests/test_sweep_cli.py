@@ -413,6 +413,18 @@ def test_unreachable_scheduler_is_one_line_naming_it(tmp_path, capsys, monkeypat
     assert "Traceback" not in err and not out.exists()
 
 
+def test_a_tls_scheduler_without_tls_settings_is_one_line_naming_it(tmp_path, capsys):
+    """Dask refuses tls:// without an SSL context with a TypeError; the error
+    line names the option and the address, as for any other bad address."""
+    pytest.importorskip("distributed")
+    out = tmp_path / "s"
+    argv = [a for a in SWEEP if a not in ("--jobs", "1")]
+    assert main([*argv, "--out", str(out), "--scheduler", "tls://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("optical sweep: error: --scheduler tls://127.0.0.1:1: ")
+    assert "TLS" in err and "Traceback" not in err and not out.exists()
+
+
 def test_plot_of_a_sweep_without_finished_runs_says_so(tmp_path, capsys):
     from tests.test_sweep import Interruptible
 

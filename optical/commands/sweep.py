@@ -253,7 +253,7 @@ def _connect(address: str) -> Any:
     if isinstance(outcome, OSError):  # TimeoutError included
         raise ConnectionError(f"--scheduler {address}: no Dask scheduler answered within "
                               f"{SCHEDULER_TIMEOUT_S} s ({outcome})") from None
-    if isinstance(outcome, ValueError):
+    if isinstance(outcome, ValueError | TypeError):  # a bad address; TLS without its settings
         raise ValueError(f"--scheduler {address}: {outcome}") from None
     if isinstance(outcome, Exception):
         raise outcome
