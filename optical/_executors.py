@@ -74,7 +74,16 @@ def _portable(task: Task) -> dict[str, Any]:
 def evaluate(task: Task) -> dict[str, Any]:
     """Run one task; returns its metrics and the seconds it took."""
     start = time.perf_counter()
-    metrics = task.workload.run(task.config, task.seed)
+    try:
+        metrics = task.workload.run(task.config, task.seed)
+    except SystemExit as stop:
+        if type(stop) is not SystemExit:  # a stop signal (the sweep's Terminated) stops all
+            raise
+        # sys.exit in a run ended the sweep in this process, failed the run in
+        # worker processes and killed a Dask worker thread (the sweep then hung).
+        raise RuntimeError(f"{type(task.workload).__name__}.run called sys.exit("
+                           f"{stop.code!r}); a run must return its metrics or raise an "
+                           "exception") from None
     if not isinstance(metrics, dict):
         raise TypeError(f"{type(task.workload).__name__}.run returned "
                         f"{type(metrics).__name__}, expected a dict of metrics")

@@ -4,8 +4,10 @@ refusal of a changed sweep, executors agreeing bit for bit."""
 import dataclasses
 import json
 import math
+import re
 import signal
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -991,6 +993,59 @@ class RaisesAtEightBits:
 
     def to_dict(self):
         return self.inner.to_dict()
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitsAtEightBits:
+    """Like WL, but its runs at adc.bits = 8 call ``sys.exit(3)``."""
+
+    inner: optical.MatmulWorkload
+
+    label = "exits at 8 bits"
+
+    def run(self, config, seed):
+        if config.adc.bits == 8:
+            sys.exit(3)
+        return self.inner.run(config, seed)
+
+    def to_dict(self):
+        return self.inner.to_dict()
+
+
+@pytest.mark.parametrize("executor", ["serial", pytest.param(2, marks=pytest.mark.slow), "dask"])
+def test_a_run_that_calls_sys_exit_is_that_runs_failure_on_every_executor(tmp_path, executor):
+    """sys.exit in a run ended a serial sweep (exit code 3), failed the run in
+    worker processes, and killed a Dask threads cluster's worker thread, the
+    sweep then waiting for good. Every executor now reports the run's failure
+    and keeps the other runs."""
+    out = tmp_path / "s"
+    match = r"point adc.bits=8, .*ExitsAtEightBits.run called sys.exit\(3\)"
+    if executor != "dask":
+        with pytest.raises(SweepError, match=match):
+            optical.sweep(ExitsAtEightBits(WL), {"adc.bits": [4, 8]}, seeds=1, out=out,
+                          base=BASE, executor=executor, progress=False)
+    else:
+        distributed = pytest.importorskip("distributed")
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                      dashboard_address=None) as cluster, \
+                distributed.Client(cluster) as client:
+            failed: list[BaseException] = []
+
+            def sweep():
+                try:
+                    optical.sweep(ExitsAtEightBits(WL), {"adc.bits": [4, 8]}, seeds=1,
+                                  out=out, base=BASE, executor=client, progress=False)
+                except BaseException as err:  # noqa: BLE001 - examined below
+                    failed.append(err)
+
+            thread = threading.Thread(target=sweep, daemon=True)
+            thread.start()
+            thread.join(60)
+            assert not thread.is_alive(), "the sweep hung"
+        assert len(failed) == 1 and isinstance(failed[0], SweepError)
+        assert re.search(match, str(failed[0]))
+    if executor != 2:  # (two workers: the 4-bit run may still be in flight, and is stopped)
+        assert len(list((out / "runs").glob("*.json"))) == 1  # the 4-bit run is kept
 
 
 @pytest.mark.slow
