@@ -55,7 +55,12 @@ TAIL_SAMPLES = 16
 # at 7 bits (1.1 dB above the optimum's MSE). Readouts spread wider than the
 # noise smooth the jumps out (0.3 dB at 7 bits when the noise is 8x their
 # spread, at most 0.1 dB otherwise). Other node counts move the miss to
-# other bits; an exact Gaussian clipping integral would remove it.
+# other bits; an exact Gaussian clipping integral would remove it. Above 10
+# bits the window stops at the outermost node while the optimum widens (5.0 s
+# at 12 bits, 7.5 s at 24): the conversion MSE of pure noise levels off at
+# ~5e-7 of the noise's variance (63 dB below it) instead of falling further.
+# 25 nodes would hold 0.1 dB to 16 bits, for ~25 % more window search (a
+# third of programming a layer) and no change in validate's SQNRs.
 _HERMITE_NODES, _HERMITE_WEIGHTS = np.polynomial.hermite_e.hermegauss(9)
 _HERMITE_WEIGHTS = _HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum()
 

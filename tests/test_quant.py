@@ -145,6 +145,19 @@ def test_mse_window_of_pure_noise_matches_the_analytic_optimum(bits):
     assert 10 * np.log10(ours / _gaussian_window_mse(a, bits)) < 0.1
 
 
+@pytest.mark.parametrize("bits", [11, 12, 16, 24])
+def test_mse_window_of_pure_noise_above_10_bits_levels_off_far_below_the_noise(bits):
+    """Past 10 bits the nine-point rule's window stops at its outermost node
+    (4.5 sigma) as the optimum widens: the conversion MSE levels off at
+    ~5e-7 of the noise's variance, 2.1e-6 at 11 bits (calibration's comment on the rule)."""
+    lo, hi = calibration.mse_windows(np.full((50, 1), 5.0), np.array([2.0]), bits)
+    half = (hi[0] - lo[0]) / 2 / 2.0
+    assert half == pytest.approx(np.max(calibration._HERMITE_NODES), rel=0.01)
+    assert _gaussian_window_mse(half, bits) < 2.5e-6  # 2.1e-6 at 11 bits, 5.1e-7 at 16
+    assert _gaussian_window_mse(half, bits) >= _gaussian_window_mse(
+        _gaussian_optimal_half_width(bits), bits)
+
+
 def test_enob_loss_widens_the_window(rng):
     samples = rng.standard_normal((20_000, 1))
     _, hi8 = calibration.mse_windows(samples, np.zeros(1), 8)
