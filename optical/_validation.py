@@ -40,6 +40,18 @@ def check_float_dtype(dtype: object, name: str) -> None:
                         "(nothing is cast silently)")
 
 
+def check_plain_array(a: np.ndarray, name: str) -> np.ndarray:
+    """Return ``a``, a numpy array, unless it is a subclass other than
+    ``numpy.memmap`` (TypeError naming ``name``): a masked array's mask, a
+    matrix's 2-D semantics or a quantity's units would be dropped or misread
+    by ``numpy.asarray``."""
+    if type(a) is not np.ndarray and not isinstance(a, np.memmap):
+        hint = " (its .filled(value))" if isinstance(a, np.ma.MaskedArray) else ""
+        raise TypeError(f"{name}: {type(a).__module__}.{type(a).__name__}, a numpy.ndarray "
+                        f"subclass, is not supported; pass a plain numpy.ndarray{hint}")
+    return a
+
+
 def check_float_array(a: object, name: str, *, ndim: int | None = None,
                       min_ndim: int = 0) -> np.ndarray:
     """Return ``a`` if it is a finite float32/float64 numpy array, else raise.
@@ -59,10 +71,7 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
                 if type(a).__module__.split(".")[0] in ("jax", "jaxlib") else "")
         raise TypeError(f"{name}: expected a numpy.ndarray of float32 or float64, got "
                         f"{type(a).__name__}{hint}")
-    if type(a) is not np.ndarray and not isinstance(a, np.memmap):
-        hint = " (its .filled(value))" if isinstance(a, np.ma.MaskedArray) else ""
-        raise TypeError(f"{name}: {type(a).__module__}.{type(a).__name__}, a numpy.ndarray "
-                        f"subclass, is not supported; pass a plain numpy.ndarray{hint}")
+    check_plain_array(a, name)
     check_float_dtype(a.dtype, name)
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")

@@ -27,7 +27,7 @@ import numbers
 import numpy as np
 
 from optical._gemm import row_block
-from optical._validation import check_float_array
+from optical._validation import check_float_array, check_plain_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
 
@@ -257,14 +257,20 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
     if isinstance(enob_loss, bool) or not isinstance(enob_loss, numbers.Real) \
             or not 0 <= enob_loss < math.inf:
         raise ValueError(f"enob_loss: {enob_loss!r} is not valid; valid: a finite number >= 0")
-    samples = np.asarray(samples)
+    samples = np.asarray(check_plain_array(samples, "samples")
+                         if isinstance(samples, np.ndarray) else samples)
     if samples.dtype.kind in "biu":  # integer readouts (ADC codes, say) are exact in float64
         samples = samples.astype(np.float64)
     samples = check_float_array(samples, "samples", ndim=2)
     if samples.shape[0] == 0 or samples.shape[1] == 0:
         raise ValueError(f"samples: shape {samples.shape} is empty; expected (S, C) with "
                          "S, C >= 1")
-    sigma = np.asarray(sigma, dtype=np.float64)
+    sigma = np.asarray(check_plain_array(sigma, "sigma") if isinstance(sigma, np.ndarray)
+                       else sigma)
+    if sigma.dtype.kind not in "iuf":  # not parsed from text, no imaginary part dropped
+        raise TypeError(f"sigma: dtype {sigma.dtype} is not supported; expected real "
+                        "numbers (integer or float)")
+    sigma = sigma.astype(np.float64)
     if sigma.shape not in ((), (1,), samples.shape[1:]):
         raise ValueError(f"sigma: shape {sigma.shape} does not match the {samples.shape[1]} "
                          "columns of samples; expected one per column or a scalar")

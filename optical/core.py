@@ -298,7 +298,9 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
                                           chunk_tokens=chunk_tokens, backend=backend,
                                           exact=exact))
 
-    x2 = x.reshape(-1, k)
+    # C order: the reference's row sums of DAC levels (offset weights) would
+    # otherwise add in another order for a Fortran-ordered float64 x.
+    x2 = np.ascontiguousarray(x.reshape(-1, k))
     tokens = x2.shape[0]
     if programmed.input_range is None:
         scale = input_scale(x2, config.dac.scaling)

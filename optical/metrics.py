@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from optical._validation import all_finite
+from optical._validation import all_finite, check_plain_array
 
 __all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence",
            "max_abs_error", "relative_error", "sqnr_db"]
@@ -31,8 +31,8 @@ def _real(name: str, value: object, dtype: type | None = None) -> np.ndarray:
     """``value`` as an array of real numbers (bool, integer or float; Python
     objects converted to float64; ml_dtypes' bfloat16 and float8s to float32,
     exactly); TypeError naming ``name`` for anything else (complex values,
-    strings): nothing is dropped or parsed silently."""
-    arr = np.asarray(value)
+    strings, a masked array's mask): nothing is dropped or parsed silently."""
+    arr = np.asarray(check_plain_array(value, name) if isinstance(value, np.ndarray) else value)
     if arr.dtype.kind == "V" and arr.dtype.name.startswith(_NARROW_FLOATS):
         arr = arr.astype(np.float32)
     if arr.dtype.kind == "O":
@@ -93,12 +93,12 @@ def compare(reference: object, test: object) -> tuple[float, float, float]:
     return sums.sqnr_db(), sums.cosine(), sums.relative_error()
 
 
-def _unit(*arrays: np.ndarray) -> float:
-    """A power of two at or above the largest magnitude in ``arrays`` (1 if
-    all are zero): dividing by it is exact and brings every value into
-    [-1, 1]."""
+def _exponent(*arrays: np.ndarray) -> int:
+    """``e`` with ``2**e`` at or above the largest magnitude in ``arrays`` (0
+    if all are zero): ``np.ldexp(a, -e)`` is exact and brings every value into
+    [-1, 1] (not ``a * 2.0**-e``: that factor overflows for subnormal arrays)."""
     top = max(max(float(np.max(a)), -float(np.min(a))) for a in arrays)
-    return 1.0 if top == 0 else math.ldexp(1.0, math.frexp(top)[1])
+    return 0 if top == 0 else math.frexp(top)[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,11 +120,11 @@ class _Sums:
         power of two at or above their largest magnitude: exact, so no figure
         moves, but squares of values near 1e-200 no longer underflow nor
         those near 1e200 overflow."""
-        inv = 1.0 / _unit(ref, out)
+        shift = -_exponent(ref, out)
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):
-            r = ref[start:start + SUM_CHUNK].astype(np.float64) * inv
-            o = out[start:start + SUM_CHUNK].astype(np.float64) * inv
+            r = np.ldexp(ref[start:start + SUM_CHUNK].astype(np.float64), shift)
+            o = np.ldexp(out[start:start + SUM_CHUNK].astype(np.float64), shift)
             e = r - o
             signal += float(np.add.reduce(r * r))
             error += float(np.add.reduce(e * e))
@@ -170,8 +170,9 @@ def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1)
     Computed in float64 from log-softmax (max-shifted), so large logits do
     not overflow; 0 for identical distributions.
     """
-    ref = _real("reference_logits", reference_logits, np.float64)
-    out = _real("test_logits", test_logits, np.float64)
+    # C order: the softmax sums add in one order whatever the inputs' layout.
+    ref = np.ascontiguousarray(_real("reference_logits", reference_logits, np.float64))
+    out = np.ascontiguousarray(_real("test_logits", test_logits, np.float64))
     _checked(ref, out)
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise TypeError(f"axis: expected an integer axis, got {axis!r}")
@@ -221,9 +222,11 @@ def column_errors(reference: object, test: object) -> ColumnErrors:
     _checked(ref, out)
     if ref.ndim == 0:
         raise ValueError("column_errors: expected arrays with a column axis, got scalars")
-    inv = 1.0 / _unit(ref, out)  # exact: keeps the squares in range (see _Sums.of)
-    ref = ref.reshape(-1, ref.shape[-1]) * inv
-    out = out.reshape(-1, ref.shape[-1]) * inv
+    # Exact scaling keeps the squares in range (see _Sums.of); C order makes
+    # the column sums add in one order whatever the inputs' layout.
+    shift = -_exponent(ref, out)
+    ref = np.ldexp(np.ascontiguousarray(ref.reshape(-1, ref.shape[-1])), shift)
+    out = np.ldexp(np.ascontiguousarray(out.reshape(-1, ref.shape[-1])), shift)
     signal = np.sum(ref * ref, axis=0)
     error = np.sum((ref - out) ** 2, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):

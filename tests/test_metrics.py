@@ -46,10 +46,47 @@ def test_pair_metrics_hold_at_extreme_magnitudes(rng):
         assert metrics.compare(ref * factor, test * factor) == expected
         np.testing.assert_array_equal(metrics.column_errors(ref * factor, test * factor).sqnr_db,
                                       columns.sqnr_db)
+    # Subnormal arrays (2**-1060: the largest value too) round the inputs, but
+    # scaling them back up is exact: the same metrics as those exact images
+    # (the scale factor 2**1060 overflowed to inf, and every metric was NaN).
+    for factor in (2.0**-1040, 2.0**-1060):
+        tiny_ref, tiny_test = ref * factor, test * factor
+        assert metrics.compare(tiny_ref, tiny_test) == metrics.compare(tiny_ref / factor,
+                                                                       tiny_test / factor)
+        np.testing.assert_array_equal(metrics.column_errors(tiny_ref, tiny_test).sqnr_db,
+                                      metrics.column_errors(tiny_ref / factor,
+                                                            tiny_test / factor).sqnr_db)
+        assert metrics.compare(tiny_ref, tiny_test) == pytest.approx(expected, rel=1e-3)
     for factor in (1e-200, 1e200):
         assert metrics.compare(ref * factor, test * factor) == pytest.approx(expected, rel=1e-12)
         np.testing.assert_allclose(metrics.column_errors(ref * factor, test * factor).sqnr_db,
                                    columns.sqnr_db, rtol=1e-12)
+
+
+def test_column_metrics_and_kl_do_not_depend_on_the_layout(rng):
+    """Column sums and softmax sums along a strided axis add in another order:
+    C and Fortran order (and a strided view) gave other last bits."""
+    ref = rng.standard_normal((300, 257))
+    test = ref + 0.01 * rng.standard_normal(ref.shape)
+    columns = metrics.column_errors(ref, test)
+    kl = metrics.kl_divergence(ref, test)
+    for layout in (np.asfortranarray, lambda a: np.repeat(a, 2, axis=1)[:, ::2]):
+        again = metrics.column_errors(layout(ref), layout(test))
+        np.testing.assert_array_equal(again.sqnr_db, columns.sqnr_db)
+        np.testing.assert_array_equal(again.relative_error, columns.relative_error)
+        assert metrics.kl_divergence(layout(ref), layout(test)) == kl
+
+
+@pytest.mark.parametrize("metric", [metrics.sqnr_db, metrics.cosine, metrics.relative_error,
+                                    metrics.max_abs_error, metrics.column_errors,
+                                    metrics.kl_divergence])
+def test_a_masked_array_is_refused_not_read_without_its_mask(metric):
+    """numpy.asarray drops a mask: the masked entries counted (an SQNR of
+    0.002 dB where the unmasked entries agree exactly)."""
+    ref = np.ma.masked_array([[1.0, 2.0, 100.0]], mask=[[False, False, True]])
+    with pytest.raises(TypeError, match=r"reference(_logits)?: numpy.ma.MaskedArray, a "
+                       r"numpy.ndarray subclass, is not supported.*\.filled"):
+        metric(ref, np.array([[1.0, 2.0, 0.0]]))
 
 
 def test_max_abs_error_by_hand():

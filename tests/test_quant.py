@@ -469,6 +469,14 @@ def test_mapping_choices_at_6_bits_on_activations_with_outlier_channels(rng):
     ({"enob_loss": math.nan}, ValueError, "enob_loss: nan is not valid"),
     ({"enob_loss": math.inf}, ValueError, "enob_loss: inf is not valid"),
     ({"sigma": np.zeros(5)}, ValueError, r"sigma: shape \(5,\) does not match the 2 columns"),
+    # Not parsed from text, no imaginary part dropped, no mask dropped:
+    ({"sigma": "0.1"}, TypeError, "sigma: dtype <U3 is not supported"),
+    ({"sigma": 0.1 + 5j}, TypeError, "sigma: dtype complex128 is not supported"),
+    ({"sigma": True}, TypeError, "sigma: dtype bool is not supported"),
+    ({"sigma": np.ma.masked_array([0.1, 1e3], mask=[False, True])}, TypeError,
+     "sigma: numpy.ma.MaskedArray, a numpy.ndarray subclass"),
+    ({"samples": np.ma.masked_array(np.ones((4, 2)), mask=np.eye(4, 2))}, TypeError,
+     r"samples: numpy.ma.MaskedArray, a numpy.ndarray subclass.*\.filled"),
     ({"samples": np.ones((4, 3)), "groups": np.array([0, 2, 2])}, ValueError,
      r"groups: ids must be 0..2, .* no column has id\(s\) \[1\]"),
 ])

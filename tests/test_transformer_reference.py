@@ -133,6 +133,8 @@ def test_bad_layer_inputs_are_named(tiny):
         layer.reference(np.zeros((4, 63), dtype=np.float32))
     with pytest.raises(ValueError, match="NaN"):
         layer.reference(np.full((4, 64), np.nan, dtype=np.float32))
+    with pytest.raises(TypeError, match="h: numpy.ma.MaskedArray, a numpy.ndarray subclass"):
+        layer.reference(np.ma.masked_array(h, mask=h == 0))  # the mask was dropped
     with pytest.raises(ValueError, match="dtype: 'float8'"):
         layer.reference(h, dtype="float8")
     with pytest.raises(ValueError, match="exactly one of dtype"):

@@ -34,7 +34,7 @@ import numpy as np
 
 from optical._gemm import cols_matmul, stack_matmul
 from optical._memory import empty_like, recycling
-from optical._validation import check_seed
+from optical._validation import check_plain_array, check_seed
 from optical.config import OpticalConfig
 from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
@@ -57,6 +57,7 @@ def check_hidden(h: object, hidden: int) -> np.ndarray:
     the layout alone would move the last bits)."""
     if not isinstance(h, np.ndarray):
         raise TypeError(f"h: expected a numpy.ndarray, got {type(h).__name__}")
+    check_plain_array(h, "h")
     if h.dtype != np.float32:
         raise TypeError(f"h: dtype {h.dtype} is not supported; pass float32 hidden states "
                         "(nothing is cast silently)")
