@@ -699,3 +699,13 @@ class OpticalConfig:
     def from_json(cls, text: str) -> OpticalConfig:
         """Inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(text))
+
+
+def check_config(config: object, name: str = "config") -> OpticalConfig:
+    """Return ``config`` if it is an :class:`OpticalConfig`, else raise a
+    TypeError naming ``name`` (and, for a preset's name, how to get it)."""
+    if not isinstance(config, OpticalConfig):
+        hint = (f" (for the preset {config!r}: optical.presets.get({config!r}))"
+                if isinstance(config, str) else "")
+        raise TypeError(f"{name}: expected an OpticalConfig, got {type(config).__name__}{hint}")
+    return config

@@ -39,7 +39,7 @@ from optical._validation import (
     check_positive_int,
     check_seed,
 )
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.physics import converters, encoding, noise
 from optical.quant import ProgrammedWeights, adc_rails, calibration_needs, program
 
@@ -144,8 +144,7 @@ def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
     ValueError
         ``tokens``, ``k`` or ``n`` is not a non-negative integer.
     """
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     counts = []
     for name, value in (("tokens", tokens), ("k", k), ("n", n)):
         if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) \
@@ -264,8 +263,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         for another config, or raw weights whose calibration on ``x`` cannot
         work (e.g. an all-zero ``x``).
     """
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     backend = kernels.resolve(backend, x, config)
     if backend == "jax":
         from optical.kernels import jax_backend

@@ -21,7 +21,7 @@ import numpy as np
 from optical import _memory, compensation, outliers
 from optical import calibration as _calibration
 from optical._validation import check_float_array
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.physics import _mask_apply, converters, crosstalk, encoding
 
 __all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs", "program"]
@@ -378,8 +378,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         0), calibration inputs missing where the config needs them, or an outlier
         rule that leaves no channel on the mask.
     """
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     w = check_float_array(w, "w", ndim=2)
     if 0 in w.shape:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")

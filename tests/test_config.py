@@ -2,6 +2,7 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -158,6 +159,13 @@ def test_replace_and_schedule_refuse_wrong_container_types():
         cfg.replace(adc={"bits": 3})
     with pytest.raises(TypeError, match="config: expected an OpticalConfig, got NoneType"):
         optical.schedule(4, 8, 8, None)
+    # Every entry point taking a config says how to get a preset by its name.
+    x, w = np.ones((2, 3)), np.ones((3, 2))
+    for call in (lambda: optical.matmul(x, w, "ideal", seed=0), lambda: optical.program(w, "ideal"),
+                 lambda: optical.schedule(4, 8, 8, "ideal")):
+        with pytest.raises(TypeError, match=r"got str \(for the preset 'ideal': "
+                           r"optical.presets.get\('ideal'\)\)"):
+            call()
 
 
 def test_relative_intensity_noise_above_one_is_refused():

@@ -37,7 +37,7 @@ def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, 
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["energy", "--model", "models/nope"], "no config.json"),
+    (["energy", "--model", "models/nope"], "models/nope: no such model directory"),
     (["energy", "--model", "models/llama-3.2-1b", "--preset", "ideal"],
      "source.photons_per_mac is inf"),
     (["energy", "--model", "models/llama-3.2-1b", "--gpu-utilization", "2"],

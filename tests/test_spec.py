@@ -30,6 +30,10 @@ def test_llama_8b_linear_shapes():
 def test_bad_model_directories(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json"):
         read_spec(tmp_path)
+    # A missing directory is named as such (it was "no config.json in model
+    # directory ..."), as transformer.load names it.
+    with pytest.raises(FileNotFoundError, match=r"nowhere: no such model directory"):
+        read_spec(tmp_path / "nowhere")
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         read_spec(tmp_path)

@@ -271,7 +271,8 @@ def test_worst_row_sqnr_is_the_minimum_over_rows():
 
 def test_validate_errors(tiny_dir):
     model = transformer.load(tiny_dir)
-    with pytest.raises(TypeError, match="config: expected an OpticalConfig"):
+    with pytest.raises(TypeError, match=r"config: expected an OpticalConfig, got str \(for "
+                       r"the preset 'iris-like': optical.presets.get\('iris-like'\)\)"):
         transformer.validate(model, layer=0, tokens=4, config="iris-like")
     with pytest.raises(ValueError, match="layer: 7 is out of range"):
         transformer.validate(model, layer=7, tokens=4, config=CFG)

@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from optical._validation import check_positive_int
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.core import Schedule
 from optical.energy import counts
 from optical.physics import encoding
@@ -338,8 +338,7 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     if not isinstance(spec, ModelSpec):
         raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
                         f"a loaded model's .spec), got {type(spec).__name__}")
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     counts._check_counts(tokens, batch)
     e = config.energy
     layers = spec.num_layers

@@ -26,7 +26,7 @@ import numpy as np
 from optical import metrics, presets
 from optical._gemm import cols_matmul
 from optical._validation import check_positive_int
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.core import matmul, schedule
 from optical.energy import model
 
@@ -53,8 +53,7 @@ def _operands(width: int, tokens: int, outputs: int, operands: str,
 
 def _width_config(config: OpticalConfig | None, width: int, outputs: int) -> OpticalConfig:
     base = presets.get("ideal") if config is None else config
-    if not isinstance(base, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(base).__name__}")
+    check_config(base)
     return base.replace({"core.inputs": width, "core.outputs": outputs})
 
 

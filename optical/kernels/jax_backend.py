@@ -55,7 +55,7 @@ from optical._validation import (
     check_positive_int,
     check_seed,
 )
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.kernels._jax_pass import (
     CHUNK_TOKENS,
     PARAMS,
@@ -137,8 +137,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     """
     from optical.core import MatmulStats, _check_calibrates_on, schedule
 
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     if not isinstance(exact, bool | np.bool_):
         raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
     exact = bool(exact)
@@ -245,8 +244,7 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
     photons, clipped : ndarray, shape (R,)
         Detected photons and clipped ADC conversions of each run.
     """
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     if not isinstance(pw, ProgrammedWeights):
         raise TypeError(f"pw: expected ProgrammedWeights, got {type(pw).__name__}")
     if chunk_tokens is not None:

@@ -71,7 +71,7 @@ import math
 
 import numpy as np
 
-from optical.config import OpticalConfig, OpticsConfig
+from optical.config import OpticalConfig, OpticsConfig, check_config
 from optical.physics import _mask_apply, encoding, propagation
 
 __all__ = [
@@ -171,8 +171,7 @@ def kernels(config: OpticalConfig) -> Kernels:
         If the geometry cannot be sampled (pixel pitch below the wavelength,
         a point-spread function wider than the kernel grid).
     """
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     rails = encoding.n_rails(config.encoding.weights)
     return _kernels(config.optics, config.source.wavelength, config.core.inputs,
                     config.core.outputs, rails)

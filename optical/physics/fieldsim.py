@@ -32,7 +32,7 @@ import math
 import numpy as np
 from scipy import special
 
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.physics import encoding, propagation
 
 __all__ = ["simulate_tile"]
@@ -101,8 +101,7 @@ def simulate_tile(transmissions: np.ndarray, config: OpticalConfig, *,
         detected on rail ``r`` of output ``n``. Compare with
         ``kernels.efficiency * effective_tile(transmissions, kernels)``.
     """
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     optics = config.optics
     if optics.model != "diffraction":
         raise ValueError("config: the field simulation needs optics.model = 'diffraction'")

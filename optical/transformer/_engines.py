@@ -35,7 +35,7 @@ import numpy as np
 from optical._gemm import cols_matmul, stack_matmul
 from optical._memory import empty_like, recycling
 from optical._validation import check_plain_array, check_seed
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
 from optical.transformer.numerics import check_dtype, round_to
@@ -231,8 +231,7 @@ class OpticalEngine(ReferenceEngine):
                  calibration: Mapping[str, np.ndarray] | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
         super().__init__("float32")
-        if not isinstance(config, OpticalConfig):
-            raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+        check_config(config)
         self.config = config
         self.seed = seed
         self.layer = layer

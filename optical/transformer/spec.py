@@ -155,6 +155,8 @@ def read_spec(model_dir: str | Path) -> ModelSpec:
     ValueError
         If the JSON is malformed or names an unsupported architecture.
     """
+    if not Path(model_dir).is_dir():  # (a relative path run from elsewhere, say)
+        raise FileNotFoundError(f"{model_dir}: no such model directory")
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}")

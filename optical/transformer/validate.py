@@ -25,7 +25,7 @@ from optical import metrics, presets
 from optical._gemm import cols_matmul, stack_matmul
 from optical._progress import progress_bar
 from optical._validation import check_positive_int, check_seed
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
 from optical.transformer._engines import derive_seed, sum_stats, weight_matmuls
@@ -272,8 +272,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
         raise TypeError("model: expected a model from optical.transformer.load or a model "
                         f"directory, got {type(model).__name__}")
-    if not isinstance(config, OpticalConfig):
-        raise TypeError(f"config: expected an OpticalConfig, got {type(config).__name__}")
+    check_config(config)
     seed = check_seed(seed)
     dtype = check_dtype(dtype)
     tokens = check_positive_int(tokens, "tokens")
