@@ -1,4 +1,16 @@
-"""Named hardware configurations, each citing where its numbers come from.
+"""Named hardware configurations, each citing where its numbers come from
+(the functions' docstrings give every number and its source):
+
+- ``"ideal"``: the exact limit (no noise, exact converters, infinite mask
+  contrast); what any deviation is measured from.
+- ``"iris-like"``: a 1024 x 1024 free-space core in the spirit of Lumai's
+  Iris, programmed as deployed (calibrated ADC windows and outlier channels,
+  lens pre-distortion), with the reference sheet's precisions and noise.
+- ``"wang-2022"``: the sub-photon regime of Wang et al., Nat. Commun. 13, 123
+  (2022): 3.1 detected photons per MAC, Poisson counts, offset-encoded
+  weights, no balanced detection. Built for a network that tolerates it:
+  zero-mean sums at Llama widths need ~900 photons per MAC for 20 dB
+  (docs/energy.md), so a random 4096-wide matmul scores below 0 dB here.
 
 >>> import optical
 >>> optical.presets.names()

@@ -61,8 +61,13 @@ def register(subparsers) -> None:
         "sweep in --out as its manifest defines it)")
     which = what.add_mutually_exclusive_group()
     which.add_argument("--matmul", metavar="TxKxN",
-                       help="a synthetic (T, K) @ (K, N) matmul, e.g. 512x4096x4096")
-    which.add_argument("--model", metavar="DIR", help="a model directory (config.json)")
+                       help="a synthetic (T, K) @ (K, N) matmul, e.g. 512x4096x4096; a "
+                       "calibrated preset calibrates on the inputs it scores (an optimistic "
+                       "oracle)")
+    which.add_argument("--model", metavar="DIR",
+                       help="a model directory (config.json): one layer's validate, "
+                       "calibrated on a held-out input; sweeps config paths only (one sweep "
+                       "per layer or token count)")
     # Defaults are None so that an option given is known: it is refused where it
     # would be ignored (a resume from --out alone, the other workload's option).
     what.add_argument("--layer", type=int, help="layer of --model (default 0)")
