@@ -1,0 +1,291 @@
+"""Documented contracts of model loading, config checks and the references'
+numerics that the other transformer tests left open (found by a mutation audit)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from optical import transformer
+from optical.transformer import Checkpoint, read_spec
+from optical.transformer.spec import ModelSpec
+from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+SMALL = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6,
+         "intermediate_size": 64, "num_hidden_layers": 1, "vocab_size": 10}
+
+
+# --------------------------------------------------------------------------- #
+# checkpoint files
+# --------------------------------------------------------------------------- #
+
+def test_pt_pickles_without_safetensors_are_refused(tmp_path):
+    """find_checkpoint_files' contract names both pickle suffixes (*.bin, *.pt):
+    a directory holding only a .pt checkpoint is refused, not silently run on
+    synthetic weights."""
+    directory = write_model(tmp_path, TINY_LLAMA)
+    (directory / "consolidated.00.pt").write_bytes(b"not read")
+    with pytest.raises(ValueError, match=r"consolidated\.00\.pt but no \*\.safetensors"):
+        transformer.load(directory)
+
+
+def test_checkpoint_names_are_sorted(tmp_path):
+    """Checkpoint.names(): "Every tensor name, sorted" (the files list them in
+    their own order: a sharded index in the order written here)."""
+    pytest.importorskip("safetensors")
+    save_file = pytest.importorskip("safetensors.numpy").save_file
+    t = np.zeros(2, np.float32)
+    save_file({"z": t, "m": t}, str(tmp_path / "model-1.safetensors"))
+    save_file({"b": t, "a": t}, str(tmp_path / "model-2.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "z": "model-1.safetensors", "b": "model-2.safetensors",
+        "m": "model-1.safetensors", "a": "model-2.safetensors"}}))
+    assert Checkpoint(tmp_path).names() == ["a", "b", "m", "z"]
+    (tmp_path / "model.safetensors.index.json").unlink()
+    assert Checkpoint(tmp_path).names() == ["a", "b", "m", "z"]
+
+
+def test_a_tensor_gone_from_its_shard_after_load_is_named_missing(tmp_path):
+    """A shard rewritten after load() without a tensor the index lists: read()
+    says the tensor is missing from that file (a readable file, not damage)."""
+    pytest.importorskip("safetensors")
+    save_file = pytest.importorskip("safetensors.numpy").save_file
+    tensors = random_llama_tensors(TINY_LLAMA, seed=5)
+    directory = write_model(tmp_path, TINY_LLAMA, tensors)
+    model = transformer.load(directory)
+    name = "model.layers.0.mlp.up_proj.weight"
+    save_file({n: v for n, v in tensors.items() if n != name},
+              str(directory / "model.safetensors"))
+    with pytest.raises(ValueError, match=rf"tensor '{name}' is missing from .*model\.safetensors "
+                                         r"\(the index lists it there\)"):
+        model.layer(0)
+
+
+# --------------------------------------------------------------------------- #
+# config.json checks
+# --------------------------------------------------------------------------- #
+
+@pytest.mark.parametrize("key", ["hidden_size", "num_hidden_layers", "intermediate_size",
+                                 "vocab_size", "num_attention_heads"])
+@pytest.mark.parametrize("value", [0, -2, True, 1.0])
+def test_sizes_must_be_positive_integers_not_zero_or_bools(key, value):
+    """from_config's need(): a positive integer; 0, negatives, bools (True is
+    an int in Python) and floats are refused, naming the key."""
+    with pytest.raises(ValueError, match=rf"key '{key}' must be a positive integer, "
+                                         rf"got {value!r}"):
+        ModelSpec.from_config({**SMALL, key: value})
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"llama"', "3", "null"])
+def test_a_config_that_is_not_a_json_object_is_named(tmp_path, text):
+    """read_spec raises ValueError (documented) for JSON that is not an object,
+    not an AttributeError from deep inside."""
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        read_spec(tmp_path)
+
+
+# --------------------------------------------------------------------------- #
+# layers: index checks, shapes, eager name checks
+# --------------------------------------------------------------------------- #
+
+def _tiny_llama(tmp_path, tensors=None):
+    return transformer.load(write_model(tmp_path, TINY_LLAMA, tensors))
+
+
+@pytest.mark.parametrize("bad", [-1, -3])
+def test_negative_layer_indices_are_out_of_range(tmp_path, bad):
+    """Layers are numbered 0..num_layers-1; a negative index is not Python's
+    from-the-end indexing (it would reach the synthetic weights' derivation)."""
+    model = _tiny_llama(tmp_path)
+    with pytest.raises(ValueError, match=rf"layer: {bad} is out of range; the model has 3 "
+                                         r"layers \(0\.\.2\)"):
+        model.layer(bad)
+    with pytest.raises(ValueError, match=rf"layer: {bad} is out of range"):
+        model.hidden_states(bad, 4)
+
+
+def test_a_bool_layer_index_is_refused_and_numpy_integers_are_taken(tmp_path):
+    model = _tiny_llama(tmp_path)
+    with pytest.raises(TypeError, match="layer: expected an integer, got bool"):
+        model.layer(True)
+    with pytest.raises(TypeError, match="layer: expected an integer, got float"):
+        model.layer(1.0)
+    layer = model.layer(np.int64(2))
+    assert layer.index == 2 and type(layer.index) is int
+    np.testing.assert_array_equal(model.hidden_states(np.int32(1), 4), model.hidden_states(1, 4))
+
+
+def test_a_norm_weight_of_the_wrong_shape_is_named(tmp_path):
+    """Every tensor a layer reads is checked against the shape config.json
+    implies, the RMSNorm gains (hidden_size,) included."""
+    pytest.importorskip("safetensors")
+    tensors = random_llama_tensors(TINY_LLAMA, seed=6)
+    name = "model.layers.1.post_attention_layernorm.weight"
+    tensors[name] = tensors[name][:-1]
+    model = _tiny_llama(tmp_path, tensors)
+    with pytest.raises(ValueError, match=rf"tensor '{name}' has shape \(63,\) .*config\.json "
+                                         r"\(hidden_size 64.* implies \(64,\)"):
+        model.layer(1)
+
+
+def test_a_bert_encoder_tensor_missing_from_the_checkpoint_is_named_at_load(tmp_path):
+    """As for Llama: load() names a tensor the config implies but the
+    checkpoint lacks, before any layer is needed (not at the first encode)."""
+    pytest.importorskip("safetensors")
+    from tests.test_transformer_bert import _bert_tensors
+    from tests.transformer_helpers import TINY_BERT
+
+    tensors = _bert_tensors(TINY_BERT)
+    name = "encoder.layer.1.output.LayerNorm.bias"
+    del tensors[name]
+    with pytest.raises(ValueError, match=rf"tensor '{name}' is missing from the checkpoint"):
+        transformer.load(write_model(tmp_path, TINY_BERT, tensors))
+
+
+def test_a_bert_bias_of_the_wrong_shape_is_named(tmp_path):
+    pytest.importorskip("safetensors")
+    from tests.test_transformer_bert import _bert_tensors
+    from tests.transformer_helpers import TINY_BERT
+
+    tensors = _bert_tensors(TINY_BERT)
+    name = "encoder.layer.0.intermediate.dense.bias"
+    tensors[name] = tensors[name][:-1]
+    model = transformer.load(write_model(tmp_path, TINY_BERT, tensors))
+    with pytest.raises(ValueError, match=rf"tensor '{name}' has shape \(95,\) .*implies \(96,\)"):
+        model.layer(0)
+
+
+def test_bert_hidden_states_are_the_input_of_the_layer_asked_for(tmp_path, monkeypatch):
+    """BertModel.hidden_states(layer): the embeddings of its token ids run
+    through the layers before ``layer`` (checked here against the layers'
+    reference forward, applied one by one to the embeddings)."""
+    from optical.transformer import bert
+    from optical.transformer._engines import ReferenceEngine
+    from tests.transformer_helpers import TINY_BERT
+
+    model = transformer.load(write_model(tmp_path, TINY_BERT))
+    seen = []
+    encode = type(model).encode
+
+    def spy(self, ids, *args, **kwargs):
+        seen.append(np.array(ids))
+        return encode(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "encode", spy)
+    for index in (0, 1):
+        seen.clear()
+        h = model.hidden_states(index, 5, seed=3)
+        (ids,) = seen
+        assert ids.shape == (1, 5)
+        expected = bert.embeddings(ids, model.embedding_tables(), model.eps,
+                                   ReferenceEngine("float32"))
+        for earlier in range(index):
+            expected = model.layer(earlier).forward(expected, np.ones(ids.shape, bool),
+                                                    ReferenceEngine("float32"))
+        np.testing.assert_array_equal(h, expected[0])
+
+
+# --------------------------------------------------------------------------- #
+# RoPE settings
+# --------------------------------------------------------------------------- #
+
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+
+
+def _plain_inv_freq64(head_dim, theta):
+    return theta ** (-np.arange(0, head_dim, 2) / head_dim)
+
+
+def test_rope_parameters_without_rope_theta_take_the_top_level_one():
+    """A transformers >= 5 ``rope_parameters`` object without ``rope_theta``
+    next to a top-level ``rope_theta``: Hugging Face's config moves the
+    top-level value in (checked against LlamaConfig when installed)."""
+    from optical.transformer.rope import rope_settings
+
+    config = {"rope_theta": 123.0, "rope_parameters": {"rope_type": "default"}}
+    assert rope_settings(config)[0] == 123.0
+    assert rope_settings({"rope_parameters": {"rope_type": "default"}})[0] == 10000.0
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.LlamaConfig.from_dict({**SMALL, **config})
+    if getattr(hf, "rope_parameters", None) is not None:
+        assert hf.rope_parameters["rope_theta"] == 123.0
+
+
+def test_legacy_type_key_selects_llama3_scaling():
+    """Older configs name the rope type ``"type"`` (Hugging Face reads it as
+    ``rope_type``): the llama3 frequencies, Meta's apply_scaling, follow."""
+    from optical.transformer.rope import inverse_frequencies
+    from tests.transformer_helpers import llama3_inv_freq64
+
+    ours = inverse_frequencies(64, 500000.0, {**LLAMA3, "type": "llama3"})
+    np.testing.assert_allclose(ours, llama3_inv_freq64(64, 500000.0, LLAMA3), rtol=2e-6)
+    assert not np.allclose(ours, _plain_inv_freq64(64, 500000.0), rtol=1e-3)
+
+
+@pytest.mark.parametrize("scaling", [{"rope_type": "default"}, {"type": "default"},
+                                     {"rope_type": "default", "rope_theta": 10000.0}])
+def test_rope_type_default_is_unscaled(scaling):
+    """``rope_scaling: {"rope_type": "default"}`` (what transformers writes for
+    an unscaled model) is supported and means theta ** (-2i / d)."""
+    from optical.transformer.rope import inverse_frequencies
+
+    np.testing.assert_allclose(inverse_frequencies(16, 10000.0, scaling),
+                               _plain_inv_freq64(16, 10000.0), rtol=2e-6)
+
+
+@pytest.mark.parametrize("high", [1.0, 0.5])
+def test_llama3_high_freq_factor_must_exceed_low(high):
+    """The blend divides by high - low: equal (or inverted) factors are refused
+    with the key named, not turned into NaN or misordered bands."""
+    from optical.transformer.rope import inverse_frequencies
+
+    with pytest.raises(ValueError, match=rf"rope_scaling.high_freq_factor: {high} must exceed "
+                                         r"low_freq_factor 1.0"):
+        inverse_frequencies(16, 500000.0, {**LLAMA3, "rope_type": "llama3",
+                                           "high_freq_factor": high})
+
+
+@pytest.mark.parametrize("head_dim", [15, 1])
+def test_odd_head_dim_is_refused_for_rope(head_dim):
+    from optical.transformer.rope import inverse_frequencies
+
+    with pytest.raises(ValueError, match=rf"head_dim: {head_dim} must be even"):
+        inverse_frequencies(head_dim, 10000.0)
+
+
+# --------------------------------------------------------------------------- #
+# rounding
+# --------------------------------------------------------------------------- #
+
+@pytest.mark.parametrize("size", [8, 1 << 15])  # numpy's path and the kernels'
+def test_bfloat16_rounding_keeps_every_nan_a_nan(size):
+    """NaNs whose payload would carry into the sign or exponent when rounded
+    (0x7FFFFFFF would become -0.0, the signalling 0x7F800001 infinity) stay
+    NaN, as ml_dtypes' cast keeps them."""
+    from optical.transformer.numerics import round_to
+
+    payloads = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001, 0xFF800001, 0x7FC00000,
+                         0x7FBFFFFF], np.uint32)
+    x = np.resize(payloads, size).view(np.float32)
+    assert np.isnan(x).all()
+    assert np.isnan(round_to(x, "bfloat16")).all()
+    half = round_to(x.copy(), "float16")
+    assert np.isnan(half).all()
+    # the kernels' path gives numpy's bits, NaN payloads included
+    with np.errstate(invalid="ignore"):
+        numpy_half = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(half.view(np.uint32), numpy_half.view(np.uint32))
+
+
+def test_float32_rounding_into_a_buffer_copies_x_there():
+    """round_to(x, "float32", out=buf): x itself rounded (unchanged), written
+    into buf, and buf returned (as for the half types)."""
+    from optical.transformer.numerics import round_to
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 3
+    buf = np.full_like(x, np.nan)
+    assert round_to(x, "float32", out=buf) is buf
+    np.testing.assert_array_equal(buf, x)
+    assert round_to(x, "float32", out=x) is x
