@@ -978,34 +978,27 @@ class NeedsTwoArgs(Exception):
         super().__init__(f"{a}/{b}")
 
 
-@dataclasses.dataclass(frozen=True)
-class RaisesAtEightBits:
-    """Like WL, but its runs at adc.bits = 8 raise :class:`NeedsTwoArgs`."""
+def raise_needs_two_args():
+    raise NeedsTwoArgs("x", "y")
 
-    inner: optical.MatmulWorkload
 
-    label = "raises at 8 bits"
-
-    def run(self, config, seed):
-        if config.adc.bits == 8:
-            raise NeedsTwoArgs("x", "y")
-        return self.inner.run(config, seed)
-
-    def to_dict(self):
-        return self.inner.to_dict()
+def exit_with_3():
+    sys.exit(3)
 
 
 @dataclasses.dataclass(frozen=True)
-class ExitsAtEightBits:
-    """Like WL, but its runs at adc.bits = 8 call ``sys.exit(3)``."""
+class FailsAtEightBits:
+    """Like WL, but its runs at adc.bits = 8 call ``fail`` (module-level, so
+    that worker processes can unpickle it)."""
 
     inner: optical.MatmulWorkload
+    fail: object
 
-    label = "exits at 8 bits"
+    label = "fails at 8 bits"
 
     def run(self, config, seed):
         if config.adc.bits == 8:
-            sys.exit(3)
+            self.fail()
         return self.inner.run(config, seed)
 
     def to_dict(self):
@@ -1019,11 +1012,12 @@ def test_a_run_that_calls_sys_exit_is_that_runs_failure_on_every_executor(tmp_pa
     sweep then waiting for good. Every executor now reports the run's failure
     and keeps the other runs."""
     out = tmp_path / "s"
-    match = r"point adc.bits=8, .*ExitsAtEightBits.run called sys.exit\(3\)"
+    workload = FailsAtEightBits(WL, exit_with_3)
+    match = r"point adc.bits=8, .*FailsAtEightBits.run called sys.exit\(3\)"
     if executor != "dask":
         with pytest.raises(SweepError, match=match):
-            optical.sweep(ExitsAtEightBits(WL), {"adc.bits": [4, 8]}, seeds=1, out=out,
-                          base=BASE, executor=executor, progress=False)
+            optical.sweep(workload, {"adc.bits": [4, 8]}, seeds=1, out=out, base=BASE,
+                          executor=executor, progress=False)
     else:
         distributed = pytest.importorskip("distributed")
         with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
@@ -1033,8 +1027,8 @@ def test_a_run_that_calls_sys_exit_is_that_runs_failure_on_every_executor(tmp_pa
 
             def sweep():
                 try:
-                    optical.sweep(ExitsAtEightBits(WL), {"adc.bits": [4, 8]}, seeds=1,
-                                  out=out, base=BASE, executor=client, progress=False)
+                    optical.sweep(workload, {"adc.bits": [4, 8]}, seeds=1, out=out,
+                                  base=BASE, executor=client, progress=False)
                 except BaseException as err:  # noqa: BLE001 - examined below
                     failed.append(err)
 
@@ -1053,8 +1047,8 @@ def test_a_worker_exception_that_cannot_be_unpickled_names_its_run_and_cause(tmp
     """It was reported as a dead worker ('BrokenProcessPool'), on another run,
     its cause dropped; it now names the failing run and the exception."""
     with pytest.raises(SweepError, match=r"point adc.bits=8, .*NeedsTwoArgs: x/y"):
-        optical.sweep(RaisesAtEightBits(WL), {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "s",
-                      base=BASE, executor=2, progress=False)
+        optical.sweep(FailsAtEightBits(WL, raise_needs_two_args), {"adc.bits": [4, 8]},
+                      seeds=1, out=tmp_path / "s", base=BASE, executor=2, progress=False)
 
 
 @pytest.mark.slow
