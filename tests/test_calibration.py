@@ -1,0 +1,289 @@
+"""Calibration (optical.calibration, optical.kernels._windows): the readouts,
+noise, ranges and windows it computes, against hand calculation, the
+documented contract and independent recomputation."""
+
+import numpy as np
+import pytest
+
+import optical
+from optical import calibration
+
+from .configs import ideal
+
+
+def _capture(monkeypatch):
+    """Record what readout_windows hands to mse_windows: (samples, sigma, groups)."""
+    seen = []
+    real = calibration.mse_windows
+
+    def spy(samples, sigma, *args, **kwargs):
+        seen.append((np.array(samples), np.array(sigma), kwargs.get("groups")))
+        return real(samples, sigma, *args, **kwargs)
+
+    monkeypatch.setattr(calibration, "mse_windows", spy)
+    return seen
+
+
+def _levels(xn, bits):
+    """Offset-encoded DAC levels of normalised inputs, by hand: (x + 1) / 2 on
+    2**bits evenly spaced levels."""
+    top = 2**bits - 1
+    return np.rint((xn + 1) / 2 * top) / top
+
+
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "static"])
+def test_calibration_readouts_are_dac_quantised_normalised_inputs_through_the_mask(
+        monkeypatch, rng, scaling):
+    """The readouts the windows are fitted to: the evenly spaced subsample of
+    the calibration tokens, scaled as matmul scales inputs (own abs-max per
+    token, the whole batch's abs-max per tensor, the static percentile with
+    clipping), on the 2-bit DAC's levels, times the programmed transmissions."""
+    k, n, n_tokens, max_tokens = 12, 5, 20, 7
+    cal = rng.standard_normal((n_tokens, k))
+    rows = np.linspace(0, n_tokens - 1, max_tokens).round().astype(int)  # [0 3 6 10 13 16 19]
+    cal[1] *= 50.0  # the batch's abs-max, in a token the subsample leaves out
+    cal[3] = 0.0  # an all-zero token (padding), in the subsample
+    w = rng.standard_normal((k, n))
+    cfg = ideal(**{"adc.bits": 6, "adc.full_scale": "calibrated", "dac.bits": 2,
+                   "dac.scaling": scaling, "dac.percentile": 50.0,
+                   "encoding.inputs": "offset", "encoding.weights": "offset",
+                   "core.inputs": 16, "core.outputs": 8, "calibration.max_tokens": max_tokens})
+    seen = _capture(monkeypatch)
+    pw = optical.program(w, cfg, calibration=cal)
+    sub = cal[rows]
+    if scaling == "per_token":
+        absmax = np.abs(sub).max(axis=1, keepdims=True)
+        xn = sub / np.where(absmax > 0, absmax, 1.0)
+    elif scaling == "per_tensor":
+        xn = sub / np.abs(cal).max()
+    else:
+        r = np.percentile(np.abs(cal), 50.0)
+        assert pw.input_range == pytest.approx(r, rel=1e-12)
+        xn = np.clip(sub / r, -1.0, 1.0)
+    assert np.all(xn[1] == 0)  # the zero token normalises to zeros
+    expected = _levels(xn, 2) @ pw.transmissions[0].astype(np.float64)
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0][0], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rin_db", [-100.0, -175.0])
+def test_calibration_rin_variance_uses_the_mean_square_dac_level(monkeypatch, rin_db):
+    """RIN alone (infinite photons): the readout variance of column n is
+    rin**2 sum_k E[a_k**2] (T+ - T-)[k, n]**2. Tokens alternately all +1 and
+    all -1 put every source at level 1 or 0: E[a**2] = 1/2, not E[a]**2 = 1/4.
+    A RIN far below every other noise (-175 dB/Hz over 1 kHz) still counts."""
+    cfg = ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
+                   "adc.full_scale": "calibrated", "encoding.inputs": "offset",
+                   "encoding.weights": "split", "detector.balanced": True,
+                   "source.rin_db_per_hz": rin_db, "source.rin_bandwidth": 1e3})
+    seen = _capture(monkeypatch)
+    w = np.random.default_rng(3).standard_normal((8, 3))
+    cal = np.repeat([[1.0], [-1.0]], 3, axis=0) * np.ones((1, 8))
+    pw = optical.program(w, cfg, calibration=cal)
+    t = pw.transmissions.astype(np.float64)
+    expected = cfg.source.rin_sigma ** 2 * 0.5 * np.square(t[0] - t[1]).sum(axis=0)
+    assert len(seen) == 1
+    np.testing.assert_allclose(np.square(seen[0][1]), expected, rtol=1e-9)
+
+
+def test_one_calibration_token_is_enough(rng):
+    """A single (non-zero) token is a valid calibration batch."""
+    w = rng.standard_normal((6, 3))
+    cal = rng.standard_normal((1, 6))
+    cfg = ideal(**{"dac.scaling": "static", "dac.percentile": 100.0, "adc.bits": 6,
+                   "adc.full_scale": "calibrated"})
+    pw = optical.program(w, cfg, calibration=cal)
+    assert pw.input_range == pytest.approx(np.abs(cal).max(), rel=1e-12)
+    assert np.all(np.isfinite(pw.adc_lo)) and np.all(np.isfinite(pw.adc_hi))
+    assert calibration.check_inputs(cal[0], 6).shape == (1, 6)
+
+
+def test_static_range_of_a_mostly_zero_calibration_is_one(rng):
+    """The percentile of |cal| is 0 when most entries are zero (sparse or
+    ReLU activations): the documented fallback is a range of 1, not 0."""
+    cal = np.zeros((10, 6))
+    cal[0, 0], cal[3, 2] = 3.0, -0.5
+    assert calibration.input_range(cal, 50.0) == 1.0
+    assert calibration.input_range(cal, 100.0) == 3.0
+    w = rng.standard_normal((6, 2))
+    cfg = ideal(**{"dac.scaling": "static", "dac.percentile": 50.0})
+    pw = optical.program(w, cfg, calibration=cal)
+    assert pw.input_range == 1.0
+    x = rng.uniform(-0.9, 0.9, (4, 6))
+    np.testing.assert_allclose(optical.matmul(x, pw, cfg, seed=0), x @ w, rtol=1e-10,
+                               atol=1e-10)
+
+
+def test_per_tile_calibrated_windows_are_the_windows_of_each_n_tiles_pooled_readouts(rng):
+    """adc.window = "per_tile": every column of an N-tile shares the window that
+    mse_windows gives the tile's readouts as one group (readouts recomputed
+    here: exact DAC, offset encodings, one K-tile)."""
+    k, n = 10, 10
+    cal = rng.standard_normal((40, k))
+    w = rng.standard_normal((k, n))
+    cfg = ideal(**{"adc.bits": 5, "adc.full_scale": "calibrated", "adc.window": "per_tile",
+                   "encoding.inputs": "offset", "encoding.weights": "offset",
+                   "core.inputs": 16, "core.outputs": 4})
+    pw = optical.program(w, cfg, calibration=cal)
+    xn = cal / np.abs(cal).max(axis=1, keepdims=True)
+    readouts = (xn + 1) / 2 @ pw.transmissions[0].astype(np.float64)
+    for start in range(0, n, 4):
+        ns = slice(start, min(start + 4, n))
+        part = readouts[:, ns]
+        lo, hi = calibration.mse_windows(part, 0.0, 5, groups=np.zeros(part.shape[1], int))
+        np.testing.assert_allclose(pw.adc_lo[0, 0, ns], lo[0], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(pw.adc_hi[0, 0, ns], hi[0], rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- #
+# mse_windows
+# --------------------------------------------------------------------------- #
+
+
+def test_sigma_of_shape_one_applies_to_every_column(rng):
+    samples = rng.standard_normal((60, 3))
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(samples, np.array([0.3]), 5, backend=backend)
+        ref_lo, ref_hi = calibration.mse_windows(samples, 0.3, 5, backend=backend)
+        np.testing.assert_array_equal(lo, ref_lo)
+        np.testing.assert_array_equal(hi, ref_hi)
+
+
+def test_a_negative_group_id_is_refused_clearly():
+    with pytest.raises(ValueError, match="groups: expected 2 non-negative integer group ids"):
+        calibration.mse_windows(np.ones((4, 2)), 0.0, 4, groups=np.array([-1, 0]))
+
+
+def test_one_noisy_column_gets_its_noise_window_beside_noise_free_ones(rng):
+    """Columns are independent (one window each): a column whose readouts are
+    all 5.0 under noise of sigma 2 gets the window it gets alone -- the noise's
+    (4 bits: about +-2.5 sigma) -- whatever noise-free columns sit beside it."""
+    samples = np.column_stack([rng.standard_normal(200) * 10, np.full(200, 5.0)])
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(samples, np.array([0.0, 2.0]), 4, backend=backend)
+        alone = calibration.mse_windows(samples[:, 1:], np.array([2.0]), 4, backend=backend)
+        assert lo[1] == pytest.approx(alone[0][0], rel=1e-12)
+        assert hi[1] == pytest.approx(alone[1][0], rel=1e-12)
+        assert 4.0 < hi[1] - lo[1] < 14.0  # 2 x (2 to 3.5) sigma, not a point
+
+
+@pytest.mark.parametrize(("n", "count"), [(8, None), (9, 1), (16, 1), (17, 2), (128, 15),
+                                          (129, 16), (1000, 16)])
+def test_exponential_tails_take_one_sample_per_eight_beyond_the_first(n, count):
+    """count = min(TAIL_SAMPLES, (n - 1) // 8): at least eight samples for each
+    tail sample, none below nine samples."""
+    tails = calibration._exponential_tails(np.arange(float(n))[None, :])
+    if count is None:
+        assert tails is None
+    else:
+        assert tails.count == count
+        assert (tails.u_lo[0], tails.u_hi[0]) == (count, n - 1 - count)
+
+
+def test_exponential_tail_mean_excess_by_hand():
+    """Uneven tails: the mean (not the median) distance of the 16 extreme
+    samples past the next one inward."""
+    top = 200.0 + 2.0 ** np.arange(16)  # excesses over 200: 1, 2, 4, ..., 32768
+    bottom = -100.0 - np.arange(16) ** 2  # excesses below -100: 0, 1, 4, ..., 225
+    body = np.linspace(-100.0, 200.0, 105)  # holds both thresholds
+    samples = np.concatenate([bottom, body, top])[None, :]  # 137 samples
+    tails = calibration._exponential_tails(samples)
+    assert tails.count == 16
+    assert (tails.u_lo[0], tails.u_hi[0]) == (-100.0, 200.0)
+    assert tails.e_hi[0] == pytest.approx((2.0**16 - 1) / 16, rel=1e-12)
+    assert tails.e_lo[0] == pytest.approx(sum(i * i for i in range(16)) / 16, rel=1e-12)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_window_of_mirrored_readouts_is_the_mirrored_window(rng, bits):
+    """The conversion error is symmetric under r -> -r: skewed readouts (a long
+    upper tail) mirrored give the mirrored window, tails and all."""
+    samples = rng.exponential(1.0, (400, 3)) * [1.0, 2.0, 5.0]
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(samples, np.zeros(3), bits, backend=backend)
+        m_lo, m_hi = calibration.mse_windows(-samples, np.zeros(3), bits, backend=backend)
+        np.testing.assert_allclose(m_lo, -hi, rtol=0, atol=1e-9 * np.max(hi - lo))
+        np.testing.assert_allclose(m_hi, -lo, rtol=0, atol=1e-9 * np.max(hi - lo))
+
+
+def test_tails_are_fitted_from_a_hundred_samples(rng):
+    """With 100 samples (12 per tail) the fitted tails still widen an 8-bit
+    window past the samples, where the samples alone end it inside."""
+    samples = rng.standard_normal((100, 4))
+    lo, hi = calibration.mse_windows(samples, np.zeros(4), 8)
+    raw_lo, raw_hi = calibration.mse_windows(samples, np.zeros(4), 8, tails=False)
+    slack = 1e-9 * np.ptp(samples, axis=0)  # the top edge is g_lo + n_bins * width
+    assert np.all(raw_hi <= samples.max(axis=0) + slack)
+    assert np.all(raw_lo >= samples.min(axis=0) - slack)
+    assert np.all(hi > samples.max(axis=0)) and np.all(lo < samples.min(axis=0))
+
+
+def _conversion_cost(s, lo, hi, bits):
+    clip = np.sum(np.where(s > hi, (s - hi) ** 2, 0.0) + np.where(s < lo, (lo - s) ** 2, 0.0))
+    return clip + s.size * ((hi - lo) / (2**bits - 1)) ** 2 / 12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_window_is_the_brute_force_best_among_the_ranges_edges(seed):
+    """No noise, no tails: the ends are among n_bins + 1 evenly spaced edges
+    of [min, max], and no pair of those edges converts the samples better."""
+    rng = np.random.default_rng(seed)
+    n_bins, bits = 8, 3
+    s = rng.integers(-20, 21, 60).astype(np.float64)
+    edges = s.min() + np.arange(n_bins + 1) * (s.max() - s.min()) / n_bins
+    best = min(_conversion_cost(s, a, b, bits) for i, a in enumerate(edges) for b in edges[i:])
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(s[:, None], 0.0, bits, tails=False, n_bins=n_bins,
+                                         backend=backend)
+        assert np.min(np.abs(edges - lo[0])) <= 1e-12 * np.ptp(s)
+        assert np.min(np.abs(edges - hi[0])) <= 1e-12 * np.ptp(s)
+        assert _conversion_cost(s, lo[0], hi[0], bits) == pytest.approx(best, rel=1e-12)
+
+
+def test_a_window_collapses_to_one_edge_where_that_is_best():
+    """Readouts 1 and 3, one bit, an ENOB loss of 3 bits (mse_windows takes any
+    finite loss): the quantisation error 2 * 64 * w**2 / 12 of the narrowest
+    window (w = 0.2) outweighs what it saves in clipping, so the best window is
+    the point 2 (cost 2: each readout 1 away), in both backends."""
+    s = np.array([[1.0], [3.0]])
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(s, 0.0, 1, 3.0, tails=False, n_bins=10,
+                                         backend=backend)
+        assert lo[0] == pytest.approx(2.0, abs=1e-12)
+        assert hi[0] == pytest.approx(2.0, abs=1e-12)
+
+
+def test_numba_spreads_a_column_whose_noise_is_under_a_bin_like_numpy():
+    """Readouts 0 and 1 with noise of ~0.2 bin (under one bin, 1 / 465 of the
+    range) beside a noisy column that makes the call noisy: the outer nodes
+    still move the column down one bin, its top bin included, as in the
+    reference; a top bin left in place moves the 6-bit window's upper end."""
+    b = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    samples = np.column_stack([b, np.zeros(7)])
+    for scale in (1.0, 1.0 / 1024):
+        for loss in (0.9871523816915098, 1.0):
+            sigma = np.array([0.00215284, 1.0]) * scale
+            args = (samples * scale, sigma, 6, loss)
+            lo, hi = calibration.mse_windows(*args, tails=False, n_bins=92, backend="numba")
+            ref_lo, ref_hi = calibration.mse_windows(*args, tails=False, n_bins=92,
+                                                     backend="numpy")
+            np.testing.assert_array_equal(lo, ref_lo)
+            np.testing.assert_array_equal(hi, ref_hi)
+
+
+def test_numba_bins_float32_readouts_in_float32_like_numpy():
+    """float32 readouts are binned from their float32 offsets above the range's
+    lower end, in both backends: here an offset that float64 would put in the
+    other bin moves the 2-bit window's upper end by one bin (the noise, under
+    NEGLIGIBLE_NOISE of the range, is left out)."""
+    s = np.array([5.868598937988281, 6.201932430267334, -5.1314005851745605,
+                  2.5352656841278076, -2.798067569732666, 1.5352658033370972,
+                  0.20193243026733398, -0.798067569732666, -5.798067569732666,
+                  5.868598937988281, 8.201932907104492, -0.13140082359313965],
+                 dtype=np.float32)[:, None]
+    sigma = np.array([0.21688922])
+    lo, hi = calibration.mse_windows(s, sigma, 2, tails=False, n_bins=59, backend="numba")
+    ref_lo, ref_hi = calibration.mse_windows(s, sigma, 2, tails=False, n_bins=59,
+                                             backend="numpy")
+    np.testing.assert_array_equal(lo, ref_lo)
+    np.testing.assert_array_equal(hi, ref_hi)
