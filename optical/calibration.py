@@ -227,7 +227,7 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
         applies to every column.
     bits : int
     enob_loss : float, bits
-        Finite, ``>= 0``.
+        Finite, ``>= 0`` and below ``bits``.
     groups : ndarray of int, shape (C,), optional
         Columns sharing one window: ids ``0..G-1``, each used by at least one
         column; default: one per column.
@@ -257,6 +257,10 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
     if isinstance(enob_loss, bool) or not isinstance(enob_loss, numbers.Real) \
             or not 0 <= enob_loss < math.inf:
         raise ValueError(f"enob_loss: {enob_loss!r} is not valid; valid: a finite number >= 0")
+    if enob_loss >= bits:  # as ADCConfig: no effective bits left (the search can then
+        # stop at a corner of the (lo, hi) grid, far from the best window)
+        raise ValueError(f"enob_loss: {enob_loss} leaves no effective bits of bits = {bits}; "
+                         "valid: enob_loss < bits")
     samples = np.asarray(check_plain_array(samples, "samples")
                          if isinstance(samples, np.ndarray) else samples)
     if samples.dtype.kind in "biu":  # integer readouts (ADC codes, say) are exact in float64

@@ -240,17 +240,19 @@ def test_window_is_the_brute_force_best_among_the_ranges_edges(seed):
         assert _conversion_cost(s, lo[0], hi[0], bits) == pytest.approx(best, rel=1e-12)
 
 
-def test_a_window_collapses_to_one_edge_where_that_is_best():
-    """Readouts 1 and 3, one bit, an ENOB loss of 3 bits (mse_windows takes any
-    finite loss): the quantisation error 2 * 64 * w**2 / 12 of the narrowest
-    window (w = 0.2) outweighs what it saves in clipping, so the best window is
-    the point 2 (cost 2: each readout 1 away), in both backends."""
-    s = np.array([[1.0], [3.0]])
+def test_a_narrow_window_by_hand_and_a_point_for_constant_readouts():
+    """Readouts 1 and 3, one bit, an ENOB loss of 0.99 bits (kappa = 4**0.99):
+    a window of width w centred on 2 costs 2 (1 - w/2)**2 + 2 kappa w**2 / 12,
+    least at w = 0.864; among the edges 1.0, 1.2, ..., 3.0 the best is
+    [1.6, 2.4] (cost 1.141; [1.4, 2.6] costs 1.267, [1.6, 2.6] 1.178). Constant
+    readouts get the point itself. Both backends."""
     for backend in ("numpy", "numba"):
-        lo, hi = calibration.mse_windows(s, 0.0, 1, 3.0, tails=False, n_bins=10,
-                                         backend=backend)
-        assert lo[0] == pytest.approx(2.0, abs=1e-12)
-        assert hi[0] == pytest.approx(2.0, abs=1e-12)
+        lo, hi = calibration.mse_windows(np.array([[1.0], [3.0]]), 0.0, 1, 0.99, tails=False,
+                                         n_bins=10, backend=backend)
+        assert (lo[0], hi[0]) == (pytest.approx(1.6, abs=1e-12), pytest.approx(2.4, abs=1e-12))
+        lo, hi = calibration.mse_windows(np.full((5, 1), 2.0), 0.0, 1, 0.5, tails=False,
+                                         n_bins=10, backend=backend)
+        assert (lo[0], hi[0]) == (2.0, 2.0)
 
 
 def test_numba_spreads_a_column_whose_noise_is_under_a_bin_like_numpy():

@@ -468,6 +468,9 @@ def test_mapping_choices_at_6_bits_on_activations_with_outlier_channels(rng):
     ({"enob_loss": -1.0}, ValueError, "enob_loss: -1.0 is not valid"),
     ({"enob_loss": math.nan}, ValueError, "enob_loss: nan is not valid"),
     ({"enob_loss": math.inf}, ValueError, "enob_loss: inf is not valid"),
+    # No effective bits (ADCConfig refuses it too): the search could stop at
+    # the corner [min, min], 10x worse than the best window.
+    ({"enob_loss": 4.0}, ValueError, "enob_loss: 4.0 leaves no effective bits of bits = 4"),
     ({"sigma": np.zeros(5)}, ValueError, r"sigma: shape \(5,\) does not match the 2 columns"),
     # Not parsed from text, no imaginary part dropped, no mask dropped:
     ({"sigma": "0.1"}, TypeError, "sigma: dtype <U3 is not supported"),
