@@ -1,0 +1,179 @@
+"""Sweep store and resume contracts that the other sweep tests leave open:
+numpy-scalar metrics, the manifest's per-seed structure, the run time
+stored, Range checks, and a resume that follows the manifest's points and
+run ids rather than recomputing them."""
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+
+import optical
+from optical.sweep import Range, SweepDefinition, execute, load, read_manifest, resume
+
+pd = pytest.importorskip("pandas")
+
+WL = optical.MatmulWorkload(tokens=16, k=64, n=32)
+BASE = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+PARAMS = {"adc.bits": [4, 8]}
+
+
+def _sweep(out, seeds=2):
+    optical.sweep(WL, PARAMS, seeds=seeds, out=out, base=BASE, executor="serial",
+                  progress=False)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class NumpyMetrics:
+    """A custom workload whose metrics are numpy scalars (numbers.Real)."""
+
+    def run(self, config, seed):
+        return {"f32": np.float32(0.5), "i64": np.int64(3), "big": np.float32(np.inf),
+                "bits": np.int64(config.adc.bits)}
+
+    def to_dict(self):
+        return {"kind": "numpy-metrics"}
+
+
+def test_numpy_scalar_metrics_are_stored_as_their_values(tmp_path):
+    """numpy scalars pass the metric check (they are numbers.Real), so the run
+    file must store them: 0.5, 3, inf and the point's adc.bits come back."""
+    frame = optical.sweep(NumpyMetrics(), {"adc.bits": [4, 6]}, seeds=1, out=tmp_path / "s",
+                          executor="serial", progress=False)
+    assert frame["f32"].tolist() == [0.5, 0.5]
+    assert frame["i64"].tolist() == [3, 3]
+    assert frame["big"].tolist() == [np.inf, np.inf]
+    assert frame["bits"].tolist() == [4, 6] == frame["adc.bits"].tolist()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    # no seeds at all (and so no run ids): nothing could ever be placed
+    (lambda m: (m["definition"].update(seeds=[]), m.update(run_ids=[[] for _ in m["points"]])),
+     "'definition.seeds' is empty"),
+    # one run id list more than there are points
+    (lambda m: m["run_ids"].append(list(m["run_ids"][0])), "'run_ids' has 3 entries for 2 points"),
+    # a point missing the run id of its second seed
+    (lambda m: m["run_ids"][0].pop(), r"'run_ids'\[0\] is not a list of one run id per seed"),
+])
+def test_manifest_run_ids_must_match_points_and_seeds(tmp_path, change, message):
+    out = _sweep(tmp_path / "s")
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    for call in (lambda: load(out), lambda: read_manifest(out)):
+        with pytest.raises(ValueError, match=message) as info:
+            call()
+        assert str(path) in str(info.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sleeps:
+    """A custom workload whose every run takes at least ``seconds``."""
+
+    seconds: float = 0.05
+
+    def run(self, config, seed):
+        time.sleep(self.seconds)
+        return {"one": 1.0}
+
+    def to_dict(self):
+        return {"kind": "sleeps", "seconds": self.seconds}
+
+
+def test_elapsed_s_is_the_run_time(tmp_path):
+    """Each run sleeps 0.05 s: its elapsed_s is at least that (and not absurd)."""
+    frame = optical.sweep(Sleeps(), {"adc.bits": [4, 6]}, seeds=2, out=tmp_path / "s",
+                          executor="serial", progress=False)
+    assert len(frame) == 4
+    assert (frame["elapsed_s"] >= 0.05).all() and (frame["elapsed_s"] < 30).all()
+
+
+@pytest.mark.parametrize(("path", "spec", "message"), [
+    ("adc.bits", Range(6, 6), "must be finite with lo < hi"),
+    ("adc.enob_loss", Range(1.0, 1.0), "must be finite with lo < hi"),
+    ("adc.enob_loss", Range(0.0, 2.0, log=True), "a log range needs lo > 0"),
+])
+def test_range_bounds_are_checked_as_documented(path, spec, message):
+    with pytest.raises(ValueError, match=message):
+        SweepDefinition.build(WL, {path: spec}, seeds=1, base=BASE, samples=4)
+
+
+def _reverse_manifest(out):
+    """The manifest of an older version that listed the same points in
+    another order (points and run ids together, consistently)."""
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    data["points"].reverse()
+    data["run_ids"].reverse()
+    path.write_text(json.dumps(data, indent=1))
+    return data
+
+
+def test_resume_runs_each_run_at_the_manifests_point(tmp_path):
+    """Resuming follows the manifest's points and ids: with the manifest's
+    order reversed and one run deleted, the run made again is the config of
+    the point its id stands for (its stored config and metrics are those of
+    a sweep run from scratch)."""
+    whole = load(_sweep(tmp_path / "whole", seeds=1))
+    out = _sweep(tmp_path / "s", seeds=1)
+    data = _reverse_manifest(out)
+    # data["points"] == [{"adc.bits": 8}, {"adc.bits": 4}]: delete the run of adc.bits 4
+    (out / "runs" / f"{data['run_ids'][1][0]}.json").unlink()
+    summary = resume(out, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (1, 1)
+    frame = load(out)
+    assert frame["adc.bits"].tolist() == [8, 4]
+    for _, row in frame.iterrows():
+        assert json.loads(row["config"])["adc"]["bits"] == row["adc.bits"]
+        expected = whole[whole["adc.bits"] == row["adc.bits"]].iloc[0]
+        assert row["run_id"] == expected["run_id"]
+        assert row["sqnr_db"] == expected["sqnr_db"]
+
+
+def test_resume_uses_the_run_ids_in_the_manifest(tmp_path):
+    """Run ids come from the manifest once it exists (a version that hashed
+    differently): its finished runs, filed under those ids, are not re-run."""
+    out = _sweep(tmp_path / "s")
+    before = load(out)
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    renamed = {}
+    for ids in data["run_ids"]:
+        for i, old in enumerate(ids):
+            new = f"{i}{old[1:]}"[::-1]  # another id of the same length
+            renamed[old] = new
+            ids[i] = new
+    path.write_text(json.dumps(data))
+    for old, new in renamed.items():
+        record = json.loads((out / "runs" / f"{old}.json").read_text())
+        record["run_id"] = new
+        (out / "runs" / f"{new}.json").write_text(json.dumps(record))
+        (out / "runs" / f"{old}.json").unlink()
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    summary = execute(SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE), out,
+                      executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (4, 0)
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")} == stamps
+    after = load(out)
+    assert sorted(after["run_id"]) == sorted(renamed.values())
+    pd.testing.assert_frame_equal(after.drop(columns="run_id"), before.drop(columns="run_id"))
+
+
+def test_a_lost_manifests_temporary_does_not_block_the_rebuild(tmp_path):
+    """A kill while the manifest was written leaves `.manifest.json.*.tmp`
+    and no manifest: the same sweep started again rebuilds it, finds the
+    finished runs, and removes the temporary."""
+    out = _sweep(tmp_path / "s")
+    before = load(out)
+    (out / "manifest.json").unlink()
+    stale = out / ".manifest.json.12345.67890.tmp"
+    stale.write_text('{"half": ')
+    summary = execute(SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE), out,
+                      executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (4, 0)
+    assert not stale.exists()
+    pd.testing.assert_frame_equal(load(out), before)
