@@ -52,6 +52,15 @@ def check_plain_array(a: np.ndarray, name: str) -> np.ndarray:
     return a
 
 
+def as_plain_array(value: object, name: str) -> np.ndarray:
+    """``numpy.asarray(value)`` for lists, scalars and JAX arrays alike, but an
+    ndarray subclass is refused (:func:`check_plain_array`) rather than
+    stripped of its mask or units."""
+    if isinstance(value, np.ndarray):
+        check_plain_array(value, name)
+    return np.asarray(value)
+
+
 def check_float_array(a: object, name: str, *, ndim: int | None = None,
                       min_ndim: int = 0) -> np.ndarray:
     """Return ``a`` if it is a finite float32/float64 numpy array, else raise.

@@ -27,7 +27,7 @@ import numbers
 import numpy as np
 
 from optical._gemm import row_block
-from optical._validation import check_float_array, check_plain_array
+from optical._validation import as_plain_array, check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
 
@@ -261,16 +261,14 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
         # stop at a corner of the (lo, hi) grid, far from the best window)
         raise ValueError(f"enob_loss: {enob_loss} leaves no effective bits of bits = {bits}; "
                          "valid: enob_loss < bits")
-    samples = np.asarray(check_plain_array(samples, "samples")
-                         if isinstance(samples, np.ndarray) else samples)
+    samples = as_plain_array(samples, "samples")
     if samples.dtype.kind in "biu":  # integer readouts (ADC codes, say) are exact in float64
         samples = samples.astype(np.float64)
     samples = check_float_array(samples, "samples", ndim=2)
     if samples.shape[0] == 0 or samples.shape[1] == 0:
         raise ValueError(f"samples: shape {samples.shape} is empty; expected (S, C) with "
                          "S, C >= 1")
-    sigma = np.asarray(check_plain_array(sigma, "sigma") if isinstance(sigma, np.ndarray)
-                       else sigma)
+    sigma = as_plain_array(sigma, "sigma")
     if sigma.dtype.kind not in "iuf":  # not parsed from text, no imaginary part dropped
         raise TypeError(f"sigma: dtype {sigma.dtype} is not supported; expected real "
                         "numbers (integer or float)")

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from optical._validation import all_finite, check_plain_array
+from optical._validation import all_finite, as_plain_array
 
 __all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence",
            "max_abs_error", "relative_error", "sqnr_db"]
@@ -32,7 +32,7 @@ def _real(name: str, value: object, dtype: type | None = None) -> np.ndarray:
     objects converted to float64; ml_dtypes' bfloat16 and float8s to float32,
     exactly); TypeError naming ``name`` for anything else (complex values,
     strings, a masked array's mask): nothing is dropped or parsed silently."""
-    arr = np.asarray(check_plain_array(value, name) if isinstance(value, np.ndarray) else value)
+    arr = as_plain_array(value, name)
     if arr.dtype.kind == "V" and arr.dtype.name.startswith(_NARROW_FLOATS):
         arr = arr.astype(np.float32)
     if arr.dtype.kind == "O":

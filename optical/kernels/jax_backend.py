@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from optical._validation import (
+    as_plain_array,
     check_float_array,
     check_float_dtype,
     check_operands,
@@ -168,7 +169,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
             raise ValueError(_DYNAMIC_BYPASS)
         pw, shape, input_range = None, tuple(w.shape), None
     else:
-        w_np = check_float_array(w if isinstance(w, np.ndarray) else np.asarray(w), "w", ndim=2)
+        w_np = check_float_array(as_plain_array(w, "w"), "w", ndim=2)
         if 0 in w_np.shape:
             raise ValueError(f"w: shape {w_np.shape} has an empty dimension")
         check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
