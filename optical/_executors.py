@@ -305,6 +305,9 @@ class ProcessExecutor(Executor):
         if pool is None:
             return
         processes = list(getattr(pool, "_processes", {}).values())
+        # Taken before shutdown, which forgets it: the manager thread reaps the
+        # workers, and until it has, a dead worker's is_alive() can say True.
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + _CLOSE_WAIT_S
         for process in processes:
@@ -313,7 +316,6 @@ class ProcessExecutor(Executor):
             if process.is_alive():
                 process.kill()
                 process.join(_CLOSE_WAIT_S)
-        manager = getattr(pool, "_executor_manager_thread", None)
         if manager is not None:
             manager.join(_CLOSE_WAIT_S)
 
