@@ -1,5 +1,6 @@
 """The optical energy model against hand calculations on tiny schedules and models."""
 
+import dataclasses
 import functools
 import math
 
@@ -416,3 +417,104 @@ def test_activation_masks_get_only_the_spare_cores_when_weights_are_resident():
             span += stream  # every tile on its own core
     assert rep.ttft - rep.time["digital"] == approx(TINY.num_layers * span,
                                                            rel=1e-12, abs=0)
+
+
+def test_laser_lights_every_output_column_of_a_non_square_core():
+    # A 4-input x 6-output core: each source lights its row of 6 columns x 2
+    # weight rails (not 4 inputs x 2), even on the N-tile holding 1 of 7 columns.
+    cfg = tiny_config(**{"core.outputs": 6})
+    s = optical.schedule(3, 5, 7, cfg)
+    assert (s.k_tiles, s.n_tiles, s.dac_conversions) == (2, 2, 30)
+    photon = H_PLANCK * C_LIGHT / 850e-9
+    per_activation = 6 * 2 * 1000 * photon / (0.8 * 0.5 * 0.25)
+    assert model.laser_energy_per_activation(cfg) == approx(per_activation, rel=1e-12)
+    assert model.matmul_energy(s, cfg)["laser"] == approx(30 * per_activation, rel=1e-12)
+
+
+def test_split_inputs_read_each_input_once_per_n_tile():
+    # Split inputs: 2 passes per tile, but each input element is read once per
+    # N-tile (both rails come from one read). (3 x 5) @ (5 x 7), 2 x 2 tiles:
+    # 60 DAC conversions, 3 x 2 x 7 x 2 = 84 ADC conversions.
+    cfg = tiny_config(**{"encoding.inputs": "split"})
+    s = optical.schedule(3, 5, 7, cfg)
+    assert (s.input_passes, s.dac_conversions, s.adc_conversions) == (2, 60, 84)
+    work = counts.matmul_work(s, cfg)
+    # inputs 3 x 5 x 2 N-tiles x 2 B + 84 partial sums x (4 B read + 4 B written)
+    # + outputs 3 x 7 x 2 B.
+    assert work.sram_bytes == 60 + 672 + 42
+    assert work.ops == 3 * 84 + 3 * 2 * 7 + 3 * 7 + 2 * 3 * 5
+    got = model.matmul_energy(s, cfg)
+    assert got["activation_memory"] == approx((60 + 672 + 42) * 1e-12)
+    assert got["laser"] == approx(60 * 4 * 2 * 1000 * H_PLANCK * C_LIGHT / 850e-9
+                                  / (0.8 * 0.5 * 0.25))
+
+
+def test_activation_mask_bytes_count_every_prompts_matrix():
+    # Optical attention on TINY, 2 prompts of 3 tokens, 1 KV head: K^T (4 x 3)
+    # and V (3 x 4) are loaded once per prompt: 2 matrices of 12 pixels x 2
+    # weight rails x 8 bits = 48 B each, read from SRAM.
+    cfg = tiny_config(**{"mapping.attention": "optical"})
+    layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
+    for name in counts.ACTIVATION_MASKS:
+        assert counts.matmul_dims(layer[name], cfg).matrices == 2
+        assert counts.mask_bytes(layer[name], cfg) == 2 * 4 * 3 * 2
+        # The mask bytes are charged as on-chip traffic, on top of the matmul's own.
+        own = counts.matmul_work(layer[name], cfg).sram_bytes
+        assert model.matmul_energy(layer[name], cfg, mask_source="sram")[
+            "activation_memory"] == approx((own + 48) * 1e-12)
+
+
+def test_a_schedule_whose_counts_do_not_divide_is_refused():
+    # 31 source activations cannot come from 3 tokens x 2 N-tiles x 1 pass.
+    s = optical.schedule(3, 5, 7, tiny_config())
+    bad = dataclasses.replace(s, dac_conversions=31)
+    with pytest.raises(ValueError, match="dac_conversions is not consistent"):
+        counts.matmul_dims(bad, tiny_config())
+    with pytest.raises(ValueError, match="not consistent"):
+        counts.matmul_dims(dataclasses.replace(s, adc_conversions=43), tiny_config())
+
+
+def test_digital_time_covers_every_digital_operation():
+    # The digital engine runs every operation priced in the digital component
+    # (the optical matmuls' decoding included) at digital_ops_per_s.
+    cfg = tiny_config(**{"energy.digital_ops_per_s": 1e12})
+    rep = model.prefill(TINY, 3, cfg, batch=2)
+    ops = rep.components["digital"] / 0.5e-12
+    assert rep.time["digital"] == approx(ops / 1e12, rel=1e-9)
+    decode = TINY.num_layers * sum(counts.matmul_work(s, cfg).ops for s in
+                                   optical.transformer.layer_schedule(TINY, 3, cfg,
+                                                                      batch=2).values())
+    others = (TINY.num_layers * sum(w.ops for w in counts.layer_work(TINY, 3, batch=2).values())
+              + sum(w.ops for w in counts.head_work(TINY, 3, batch=2).values()))
+    assert rep.time["digital"] == approx((decode + others) / 1e12, rel=1e-12)
+
+
+def test_throughput_counts_every_prompt_of_the_batch():
+    rep = model.prefill(TINY, 3, tiny_config(), batch=2)
+    assert rep.throughput == approx(2 * 3 / rep.ttft, rel=1e-12)
+    assert rep.to_dict()["throughput_tokens_per_s"] == rep.throughput
+
+
+def test_optical_attention_with_no_spare_core_is_still_priced():
+    # Every core holds a weight tile; the activation masks still run (prefill
+    # refuses only the documented configs) and cannot be faster than with a
+    # spare core.
+    cfg = tiny_config(**{"mapping.attention": "optical"})
+    tiles = model.prefill(TINY, 3, cfg, batch=2).counts["weight_tiles"]
+    at = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles}), batch=2)
+    spare = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles + 1}), batch=2)
+    assert at.weights_resident and math.isfinite(at.ttft)
+    assert at.ttft >= spare.ttft
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: counts.layer_work(TINY, 0), "tokens"),
+    (lambda: counts.layer_work(TINY, 3, batch=0), "batch"),
+    (lambda: counts.layer_work(TINY, 1, context=0), "context"),
+    (lambda: counts.layer_work(TINY, 3, attention="gpu"), "attention: 'gpu' is not valid"),
+    (lambda: counts.head_work(TINY, 0), "tokens"),
+    (lambda: counts.head_work(TINY, 3, batch=0), "batch"),
+])
+def test_counts_refuse_bad_arguments(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
