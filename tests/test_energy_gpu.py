@@ -271,10 +271,17 @@ def test_break_even_batch_matches_the_documented_table(llama_8b):
         assert compare.break_even_batch(llama_8b, 128, cfg, h100, max_batch=max_batch) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="bug: break_even_batch tries batch 2 before checking "
-                   "max_batch, so max_batch=1 can return 2")
 def test_break_even_batch_never_exceeds_max_batch(llama_8b):
     # 256-token prompts (iris-like, H100) break even at batch 2: not reached by 1.
     cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
     assert compare.break_even_batch(llama_8b, 256, cfg, h100) == 2
     assert compare.break_even_batch(llama_8b, 256, cfg, h100, max_batch=1) is None
+    assert compare.break_even_batch(llama_8b, 256, cfg, h100, max_batch=2) == 2
+
+
+@pytest.mark.parametrize("max_batch", [0, -4, True, 2.0])
+def test_break_even_batch_refuses_a_max_batch_that_is_not_a_positive_integer(llama_8b,
+                                                                             max_batch):
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    with pytest.raises(ValueError, match="max_batch"):
+        compare.break_even_batch(llama_8b, 256, cfg, h100, max_batch=max_batch)

@@ -117,8 +117,6 @@ def test_photon_scaling_runs_each_width_with_the_arguments_given():
 
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the secant loop checks convergence only at the "
-                   "top of the next step, so the last allowed step's result is never accepted")
 def test_a_target_reached_on_the_last_allowed_step_is_accepted():
     # From 100 photons (25.4 dB at width 64) one secant step lands within 0.5 dB
     # of 20 dB (19.99 dB at 28.6 photons): one step suffices.
@@ -126,3 +124,16 @@ def test_a_target_reached_on_the_last_allowed_step_is_accepted():
     two = photons.required_photons(64, tokens=8, outputs=16, max_steps=2)
     one = photons.required_photons(64, tokens=8, outputs=16, max_steps=1)
     assert one == two
+    # No step allowed: only a start already within 0.5 dB of the target.
+    with pytest.raises(ValueError, match="not reached in 0 steps"):
+        photons.required_photons(64, tokens=8, outputs=16, max_steps=0)
+    start = photons.output_snr_db(64, 100.0, tokens=8, outputs=16)
+    at_start = photons.required_photons(64, target_snr_db=start, tokens=8, outputs=16,
+                                        max_steps=0)
+    assert at_start.photons_per_mac == pytest.approx(100.0, rel=0.05)
+
+
+@pytest.mark.parametrize("max_steps", [-1, 1.5, True])
+def test_required_photons_refuses_a_max_steps_that_is_not_a_count(max_steps):
+    with pytest.raises(ValueError, match="max_steps"):
+        photons.required_photons(64, tokens=8, outputs=16, max_steps=max_steps)

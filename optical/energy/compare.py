@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optical._validation import check_positive_int
 from optical.config import OpticalConfig
 from optical.energy import gpu as gpu_model
 from optical.energy import model
@@ -50,14 +51,16 @@ def break_even_batch(spec: ModelSpec, tokens: int, config: OpticalConfig,
     """The smallest batch (prompts prefilled per weight load) at which the
     optical prefill's energy per token is at most the GPU's; ``None`` if not
     reached by ``max_batch``."""
+    check_positive_int(max_batch, "max_batch")
     if _ratio(spec, tokens, config, gpu, 1) <= 1:
         return 1
-    hi = 2
-    while _ratio(spec, tokens, config, gpu, hi) > 1:
+    lo = hi = 1  # ratio(lo) > 1 throughout
+    while True:
         if hi >= max_batch:
             return None
-        hi = min(2 * hi, max_batch)
-    lo = hi // 2  # ratio(lo) > 1 >= ratio(hi)
+        lo, hi = hi, min(2 * hi, max_batch)
+        if _ratio(spec, tokens, config, gpu, hi) <= 1:
+            break
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if _ratio(spec, tokens, config, gpu, mid) > 1:

@@ -346,6 +346,8 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     linear = {n: s for n, s in schedules.items() if n not in counts.ACTIVATION_MASKS}
     tiles = layers * sum(s.weight_loads for s in linear.values())
     resident = e.cores >= tiles
+    # Activation masks get the cores the resident weights leave; with none left
+    # they are timed on one shared core (docs/energy.md, limitations).
     spare = max(1, e.cores - tiles) if resident else e.cores
 
     components = dict.fromkeys(COMPONENTS, 0.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -131,7 +132,8 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
         As :func:`output_snr_db`.
     target_snr_db : float, dB
     max_steps : int
-        Secant steps allowed before the final fit.
+        Secant steps allowed before the final fit (0: the start must already
+        be within 0.5 dB of the target).
 
     Returns
     -------
@@ -145,6 +147,9 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     """
     if not math.isfinite(target_snr_db):
         raise ValueError(f"target_snr_db: {target_snr_db} must be finite")
+    if (isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral)
+            or max_steps < 0):
+        raise ValueError(f"max_steps: {max_steps!r} must be a non-negative integer")
 
     def snr(p: float) -> float:
         return output_snr_db(width, p, operands=operands, tokens=tokens, outputs=outputs,
@@ -165,7 +170,7 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
                              f"target {target_snr_db} dB is not reachable with this config")
         slope = (v_next - value) / step
         p, value = p_next, v_next
-    else:
+    if not abs(value - target_snr_db) < 0.5:
         raise ValueError(f"width {width}: target {target_snr_db} dB not reached in "
                          f"{max_steps} steps (last {value:.2f} dB at {p:.3g} photons/MAC)")
     probes = [p * 10.0 ** s for s in (-0.25, 0.0, 0.25)]
