@@ -413,7 +413,9 @@ class OutliersConfig(Section):
         hardware choice). "dynamic": chosen in every call from that call's
         inputs (all its tokens: the choice does not depend on chunking, but a
         token's output depends on the batch it comes in); the whole matrix
-        stays on the mask and the outlier channels' sources are dark.
+        stays on the mask and the outlier channels' inputs are zeroed (dark
+        sources with split inputs, half lit at the offset level with offset
+        inputs).
     threshold : float or None, dimensionless
         Ratio to the median channel magnitude; ``None``: rank only (``top_k``).
     top_k : int or None

@@ -12,7 +12,9 @@ optically, keeps the optics' few bits for the bulk of the signal:
 the weights are programmed (the mask rows of ``D`` are never programmed: the
 hardware choice). ``"dynamic"`` picks ``D`` in every call from that call's
 inputs, over all its tokens (so the choice does not depend on chunking); the
-whole matrix stays on the mask and the sources of ``D`` are dark.
+whole matrix stays on the mask and the inputs of ``D`` are zeroed: dark
+sources with split inputs, the offset level (half lit, adding their shot
+noise) with offset inputs.
 """
 
 from __future__ import annotations

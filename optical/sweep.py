@@ -10,7 +10,8 @@ local processes or a Dask cluster, resumable, ending in a tidy DataFrame.
 On disk, ``out/`` holds:
 
 - ``manifest.json``: the sweep definition (workload, base config, parameters,
-  seeds, sampling), its hash, the list of points, the library version;
+  seeds, sampling), its hash, the list of points and their run ids, the
+  library version;
 - ``runs/<run_id>.json``: one file per finished (point, seed), written
   atomically (temporary file + ``os.replace``) the moment the run finishes,
   with the point's values, its metrics, its full config, the seed, the

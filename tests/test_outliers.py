@@ -168,3 +168,30 @@ def test_a_negative_outlier_channel_is_found(rng):
                    "outliers.top_k": None})
     pw = optical.program(rng.standard_normal((12, 5)), cfg, calibration=x)
     np.testing.assert_array_equal(pw.bypass.channels, [4])
+
+
+@pytest.mark.parametrize("inputs", ["offset", "split"])
+def test_dynamic_bypass_zeroes_the_channels_inputs_which_offset_encoding_sends_half_lit(inputs):
+    """Dynamic outlier channels stay on the mask with their inputs zeroed:
+    a zero is the offset encoding's level 0.5 (that light is detected), and
+    dark on both rails of the split encoding. Photons counted by hand from
+    the levels and the programmed transmissions."""
+    cfg = ideal().replace({"encoding.inputs": inputs, "encoding.weights": "split",
+                           "source.photons_per_mac": 1e4, "detector.shot_noise": "gaussian",
+                           "outliers.policy": "dynamic", "outliers.top_k": 1,
+                           "outliers.threshold": None, "core.inputs": 8, "core.outputs": 8})
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8))
+    x[:, 3] *= 100.0
+    pw = optical.program(rng.standard_normal((8, 8)), cfg)
+    _, st = optical.matmul(x, pw, cfg, seed=0, return_stats=True, backend="numpy")
+    assert st.digital_channels == 1
+    u = x.copy()
+    u[:, 3] = 0.0
+    u /= np.abs(u).max(axis=1, keepdims=True)
+    # Source levels per input rail: offset (1 + u) / 2 on one rail; split max(+-u, 0).
+    levels = [(1 + u) / 2] if inputs == "offset" else [np.maximum(u, 0), np.maximum(-u, 0)]
+    assert all(level[:, 3].max() == (0.5 if inputs == "offset" else 0.0) for level in levels)
+    light_per_channel = pw.transmissions.sum(axis=(0, 2))  # every weight rail and column
+    expected = 1e4 * sum(float((level * light_per_channel).sum()) for level in levels)
+    assert st.detected_photons == pytest.approx(expected, rel=1e-12)

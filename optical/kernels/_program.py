@@ -1,7 +1,10 @@
-"""Private numba kernels of :func:`optical.program`: the lens model applied to
-a mask, its pre-distortion, and the mask as loaded, fused tile by tile.
+"""Private numba kernels of :func:`optical.program`: weight loading (each
+K-tile's column absolute maxima and the division by the scales, rows gathered
+or read transposed; called by ``optical.quant._load`` for every program) and, for the
+lens physics, the lens model applied to a mask, its pre-distortion, and the
+mask as loaded, fused tile by tile.
 
-Called only by :func:`optical.quant._mask` for the lens physics
+The lens kernels are called only by :func:`optical.quant._mask`
 (:mod:`optical.physics.crosstalk`), on arguments it has checked. The numpy
 code stays the readable truth: :func:`optical.physics.crosstalk.effective_transmissions`
 (the lens map), :func:`optical.compensation.pre_distort` (projected Jacobi,
