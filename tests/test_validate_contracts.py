@@ -1,0 +1,152 @@
+"""Contracts of validate()'s report left open by a mutation audit (mut18):
+every number of the table under its column and equal to the report's, the
+totals row aligned and equal to the totals, the heading's preset, the
+detected photons summed over the products, the calibration length reported
+only where the config calibrates, and the timings splitting the wall clock."""
+
+import time
+
+import pytest
+
+import optical
+from optical import transformer
+from optical.transformer import llama
+from tests.transformer_helpers import TINY_LLAMA, write_model
+
+#: iris-like on a small core, nothing calibrated (no held-out run).
+NAIVE = optical.presets.get("iris-like").replace({
+    "core.inputs": 48, "core.outputs": 40, "adc.full_scale": "rms", "outliers.policy": "none"})
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("tiny"), TINY_LLAMA)
+
+
+def _columns(header: str) -> dict[str, tuple[int, int]]:
+    """Each right-aligned numeric column's (start, end) in the header line."""
+    names = ["SQNR dB", "cosine", "rel.err", "worst dB", "local dB", "passes", "mask loads",
+             "DAC conv", "ADC conv", "clipped"]
+    out = {}
+    for name in names:
+        at = header.find(name)
+        if at >= 0:
+            out[name] = (at, at + len(name))
+    return out
+
+
+def _field(line: str, column: tuple[int, int]) -> str:
+    """The token of ``line`` that ends where the right-aligned ``column`` ends."""
+    end = column[1]
+    start = line.rfind(" ", 0, end) + 1
+    assert line[end:end + 1] in ("", " "), (line, column)  # the value ends at the column's end
+    return line[start:end]
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_every_number_of_the_table_sits_under_its_column(tiny_dir, local):
+    """Each product row shows its own SQNR, cosine, relative error, worst-token
+    SQNR (and local SQNR), then its stats' passes, mask loads, DAC and ADC
+    conversions and clipped share, each ending where its column's label ends;
+    the totals row shows the totals under the same columns."""
+    model = transformer.load(tiny_dir)
+    cfg = NAIVE.replace({"mapping.attention": "optical"})  # every product with stats
+    report = transformer.validate(model, layer=1, tokens=8, config=cfg, seed=4, batch=2,
+                                  local=local)
+    lines = report.table().splitlines()
+    header = next(line for line in lines if line.startswith("product"))
+    cols = _columns(header)
+    assert ("local dB" in cols) == local
+    for row in report.products:
+        line = next(line for line in lines if line.startswith(row.name + " "))
+        assert float(_field(line, cols["SQNR dB"])) == pytest.approx(row.sqnr_db, abs=0.006)
+        assert float(_field(line, cols["cosine"])) == pytest.approx(row.cosine, abs=6e-7)
+        assert float(_field(line, cols["rel.err"])) == pytest.approx(row.relative_error,
+                                                                     rel=6e-3)
+        if row.worst_token_sqnr_db is not None:
+            assert float(_field(line, cols["worst dB"])) == pytest.approx(
+                row.worst_token_sqnr_db, abs=0.006)
+        if local:
+            assert float(_field(line, cols["local dB"])) == pytest.approx(row.local_sqnr_db,
+                                                                          abs=0.006)
+        s = row.stats
+        assert s is not None, row.name
+        assert int(_field(line, cols["passes"])) == s.passes
+        assert int(_field(line, cols["mask loads"])) == s.weight_loads
+        assert int(_field(line, cols["DAC conv"])) == s.dac_conversions
+        assert int(_field(line, cols["ADC conv"])) == s.adc_conversions
+        assert _field(line, cols["clipped"]) == f"{s.clipped_fraction:.2%}"
+    # the stats' four counts differ somewhere, so a swapped column shows
+    assert any(len({r.stats.passes, r.stats.weight_loads, r.stats.dac_conversions,
+                    r.stats.adc_conversions}) == 4 for r in report.products)
+    assert any(abs(r.cosine - r.relative_error) > 1e-3 for r in report.products)
+    total = next(line for line in lines if line.startswith("total (optical)"))
+    t = report.totals
+    assert int(_field(total, cols["passes"])) == t["passes"]
+    assert int(_field(total, cols["mask loads"])) == t["weight_loads"]
+    assert int(_field(total, cols["DAC conv"])) == t["dac_conversions"]
+    assert int(_field(total, cols["ADC conv"])) == t["adc_conversions"]
+    assert _field(total, cols["clipped"]) == f"{t['clipped_fraction']:.2%}"
+    assert t["passes"] != t["weight_loads"]
+
+
+def test_a_preset_named_for_the_heading_wins_over_the_one_the_config_equals(tiny_dir):
+    """table(preset) names the hardware in the heading; only by default is it
+    the preset the config equals."""
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=0, tokens=3, config=optical.presets.get("ideal"))
+    assert "hardware ideal;" in report.table()
+    assert "hardware mine;" in report.table(preset="mine")
+    assert "hardware ideal;" not in report.table(preset="mine")
+
+
+def test_detected_photons_are_summed_over_the_products(tiny_dir):
+    """totals['detected_photons']: the expected photons detected, over every
+    product on the optical core (finite under iris-like's source)."""
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=1, tokens=6, config=NAIVE, seed=2)
+    photons = [r.stats.detected_photons for r in report.products if r.stats is not None]
+    assert len(photons) == 7 and all(0 < p < float("inf") for p in photons)
+    assert report.totals["detected_photons"] == pytest.approx(sum(photons), rel=1e-12)
+
+
+def test_calibration_tokens_are_reported_only_where_the_config_calibrates(tiny_dir):
+    """calibration_tokens: None when the config needs no calibration, even if
+    a length was given (nothing was calibrated on it); the table says nothing
+    of a calibration then."""
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=1, tokens=6, config=NAIVE, seed=2,
+                                  calibration_tokens=9)
+    assert report.calibration_tokens is None
+    assert report.to_dict()["calibration_tokens"] is None
+    assert "calibrated on" not in report.table() and "calibration run" not in report.table()
+    calibrated = NAIVE.replace({"adc.full_scale": "calibrated"})
+    report = transformer.validate(model, layer=1, tokens=6, config=calibrated, seed=2,
+                                  calibration_tokens=9)
+    assert report.calibration_tokens == 9
+    assert "calibrated on 9 held-out tokens" in report.table()
+
+
+def test_timings_are_disjoint_parts_of_the_call(tiny_dir, monkeypatch):
+    """calibration_s, reference_s and optical_s time the three runs one after
+    the other: with the reference run made 0.6 s slower, it shows in
+    reference_s alone, and the three add up to no more than the call's wall
+    time."""
+    original = llama.LlamaLayer.trace
+
+    def slow_reference(self, h, **kw):
+        if kw.get("dtype") is not None:
+            time.sleep(0.6)
+        return original(self, h, **kw)
+
+    monkeypatch.setattr(llama.LlamaLayer, "trace", slow_reference)
+    model = transformer.load(tiny_dir)
+    cfg = NAIVE.replace({"adc.full_scale": "calibrated"})
+    start = time.perf_counter()
+    report = transformer.validate(model, layer=1, tokens=6, config=cfg, seed=2,
+                                  calibration_tokens=16)
+    wall = time.perf_counter() - start
+    t = report.timings
+    assert t["reference_s"] >= 0.6
+    assert t["calibration_s"] + t["reference_s"] + t["optical_s"] <= wall
+    assert t["optical_s"] < wall - 0.6
