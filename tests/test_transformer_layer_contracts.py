@@ -1,0 +1,153 @@
+"""Contracts of the BERT and Llama layers left open by a mutation audit
+(mut18): LayerNorm, RMSNorm, exact GELU, SiLU and masked mean pooling
+against float64 numpy re-derivations (with epsilons large enough to show
+where they sit), BERT's layer_norm_eps default (Hugging Face's 1e-12),
+non-boolean masks refused, and the config keys of variants the layers do
+not implement."""
+
+import numpy as np
+import pytest
+from scipy import special
+
+from optical import transformer
+from optical.transformer import bert, llama
+from optical.transformer._engines import ReferenceEngine
+from optical.transformer.spec import ModelSpec
+from tests.transformer_helpers import TINY_BERT, TINY_LLAMA, write_model
+
+F32 = ReferenceEngine("float32")
+
+
+@pytest.mark.parametrize("eps", [1e-12, 0.5])
+def test_layer_norm_against_float64(rng, eps):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis, the
+    biased variance, eps inside the root (0.5: comparable to the variance)."""
+    x = (3.0 + rng.standard_normal((3, 4, 10)) * rng.uniform(0.3, 2.0, (3, 4, 1))
+         ).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, 10).astype(np.float32)
+    beta = rng.standard_normal(10).astype(np.float32)
+    x64 = x.astype(np.float64)
+    mu = x64.mean(-1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(-1, keepdims=True)
+    expected = (x64 - mu) / np.sqrt(var + eps) * gamma + beta
+    got = bert.layer_norm(x, gamma, beta, eps, F32)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.5])
+def test_rms_norm_against_float64(rng, eps):
+    """x / sqrt(mean(x**2) + eps) * gamma over the last axis (no centring)."""
+    x = (2.0 + rng.standard_normal((2, 5, 12)) * rng.uniform(0.2, 1.5, (2, 5, 1))
+         ).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, 12).astype(np.float32)
+    x64 = x.astype(np.float64)
+    expected = x64 / np.sqrt((x64**2).mean(-1, keepdims=True) + eps) * gamma
+    got = llama._rms_norm(x, gamma, eps, F32)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_is_the_erf_form():
+    """BERT's "gelu": 0.5 x (1 + erf(x / sqrt 2)), not the tanh approximation
+    (which is off by up to ~5e-4 near |x| = 2)."""
+    x = np.linspace(-8, 8, 3201).astype(np.float32)
+    x64 = x.astype(np.float64)
+    expected = 0.5 * x64 * (1 + special.erf(x64 / np.sqrt(2)))
+    got = bert._gelu(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_silu_against_float64():
+    """x sigmoid(x), finite (and no warning) where exp(-x) overflows float32."""
+    x = np.concatenate([np.linspace(-20, 20, 4001), [-200.0, -1e4, 200.0, 1e4]]
+                       ).astype(np.float32)
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        expected = x64 / (1 + np.exp(-x64))
+    got = llama._silu(x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-30)
+
+
+def test_mean_pool_averages_the_real_tokens_and_normalises(rng):
+    """Mean over each prompt's real tokens (what the padding holds does not
+    count), then unit L2 norm, per prompt."""
+    h = rng.standard_normal((3, 6, 5)).astype(np.float32)
+    mask = np.zeros((3, 6), dtype=bool)
+    mask[0, :6] = mask[1, :2] = mask[2, [0, 3, 4]] = True
+    h[~mask] = 1e3  # padding holding anything
+    got = transformer.bert.mean_pool(h, mask)
+    for b in range(3):
+        mean = h[b][mask[b]].astype(np.float64).mean(axis=0)
+        np.testing.assert_allclose(got[b], mean / np.linalg.norm(mean), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, rtol=1e-6)
+
+
+def _bert_spec(**change):
+    config = {k: v for k, v in TINY_BERT.items() if k != "layer_norm_eps"}
+    return ModelSpec.from_config({**config, **change})
+
+
+def test_bert_layer_norm_eps_defaults_to_hugging_faces():
+    """Without layer_norm_eps, BERT's LayerNorms use Hugging Face's default
+    1e-12: the layer equals one given 1e-12 outright, and differs from 1e-5
+    on inputs whose LayerNorm variance is small (weights and input scaled
+    down so the variance is ~1e-7)."""
+    from optical.transformer import synthetic
+
+    spec = _bert_spec()
+    weights = synthetic.bert_layer_weights(spec, 0, 0)
+    small = {k: (v if "LayerNorm" in k else v * np.float32(1e-2)) for k, v in weights.items()}
+    h = (np.random.default_rng(1).standard_normal((2, 5, spec.hidden_size)) * 1e-3
+         ).astype(np.float32)
+    default = bert.BertLayer(spec, 0, small).reference(h)
+    hf = bert.BertLayer(_bert_spec(layer_norm_eps=1e-12), 0, small).reference(h)
+    other = bert.BertLayer(_bert_spec(layer_norm_eps=1e-5), 0, small).reference(h)
+    np.testing.assert_array_equal(default, hf)
+    assert np.max(np.abs(other - hf)) > 0.1
+
+
+@pytest.mark.parametrize("mask", [np.ones((2, 4), dtype=np.int64),
+                                  np.ones((2, 4), dtype=np.float32),
+                                  np.ones((2, 4), dtype=np.uint8)])
+def test_a_mask_that_is_not_boolean_is_refused(mask):
+    """An integer mask would index tokens by position (mask [1, 1, 0] picks
+    token 1 twice), so only bool is taken."""
+    with pytest.raises(ValueError, match=r"mask: expected a bool array of shape \(2, 4\)"):
+        bert.check_mask(mask, (2, 4))
+    spec = ModelSpec.from_config(TINY_BERT)
+    from optical.transformer import synthetic
+
+    layer = bert.BertLayer(spec, 0, synthetic.bert_layer_weights(spec, 0, 0))
+    h = np.zeros((2, 4, spec.hidden_size), np.float32)
+    with pytest.raises(ValueError, match="mask: expected a bool array"):
+        layer.reference(h, mask=mask)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu_new", "gelu_pytorch_tanh", "silu"])
+def test_bert_activations_other_than_exact_gelu_are_refused(tmp_path, act):
+    """Only hidden_act 'gelu' (erf) is this layer's; Hugging Face's
+    'gelu_new' and 'gelu_pytorch_tanh' are the tanh approximation."""
+    write_model(tmp_path, {**TINY_BERT, "hidden_act": act})
+    with pytest.raises(ValueError, match=f"hidden_act '{act}' is not supported; "
+                                         "expected 'gelu'"):
+        transformer.load(tmp_path)
+
+
+@pytest.mark.parametrize("key", ["attention_bias", "mlp_bias"])
+def test_llama_biases_are_refused(tmp_path, key):
+    write_model(tmp_path, {**TINY_LLAMA, key: True})
+    with pytest.raises(ValueError, match=f"{key}=true is not supported"):
+        transformer.load(tmp_path)
+    # false (Llama's own value) is taken
+    write_model(tmp_path, {**TINY_LLAMA, key: False})
+    transformer.load(tmp_path)
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "swish"])
+def test_llama_activations_other_than_silu_are_refused(tmp_path, act):
+    write_model(tmp_path, {**TINY_LLAMA, "hidden_act": act})
+    with pytest.raises(ValueError, match=f"hidden_act '{act}' is not supported"):
+        transformer.load(tmp_path)
