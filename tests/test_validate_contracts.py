@@ -150,3 +150,27 @@ def test_timings_are_disjoint_parts_of_the_call(tiny_dir, monkeypatch):
     assert t["reference_s"] >= 0.6
     assert t["calibration_s"] + t["reference_s"] + t["optical_s"] <= wall
     assert t["optical_s"] < wall - 0.6
+
+
+def test_a_batch_is_calibrated_on_one_held_out_prompt(tiny_dir):
+    """With batch > 1 the held-out input is still one prompt of
+    calibration_tokens tokens (the machine's calibration does not depend on
+    the batch it scores): the report's SQNRs are those of a run calibrated
+    on that prompt's matmul inputs."""
+    from optical import metrics
+    from optical.transformer._engines import derive_seed
+
+    model = transformer.load(tiny_dir)
+    cfg = NAIVE.replace({"adc.full_scale": "calibrated"})
+    report = transformer.validate(model, layer=2, tokens=6, config=cfg, seed=3, batch=2,
+                                  calibration_tokens=10)
+    layer = model.layer(2)
+    held_out = model.hidden_states(2, 10, seed=derive_seed(3, "calibration"), batch=1)
+    calibration = layer.matmul_inputs(held_out, dtype="float32")
+    assert calibration["q_proj"].shape[0] == 10
+    h = model.hidden_states(2, 6, seed=3, batch=2)
+    run = layer.trace(h, config=cfg, seed=3, calibration=calibration)
+    ref = layer.trace(h, dtype="float16")
+    for row in report.products:
+        assert row.sqnr_db == metrics.sqnr_db(ref.products[row.name],
+                                              run.products[row.name]), row.name
