@@ -95,7 +95,7 @@ def pytest_terminal_summary(terminalreporter):
     table = _ratios()
     if not table:
         return
-    terminalreporter.section("ratios to the fastest plain matmul of the same run")
+    terminalreporter.section("ratios to each case's fastest baseline of the same run")
     cores = os.cpu_count()
     terminalreporter.write_line(f"cores: {cores}; OPENBLAS_CORETYPE="
                                 f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "

@@ -71,7 +71,7 @@ def main(tokens: int = 512, k: int = 4096, n: int = 4096, rounds: int = 7) -> No
     w = rng.standard_normal((k, n), dtype=np.float32)
     cfg = optical.presets.get("iris-like")
     pw = optical.program(w, cfg, calibration=x[:256])
-    mm = jax.jit(lambda a, b: a @ b)
+    mm = jax.jit(lambda a, b: jax.numpy.matmul(a, b, precision="highest"))
     xj, wj = jnp.asarray(x), jnp.asarray(w)
     methods = {
         "numpy x @ w": lambda: x @ w,

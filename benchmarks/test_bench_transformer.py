@@ -54,7 +54,10 @@ def test_validate_iris_like(benchmark, llama8b, record, record_seconds):
                                                                    config=cfg, hidden=h)),
                        rounds=3, warmup_rounds=1)
     record(CASE, "validate, iris-like (target <= 3x)", benchmark)
-    # Its parts, in the fastest round: the float32 calibration run of a held-out
+    if benchmark.stats is None:  # --benchmark-disable: one call, no warm-up round
+        return
+    # Its parts, in the round whose parts sum least (recorded as that round's
+    # seconds, not each part's minimum): the float32 calibration run of a held-out
     # input, the fp16 reference it scores against, and the optical pass with
     # its programming.
     timings = min((r.timings for r in reports[1:]),
