@@ -1,0 +1,196 @@
+"""The JAX backend's contracts that the physics tests of test_kernels_jax.py do
+not reach: statistics against the numpy reference's, tile padding, token
+chunks, batched runs with an outlier bypass, the straight-through gradient
+with per-K-tile weight scales, and noise parameters passed as ``params``.
+Tiny shapes: each test compiles a few small passes."""
+
+import math
+
+import numpy as np
+import pytest
+
+import optical
+
+from .configs import ideal, noisy
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax_backend = pytest.importorskip("optical.kernels.jax_backend")
+
+
+def test_detected_photons_of_a_partial_tile_are_the_references(rng):
+    """No RIN: the light on the detectors is sum_t a_t . (sum over rails of the
+    tile's transmissions), the same on every backend. 13 columns in tiles of 8
+    and 40 rows in tiles of 32: the padding (zero transmissions) holds no light,
+    and every detector rail counts."""
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 13)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "source.rin_db_per_hz": -math.inf})
+    pw = optical.program(w, cfg)
+    _, ref = optical.matmul(x, pw, cfg, seed=0, backend="numpy", return_stats=True)
+    _, got = jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0, return_stats=True)
+    assert ref.detected_photons > 0
+    assert got.detected_photons == pytest.approx(ref.detected_photons, rel=1e-5)
+    assert got.mean_photoelectrons == pytest.approx(ref.mean_photoelectrons, rel=1e-5)
+
+
+def test_clipped_conversions_are_counted_over_every_chunk(rng):
+    """A read noise of 1e30 electrons per photon clips every conversion
+    (as test_a_deviation_past_float32_clips_every_conversion): in chunks of 3
+    tokens too, the clipped fraction is 1, not the last chunk's share."""
+    x = rng.uniform(-1, 1, (8, 16)).astype(np.float32)
+    w = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 8, "detector.shot_noise": "gaussian",
+                   "adc.bits": 8, "adc.full_scale": "max", "source.photons_per_mac": 1e-10,
+                   "detector.read_noise_electrons": 1e30})
+    _, stats = jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0, chunk_tokens=3,
+                                  return_stats=True)
+    assert stats.adc_conversions > 0
+    assert stats.clipped_fraction == 1.0
+
+
+def test_token_chunks_draw_the_same_noise(rng):
+    """Every token draws from its own keys, so chunks of 2 tokens give the
+    whole pass's noise (XLA's GEMMs of other shapes may round the last bits
+    differently, and rarely move an ADC code); a shared draw per chunk would
+    give other values almost everywhere."""
+    x = jnp.asarray(rng.standard_normal((6, 40)).astype(np.float32))
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    whole = np.asarray(jax_backend.matmul(x, w, cfg, seed=7))
+    chunked = np.asarray(jax_backend.matmul(x, w, cfg, seed=7, chunk_tokens=2))
+    close = np.isclose(chunked, whole, rtol=1e-4, atol=1e-4 * np.abs(whole).max())
+    assert close.mean() > 0.95, f"{(~close).sum()} of {close.size} differ"
+
+
+def test_a_static_bypass_counts_its_digital_macs_as_the_reference_does(rng):
+    """digital_macs = tokens x outlier channels x N, as on the numpy backend."""
+    x = rng.standard_normal((2, 3, 40)).astype(np.float32)  # 6 tokens
+    x[..., [4, 30]] *= 50.0
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "outliers.policy": "static",
+                   "adc.full_scale": "calibrated"})
+    pw = optical.program(w, cfg, calibration=x.reshape(-1, 40))
+    _, ref = optical.matmul(x, pw, cfg, seed=0, backend="numpy", return_stats=True)
+    y, got = jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0, return_stats=True)
+    assert y.shape == (2, 3, 8)
+    channels = got.digital_channels
+    assert channels == ref.digital_channels >= 1
+    assert got.digital_macs == ref.digital_macs == 6 * channels * 8
+    assert got.digital_mac_fraction == pytest.approx(channels / 40)
+
+
+def test_batched_runs_with_a_static_bypass_are_matmuls_runs(rng):
+    """matmul_runs with a static outlier bypass: each run is matmul's run of
+    the same seed (digital outlier rows plus the optical rest), and its
+    detected photons are matmul's."""
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    x[:, [3, 21]] *= 50.0
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "outliers.policy": "static",
+                   "adc.full_scale": "calibrated", "source.rin_db_per_hz": -math.inf})
+    pw = optical.program(w, cfg, calibration=x)
+    assert pw.bypass.channels.size >= 1
+    ys, photons, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=[2, 5])
+    assert ys.shape == (2, 5, 8) and photons.shape == (2,)
+    for i, s in enumerate((2, 5)):
+        y, st = jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=s, return_stats=True)
+        y = np.asarray(y)
+        np.testing.assert_allclose(ys[i], y, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+        assert photons[i] == pytest.approx(st.detected_photons, rel=1e-5)
+
+
+def test_a_one_dimensional_x_is_one_token(rng):
+    """x of shape (K,) is accepted as on the numpy backend: y has shape (N,)."""
+    x = rng.standard_normal(40).astype(np.float32)
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = ideal(**{"core.inputs": 32, "core.outputs": 8})
+    y = jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0)
+    assert y.shape == (8,)
+    np.testing.assert_allclose(np.asarray(y), x.astype(np.float64) @ w, rtol=1e-4,
+                               atol=1e-4 * np.abs(x @ w).max())
+
+
+def test_programmed_weights_for_another_config_are_refused(rng):
+    """As on the other backends, in matmul and matmul_runs: weights programmed
+    under one mask resolution do not run under another, nor on inputs of
+    another width."""
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    pw = optical.program(rng.standard_normal((40, 8)).astype(np.float32), cfg)
+    other = cfg.replace({"mask.bits": cfg.mask.bits - 1})
+    with pytest.raises(ValueError, match="mask.bits"):
+        jax_backend.matmul(jnp.asarray(x), pw, other, seed=0)
+    with pytest.raises(ValueError, match="mask.bits"):
+        jax_backend.matmul_runs(x, pw, other, seeds=[0])
+    # ... nor with an x of another width
+    with pytest.raises(ValueError, match="x has 39 features"):
+        jax_backend.matmul(jnp.asarray(x[:, :39]), pw, cfg, seed=0)
+
+
+def test_gradient_uses_each_k_tiles_weight_scale(rng):
+    """Straight-through dL/dx = dL/dy W_eff^T, W_eff measured with the numpy
+    reference on unit inputs (no noise or converters), with a weight scale per
+    K-tile column: the two K-tiles have scales 1 and 10."""
+    x = rng.standard_normal((4, 48)).astype(np.float32)
+    w = rng.standard_normal((48, 8)).astype(np.float32)
+    w[32:] *= 10.0
+    cfg = ideal(**{"core.inputs": 32, "core.outputs": 8, "mask.scaling": "per_tile_column",
+                   "mask.bits": 4})
+    pw = optical.program(w.astype(np.float64), cfg)
+    w_eff = optical.matmul(np.eye(48), pw, cfg, seed=0, backend="numpy")
+    gx = jax.grad(lambda v: jnp.sum(jax_backend.matmul(v, w, cfg, seed=0)))(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(gx), np.ones((4, 8)) @ w_eff.T, rtol=1e-4,
+                               atol=1e-4 * np.abs(w_eff).max())
+
+
+def _as_configured(rng, base, params):
+    """matmul with ``params`` passed (traced through jit) against matmul of the
+    config holding those values: the same machine, the same seed. Returns
+    that output and the output of ``base`` itself."""
+    x = jnp.asarray(rng.standard_normal((4, 40)).astype(np.float32))
+    w = rng.standard_normal((40, 13)).astype(np.float32)
+    want = np.asarray(jax_backend.matmul(x, w, base.replace(params), seed=0))
+    got = np.asarray(jax.jit(lambda *v: jax_backend.matmul(
+        x, w, base, seed=0, params=dict(zip(params, v, strict=True))))(
+        *(jnp.float32(v) for v in params.values())))
+    close = np.isclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert close.mean() > 0.97, f"{(~close).sum()} of {close.size} differ"
+    return want, np.asarray(jax_backend.matmul(x, w, base, seed=0))
+
+
+def test_rin_switched_on_through_params(rng):
+    """A config without RIN, given a RIN level in params, runs with that RIN
+    (as the config that holds it does), not without: RIN of -110 dB/Hz over
+    1 GHz is 10 % per source, far above the other noises here."""
+    base = noisy(**{"core.inputs": 32, "core.outputs": 8, "source.rin_db_per_hz": -math.inf,
+                    "source.photons_per_mac": 1e6, "detector.read_noise_electrons": 0.0})
+    with_rin, without = _as_configured(rng, base, {"source.rin_db_per_hz": -110.0})
+    assert np.abs(with_rin - without).max() > 0.05 * np.abs(without).max()
+
+
+@pytest.mark.parametrize("params", [{"adc.headroom": 1.5}, {"adc.headroom": 8.0}])
+def test_headroom_through_params_rederives_the_windows(rng, params):
+    """adc.headroom sets the "rms" windows: varied through params, the windows
+    are re-derived from it, as program() sets them for the config holding it."""
+    base = noisy(**{"core.inputs": 32, "core.outputs": 8, "adc.bits": 6})
+    _as_configured(rng, base, params)
+
+
+def test_rederived_per_tile_windows_ignore_the_padding(rng):
+    """adc.window = "per_tile" with offset weights (one rail, every readout
+    >= 0) and a small headroom: the "rms" windows sit above 0, and a partial
+    last tile (13 columns in tiles of 8) shares the union of its real columns'
+    windows only, as program() sets them (a padded column's zero window would
+    widen it down to 0)."""
+    base = noisy(**{"core.inputs": 32, "core.outputs": 8, "adc.window": "per_tile",
+                    "encoding.weights": "offset", "adc.headroom": 1.0, "adc.bits": 6,
+                    "source.photons_per_mac": 1e4})
+    params = {"source.photons_per_mac": 2e4}
+    x = rng.standard_normal((4, 40)).astype(np.float32)
+    w = rng.uniform(0.5, 1.0, (40, 13)).astype(np.float32)
+    pw = optical.program(w, base.replace(params))
+    assert pw.adc_lo[:, :, 8:].min() > 0  # the partial tile's window sits above 0
+    want = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, base.replace(params), seed=0))
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, base, seed=0, params=params))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
