@@ -194,3 +194,47 @@ def test_rederived_per_tile_windows_ignore_the_padding(rng):
     want = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, base.replace(params), seed=0))
     got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, base, seed=0, params=params))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_rin_gives_the_output_variance_of_per_source_fluctuations(rng):
+    """Only RIN, sigma = 1e-2 over 1 GHz:
+    each source's light is scaled by (1 + sigma e_j), so output n errs by
+    sigma sum_j a_j e_j v_jn and var(y_n) = sigma^2 sum_j a_j^2 v_jn^2
+    (split inputs: a = x; x[0] = 1 and w[0] = 1 make both scales 1)."""
+    sigma, bandwidth = 1e-2, 1e9
+    rin_db = 10 * math.log10(sigma**2 / bandwidth)
+    x = rng.uniform(0, 1, 24).astype(np.float32)
+    x[0] = 1
+    w = rng.uniform(0, 1, (24, 5)).astype(np.float32)
+    w[0] = 1
+    cfg = ideal(**{"source.rin_db_per_hz": rin_db, "source.rin_bandwidth": bandwidth,
+                   "encoding.inputs": "split", "core.inputs": 24, "core.outputs": 5})
+    assert cfg.source.rin_sigma == pytest.approx(sigma)
+    tokens = 4000
+    ys = np.asarray(jax_backend.matmul(jnp.asarray(np.tile(x, (tokens, 1))), w, cfg, seed=11),
+                    dtype=np.float64)
+    theory = sigma**2 * (x.astype(np.float64) ** 2) @ (w.astype(np.float64) ** 2)
+    ratio = ys.var(axis=0) / theory
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(2 / tokens)), ratio
+    np.testing.assert_allclose(ys.mean(axis=0), x.astype(np.float64) @ w,
+                               atol=5 * math.sqrt(theory.max() / tokens))
+
+
+def test_poisson_dark_counts_add_no_offset(rng):
+    """Poisson dark counts on one weight rail (offset weights, where nothing
+    subtracts a common offset): their mean is subtracted, so zero tokens
+    (dac.scaling per tensor, a lit first token) read 0 on average, with the
+    numpy reference's variance."""
+    x = np.zeros((2001, 16), np.float32)
+    x[0, 0] = 1.0
+    w = rng.uniform(-1, 1, (16, 4)).astype(np.float32)
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 4, "dac.scaling": "per_tensor",
+                   "encoding.weights": "offset", "detector.shot_noise": "poisson",
+                   "source.photons_per_mac": 100.0, "detector.dark_electrons": 200.0})
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=1), np.float64)[1:]
+    ref = optical.matmul(x, w, cfg, seed=1, backend="numpy").astype(np.float64)[1:]
+    n = got.shape[0]
+    sd = ref.std(axis=0)
+    assert np.all(np.abs(got.mean(axis=0)) < 5 * sd / math.sqrt(n))
+    assert np.all(np.abs(ref.mean(axis=0)) < 5 * sd / math.sqrt(n))
+    assert np.all(np.abs(got.var(axis=0) / ref.var(axis=0) - 1) < 5 * math.sqrt(4 / n))
