@@ -128,15 +128,17 @@ def test_programmed_weights_for_another_config_are_refused(rng):
         jax_backend.matmul(jnp.asarray(x[:, :39]), pw, cfg, seed=0)
 
 
-def test_gradient_uses_each_k_tiles_weight_scale(rng):
+@pytest.mark.parametrize("weights", ["split", "offset"])
+def test_gradient_uses_each_k_tiles_weight_scale(rng, weights):
     """Straight-through dL/dx = dL/dy W_eff^T, W_eff measured with the numpy
     reference on unit inputs (no noise or converters), with a weight scale per
-    K-tile column: the two K-tiles have scales 1 and 10."""
+    K-tile column: the two K-tiles have scales 1 and 10. Offset weights (one
+    rail) decode with the mask's floor t_min subtracted, split ones cancel it."""
     x = rng.standard_normal((4, 48)).astype(np.float32)
     w = rng.standard_normal((48, 8)).astype(np.float32)
     w[32:] *= 10.0
     cfg = ideal(**{"core.inputs": 32, "core.outputs": 8, "mask.scaling": "per_tile_column",
-                   "mask.bits": 4})
+                   "mask.bits": 4, "mask.contrast_ratio": 20.0, "encoding.weights": weights})
     pw = optical.program(w.astype(np.float64), cfg)
     w_eff = optical.matmul(np.eye(48), pw, cfg, seed=0, backend="numpy")
     gx = jax.grad(lambda v: jnp.sum(jax_backend.matmul(v, w, cfg, seed=0)))(jnp.asarray(x))
