@@ -240,3 +240,23 @@ def test_poisson_dark_counts_add_no_offset(rng):
     assert np.all(np.abs(got.mean(axis=0)) < 5 * sd / math.sqrt(n))
     assert np.all(np.abs(ref.mean(axis=0)) < 5 * sd / math.sqrt(n))
     assert np.all(np.abs(got.var(axis=0) / ref.var(axis=0) - 1) < 5 * math.sqrt(4 / n))
+
+
+def test_a_static_input_range_clips_without_a_dac(rng):
+    """dac.scaling = "static" with no DAC quantiser (dac.bits = None): a value
+    past the programmed range R is still clipped at +-R, so on the ideal
+    machine y = clip(x, -R, R) @ w, as on the numpy reference."""
+    x = rng.standard_normal((4, 40)).astype(np.float32)
+    x[0] *= 8.0
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = ideal(**{"dac.scaling": "static", "core.inputs": 32, "core.outputs": 8})
+    assert cfg.dac.bits is None
+    pw = optical.program(w, cfg, calibration=rng.standard_normal((32, 40)).astype(np.float32))
+    r = np.float64(pw.input_range)
+    assert np.abs(x).max() > 2 * r
+    expect = np.clip(x, -r, r) @ w.astype(np.float64)
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0))
+    atol = 1e-4 * np.abs(expect).max()
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=atol)
+    np.testing.assert_allclose(optical.matmul(x, pw, cfg, seed=0, backend="numpy"), expect,
+                               rtol=1e-4, atol=atol)
