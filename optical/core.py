@@ -94,7 +94,9 @@ class MatmulStats(Schedule):
     ----------
     detected_photons : float, photons
         Expected total of detected photons over the whole call: the sum of every
-        readout's mean count (``inf`` for the ideal source).
+        readout's mean count (``inf`` for the ideal source). With RIN on, the
+        mean given the sources' RIN draws, so it moves with the seed (~1e-4
+        relative at iris-like's RIN); without RIN it depends on the inputs alone.
     mean_photoelectrons : float, electrons
         Mean photoelectrons per detector readout.
     clipped_fraction : float

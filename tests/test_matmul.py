@@ -610,6 +610,34 @@ def test_an_ideal_source_detects_infinitely_many_photons(rng, backend, exact):
     assert st.mean_photoelectrons == math.inf
 
 
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_detected_photons_are_the_sum_of_the_mean_counts_rin_aside(backend, exact):
+    """Without RIN the call's detected photons are p * sum over tokens of the
+    DAC levels times every rail's and column's transmissions (by hand), for
+    any seed; with RIN they are the means given the RIN draws: the seed moves
+    them, by about the RIN's relative spread over the sources."""
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((4, 64)), rng.standard_normal((64, 16))
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 64, "core.outputs": 16, "optics.model": "ideal",
+        "outliers.policy": "none", "adc.full_scale": "rms"})
+    no_rin = cfg.replace({"source.rin_db_per_hz": -math.inf})
+    pw = optical.program(w, cfg)
+    levels = np.rint((x / np.abs(x).max(axis=1, keepdims=True) + 1) / 2 * 255) / 255
+    expected = 1e5 * float((levels @ pw.transmissions.sum(axis=0)).sum())
+    # RIN widens the windows, not the mask: both configs program the same light.
+    np.testing.assert_array_equal(optical.program(w, no_rin).transmissions, pw.transmissions)
+
+    def photons(config, seed):
+        return optical.matmul(x, optical.program(w, config), config, seed=seed, backend=backend,
+                              exact=exact, return_stats=True)[1].detected_photons
+
+    assert [photons(no_rin, s) for s in (0, 1)] == pytest.approx([expected] * 2, rel=1e-12)
+    with_rin = [photons(cfg, s) for s in (0, 1)]
+    assert with_rin[0] != with_rin[1]
+    assert with_rin == pytest.approx([expected] * 2, rel=1e-3)
+
+
 # --------------------------------------------------------------------------- #
 # Bad input
 # --------------------------------------------------------------------------- #
