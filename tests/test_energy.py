@@ -192,7 +192,11 @@ def test_layer_and_head_work_of_a_tiny_bert_match_a_hand_count():
     assert optical_attention["softmax"].sram_bytes == 2 * 36 * 2
     head = counts.head_work(TINY_BERT, 3, batch=2)
     assert set(head) == {"embedding", "pooling"}
-    assert head["embedding"] == counts.Work(dram_bytes=6 * 8 * 2)
+    # Word + position + token-type rows added (2 H per row), then LayerNorm
+    # (8 H per row, read and write H); DRAM: 6 word rows, 3 position rows (the
+    # same for both prompts) and one token-type row of 8 bf16 values.
+    assert head["embedding"] == counts.Work(ops=(2 + 8) * 8 * 6, sram_bytes=2 * 8 * 6 * 2,
+                                            dram_bytes=(6 + 3 + 1) * 8 * 2)
     # Mean pooling sums 3 tokens of H per prompt, then 3 H (divide, normalise).
     assert head["pooling"] == counts.Work(ops=2 * (3 * 8 + 3 * 8))
     assert counts.weight_count(TINY_BERT) == {"linear": 2 * (4 * 8 * 8 + 2 * 8 * 16),
@@ -203,7 +207,8 @@ def test_layer_and_head_work_of_a_tiny_bert_match_a_hand_count():
         assert rep.digital[name] == approx(
             2 * (ops[name] * 0.5e-12 + sram[name] * 1e-12), rel=1e-12), name
     assert rep.digital["pooling"] == approx(96 * 0.5e-12, rel=1e-12)
-    assert rep.digital["embedding"] == approx(96 * 30e-12, rel=1e-12)
+    assert rep.digital["embedding"] == approx(480 * 0.5e-12 + 192 * 1e-12 + 160 * 30e-12,
+                                              rel=1e-12)
     assert "rope" not in rep.digital and "lm_head" not in rep.digital
 
 

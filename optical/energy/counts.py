@@ -30,7 +30,10 @@ Counting conventions (``R`` rows = batch x tokens, ``T`` context positions,
   write the product); GELU 8 (read and write).
 - residual adds: 2 H per row; read two, write one, twice.
 - biases (BERT): one add per output of every linear.
-- embedding lookup: R H weight bytes from DRAM.
+- embedding lookup: R H weight bytes from DRAM. BERT adds position and
+  token-type rows (T H and H bytes from DRAM per batch: the same positions
+  for every prompt; 2 H operations per row) and a LayerNorm (8 H per row,
+  read and write H).
 - LM head (Llama; each request's last position, which yields the first
   token): final norm 4 H + 2 V H per request; V H weight bytes from DRAM per
   batch. Pooling (BERT): H T + 3 H per request.
@@ -247,12 +250,18 @@ def layer_work(spec: ModelSpec, tokens: int, *, batch: int = 1,
 
 
 def head_work(spec: ModelSpec, tokens: int, *, batch: int = 1) -> dict[str, Work]:
-    """Digital work of a prefill outside its layers: the embedding lookup and
+    """Digital work of a prefill outside its layers: the embedding lookup
+    (BERT: with position and token-type rows and the embedding LayerNorm) and
     the output head (Llama: final norm and LM head on each request's last
     position, which yields the first token; BERT: mean pooling)."""
     _check_counts(tokens, batch)
     h, rows = spec.hidden_size, batch * tokens
     work = {"embedding": Work(dram_bytes=rows * h * WEIGHT_BYTES)}
+    if spec.architecture == "bert":
+        # Word + position + token type (two adds), then the embedding LayerNorm.
+        work["embedding"] = Work(ops=(2 + _NORM_OPS["bert"]) * h * rows,
+                                 sram_bytes=2 * h * rows * ACTIVATION_BYTES,
+                                 dram_bytes=(rows + tokens + 1) * h * WEIGHT_BYTES)
     if spec.architecture == "llama":
         work["lm_head"] = Work(ops=batch * (_NORM_OPS["llama"] * h + 2 * spec.vocab_size * h),
                                dram_bytes=spec.vocab_size * h * WEIGHT_BYTES)
