@@ -1,0 +1,369 @@
+"""Sweep definition, CLI and workload contracts that the other sweep tests
+leave open (mutation audit mut19): integer log ranges reaching both ends, run
+ids that hash the workload, a swept path added or dropped refused as a
+changed sweep, numpy arrays and single values as a path's values, seeds out
+of order resumed each at its own run, results_format checked, the base
+config named in a failure, metric values (booleans refused, None kept), a
+damaged Range named by its manifest, the CLI's --param spacing, --model
+defaults, --outlier-scale and summary table, booleans refused as workload
+sizes, shape strings, workload descriptions refused as ValueErrors, and the
+JAX path's photoelectrons per detector readout."""
+
+import dataclasses
+import json
+import math
+import shutil
+import statistics
+
+import numpy as np
+import pytest
+
+import optical
+from optical.cli import main
+from optical.commands.sweep import parse_param
+from optical.sweep import (
+    Range,
+    SweepDefinition,
+    SweepError,
+    execute,
+    load,
+    resume,
+    stored_definition,
+)
+from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
+from tests.transformer_helpers import TINY_LLAMA, write_model
+
+pd = pytest.importorskip("pandas")
+
+WL = optical.MatmulWorkload(tokens=16, k=64, n=32)
+BASE = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+
+
+def _serial(workload, params, out, **kwargs):
+    return optical.sweep(workload, params, out=out, base=kwargs.pop("base", BASE),
+                         executor="serial", progress=False, **{"seeds": 1} | kwargs)
+
+
+# --------------------------------------------------------------------------- #
+# Definition
+# --------------------------------------------------------------------------- #
+
+
+def test_an_integer_log_range_draws_every_integer_from_lo_to_hi():
+    """Range: uniform in [lo, hi] in log space, integers for integer fields:
+    each of 2, 3, 4, 5 is drawn (the top one too), nothing outside."""
+    points = SweepDefinition.build(WL, {"adc.bits": Range(2, 5, log=True)}, seeds=1,
+                                   samples=400, sample_seed=0).points()
+    bits = [p["adc.bits"] for p in points]
+    assert all(type(b) is int for b in bits)
+    assert sorted(bits) == [2, 3, 4, 5]  # identical draws are one point: each once
+
+
+def test_run_ids_hash_the_workload(tmp_path):
+    """A run id is a hash of (workload, full config, seed): runs of another
+    workload copied into a sweep are not its runs; it runs its own, and each
+    is its own workload's matmul, recomputed here."""
+    other = dataclasses.replace(WL, data_seed=1)
+    a = SweepDefinition.build(WL, {"adc.bits": [6]}, seeds=1, base=BASE)
+    b = SweepDefinition.build(other, {"adc.bits": [6]}, seeds=1, base=BASE)
+    config = BASE.replace({"adc.bits": 6})
+    assert a.run_id(config, 0) != b.run_id(config, 0)
+    assert a.run_id(config, 0) == SweepDefinition.build(
+        dataclasses.replace(WL), {"adc.bits": [6, 8]}, seeds=2, base=BASE).run_id(config, 0)
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    _serial(WL, {"adc.bits": [6, 8]}, first, seeds=2)
+    (second / "runs").mkdir(parents=True)
+    for run in (first / "runs").glob("*.json"):
+        shutil.copy(run, second / "runs")
+    summary = execute(SweepDefinition.build(other, {"adc.bits": [6, 8]}, seeds=2, base=BASE),
+                      second, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (0, 4)
+    x, w, _ = other.data()
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    for row in load(second).to_dict("records"):
+        y = optical.matmul(x, w, BASE.replace({"adc.bits": row["adc.bits"]}), seed=row["seed"])
+        assert row["sqnr_db"] == optical.metrics.sqnr_db(exact, y)
+
+
+@pytest.mark.parametrize(("before", "after", "message"), [
+    ({"adc.bits": [4, 8]}, {"adc.bits": [4, 8], "source.photons_per_mac": [1e4]},
+     "params source.photons_per_mac: '(none)' -> [10000.0]"),
+    ({"adc.bits": [4, 8], "source.photons_per_mac": [1e4]}, {"adc.bits": [4, 8]},
+     "params source.photons_per_mac: [10000.0] -> '(none)'"),
+])
+def test_a_swept_path_added_or_dropped_is_a_changed_sweep(tmp_path, before, after, message):
+    """The definition's params are part of what a resume compares: a sweep of
+    one more (or one fewer) path is refused, naming that path, and the
+    directory is left as it was."""
+    out = tmp_path / "s"
+    _serial(WL, before, out)
+    manifest = (out / "manifest.json").read_text()
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    with pytest.raises(ValueError, match="holds a different sweep") as info:
+        _serial(WL, after, out)
+    assert message in str(info.value)
+    assert (out / "manifest.json").read_text() == manifest
+    assert sorted(p.name for p in (out / "runs").iterdir()) == runs
+
+
+def test_numpy_arrays_of_values_are_their_values():
+    """Values computed with numpy (np.arange, an array of floats) sweep the
+    grid of their elements, stored as Python numbers."""
+    params = {"adc.bits": np.arange(4, 9, 2), "adc.headroom": np.array([2.0, 4.0])}
+    definition = SweepDefinition.build(WL, params, seeds=1, base=BASE)
+    assert definition.points() == [{"adc.bits": b, "adc.headroom": h}
+                                   for b in (4, 6, 8) for h in (2.0, 4.0)]
+    assert all(type(p["adc.bits"]) is int for p in definition.points())
+    assert definition.hash == SweepDefinition.build(
+        WL, {"adc.bits": [4, 6, 8], "adc.headroom": [2.0, 4.0]}, seeds=1, base=BASE).hash
+
+
+def test_a_single_value_is_a_one_value_list():
+    """A path given one value (a string included, not its characters) has that
+    value at every point: the same sweep as the one-element list."""
+    one = SweepDefinition.build(WL, {"encoding.inputs": "split", "adc.bits": 6}, seeds=1,
+                                base=BASE)
+    listed = SweepDefinition.build(WL, {"encoding.inputs": ["split"], "adc.bits": [6]},
+                                   seeds=1, base=BASE)
+    assert one.points() == listed.points() == [{"encoding.inputs": "split", "adc.bits": 6}]
+    assert one.hash == listed.hash
+
+
+def test_results_format_is_checked_before_any_work(tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match=r"results_format: 'json' is not valid; "
+                                         r"valid: parquet, csv"):
+        optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=out, base=BASE, executor="serial",
+                      progress=False, results_format="json")
+    assert not out.exists()
+
+
+@dataclasses.dataclass(frozen=True)
+class Fails:
+    """A workload whose every run fails."""
+
+    def run(self, config, seed):
+        raise RuntimeError("no light")
+
+    def to_dict(self):
+        return {"kind": "fails"}
+
+
+def test_a_failed_run_of_the_base_config_says_so(tmp_path):
+    """A sweep of no paths has one point, the base config: a failure there
+    names it, as the point of a grid is named by its values."""
+    with pytest.raises(SweepError, match=r"run failed at point \(base config\), seed 3: "
+                                         r"RuntimeError: no light"):
+        optical.sweep(Fails(), {}, seeds=[3], out=tmp_path / "s", base=BASE,
+                      executor="serial", progress=False)
+
+
+_FAILED: list[int] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class FailsOnceAtSeed2:
+    """WL, whose first run at seed 2 fails (a crash mid-sweep)."""
+
+    def run(self, config, seed):
+        if seed == 2 and not _FAILED:
+            _FAILED.append(seed)
+            raise RuntimeError("crash")
+        return WL.run(config, seed)
+
+    def to_dict(self):
+        return WL.to_dict()
+
+
+def test_seeds_in_any_order_resume_each_run_at_its_own_seed(tmp_path):
+    """Seeds given out of order ([5, 2]), a run failing, then a resume from
+    the manifest: every row holds its own seed's run, recomputed here with
+    optical.matmul (the resume runs seed 2, not seed 5 again)."""
+    out = tmp_path / "s"
+    _FAILED.clear()
+    with pytest.raises(SweepError, match="seed 2: RuntimeError: crash"):
+        _serial(FailsOnceAtSeed2(), {"adc.bits": [6]}, out, seeds=[5, 2])
+    assert len(load(out)) == 1
+    summary = resume(out, workload=FailsOnceAtSeed2(), executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (1, 1)
+    frame = load(out)
+    assert sorted(frame["seed"]) == [2, 5]
+    x, w, _ = WL.data()
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    for row in frame.to_dict("records"):
+        y = optical.matmul(x, w, BASE.replace({"adc.bits": 6}), seed=row["seed"])
+        assert row["sqnr_db"] == optical.metrics.sqnr_db(exact, y), row["seed"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Returns:
+    """A workload whose runs return ``metrics``."""
+
+    metrics: dict = dataclasses.field(hash=False)
+
+    def run(self, config, seed):
+        return dict(self.metrics)
+
+    def to_dict(self):
+        return {"kind": "returns"}
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False)])
+def test_a_boolean_metric_is_refused(tmp_path, value):
+    """Metrics are numbers: a boolean is not one (it would be a column of
+    True/False among numbers)."""
+    out = tmp_path / "s"
+    with pytest.raises(SweepError, match=rf"metric 'ok' = {value!r}, not a number"):
+        _serial(Returns({"ok": value}), {"adc.bits": [4]}, out)
+    assert not list((out / "runs").glob("*.json"))
+
+
+def test_a_none_metric_is_kept_as_missing(tmp_path):
+    """Metric values are numbers or None (a metric a run cannot give)."""
+    frame = _serial(Returns({"sqnr_db": None, "passes": 3}), {"adc.bits": [4, 8]},
+                    tmp_path / "s")
+    assert len(frame) == 2 and frame["passes"].tolist() == [3, 3]
+    assert frame["sqnr_db"].isna().all()
+
+
+def test_a_range_without_its_bounds_in_the_manifest_is_named(tmp_path):
+    """A manifest whose Range lost its bounds: the error names the manifest
+    and the missing key, not a bare KeyError."""
+    out = tmp_path / "s"
+    _serial(WL, {"adc.headroom": Range(2.0, 6.0)}, out, samples=2)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["definition"]["params"]["adc.headroom"]["range"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    for call in (lambda: stored_definition(out),
+                 lambda: resume(out, executor="serial", progress=False)):
+        with pytest.raises(ValueError, match=r"manifest\.json: cannot rebuild the sweep's "
+                                             r"definition from it: missing key 'range'"):
+            call()
+
+
+# --------------------------------------------------------------------------- #
+# Command line
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("scale", ["0", "-1"])
+def test_a_non_positive_outlier_scale_is_named_by_its_option(tmp_path, capsys, scale):
+    out = tmp_path / "never"
+    assert main(["sweep", "--matmul", "4x8x4", "--outlier-scale", scale, "--out", str(out),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--outlier-scale: {float(scale)} must be a positive finite number" in err
+    assert not out.exists()
+
+
+def test_param_path_and_values_may_have_spaces_around_them(tmp_path):
+    """--param ' adc.bits = 4, 8 ' is adc.bits=4,8 (as --set takes spaces)."""
+    assert parse_param(" adc.bits = 4, 8 ") == ("adc.bits", [4, 8])
+    path, spec = parse_param("source.photons_per_mac = 10 : 1e5 : log")
+    assert path == "source.photons_per_mac" and spec == Range(10.0, 1e5, log=True)
+    out = tmp_path / "s"
+    assert main(["sweep", "--matmul", "16x64x32", "--param", " adc.bits = 4, 8 ", "--set",
+                 "core.inputs=32", "--jobs", "1", "--quiet", "--out", str(out)]) == 0
+    assert load(out)["adc.bits"].tolist() == [4, 8]
+
+
+def test_model_sweep_defaults_are_the_documented_ones(tmp_path, monkeypatch):
+    """--model without --layer, --tokens, --weights-seed, --seeds, --preset:
+    layer 0, 512 tokens, weights seed 0, seed 0, iris-like (the help's
+    defaults). The runs are stood in for: only the definition is checked."""
+    model = write_model(tmp_path / "tiny", TINY_LLAMA)
+    calls = []
+
+    def run(self, config, seed):
+        calls.append((self, config, seed))
+        return {"sqnr_db": 1.0}
+
+    monkeypatch.setattr(LayerWorkload, "run", run)
+    out = tmp_path / "s"
+    assert main(["sweep", "--model", str(model), "--jobs", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    expected = LayerWorkload(str(model), layer=0, tokens=512, weights_seed=0)
+    definition = json.loads((out / "manifest.json").read_text())["definition"]
+    assert definition["workload"] == expected.to_dict()
+    assert definition["seeds"] == [0]
+    assert calls == [(expected, optical.presets.get("iris-like"), 0)]
+
+
+def test_summary_table_gives_each_points_mean_spread_and_count(tmp_path, capsys):
+    """The printed table: one line per point under its swept value, the mean
+    of sqnr_db over the seeds, its sample standard deviation (blank for one
+    seed) and the number of seeds, recomputed here from the runs."""
+    base = ["sweep", "--matmul", "16x64x32", "--param", "adc.bits=4,8",
+            "--set", "core.inputs=32", "--jobs", "1"]
+    for seeds in (1, 3):
+        out = tmp_path / f"s{seeds}"
+        assert main([*base, "--seeds", str(seeds), "--out", str(out)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        header = next(i for i, line in enumerate(lines) if "sqnr_db mean" in line)
+        assert lines[header].split() == ["adc.bits", "sqnr_db", "mean", "std", "n"]
+        frame = load(out)
+        for bits, line in zip((4, 8), lines[header + 1:header + 3], strict=True):
+            values = frame[frame["adc.bits"] == bits]["sqnr_db"].tolist()
+            fields = line.split()
+            assert fields[0] == str(bits) and float(fields[1]) == round(statistics.mean(values), 3)
+            if seeds == 1:
+                assert len(fields) == 3 and "nan" not in line
+            else:
+                assert float(fields[2]) == round(statistics.stdev(values), 3)
+            assert int(fields[-1]) == seeds
+
+
+# --------------------------------------------------------------------------- #
+# Workloads
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("field", ["tokens", "k", "n", "data_seed"])
+def test_a_boolean_is_not_a_matmul_size_or_seed(field):
+    kwargs = {"tokens": 2, "k": 4, "n": 4} | {field: True}
+    kind = "non-negative" if field == "data_seed" else "positive"
+    with pytest.raises(ValueError, match=f"{field}: True must be a {kind} integer"):
+        MatmulWorkload(**kwargs)
+
+
+def test_a_boolean_is_not_a_layer_or_token_count(tmp_path):
+    model = write_model(tmp_path / "tiny", TINY_LLAMA)
+    with pytest.raises(ValueError, match="layer: False must be a non-negative integer"):
+        LayerWorkload(str(model), layer=False, tokens=4)
+    with pytest.raises(ValueError, match="tokens: True must be a positive integer"):
+        LayerWorkload(str(model), layer=0, tokens=True)
+
+
+@pytest.mark.parametrize("shape", ["16X64X32", " 16 x 64 x 32 "])
+def test_shape_strings_take_either_x_and_spaces(shape):
+    assert MatmulWorkload.from_shape(shape) == MatmulWorkload(16, 64, 32)
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"tokens": 2, "k": 4, "n": 4}, "workload kind None is not known; valid: matmul, layer"),
+    ({"kind": "matmul", "tokens": 2, "k": 4}, r"matmul workload: .*missing .*'n'"),
+    ({"kind": "matmul", "tokens": 2, "k": 4, "n": 4, "rows": 3},
+     r"matmul workload: .*unexpected keyword argument 'rows'"),
+])
+def test_a_workload_description_that_is_not_one_is_a_value_error(data, message):
+    with pytest.raises(ValueError, match=message):
+        workload_from_dict(data)
+
+
+def test_jax_runs_report_mean_photoelectrons_per_detector_readout():
+    """MatmulStats.mean_photoelectrons is per detector readout: the JAX
+    path's detected photons over its readouts (balanced detection: two
+    readouts per ADC conversion), close to the numba run's."""
+    pytest.importorskip("jax")
+    wl = MatmulWorkload(12, 64, 16, backend="jax")
+    config = BASE.replace({"adc.full_scale": "rms"})
+    assert config.detector.balanced
+    run = wl.run(config, 0)
+    assert run["detector_readouts"] != run["adc_conversions"]
+    assert run["mean_photoelectrons"] == pytest.approx(
+        run["detected_photons"] / run["detector_readouts"], rel=1e-12)
+    numba = dataclasses.replace(wl, backend="numba").run(config, 0)
+    assert run["detector_readouts"] == numba["detector_readouts"]
+    assert run["mean_photoelectrons"] == pytest.approx(numba["mean_photoelectrons"], rel=1e-3)
+    assert math.isfinite(run["mean_photoelectrons"]) and run["mean_photoelectrons"] > 0
