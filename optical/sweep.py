@@ -560,7 +560,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
     workload : MatmulWorkload, LayerWorkload, or any object with
         ``run(config, seed) -> dict of metrics`` and ``to_dict()``
     params : mapping of str to sequence or Range
-        Dotted config paths and their values: ``{"adc.bits": [4, 6, 8]}``.
+        Dotted config paths and their values: ``{"adc.bits": [4, 6, 8]}``
+        (a list, tuple or numpy array of values; a single value, a string
+        included, is a one-value list).
         The grid is their product (the first path varies slowest).
     seeds : int or sequence of int
         Seeds run at every point (an int ``n`` means 0 .. n-1): each is the

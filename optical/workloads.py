@@ -122,7 +122,8 @@ class MatmulWorkload:
 
     @classmethod
     def from_shape(cls, shape: str, **kwargs: Any) -> MatmulWorkload:
-        """From a ``"TxKxN"`` string, e.g. ``"512x4096x4096"``."""
+        """From a ``"TxKxN"`` string, e.g. ``"512x4096x4096"`` (``x`` or ``X``,
+        spaces allowed around the numbers)."""
         match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*", shape)
         if not match:
             raise ValueError(f"matmul shape {shape!r}: expected TxKxN, e.g. 16x64x32")

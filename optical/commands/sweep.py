@@ -313,7 +313,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:
-    """Mean and spread of ``metric`` over seeds at each point."""
+    """Mean, sample standard deviation (blank for one seed) and count of
+    ``metric`` over seeds at each point."""
     from optical.sweep import load
 
     frame = load(results.parent)
