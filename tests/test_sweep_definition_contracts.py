@@ -35,8 +35,7 @@ from tests.transformer_helpers import TINY_LLAMA, write_model
 
 pd = pytest.importorskip("pandas")
 
-WL = optical.MatmulWorkload(tokens=16, k=64, n=32)
-BASE = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+from tests.test_sweep import BASE, WL, Returns  # noqa: E402  (shared with those tests)
 
 
 def _serial(workload, params, out, **kwargs):
@@ -194,19 +193,6 @@ def test_seeds_in_any_order_resume_each_run_at_its_own_seed(tmp_path):
     for row in frame.to_dict("records"):
         y = optical.matmul(x, w, BASE.replace({"adc.bits": 6}), seed=row["seed"])
         assert row["sqnr_db"] == optical.metrics.sqnr_db(exact, y), row["seed"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Returns:
-    """A workload whose runs return ``metrics``."""
-
-    metrics: dict = dataclasses.field(hash=False)
-
-    def run(self, config, seed):
-        return dict(self.metrics)
-
-    def to_dict(self):
-        return {"kind": "returns"}
 
 
 @pytest.mark.parametrize("value", [True, np.bool_(False)])
