@@ -143,8 +143,8 @@ class DACConfig(Section):
         "static" needs ``optical.program(w, config, calibration=x)``.
     percentile : float, percent
         With "static" scaling: the input full scale is this percentile of the
-        calibration inputs' absolute values (channels that bypass the optics
-        excluded); larger inputs clip.
+        calibration inputs' absolute values (channels that bypass the optics,
+        static or dynamic, excluded); larger inputs clip.
     """
 
     _name: ClassVar[str] = "dac"

@@ -384,6 +384,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
     cal = _calibration_inputs(calibration, w.shape[0], config)
     bypass = rows = None
+    optical_cal = None  # the calibration inputs of the channels the optics carry
     if config.outliers.policy == "static":
         channels = outliers.select_channels(outliers.channel_magnitude(cal), config.outliers)
         if channels.size == w.shape[0]:
@@ -396,9 +397,13 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     elif config.outliers.policy == "dynamic":
         bypass = outliers.DigitalBypass.dynamic(w)
         if cal is not None:
+            # Zeroed, as a call zeroes them on the mask (the readout windows
+            # see their light); excluded from the static input range, as the
+            # static bypass's rows are.
+            selected = outliers.select_channels(outliers.channel_magnitude(cal), config.outliers)
+            optical_cal = np.delete(cal, selected, axis=1)
             cal = cal.copy()
-            cal[:, outliers.select_channels(outliers.channel_magnitude(cal),
-                                            config.outliers)] = 0
+            cal[:, selected] = 0
     tiling = Tiling(w.shape[0] if rows is None else rows.size, w.shape[1], config.core.inputs,
                     config.core.outputs)
     scale, v = _load(w, rows, tiling, config.mask.scaling)
@@ -409,7 +414,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                             for i in range(tiling.k_tiles)])
     static_range = None
     if config.dac.scaling == "static":
-        static_range = _calibration.input_range(cal, config.dac.percentile)
+        static_range = _calibration.input_range(cal if optical_cal is None else optical_cal,
+                                                config.dac.percentile)
     if config.adc.full_scale == "calibrated":
         xn = _calibration.normalise(_calibration.subsample(cal, config.calibration.max_tokens),
                                     config, static_range, tensor_absmax=float(np.max(np.abs(cal))))

@@ -195,3 +195,19 @@ def test_dynamic_bypass_zeroes_the_channels_inputs_which_offset_encoding_sends_h
     light_per_channel = pw.transmissions.sum(axis=(0, 2))  # every weight rail and column
     expected = 1e4 * sum(float((level * light_per_channel).sum()) for level in levels)
     assert st.detected_photons == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["static", "dynamic"])
+def test_static_input_range_excludes_the_bypassed_channels(policy):
+    """dac.percentile is taken over the calibration inputs of the channels
+    the optics carry: the bypassed ones are excluded, not counted as zeros
+    (with half the channels bypassed and the 50th percentile, zeros would
+    put the range near 0)."""
+    rng = np.random.default_rng(0)
+    cal = rng.standard_normal((50, 8))
+    cal[:, :4] *= 100.0
+    cfg = ideal().replace({"dac.scaling": "static", "dac.percentile": 50.0,
+                           "outliers.policy": policy, "outliers.threshold": None,
+                           "outliers.top_k": 4, "core.inputs": 8, "core.outputs": 4})
+    pw = optical.program(rng.standard_normal((8, 4)), cfg, calibration=cal)
+    assert pw.input_range == pytest.approx(np.percentile(np.abs(cal[:, 4:]), 50), rel=1e-12)
