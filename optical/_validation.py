@@ -100,6 +100,14 @@ def check_positive_int(value: object, name: str) -> int:
     return int(value)
 
 
+def check_nonnegative_int(value: object, name: str) -> int:
+    """``value`` as an ``int`` if it is a non-negative integer (Python's or
+    numpy's; not a bool), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name}: {value!r} must be a non-negative integer")
+    return int(value)
+
+
 def check_seed(seed: object) -> int:
     """A seed is a non-negative integer below 2**64."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 
 import numpy as np
 
@@ -35,6 +34,7 @@ from optical import _rng, kernels, outliers
 from optical._gemm import row_block, rows_matmul
 from optical._validation import (
     check_float_array,
+    check_nonnegative_int,
     check_operands,
     check_positive_int,
     check_seed,
@@ -147,13 +147,8 @@ def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
         ``tokens``, ``k`` or ``n`` is not a non-negative integer.
     """
     check_config(config)
-    counts = []
-    for name, value in (("tokens", tokens), ("k", k), ("n", n)):
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) \
-                or value < 0:
-            raise ValueError(f"{name}: {value!r} must be a non-negative integer")
-        counts.append(int(value))
-    tokens, k, n = counts
+    tokens, k, n = (check_nonnegative_int(value, name)
+                    for name, value in (("tokens", tokens), ("k", k), ("n", n)))
     k_tiles = -(-k // config.core.inputs)
     n_tiles = -(-n // config.core.outputs)
     n_in = encoding.n_rails(config.encoding.inputs)

@@ -29,6 +29,7 @@ import numpy as np
 
 from optical import metrics
 from optical._gemm import cols_matmul
+from optical._validation import check_nonnegative_int, check_positive_int
 from optical.config import OpticalConfig
 
 __all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
@@ -40,11 +41,7 @@ _BACKENDS = ("auto", "numpy", "numba", "jax")
 
 
 def _positive_int(name: str, value: Any, *, zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
-            value < (0 if zero else 1):
-        kind = "non-negative" if zero else "positive"
-        raise ValueError(f"{name}: {value!r} must be a {kind} integer")
-    return int(value)
+    return (check_nonnegative_int if zero else check_positive_int)(value, name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -256,18 +256,15 @@ def head_work(spec: ModelSpec, tokens: int, *, batch: int = 1) -> dict[str, Work
     position, which yields the first token; BERT: mean pooling)."""
     _check_counts(tokens, batch)
     h, rows = spec.hidden_size, batch * tokens
-    work = {"embedding": Work(dram_bytes=rows * h * WEIGHT_BYTES)}
-    if spec.architecture == "bert":
-        # Word + position + token type (two adds), then the embedding LayerNorm.
-        work["embedding"] = Work(ops=(2 + _NORM_OPS["bert"]) * h * rows,
-                                 sram_bytes=2 * h * rows * ACTIVATION_BYTES,
-                                 dram_bytes=(rows + tokens + 1) * h * WEIGHT_BYTES)
     if spec.architecture == "llama":
-        work["lm_head"] = Work(ops=batch * (_NORM_OPS["llama"] * h + 2 * spec.vocab_size * h),
-                               dram_bytes=spec.vocab_size * h * WEIGHT_BYTES)
-    else:
-        work["pooling"] = Work(ops=batch * (h * tokens + 3 * h))
-    return work
+        return {"embedding": Work(dram_bytes=rows * h * WEIGHT_BYTES),
+                "lm_head": Work(ops=batch * (_NORM_OPS["llama"] * h + 2 * spec.vocab_size * h),
+                                dram_bytes=spec.vocab_size * h * WEIGHT_BYTES)}
+    # BERT: word + position + token type (two adds), then the embedding LayerNorm.
+    return {"embedding": Work(ops=(2 + _NORM_OPS["bert"]) * h * rows,
+                              sram_bytes=2 * h * rows * ACTIVATION_BYTES,
+                              dram_bytes=(rows + tokens + 1) * h * WEIGHT_BYTES),
+            "pooling": Work(ops=batch * (h * tokens + 3 * h))}
 
 
 def weight_count(spec: ModelSpec) -> dict[str, int]:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
 from optical import metrics, presets
 from optical._gemm import cols_matmul
-from optical._validation import check_positive_int
+from optical._validation import check_nonnegative_int, check_positive_int
 from optical.config import OpticalConfig, check_config
 from optical.core import matmul, schedule
 from optical.energy import model
@@ -147,9 +146,7 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     """
     if not math.isfinite(target_snr_db):
         raise ValueError(f"target_snr_db: {target_snr_db} must be finite")
-    if (isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral)
-            or max_steps < 0):
-        raise ValueError(f"max_steps: {max_steps!r} must be a non-negative integer")
+    check_nonnegative_int(max_steps, "max_steps")
 
     def snr(p: float) -> float:
         return output_snr_db(width, p, operands=operands, tokens=tokens, outputs=outputs,
