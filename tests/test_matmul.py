@@ -610,6 +610,16 @@ def test_an_ideal_source_detects_infinitely_many_photons(rng, backend, exact):
     assert st.mean_photoelectrons == math.inf
 
 
+@pytest.mark.parametrize("bad", [-1, True, np.True_, 2.0, "3"])
+@pytest.mark.parametrize("name", ["tokens", "k", "n"])
+def test_schedule_refuses_counts_that_are_not_non_negative_integers(name, bad):
+    sizes = {"tokens": 4, "k": 8, "n": 8} | {name: bad}
+    with pytest.raises(ValueError, match=f"{name}: .* must be a non-negative integer"):
+        optical.schedule(sizes["tokens"], sizes["k"], sizes["n"], ideal())
+    assert optical.schedule(0, 8, 8, ideal()).passes == 0
+    assert optical.schedule(np.int64(4), 8, 8, ideal()) == optical.schedule(4, 8, 8, ideal())
+
+
 @pytest.mark.parametrize(("backend", "exact"), BACKENDS)
 def test_detected_photons_are_the_sum_of_the_mean_counts_rin_aside(backend, exact):
     """Without RIN the call's detected photons are p * sum over tokens of the
