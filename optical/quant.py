@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import numpy as np
 
@@ -115,7 +116,10 @@ class ProgrammedWeights:
     :func:`program` returns the arrays read-only: the fast backends derive
     their plans from them once and find them again by identity. To try
     other values (windows, say), ``dataclasses.replace`` the field with a
-    new array.
+    new array: the shapes of every array, and the windows' and input range's
+    values (finite, ``adc_lo <= adc_hi``, a positive range), are checked on
+    construction, so every backend refuses the same bad values (ValueError
+    naming the field).
     """
 
     config: OpticalConfig
@@ -128,6 +132,35 @@ class ProgrammedWeights:
     adc_hi: np.ndarray
     input_range: float | None = None
     bypass: outliers.DigitalBypass | None = None
+
+    def __post_init__(self) -> None:
+        t = self.tiling
+        n_rails = adc_rails(self.config).shape[0]
+        expected = {"scale": (t.k_tiles, t.n), "weights": (t.k, t.n),
+                    "weight_sums": (t.k_tiles, t.n), "adc_lo": (t.k_tiles, n_rails, t.n),
+                    "adc_hi": (t.k_tiles, n_rails, t.n)}
+        for name, shape in expected.items():
+            got = getattr(self, name)
+            if not isinstance(got, np.ndarray) or got.shape != shape:
+                raise ValueError(f"{name}: expected an array of shape {shape}, got "
+                                 f"{getattr(got, 'shape', type(got).__name__)}")
+        trans = self.transmissions
+        if not isinstance(trans, np.ndarray) or trans.ndim != 3 or trans.shape[1:] != (t.k, t.n):
+            raise ValueError(f"transmissions: expected an array of shape (rails, {t.k}, {t.n}), "
+                             f"got {getattr(trans, 'shape', type(trans).__name__)}")
+        lo, hi = self.adc_lo, self.adc_hi
+        for name, ends in (("adc_lo", lo), ("adc_hi", hi)):
+            if ends.dtype.kind != "f" or not np.isfinite(ends).all():
+                raise ValueError(f"{name}: expected finite float window ends")
+        if np.any(lo > hi):
+            first = np.unravel_index(np.argmax(lo > hi), lo.shape)
+            raise ValueError(f"adc_lo, adc_hi: every ADC window needs adc_lo <= adc_hi; got "
+                             f"{lo[first]} > {hi[first]} at (k_tile, rail, column) {first}")
+        r = self.input_range
+        if r is not None and (isinstance(r, bool) or not isinstance(r, numbers.Real)
+                              or not 0 < r < math.inf):
+            raise ValueError(f"input_range: {r!r} is not valid; valid: None (dynamic, "
+                             "dac.scaling) or a finite number > 0")
 
     def __repr__(self) -> str:  # not the arrays: a summary fit for an error message
         bypass = "" if self.bypass is None else ", bypass"

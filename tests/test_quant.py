@@ -627,3 +627,41 @@ def test_programmed_arrays_are_read_only_and_a_replaced_one_is_seen_by_every_bac
         optical.matmul(x, pw, cfg, seed=1, backend=backend)  # plans of pw cached first
         np.testing.assert_array_equal(optical.matmul(x, narrow, cfg, seed=1, backend=backend),
                                       optical.matmul(x, fresh, cfg, seed=1, backend=backend))
+
+
+def _lower(a):
+    return a[..., :-1]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda pw: {"adc_lo": pw.adc_hi + 1.0}, r"adc_lo, adc_hi: every ADC window needs "
+     r"adc_lo <= adc_hi; got .* at \(k_tile, rail, column\)"),
+    (lambda pw: {"adc_hi": np.full_like(pw.adc_hi, np.nan)}, r"adc_hi: expected finite"),
+    (lambda pw: {"adc_lo": np.full_like(pw.adc_lo, -np.inf)}, r"adc_lo: expected finite"),
+    (lambda pw: {"adc_hi": _lower(pw.adc_hi)}, r"adc_hi: expected an array of shape"),
+    (lambda pw: {"scale": _lower(pw.scale)}, r"scale: expected an array of shape"),
+    (lambda pw: {"transmissions": _lower(pw.transmissions)},
+     r"transmissions: expected an array of shape"),
+    (lambda pw: {"input_range": -1.0}, r"input_range: -1.0 is not valid"),
+    (lambda pw: {"input_range": 0.0}, r"input_range: 0.0 is not valid"),
+    (lambda pw: {"input_range": math.nan}, r"input_range: nan is not valid"),
+    (lambda pw: {"input_range": True}, r"input_range: True is not valid"),
+    (lambda pw: {"input_range": "1"}, r"input_range: '1' is not valid"),
+])
+def test_replaced_fields_are_checked_so_every_backend_refuses_them(rng, change, message):
+    """ProgrammedWeights invites ``dataclasses.replace`` of its windows; bad
+    values were refused by the numpy backend only (lo > hi, by adc_quantize)
+    while numba and JAX returned garbage (-7.9 dB) or NaN, and a negative or
+    zero input range passed everywhere. They are now refused on construction."""
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 64, "core.outputs": 64})
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    pw = optical.program(rng.standard_normal((128, 96)).astype(np.float32), cfg, calibration=x)
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(pw, **change(pw))
+    # What stays valid: wider windows, zero-width ones, another positive range.
+    wider = dataclasses.replace(pw, adc_lo=pw.adc_lo - 1.0, adc_hi=pw.adc_hi + 1.0)
+    dataclasses.replace(pw, adc_lo=pw.adc_hi, adc_hi=pw.adc_hi)
+    dataclasses.replace(pw, input_range=np.float64(2.5))
+    y_numpy = optical.matmul(x, wider, cfg, seed=0, backend="numpy")
+    y_numba = optical.matmul(x, wider, cfg, seed=0, backend="numba", exact=True)
+    assert metrics.sqnr_db(y_numpy, y_numba) > 60
