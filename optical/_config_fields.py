@@ -61,9 +61,10 @@ def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
     kind = spec["kind"]
     valid = describe(spec)
     if kind == "choice":
-        if value not in spec["choices"]:
+        # Strings only: an array's `in` is ambiguous (numpy's str_ is a str).
+        if not isinstance(value, str) or value not in spec["choices"]:
             raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
-        return value
+        return str(value)
     if kind == "bool":  # numpy's bools too, canonicalised
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
@@ -84,7 +85,11 @@ def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
         return value
     if not isinstance(value, numbers.Real):
         raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float's range (10**400)
+        raise ValueError(f"{path}: an integer of {len(str(abs(value)))} digits is out of "
+                         f"range; valid: {valid}") from None
     lo, hi = spec["lo"], spec["hi"]
     too_low = value <= lo if spec["lo_open"] else value < lo
     too_high = value >= hi if spec["hi_open"] else value > hi

@@ -298,6 +298,7 @@ class LayerWorkload:
                              f"0..{spec.num_layers - 1}")
         object.__setattr__(self, "layer", layer)
         object.__setattr__(self, "tokens", _positive_int("tokens", self.tokens))
+        spec.check_tokens(self.tokens)  # before a sweep's manifest claims its directory
         object.__setattr__(self, "weights_seed",
                            _positive_int("weights_seed", self.weights_seed, zero=True))
 

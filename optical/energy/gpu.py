@@ -101,7 +101,7 @@ GPUS: dict[str, GPUSpec] = {
 
 def get_gpu(name: str) -> GPUSpec:
     """A preset GPU by name (``"h100"``, ``"h200"``); ValueError lists them."""
-    key = name.lower() if isinstance(name, str) else name
+    key = name.lower() if isinstance(name, str) else None
     if key not in GPUS:
         raise ValueError(f"unknown gpu {name!r}; valid: {', '.join(GPUS)}")
     return GPUS[key]
@@ -198,6 +198,14 @@ def _forward(spec: ModelSpec, gpu: GPUSpec, tokens: int, batch: int, context: in
                      time=time, energy=gpus * gpu.power * time)
 
 
+def _check_spec_gpu(spec: object, gpu: object) -> None:
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
+                        f"a loaded model's .spec), got {type(spec).__name__}")
+    if not isinstance(gpu, GPUSpec):
+        raise TypeError(f"gpu: expected a GPUSpec (get_gpu(name)), got {type(gpu).__name__}")
+
+
 def prefill(spec: ModelSpec, tokens: int, gpu: GPUSpec, *, batch: int = 1) -> GPUReport:
     """Prefill of ``batch`` prompts of ``tokens`` tokens on GPUs (up to the
     first token: the LM head runs on each prompt's last position).
@@ -209,9 +217,9 @@ def prefill(spec: ModelSpec, tokens: int, gpu: GPUSpec, *, batch: int = 1) -> GP
     gpu : GPUSpec
         E.g. ``get_gpu("h100")``.
     """
-    if not isinstance(gpu, GPUSpec):
-        raise TypeError(f"gpu: expected a GPUSpec, got {type(gpu).__name__}")
+    _check_spec_gpu(spec, gpu)
     counts._check_counts(tokens, batch)
+    spec.check_tokens(tokens)
     return _forward(spec, gpu, tokens, batch, tokens, batch * kv_cache_bytes(spec, tokens))
 
 
@@ -221,8 +229,7 @@ def decode_step(spec: ModelSpec, context: int, batch: int, gpu: GPUSpec, *,
     ``context`` positions. Off-chip: every weight once per step, and each
     sequence's KV cache (read once per layer). ``gpus`` fixes the instance
     size (default: the fewest that hold the weights and these KV caches)."""
-    if not isinstance(gpu, GPUSpec):
-        raise TypeError(f"gpu: expected a GPUSpec, got {type(gpu).__name__}")
+    _check_spec_gpu(spec, gpu)
     counts._check_counts(context, batch, ("context", "batch"))
     if gpus is not None:
         gpus = check_positive_int(gpus, "gpus")

@@ -340,6 +340,7 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
                         f"a loaded model's .spec), got {type(spec).__name__}")
     check_config(config)
     counts._check_counts(tokens, batch)
+    spec.check_tokens(tokens)
     e = config.energy
     layers = spec.num_layers
     schedules = layer_schedule(spec, tokens, config, batch=batch)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
 from optical import metrics, presets
 from optical._gemm import cols_matmul
-from optical._validation import check_nonnegative_int, check_positive_int
+from optical._validation import check_nonnegative_int, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import matmul, schedule
 from optical.energy import model
@@ -81,7 +82,7 @@ def output_snr_db(width: int, photons_per_mac: float, *, operands: str = "cohere
         Default: the ideal preset (shot noise only).
     seed : int
     """
-    x, w = _operands(width, tokens, outputs, operands, seed)
+    x, w = _operands(width, tokens, outputs, operands, check_seed(seed))
     cfg = _width_config(config, width, outputs).replace(
         {"source.photons_per_mac": float(photons_per_mac)})
     return metrics.sqnr_db(cols_matmul(x, w), matmul(x, w, cfg, seed=seed))
@@ -144,9 +145,11 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
         If the SNR does not rise with photons (a floor set by other noise or
         the converters) or the target is not reached within ``max_steps``.
     """
-    if not math.isfinite(target_snr_db):
-        raise ValueError(f"target_snr_db: {target_snr_db} must be finite")
+    if isinstance(target_snr_db, bool) or not isinstance(target_snr_db, numbers.Real) \
+            or not math.isfinite(target_snr_db):
+        raise ValueError(f"target_snr_db: {target_snr_db!r} must be a finite number")
     check_nonnegative_int(max_steps, "max_steps")
+    seed = check_seed(seed)
 
     def snr(p: float) -> float:
         return output_snr_db(width, p, operands=operands, tokens=tokens, outputs=outputs,

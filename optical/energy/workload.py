@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 from optical._validation import check_positive_int
@@ -51,7 +52,7 @@ class Workload:
         for name in ("prompt_tokens", "output_tokens"):
             object.__setattr__(self, name, check_positive_int(getattr(self, name), name))
         rate = self.requests_per_s
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 < rate < math.inf:
             raise ValueError(f"requests_per_s: {rate!r} must be a positive finite number")
 
 
@@ -112,6 +113,8 @@ def disaggregated(spec: ModelSpec, work: Workload, config: OpticalConfig,
     """
     if not isinstance(work, Workload):
         raise TypeError(f"work: expected a Workload, got {type(work).__name__}")
+    gpu_model._check_spec_gpu(spec, gpu)
+    spec.check_tokens(work.prompt_tokens, "prompt_tokens")
     if spec.architecture != "llama":
         raise ValueError(f"spec: a {spec.architecture} model is an encoder and generates no "
                          "tokens; the disaggregated estimate (optical prefill + GPU decode) "

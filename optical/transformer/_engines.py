@@ -202,6 +202,21 @@ class ReferenceEngine:
         return self.round(stack_matmul(p, v))
 
 
+def _options(options: Any, name: str, reserved: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of an optional mapping argument; TypeError names the argument
+    when it is not a mapping of str keys or sets a key the engine sets."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise TypeError(f"{name}: expected a mapping of str keys (a dict), got "
+                        f"{type(options).__name__}")
+    taken = [k for k in reserved if k in options]
+    if taken:
+        raise ValueError(f"{name}: {', '.join(map(repr, taken))} is set by the layer itself "
+                         "(each product's seed derives from the call's); remove it")
+    return dict(options)
+
+
 class OpticalEngine(ReferenceEngine):
     """Products on the optical core, digital ops in float32.
 
@@ -235,9 +250,10 @@ class OpticalEngine(ReferenceEngine):
         self.config = config
         self.seed = seed
         self.layer = layer
-        self.program_options = dict(program_options or {})
-        self.matmul_options = dict(matmul_options or {})
-        self.calibration = dict(calibration or {})
+        self.program_options = _options(program_options, "program_options", ())
+        self.matmul_options = _options(matmul_options, "matmul_options",
+                                       ("seed", "return_stats"))
+        self.calibration = _options(calibration, "calibration", ())
         self.progress = progress
 
     def _done(self, name: str) -> None:
@@ -260,11 +276,14 @@ class OpticalEngine(ReferenceEngine):
     def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
         options = dict(self.program_options)
         source = None  # what calibrates this product, named in its errors
-        if "calibration" not in options and calibration_needs(self.config):
-            name = str(labels[0])
-            source = (f"calibration[{name!r}]" if name in self.calibration else
-                      f"{name}'s own input (the oracle: no calibration= entry for it)")
-            options["calibration"] = self.calibration.get(name, x)
+        name = str(labels[0])
+        if "calibration" not in options and name in self.calibration:
+            # Given, it is checked even where the config does not read it.
+            source = f"calibration[{name!r}]"
+            options["calibration"] = self.calibration[name]
+        elif "calibration" not in options and calibration_needs(self.config):
+            source = f"{name}'s own input (the oracle: no calibration= entry for it)"
+            options["calibration"] = x
         with recycling():
             # No copy of a transposed weight: program() reads it in place.
             start = time.perf_counter()

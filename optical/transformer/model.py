@@ -294,9 +294,12 @@ class BertModel(_Model):
         return self._tokenizer
 
     def token_ids(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, mask), each (batch, longest), padded with ``pad_token_id``."""
+        """(ids, mask), each (batch, longest), padded with ``pad_token_id`` (0
+        where config.json has none; the mask hides the padding)."""
         expected = "sentences: expected a sequence (list, tuple, array) of str"
-        if isinstance(sentences, str | bytes) or not hasattr(sentences, "__len__"):
+        if isinstance(sentences, str | bytes | set | frozenset) \
+                or not hasattr(sentences, "__len__"):
+            # A set's order (hence the rows') changes from one process to the next.
             raise TypeError(f"{expected}, got {type(sentences).__name__}")
         sentences = list(sentences)
         if not all(isinstance(s, str) for s in sentences):
@@ -304,9 +307,15 @@ class BertModel(_Model):
             raise TypeError(f"{expected}, got an item of type {kind}")
         if len(sentences) == 0:
             raise ValueError("sentences: empty")
+        for i, sentence in enumerate(sentences):
+            try:
+                sentence.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(f"sentences: item {i} is not valid Unicode text ({err.reason} "
+                                 f"at character {err.start})") from None
         encoded = [e.ids for e in self.tokenizer().encode_batch(sentences)]
         longest = max(len(e) for e in encoded)
-        ids = np.full((len(encoded), longest), self.spec.raw.get("pad_token_id", 0), np.int64)
+        ids = np.full((len(encoded), longest), self.spec.raw.get("pad_token_id") or 0, np.int64)
         mask = np.zeros((len(encoded), longest), dtype=bool)
         for i, e in enumerate(encoded):
             ids[i, :len(e)] = e

@@ -61,7 +61,7 @@ class ModelSpec:
     def from_config(cls, config: Mapping[str, Any], *, source: str = "config.json") -> ModelSpec:
         """Build from a parsed ``config.json``; ValueError names a missing or bad key."""
         model_type = config.get("model_type")
-        if model_type not in _ARCHITECTURES:
+        if not isinstance(model_type, str) or model_type not in _ARCHITECTURES:
             raise ValueError(f"{source}: unknown architecture model_type={model_type!r}; "
                              f"supported: {', '.join(_ARCHITECTURES)}")
 
@@ -101,6 +101,13 @@ class ModelSpec:
                                  f"num_attention_heads {heads}; BERT has no grouped-query "
                                  "attention")
             head_dim = hidden // heads
+            if "type_vocab_size" in config:
+                need("type_vocab_size")
+            pad = config.get("pad_token_id")
+            if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int)
+                                    or not 0 <= pad < need("vocab_size")):
+                raise ValueError(f"{source}: key 'pad_token_id' must be null or a token id "
+                                 f"in [0, vocab_size {config['vocab_size']}), got {pad!r}")
         else:
             head_dim = (need("head_dim") if config.get("head_dim") is not None
                         else hidden // heads)  # Hugging Face's LlamaAttention likewise

