@@ -149,8 +149,14 @@ def _host_arrays(pw: ProgrammedWeights, st: Static) -> dict[str, np.ndarray]:
     if st.low_rank:
         lefts, rights = [], []
         for kt in range(st.k_tiles):
-            ks = slice(kt * st.tile_k, (kt + 1) * st.tile_k)
-            left, right = _fastpath.light_factors(tp[0, ks] + tp[1, ks])
+            # The K-tile's own rows (the last may be partial): the column mean
+            # over the zero-padded rows would dilute the light's variance, and
+            # the padded rows, dark on the mask, get no light factor.
+            rows = min(st.tile_k, st.k - kt * st.tile_k)
+            ks = slice(kt * st.tile_k, kt * st.tile_k + rows)
+            real, right = _fastpath.light_factors(tp[0, ks] + tp[1, ks])
+            left = np.zeros((st.tile_k, real.shape[1]))
+            left[:rows] = real
             lefts.append(left)
             rights.append(right)
         out["left"] = np.stack(lefts).astype(dt)
