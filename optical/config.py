@@ -19,6 +19,8 @@ docstring entry gives its unit after the type.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -612,6 +614,15 @@ class OpticalConfig:
                              f"{section!r}: {valid}")
         return fields[leaf].metadata
 
+    @staticmethod
+    def field_unit(path: str) -> str:
+        """The unit of the field at ``path`` as its section's docstring gives
+        it (``"m"``, ``"J per load"``, ``"dimensionless"``), or ``""`` for a
+        count, choice or flag that has none; ValueError if unknown."""
+        OpticalConfig.field_spec(path)
+        section, _, leaf = path.partition(".")
+        return _units(_SECTIONS[section]).get(leaf, "")
+
     def get(self, path: str) -> Any:
         """The value at a dotted path."""
         self.field_spec(path)
@@ -711,3 +722,18 @@ def check_config(config: object, name: str = "config") -> OpticalConfig:
                 if isinstance(config, str) else "")
         raise TypeError(f"{name}: expected an OpticalConfig, got {type(config).__name__}{hint}")
     return config
+
+
+@functools.cache
+def _units(section: type) -> dict[str, str]:
+    """Field name -> unit, from the numpydoc lines ``name[, name] : type, unit``
+    of a section's docstring (a type without a comma has no unit)."""
+    units = {}
+    for line in inspect.getdoc(section).splitlines():
+        names, sep, kind = line.partition(" : ")
+        if not sep or line.startswith(" ") or "," not in kind or kind.startswith("{"):
+            continue
+        for name in names.split(","):
+            units[name.strip()] = kind.split(",", 1)[1].strip()
+    return units
+

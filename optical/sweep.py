@@ -294,8 +294,8 @@ def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | R
     spec = OpticalConfig.field_spec(path)  # ValueError: unknown config path
     if isinstance(values, Range):
         if not random:
-            raise ValueError(f"{path}: a Range needs random sampling (samples=N); give a "
-                             "list of values for a grid")
+            raise ValueError(f"{path}: a Range needs random sampling (samples=N; CLI: "
+                             "--samples N); give a list of values for a grid")
         if spec["kind"] not in ("int", "real"):
             raise ValueError(f"{path}: a Range needs a numeric field, not a {spec['kind']}")
         lo, hi = _canonical(path, values.lo), _canonical(path, values.hi)

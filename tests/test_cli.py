@@ -16,6 +16,9 @@ def test_config_command_applies_overrides_and_writes_json(tmp_path, capsys):
     assert "adc.bits" in capsys.readouterr().out
 
 
+COMMANDS_VALIDATE = ["validate", "--model", "models/llama-3.2-1b", "--tokens", "4", "--quiet"]
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["config", "--set", "adc.bitz=6"], "unknown config path 'adc.bitz'"),
     (["config", "--set", "adc.bits=six"], "adc.bits: cannot parse 'six'"),
@@ -29,6 +32,13 @@ def test_config_command_applies_overrides_and_writes_json(tmp_path, capsys):
      "source.photons_per_mac: '1e-400' underflows to 0"),
     (["energy", "--model", "models/all-minilm-l6-v2", "--prompt-tokens", "513"],
      "--prompt-tokens: 513 exceed max_position_embeddings 512"),
+    # Named as the option, not as load()'s `seed` (walkthrough audit).
+    ([*COMMANDS_VALIDATE, "--weights-seed", "-2"],
+     "--weights-seed: -2 is out of range; valid: integer in [0, 2**64)"),
+    ([*COMMANDS_VALIDATE, "--seed", str(2**64)], f"--seed: {2**64} is out of range"),
+    (["sweep", "--matmul", "4x8x4", "--param", "source.photons_per_mac=10:1e5:log", "--out",
+      "never-written"],
+     "a Range needs random sampling (samples=N; CLI: --samples N)"),
 ])
 def test_bad_options_fail_with_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

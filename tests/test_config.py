@@ -266,3 +266,34 @@ def test_replace_applies_dotted_paths_on_top_of_a_given_section():
                                      "adc.headroom", "adc.window", "dac.bits"]
     with pytest.raises(ValueError, match="unknown config section 'adcc'; valid: source, dac"):
         cfg.replace(adcc=ADCConfig())
+
+
+def test_every_real_field_has_the_unit_its_docstring_gives():
+    """field_unit reads the section docstrings' ``name : type, unit`` lines;
+    every real-valued field has one, as a length in pixels does; other counts,
+    choices and flags have none."""
+    cfg = optical.presets.get("iris-like")
+    for path in cfg.paths():
+        kind = OpticalConfig.field_spec(path)["kind"]
+        unit = OpticalConfig.field_unit(path)
+        assert bool(unit) == (kind == "real" or path == "optics.kernel_radius"), (path, unit)
+    expected = {"source.wavelength": "m", "source.rin_db_per_hz": "dB/Hz",
+                "optics.fan_in_aperture": "m", "optics.spherical_waves": "waves RMS",
+                "energy.walden_fom": "J per conversion-step", "outliers.threshold":
+                "dimensionless", "energy.adc_energy": "J per conversion", "adc.bits": "",
+                "dac.scaling": ""}
+    assert {p: OpticalConfig.field_unit(p) for p in expected} == expected
+    with pytest.raises(ValueError, match="unknown config path 'adc.bitz'"):
+        OpticalConfig.field_unit("adc.bitz")
+
+
+def test_the_config_command_prints_each_value_with_its_unit(capsys):
+    from optical.cli import main
+
+    assert main(["config", "--preset", "iris-like"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["path", "value", "unit"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows["source.wavelength"] == ["8.5e-07", "m"]
+    assert rows["energy.mask_load_energy"][1:] == ["J", "per", "load"]
+    assert rows["adc.bits"] == ["8"]

@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     for name in ("tokens", "batch"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
+    for option, value in (("--seed", args.seed), ("--weights-seed", args.weights_seed)):
+        if value is not None and not 0 <= value < 2**64:
+            raise ValueError(f"{option}: {value} is out of range; valid: integer in [0, 2**64)")
     model = load(args.model, seed=args.seed if args.weights_seed is None else args.weights_seed)
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,
