@@ -736,4 +736,3 @@ def _units(section: type) -> dict[str, str]:
         for name in names.split(","):
             units[name.strip()] = kind.split(",", 1)[1].strip()
     return units
-

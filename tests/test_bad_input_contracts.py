@@ -217,6 +217,7 @@ def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama)
 def test_validate_names_the_product_where_the_fp16_reference_overflows(tmp_path):
     """Inside the layer: a down_proj 3e4 times too large takes its output
     (~1e5) beyond fp16, from an input well within it."""
+    pytest.importorskip("safetensors")
     tensors = random_llama_tensors(TINY_LLAMA)
     tensors["model.layers.0.mlp.down_proj.weight"] *= 3e4
     model = transformer.load(write_model(tmp_path / "loud", TINY_LLAMA, tensors))

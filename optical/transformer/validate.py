@@ -264,6 +264,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     Returns
     -------
     ValidationReport
+
+    Raises
+    ------
+    ValueError
+        Besides bad arguments: a ``hidden`` beyond the reference dtype's range
+        (fp16: 65504), before anything runs, or a reference that overflows
+        inside the layer (named by its first non-finite product), before the
+        optical run: there is nothing finite to score against.
     """
     from optical.transformer.model import load
 
