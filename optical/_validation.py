@@ -108,13 +108,13 @@ def check_nonnegative_int(value: object, name: str) -> int:
     return int(value)
 
 
-def check_seed(seed: object) -> int:
-    """A seed is a non-negative integer below 2**64."""
+def check_seed(seed: object, name: str = "seed") -> int:
+    """A seed is a non-negative integer below 2**64 (errors name it ``name``)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed: expected a non-negative integer, got {type(seed).__name__}")
+        raise TypeError(f"{name}: expected a non-negative integer, got {type(seed).__name__}")
     seed = int(seed)
     if not 0 <= seed < 2**64:
-        raise ValueError(f"seed: {seed} is out of range; valid: integer in [0, 2**64)")
+        raise ValueError(f"{name}: {seed} is out of range; valid: integer in [0, 2**64)")
     return seed
 
 

@@ -11,7 +11,7 @@ import pytest
 import optical
 from optical import transformer
 from optical.transformer.model import LlamaModel
-from optical.transformer.numerics import round_to, softmax
+from optical.transformer.numerics import largest, round_to, softmax
 from optical.transformer.rope import inverse_frequencies, rope_settings
 from optical.transformer.spec import ModelSpec
 from tests.transformer_helpers import (
@@ -310,3 +310,19 @@ def test_reference_products_are_rounded_as_torch_half_rounds_them():
     assert engine.values(a, b.reshape(1, 1, 2, 1)).reshape(()) == 1 + ulp
     exact = ReferenceEngine("float32")  # float32 holds 1 + 0.75 ulp
     assert exact.scores(a, b.reshape(1, 1, 1, 2)).reshape(()) == np.float32(1 + 0.75 * ulp)
+
+
+def test_largest_is_each_reference_dtypes_largest_finite_value():
+    """Against numpy's and ml_dtypes' finfo; rounding it keeps it, and a
+    value past the last rounding boundary becomes inf."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert largest("float16") == 65504.0
+    assert largest("float32") == float(np.finfo(np.float32).max)
+    assert largest("bfloat16") == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    for dtype in ("float16", "bfloat16"):
+        top = np.array([largest(dtype)], dtype=np.float32)
+        assert round_to(top, dtype)[0] == top[0]
+        with np.errstate(over="ignore"):
+            assert np.isinf(round_to(top * np.float32(1.01), dtype)[0])
+    with pytest.raises(ValueError, match="not a reference dtype"):
+        largest("float64")

@@ -56,15 +56,16 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from optical._validation import check_seed
     from optical.transformer import load, validate
 
     config = config_from_args(args)
     for name in ("tokens", "batch"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
-    for option, value in (("--seed", args.seed), ("--weights-seed", args.weights_seed)):
-        if value is not None and not 0 <= value < 2**64:
-            raise ValueError(f"{option}: {value} is out of range; valid: integer in [0, 2**64)")
+    check_seed(args.seed, "--seed")
+    if args.weights_seed is not None:
+        check_seed(args.weights_seed, "--weights-seed")
     model = load(args.model, seed=args.seed if args.weights_seed is None else args.weights_seed)
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,

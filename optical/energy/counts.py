@@ -190,6 +190,12 @@ def mask_bytes(s: Schedule, config: OpticalConfig) -> int:
     return -(-pixels * bits // 8)
 
 
+def _check_spec(spec: object) -> None:
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
+                        f"a loaded model's .spec), got {type(spec).__name__}")
+
+
 def _check_counts(tokens: int, batch: int, names: tuple[str, str] = ("tokens", "batch")) -> None:
     for name, value in zip(names, (tokens, batch), strict=True):
         check_positive_int(value, name)

@@ -199,9 +199,7 @@ def _forward(spec: ModelSpec, gpu: GPUSpec, tokens: int, batch: int, context: in
 
 
 def _check_spec_gpu(spec: object, gpu: object) -> None:
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
-                        f"a loaded model's .spec), got {type(spec).__name__}")
+    counts._check_spec(spec)
     if not isinstance(gpu, GPUSpec):
         raise TypeError(f"gpu: expected a GPUSpec (get_gpu(name)), got {type(gpu).__name__}")
 

@@ -335,9 +335,7 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
         For non-positive counts, an infinite ``photons_per_mac``, ideal
         converters without an explicit energy, or an unquantised mask.
     """
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
-                        f"a loaded model's .spec), got {type(spec).__name__}")
+    counts._check_spec(spec)
     check_config(config)
     counts._check_counts(tokens, batch)
     spec.check_tokens(tokens)

@@ -149,7 +149,6 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
             or not math.isfinite(target_snr_db):
         raise ValueError(f"target_snr_db: {target_snr_db!r} must be a finite number")
     check_nonnegative_int(max_steps, "max_steps")
-    seed = check_seed(seed)
 
     def snr(p: float) -> float:
         return output_snr_db(width, p, operands=operands, tokens=tokens, outputs=outputs,

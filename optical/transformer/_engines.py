@@ -253,7 +253,7 @@ class OpticalEngine(ReferenceEngine):
         self.program_options = _options(program_options, "program_options", ())
         self.matmul_options = _options(matmul_options, "matmul_options",
                                        ("seed", "return_stats"))
-        self.calibration = _options(calibration, "calibration", ())
+        self.calibration = dict(calibration or {})  # checked by engine_for
         self.progress = progress
 
     def _done(self, name: str) -> None:

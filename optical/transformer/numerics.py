@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DTYPES", "check_dtype", "round_to", "softmax"]
+__all__ = ["DTYPES", "check_dtype", "largest", "round_to", "softmax"]
 
 #: Reference dtypes, by the names torch and Hugging Face use.
 DTYPES = ("float32", "float16", "bfloat16")
@@ -22,6 +22,13 @@ def check_dtype(dtype: str) -> str:
         raise ValueError(f"dtype: {dtype!r} is not a reference dtype; valid: "
                          f"{', '.join(repr(d) for d in DTYPES)}")
     return dtype
+
+
+def largest(dtype: str) -> float:
+    """The largest finite value of a reference dtype (fp16: 65504)."""
+    if check_dtype(dtype) == "bfloat16":
+        return 3.3895313892515355e38  # (2 - 2**-7) * 2**127: float32's exponents, 8 bits
+    return float(np.finfo(dtype).max)
 
 
 def _round_bfloat16(x: np.ndarray) -> np.ndarray:

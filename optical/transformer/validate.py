@@ -29,7 +29,7 @@ from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
 from optical.transformer._engines import derive_seed, sum_stats, weight_matmuls
-from optical.transformer.numerics import check_dtype
+from optical.transformer.numerics import check_dtype, largest
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
 
@@ -372,7 +372,7 @@ def _check_hidden_fits(hidden: Any, dtype: str) -> None:
     above 65504): the reference would be inf and NaN, nothing to score."""
     if not (isinstance(hidden, np.ndarray) and hidden.dtype.kind == "f" and hidden.size):
         return  # the layer's own checks name what is wrong with it
-    peak, limit = float(np.max(np.abs(hidden))), _dtype_max(dtype)
+    peak, limit = float(np.max(np.abs(hidden))), largest(dtype)
     if peak > limit:
         raise ValueError(f"hidden: |values| reach {peak:.4g}, beyond {dtype}'s largest "
                          f"{limit:.4g}: the {dtype} reference would be inf and NaN; "
@@ -387,7 +387,7 @@ def _check_reference_finite(reference: Any, dtype: str) -> None:
     where = next((name for name, value in reference.products.items()
                   if not np.isfinite(value).all()), "the layer output")
     raise ValueError(f"the {dtype} reference holds inf or NaN from {where} on (a value "
-                     f"beyond {dtype}'s largest, {_dtype_max(dtype):.4g}): nothing finite to "
+                     f"beyond {dtype}'s largest, {largest(dtype):.4g}): nothing finite to "
                      f"score against; {_wider(dtype)}")
 
 
@@ -396,13 +396,6 @@ def _wider(dtype: str) -> str:
     if dtype == "float16":
         return "validate with dtype='bfloat16' or 'float32'"
     return "scale the input down"
-
-
-def _dtype_max(dtype: str) -> float:
-    """The largest finite value of a reference dtype name."""
-    if dtype == "bfloat16":
-        return 3.3895313892515355e38  # (2 - 2**-7) * 2**127
-    return float(np.finfo(dtype).max)
 
 
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
