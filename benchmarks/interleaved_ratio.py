@@ -61,8 +61,7 @@ def summary(times: dict[str, list[float]], baselines: list[str]) -> dict[str, di
 
 
 def main(tokens: int = 512, k: int = 4096, n: int = 4096, rounds: int = 7) -> None:
-    import jax
-    import jax.numpy as jnp
+    from baselines import jax_matmul
 
     import optical
 
@@ -71,11 +70,9 @@ def main(tokens: int = 512, k: int = 4096, n: int = 4096, rounds: int = 7) -> No
     w = rng.standard_normal((k, n), dtype=np.float32)
     cfg = optical.presets.get("iris-like")
     pw = optical.program(w, cfg, calibration=x[:256])
-    mm = jax.jit(lambda a, b: jax.numpy.matmul(a, b, precision="highest"))
-    xj, wj = jnp.asarray(x), jnp.asarray(w)
     methods = {
         "numpy x @ w": lambda: x @ w,
-        "jax jit x @ w": lambda: mm(xj, wj).block_until_ready(),
+        "jax jit x @ w": jax_matmul(x, w),
         "optical numba, iris-like": lambda: optical.matmul(x, pw, cfg, seed=0, backend="numba"),
     }
     time_round(methods, 0, {}, {})  # compile and warm up

@@ -9,6 +9,7 @@ here, one warm-up round and two timed rounds keep this file to ~15 s.
 """
 
 import pytest
+from baselines import jax_matmul
 
 import optical
 
@@ -23,11 +24,9 @@ def test_baseline_numpy(benchmark, operands, record):
 
 
 def test_baseline_jax(benchmark, operands, record):
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     x, w = operands
-    mm = jax.jit(lambda a, b: jax.numpy.matmul(a, b, precision="highest"))
-    xj, wj = jax.numpy.asarray(x), jax.numpy.asarray(w)
-    benchmark.pedantic(lambda: mm(xj, wj).block_until_ready(), rounds=5, warmup_rounds=1)
+    benchmark.pedantic(jax_matmul(x, w), rounds=5, warmup_rounds=1)
     record(CASE, "baseline jax jit x @ w", benchmark)
 
 
