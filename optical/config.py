@@ -266,11 +266,14 @@ class DetectorConfig(Section):
         emitted photons for energy accounting (it does not enter the noise,
         which ``photons_per_mac`` already counts in detected photons).
     dark_electrons : float, electrons
-        Mean dark counts per readout (Poisson, or Gaussian following
+        Mean dark counts per photodiode readout (``MatmulStats.detector_readouts``:
+        both photodiodes of a balanced pair count; Poisson, or Gaussian following
         ``detector.shot_noise``); the mean is subtracted digitally, its shot
         noise remains.
     read_noise_electrons : float, electrons
-        RMS input-referred read/TIA noise per readout (Gaussian). This and
+        RMS input-referred read/TIA noise per ADC conversion (Gaussian): a
+        balanced pair, subtracted in analogue, has one TIA and draws it once
+        (``MatmulStats.adc_conversions``, not ``detector_readouts``). This and
         ``dark_electrons`` are at most 1e30. Noise that large keeps its law on
         every backend, in float32 too (a variance past its range included), as
         long as the output fits its dtype.
@@ -392,6 +395,13 @@ class MappingConfig(Section):
         Where the attention products ``Q K^T`` and ``P V`` run. Their operands
         are activations, so running them optically loads a new mask for every
         request and head group (counted in the schedule's weight loads).
+        The causal mask's zeros in ``P`` go through the DAC like any input.
+        With offset inputs (``encoding.inputs = "offset"``) an even number of
+        DAC levels cannot show 0: each zero reads as half a step of its row's
+        range above it, always with the same sign, and their sum biases the
+        earliest tokens' outputs. On a causal 64-token ``P V`` with an 8-bit
+        DAC as the only error: 22 dB with offset inputs, 50 dB with split
+        ones, whose zeros are dark.
     """
 
     _name: ClassVar[str] = "mapping"
@@ -690,6 +700,9 @@ class OpticalConfig:
             if not isinstance(fields, Mapping):
                 raise ValueError(f"{section}: expected a mapping of fields, got "
                                  f"{type(fields).__name__}")
+            if section not in _SECTIONS:  # even with no fields: a misspelt section
+                raise ValueError(f"unknown config section {section!r}; valid sections: "
+                                 f"{', '.join(_SECTIONS)}")
             for leaf, value in fields.items():
                 path = f"{section}.{leaf}"
                 spec = cls.field_spec(path)

@@ -94,6 +94,14 @@ def test_from_dict_names_unknown_fields():
         OpticalConfig.from_dict({"adc": {"resolution": 8}})
 
 
+def test_from_dict_names_an_unknown_section_even_when_it_is_empty():
+    # An empty misspelt section was dropped, so a typo went unseen.
+    with pytest.raises(ValueError, match="unknown config section .adcc.; valid sections: source, dac"):
+        OpticalConfig.from_dict({"adcc": {}})
+    with pytest.raises(ValueError, match="unknown config section 'adcc'"):
+        OpticalConfig.from_json('{"adcc": {}, "adc": {"bits": 6}}')
+
+
 def test_every_path_is_gettable_and_replaceable():
     cfg = optical.presets.get("iris-like")
     for path, value in cfg.items():
