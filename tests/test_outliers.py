@@ -211,3 +211,22 @@ def test_static_input_range_excludes_the_bypassed_channels(policy):
                            "outliers.top_k": 4, "core.inputs": 8, "core.outputs": 4})
     pw = optical.program(rng.standard_normal((8, 4)), cfg, calibration=cal)
     assert pw.input_range == pytest.approx(np.percentile(np.abs(cal[:, 4:]), 50), rel=1e-12)
+
+
+def test_dynamic_bypass_with_offset_inputs_reads_each_zeroed_channel_half_a_dac_step_high():
+    """An 8-bit DAC has no level at 0.5: the zeroed channel d is sent as
+    128 / 255 and adds w[d] / 255 of the token's range to every output (the
+    outliers module's docstring); by hand, every other channel quantised too."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 16))
+    x[:, 3] *= 100.0
+    w = rng.standard_normal((16, 5))
+    cfg = ideal(**{"dac.bits": 8, "outliers.policy": "dynamic", "outliers.top_k": 1,
+                   "outliers.threshold": None, "core.inputs": 16, "core.outputs": 5})
+    y = optical.matmul(x, optical.program(w, cfg), cfg, seed=0)
+    rest = x.copy()
+    rest[:, 3] = 0.0
+    r = np.abs(rest).max(axis=1, keepdims=True)  # per-token range of the optical channels
+    sent = (2 * np.rint((rest / r + 1) / 2 * 255) / 255 - 1) * r  # what the DAC shows
+    np.testing.assert_allclose(sent[:, 3], r[:, 0] / 255, rtol=1e-12)
+    np.testing.assert_allclose(y, x[:, [3]] @ w[[3]] + sent @ w, rtol=0, atol=1e-12)

@@ -284,3 +284,24 @@ def test_stats_of_per_head_products_pool_photons_and_clipping_by_their_counts():
     assert pooled.clipped_fraction == pytest.approx((0.1 * 100 + 0.5 * 300) / 400, rel=1e-12)
     # 60 digital MACs of the second part's 60 / 0.25 = 240 logical ones, plus the first's 120
     assert pooled.digital_mac_fraction == pytest.approx(60 / (120 + 240), rel=1e-12)
+
+
+@pytest.mark.parametrize("inputs", ["offset", "split"])
+def test_optical_attention_sends_the_causal_masks_zeros_through_the_dac(tiny, inputs):
+    """The first token's probabilities are (1, 0, ..., 0): the masked zeros go
+    to the core too. With offset inputs an 8-bit DAC cannot show 0, level
+    0.5 = 127.5 / 255 becomes 128 / 255, so each zero reads as +1/255 of the
+    row's range (1 here) and the first token gets v_0 + sum_{j>0} v_j / 255
+    (MappingConfig.attention); split inputs leave zeros dark and exact."""
+    cfg = IDEAL.replace({**SMALL_CORE, "mapping.attention": "optical", "dac.bits": 8,
+                         "encoding.inputs": inputs})
+    run = tiny.layer(0).trace(tiny.hidden_states(0, 12), config=cfg, seed=0)
+    p, v, out = run.operands["attention.values"]  # (prompt, KV head, query rows, keys)
+    first = np.argwhere((p[..., 0] == 1) & (p[..., 1:] == 0).all(axis=-1))
+    assert len(first) >= 4  # token 0 of each of the 2 x 2 query heads
+    for prompt, head, row in first:
+        values = v[prompt, head].astype(np.float64)
+        bias = values[1:].sum(axis=0) / 255 if inputs == "offset" else 0.0
+        np.testing.assert_allclose(out[prompt, head, row], values[0] + bias, rtol=0, atol=1e-5)
+        if inputs == "offset":
+            assert np.abs(bias).max() > 1e-2  # the bias is seen, far above the tolerance
