@@ -54,11 +54,29 @@ def decode_value(path: str, value: Any) -> Any:
     return value
 
 
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write its new content to, which
+    replaces ``path`` when the block ends: a reader (or a kill) never sees
+    half a file. A failed write (a full disk) leaves ``path`` as it was,
+    removes the temporary file and raises an OSError naming ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None:  # a write names no file
+            raise OSError(err.errno, f"{err.strerror or err} while writing it",
+                          str(path)) from err
+        raise
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so a reader (or a kill) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_text(text)
 
 
 #: What a sweep directory may hold besides its manifest: a directory with

@@ -75,6 +75,7 @@ from optical._sweep_store import (
     read_frame,
     read_manifest,
     read_record,
+    replacing,
     write_run,
 )
 from optical._validation import check_positive_int, check_seed
@@ -521,12 +522,11 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                 runner.close()
         frame = read_frame(out, pd)
         results = out / f"results.{results_format}"
-        tmp = results.with_name(f".{results.name}.{os.getpid()}.tmp")
-        if results_format == "parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-        os.replace(tmp, results)
+        with replacing(results) as tmp:
+            if results_format == "parquet":
+                frame.to_parquet(tmp, index=False)
+            else:
+                frame.to_csv(tmp, index=False)
     return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),
                         executor=description, results_path=results)
 

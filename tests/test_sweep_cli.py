@@ -687,3 +687,63 @@ def test_a_scheduler_port_that_never_answers_is_one_line_not_a_hang(tmp_path, ca
     assert err.startswith(f"optical sweep: error: --scheduler {address}: no Dask scheduler "
                           "answered within 1 s")
     assert "Traceback" not in err
+
+
+def _table(out):
+    return load(out).drop(columns=["elapsed_s"]).sort_values(["adc.bits", "source.photons_per_mac",
+                                                              "seed"]).reset_index(drop=True)
+
+
+def test_a_full_disk_names_the_file_keeps_finished_runs_and_resumes(tmp_path, capsys,
+                                                                    monkeypatch):
+    """A write that fails (ENOSPC) stops the sweep with exit 1, naming the run
+    file, leaving no temporary file, and saying how to resume; the resumed
+    sweep equals one that never stopped."""
+    import errno
+    from pathlib import Path
+
+    real_write = Path.write_text
+    written = []
+
+    def filling(self, text, *args, **kwargs):
+        if self.parent.name == "runs":
+            if len(written) == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            written.append(self)
+        return real_write(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", filling)
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{out / 'runs'}/" in err and ".json: No space left on device while writing it; " \
+        f"finished runs are kept in {out}; run `optical sweep --out {out}` to resume" in err
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(
+        p.name.split(".")[1] + ".json" for p in written)  # 3 runs, no temporary file
+    monkeypatch.setattr(Path, "write_text", real_write)
+    assert main(["sweep", "--out", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["already_done"] == 3
+    assert main([*SWEEP, "--out", str(tmp_path / "whole")]) == 0
+    pd.testing.assert_frame_equal(_table(out), _table(tmp_path / "whole"))
+
+
+def test_the_resume_hint_is_quoted_for_the_shell(tmp_path, capsys, monkeypatch):
+    import shlex
+
+    from optical import workloads
+
+    real = workloads.MatmulWorkload.run
+    calls = []
+
+    def interrupted(self, config, seed):
+        calls.append(seed)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, config, seed)
+
+    monkeypatch.setattr(workloads.MatmulWorkload, "run", interrupted)
+    out = tmp_path / "a dir with space" / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    command = err.split("`")[1]
+    assert shlex.split(command) == ["optical", "sweep", "--out", str(out)]

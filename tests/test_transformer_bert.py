@@ -331,6 +331,7 @@ def test_embed_names_what_it_expects(tiny_bert, sentences):
     ({"num_key_value_heads": 2}, "num_key_value_heads 2 differs from num_attention_heads 4; "
                                  "BERT has no grouped-query attention"),
     ({"layer_norm_eps": -1}, "key 'layer_norm_eps' must be a positive number, got -1"),
+    ({"layer_norm_eps": None}, "key .layer_norm_eps. must be a positive number, got null"),
     ({"max_position_embeddings": "16"}, "key 'max_position_embeddings' must be a positive int"),
 ])
 def test_bad_bert_configs_name_the_key(tmp_path, change, message):

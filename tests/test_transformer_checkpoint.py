@@ -148,6 +148,13 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     ({"model_type": "mistral"}, "unknown architecture model_type='mistral'"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
     ({"attention_bias": True}, "attention_bias=true is not supported"),
+    ({"attention_bias": "false"}, 'attention_bias="false" is not supported'),
+    ({"rms_norm_eps": None}, "key 'rms_norm_eps' must be a positive number, got null"),
+    # Both RoPE keys, disagreeing: transformers 4 and 5 would read different ones.
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 5e5}},
+     "rope_parameters.rope_type = 'default' but rope_scaling.rope_type = 'llama3'"),
+    ({"rope_parameters": {**TINY_LLAMA["rope_scaling"], "factor": 4.0, "rope_theta": 5e5}},
+     "rope_parameters.factor = 4.0 but rope_scaling.factor = 8.0"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
      "rope_scaling.rope_type: 'yarn' is not supported"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
@@ -246,3 +253,24 @@ def test_a_tensor_in_two_unindexed_shards_is_named(tmp_path):
     with pytest.raises(ValueError, match="tensor 'b' appears in both model-1.safetensors "
                                          "and model-2.safetensors"):
         Checkpoint(tmp_path)
+
+
+def test_a_tensor_the_index_leaves_out_is_named_with_the_index(tmp_path, bf16_tensors):
+    """A sharded checkpoint is read through its index (as Hugging Face reads
+    it): a tensor a shard holds but the index omits is refused, and the
+    message points at the index, not at shards that do hold it."""
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors, shards=2)
+    index = directory / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    name = "model.layers.1.mlp.up_proj.weight"
+    del data["weight_map"][name]
+    index.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"tensor '{name}' is not listed in .*"
+                                         r"model\.safetensors\.index\.json$"):
+        transformer.load(directory)
+    data["weight_map"] = {}
+    index.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"tensor 'model.layers.0.self_attn.q_proj.weight' is "
+                                         r"not listed in .*index\.json \(also tried prefixes "
+                                         r"'layers.'\)"):
+        transformer.load(directory)

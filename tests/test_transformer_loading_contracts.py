@@ -289,3 +289,21 @@ def test_float32_rounding_into_a_buffer_copies_x_there():
     assert round_to(x, "float32", out=buf) is buf
     np.testing.assert_array_equal(buf, x)
     assert round_to(x, "float32", out=x) is x
+
+
+def test_rope_parameters_next_to_an_agreeing_rope_scaling_are_taken():
+    """Both RoPE keys are taken when they agree (the legacy "type" name for
+    the rope type, and fields only one of them gives, included); the
+    disagreeing cases are refused (test_transformer_checkpoint)."""
+    from optical.transformer.rope import rope_settings
+
+    llama3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    params = {**llama3, "rope_type": "llama3", "rope_theta": 5e5}
+    for legacy in ({**llama3, "rope_type": "llama3"}, {**llama3, "type": "llama3"},
+                   {"type": "llama3", "factor": 8.0}):
+        theta, scaling, key = rope_settings({"rope_parameters": params, "rope_scaling": legacy})
+        assert (theta, scaling, key) == (5e5, params, "rope_parameters")
+    with pytest.raises(ValueError, match="rope_parameters.rope_type = 'llama3' but "
+                                         "rope_scaling.rope_type = 'default'"):
+        rope_settings({"rope_parameters": params, "rope_scaling": {"factor": 8.0}})

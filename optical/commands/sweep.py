@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 import threading
 from pathlib import Path
@@ -301,15 +302,28 @@ def run_command(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Terminated) as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         print(f"optical sweep: {how}; finished runs are kept in {args.out}; run "
-              f"`optical sweep --out {args.out}` to resume", file=sys.stderr)
+              f"`{_resume_command(args.out)}` to resume", file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
     except SweepError as err:
         print(f"optical sweep: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        if isinstance(err, FileNotFoundError | PermissionError):
+            raise  # a path to mend (the CLI names it), not a run that stopped
+        # A full disk, say: what finished is on disk; the sweep goes on from there.
+        what = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else err
+        print(f"optical sweep: error: {what}; finished runs are kept in {args.out}; run "
+              f"`{_resume_command(args.out)}` to resume once that is mended", file=sys.stderr)
         return 1
     finally:
         if client is not None:
             client.close()
     return 0
+
+
+def _resume_command(out: str) -> str:
+    """The command that resumes the sweep in ``out``, quoted for a POSIX shell."""
+    return f"optical sweep --out {shlex.quote(str(out))}"
 
 
 def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:

@@ -60,6 +60,14 @@ class Checkpoint:
     directory : path
         A Hugging Face model directory holding ``*.safetensors`` (and, for a
         sharded checkpoint, ``model.safetensors.index.json``).
+
+    Attributes
+    ----------
+    files : list of Path
+        The safetensors files.
+    index : Path or None
+        The index the tensors are located by, when there is one (else every
+        file's header is read); a tensor it does not list is missing.
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -68,11 +76,13 @@ class Checkpoint:
         if not files:
             raise FileNotFoundError(f"{self.directory}: no *.safetensors files")
         self.files = files
+        self.index = self.directory / INDEX_FILE if (self.directory / INDEX_FILE).is_file() \
+            else None
         self._where = self._map_tensors()
 
     def _map_tensors(self) -> dict[str, Path]:
-        index = self.directory / INDEX_FILE
-        if index.is_file():
+        index = self.index
+        if index is not None:
             try:
                 weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
@@ -132,6 +142,14 @@ class Checkpoint:
     def __contains__(self, name: object) -> bool:
         return name in self._where
 
+    def missing(self, name: str) -> str:
+        """Why ``name`` is not found, for an error message: absent from the
+        checkpoint, or (a sharded one, read through its index) from the index,
+        which a shard might still hold."""
+        if self.index is not None:
+            return f"tensor {name!r} is not listed in {self.index}"
+        return f"tensor {name!r} is missing from the checkpoint in {self.directory}"
+
     def read(self, name: str, shape: Sequence[int] | None = None, *,
              why: str = "config.json") -> np.ndarray:
         """One tensor as float32 (exact for bf16, fp16 and fp32 storage).
@@ -156,8 +174,7 @@ class Checkpoint:
             the tensor and its dtype.
         """
         if name not in self._where:
-            raise ValueError(f"tensor {name!r} is missing from the checkpoint in "
-                             f"{self.directory}")
+            raise ValueError(self.missing(name))
         path = self._where[name]
         try:
             array = self._read(path, name, shape, why)

@@ -13,6 +13,7 @@ result rounded to the model dtype (the RoPE tables too, as HF casts them).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,7 +55,10 @@ def check_llama_config(spec: ModelSpec) -> None:
         raise ValueError(f"config.json: hidden_act {act!r} is not supported; Llama uses 'silu'")
     for key in ("attention_bias", "mlp_bias"):
         if raw.get(key):
-            raise ValueError(f"config.json: {key}=true is not supported (Llama has no biases)")
+            value = raw[key]  # as config.json writes it: true, "false", 1
+            shown = json.dumps(value) if isinstance(value, bool | str | int | float) else value
+            raise ValueError(f"config.json: {key}={shown} is not supported (Llama has no "
+                             "biases: false or absent)")
     theta, scaling, key = rope_settings(raw)
     inverse_frequencies(spec.head_dim, theta, scaling, key=key)
 

@@ -140,9 +140,8 @@ class _Model:
         for prefix in candidates:
             if prefix + probe in self.checkpoint:
                 return prefix
-        raise ValueError(f"tensor {candidates[0] + probe!r} is missing from the checkpoint in "
-                         f"{self.checkpoint.directory} (also tried prefixes "
-                         f"{', '.join(repr(c) for c in candidates[1:])})")
+        raise ValueError(f"{self.checkpoint.missing(candidates[0] + probe)} (also tried "
+                         f"prefixes {', '.join(repr(c) for c in candidates[1:])})")
 
 
 class LlamaModel(_Model):
@@ -171,8 +170,7 @@ class LlamaModel(_Model):
                 for tensor in llama.TENSORS.values():
                     name = f"{self._prefix}{index}.{tensor}"
                     if name not in checkpoint:
-                        raise ValueError(f"tensor {name!r} is missing from the checkpoint in "
-                                         f"{checkpoint.directory}")
+                        raise ValueError(checkpoint.missing(name))
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         shapes: dict[str, tuple[int, ...]] = {s.name: (s.out_features, s.in_features)

@@ -29,8 +29,18 @@ _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
 def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] | None, str]:
     """(theta, scaling, key) from a ``config.json``: transformers < 5 writes
     ``rope_theta`` and ``rope_scaling``; transformers >= 5 writes both in
-    ``rope_parameters``. ``key`` names the config key, for error messages."""
+    ``rope_parameters``. ``key`` names the config key, for error messages.
+    A config holding both, with scalings that disagree, is refused:
+    transformers versions differ in which one they read."""
     params = config.get("rope_parameters")
+    legacy = config.get("rope_scaling")
+    if isinstance(params, Mapping) and isinstance(legacy, Mapping):
+        for field in ("rope_type", *_LLAMA3_KEYS):
+            ours, theirs = _rope_field(params, field), _rope_field(legacy, field)
+            if ours is not None and theirs is not None and ours != theirs:
+                raise ValueError(f"config.json: rope_parameters.{field} = {ours!r} but "
+                                 f"rope_scaling.{field} = {theirs!r}; transformers versions "
+                                 "read different ones, so keep one of the two keys")
     if isinstance(params, Mapping):
         theta, scaling, key = params.get("rope_theta", config.get("rope_theta", 10000.0)), \
             params, "rope_parameters"
@@ -43,6 +53,13 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     if scaling is not None and not isinstance(scaling, Mapping):
         raise ValueError(f"{key}: must be an object (or null), got {scaling!r}")
     return float(theta), scaling, key
+
+
+def _rope_field(scaling: Mapping[str, Any], field: str) -> Any:
+    """A scaling's field; its type under either name, "default" when unnamed."""
+    if field == "rope_type":
+        return scaling.get("rope_type", scaling.get("type", "default"))
+    return scaling.get(field)
 
 
 def inverse_frequencies(head_dim: int, theta: float,
@@ -61,7 +78,7 @@ def inverse_frequencies(head_dim: int, theta: float,
         raise ValueError(f"head_dim: {head_dim} must be even for rotary embeddings")
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     inv_freq = (np.float32(1.0) / np.power(np.float32(theta), exponents)).astype(np.float32)
-    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    rope_type = _rope_field(scaling or {}, "rope_type")
     if scaling is None or rope_type == "default":
         return inv_freq
     if rope_type != "llama3":

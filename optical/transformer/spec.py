@@ -79,6 +79,10 @@ class ModelSpec:
                 raise ValueError(f"{source}: key {key!r} must be a positive number, "
                                  f"got {value!r}")
 
+        for key in ("rms_norm_eps", "layer_norm_eps"):
+            if key in config and config[key] is None:  # the layers have no default for null
+                raise ValueError(f"{source}: key {key!r} must be a positive number, got null "
+                                 "(leave the key out for the architecture's default)")
         for key in ("rms_norm_eps", "layer_norm_eps", "rope_theta"):
             positive(key)
         if "max_position_embeddings" in config:
