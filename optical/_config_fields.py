@@ -84,6 +84,10 @@ def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
             raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
         return value
     if not isinstance(value, numbers.Real):
+        if type(value).__name__.endswith("Tracer"):  # jax.vmap / jit over a config value
+            raise ValueError(f"{path}: a traced value cannot be a config field; pass traced "
+                             "noise levels to optical.kernels.jax_backend.matmul as params "
+                             "(its PARAMS list which)")
         raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
     try:
         value = float(value)

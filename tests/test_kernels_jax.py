@@ -389,11 +389,35 @@ def test_traced_arguments_are_checked_like_concrete_ones(rng):
         jax_backend.matmul(x, w, cfg, seed=0, params={"source.photons_per_mac": "abc"})
     with pytest.raises(TypeError, match="params: expected a mapping"):
         jax_backend.matmul(x, w, cfg, seed=0, params=[("source.photons_per_mac", 1.0)])
+    # A traced noise level goes through params, as a scalar per call.
+    with pytest.raises(ValueError, match="source.photons_per_mac: a traced value cannot be a "
+                                         "config field; pass traced noise levels .* as params"):
+        jax.vmap(lambda p: jax_backend.matmul(
+            x, w, cfg.replace({"source.photons_per_mac": p}), seed=0))(jnp.array([1e3, 1e4]))
+    with pytest.raises(TypeError, match=r"params: source.photons_per_mac is traced with shape "
+                                        r"\(3,\); expected a scalar"):
+        jax.vmap(lambda p: jax_backend.matmul(x, w, cfg, seed=0, params={
+            "source.photons_per_mac": p}))(jnp.full((2, 3), 1e3))
     # A concrete JAX seed is range-checked like an int.
     with pytest.raises(ValueError, match=r"seed: -1 is negative; valid for the JAX backend"):
         jax_backend.matmul(x, w, cfg, seed=jnp.int32(-1))
     with pytest.raises(ValueError, match=r"seed: -1 is negative"):
         jax_backend.matmul(x, w, cfg, seed=-1)
+
+
+def test_vmap_over_x_gives_lanes_of_one_seed_the_same_noise(rng):
+    """Noise is keyed by the token's index within the call (module
+    docstring): vmapped lanes of equal inputs and one seed get equal
+    outputs, while the same batch as leading axes of x draws each token's own."""
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    pw = optical.program(w, cfg)
+    token = rng.standard_normal((5, 64)).astype(np.float32)
+    batch = jnp.asarray(np.stack([token, token]))
+    lanes = np.asarray(jax.vmap(lambda v: jax_backend.matmul(v, pw, cfg, seed=3))(batch))
+    np.testing.assert_array_equal(lanes[0], lanes[1])
+    leading = np.asarray(jax_backend.matmul(batch, pw, cfg, seed=3))
+    assert not np.array_equal(leading[0], leading[1])
 
 
 def test_an_all_zero_token_gives_exactly_zero(rng):
@@ -465,6 +489,27 @@ def test_a_traced_w_under_a_calibrating_config_names_what_would_work(rng):
     rule = iris.replace({"adc.full_scale": "rms", "outliers.policy": "none"})
     np.testing.assert_allclose(jax.grad(loss(rule))(w), np.asarray(x).T @ np.ones((8, 16)),
                                rtol=1e-5)
+
+
+def test_raw_weights_under_a_calibrating_config_calibrate_on_a_numpy_x_inside_jit(rng):
+    """The module docstring's jit(vmap) over seeds, with a numpy x closed over
+    and raw weights under iris-like: calibrated on x (its values are known
+    inside the trace), exactly as weights programmed on x beforehand. A traced
+    x cannot be calibrated on: refused, naming the way out."""
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
+
+    def seeds(weights):
+        return jax.jit(jax.vmap(lambda s: jax_backend.matmul(x, weights, iris, seed=s)))(
+            jnp.arange(3))
+
+    expected = seeds(optical.program(w, iris, calibration=x))
+    np.testing.assert_array_equal(np.asarray(seeds(w)), np.asarray(expected))
+    with pytest.raises(ValueError, match=r"x is traced .* adc.full_scale = 'calibrated' and "
+                                         r"outliers.policy = 'static' is calibrated on x .*"
+                                         r"optical.program\(w, config, calibration=...\)"):
+        jax.grad(lambda v: jnp.sum(jax_backend.matmul(v, w, iris, seed=0)))(jnp.asarray(x))
 
 
 def test_a_new_static_input_range_does_not_recompile(rng):

@@ -217,6 +217,9 @@ def noise_params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> 
                     np.asarray(value).dtype, np.number):
                 raise TypeError(f"params: {path} = {value!r} is not a real number")
             concrete[path] = float(value)
+        elif value.ndim != 0:  # vmap over a 2-D array leaves a vector per call
+            raise TypeError(f"params: {path} is traced with shape {value.shape}; expected a "
+                            "scalar (vmap over a 1-D array of values)")
         values[path] = value
     # Validates the ranges and the rules between fields (e.g. RIN), naming the paths.
     config.replace(concrete)

@@ -18,7 +18,10 @@ the low-rank factors of ``T+ + T-`` unless ``exact=True``. Random numbers come
 from ``jax.random`` (threefry) keyed by (seed, noise, token), so a token's
 noise does not depend on the other tokens or on ``chunk_tokens``; the draws
 differ from the numpy and numba backends', which agree with these in
-distribution.
+distribution. The token is its index within the call: ``vmap`` over ``x``
+makes each lane a call of its own, so lanes given one seed draw the same
+noise. Pass a batch as leading axes of ``x`` instead (shape (B, T, K)), or
+fold the lane's index into its seed.
 
 Gradients (``jax.grad`` with respect to ``x`` and ``w``) are the
 straight-through estimate: the backward pass treats every quantiser (DAC,
@@ -86,6 +89,12 @@ _TRACED_W_CALIBRATION = (
     "rule-based settings (adc.full_scale='max' or 'rms', dac.scaling other than 'static', "
     "outliers.policy='none'); to keep these settings, differentiate x only, with w programmed "
     "once (optical.program(numpy.asarray(w), config, calibration=...)) and passed concrete")
+_TRACED_X_CALIBRATION = (
+    "x is traced (jax.jit, grad or vmap with respect to x), and {} is calibrated on x when w "
+    "is raw weights, which needs x's values. Program w once outside the trace with held-out "
+    "numpy inputs (optical.program(w, config, calibration=...)) and pass the "
+    "ProgrammedWeights, or use rule-based settings (adc.full_scale='max' or 'rms', "
+    "dac.scaling other than 'static', outliers.policy='none')")
 _DYNAMIC_BYPASS = ("outliers.policy = 'dynamic': the JAX backend runs only a static bypass "
                    "(its channels fix the shapes under jit); use outliers.policy='static', or "
                    "backend='numba' or 'numpy'")
@@ -132,7 +141,10 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     Concrete arguments are checked as :func:`optical.matmul` checks them;
     traced ones cannot be: a traced seed is taken modulo 2**32, traced
     ``params`` are not range-checked, and a NaN in a traced ``x`` propagates
-    to its token's output. XLA on the CPU flushes subnormal float32 values
+    to its token's output (to every token's with ``dac.scaling =
+    "per_tensor"``, whose scale it sets). A traced ``w`` is checked on the
+    host as it is programmed: JAX reports that ValueError inside its
+    callback's error. XLA on the CPU flushes subnormal float32 values
     to zero, so inputs or weight scales below ``numpy.finfo(float32).tiny``
     (1.2e-38) read as 0 here (the numpy and numba backends keep them).
     """
@@ -144,6 +156,10 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     exact = bool(exact)
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
+    # Whether x's values are known: a numpy x closed over by a jitted function
+    # is, although jnp.asarray turns it into a tracer there.
+    x_traced = isinstance(x, jax.core.Tracer)
+    x_values = None if x_traced else x
     x = _check_x(x)
     dtype = np.dtype(x.dtype)
     if isinstance(seed, jax.Array):
@@ -175,9 +191,10 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
         # As optical.matmul: what needs calibration inputs is calibrated on x itself.
         needs = calibration_needs(config)
-        traced = isinstance(x, jax.core.Tracer)
-        _check_calibrates_on(tuple(x.shape), None if traced else np.asarray(x), needs)
-        calibration = np.asarray(x).reshape(-1, w_np.shape[0]) if needs and not traced else None
+        if needs and x_traced:
+            raise ValueError(_TRACED_X_CALIBRATION.format(" and ".join(needs)))
+        _check_calibrates_on(tuple(x.shape), None if x_traced else np.asarray(x_values), needs)
+        calibration = np.asarray(x_values).reshape(-1, w_np.shape[0]) if needs else None
         pw = program(w_np, config, calibration=calibration)
         shape, input_range = pw.shape, pw.input_range
     if pw is not None and pw.bypass is not None:
