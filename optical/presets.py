@@ -106,8 +106,8 @@ def iris_like() -> OpticalConfig:
       the well-resolved sources, a flat illumination, and 37% of each
       source's light detected.
     - energy (docs/energy.md lists every source): laser wall-plug efficiency
-      0.3 (850 nm VCSELs: 17-25% at 0.1-0.5 mW, 40-48% at ~10 mW; streaming at
-      1e5 photons per MAC asks ~0.12 W of light per source, far above those
+      0.3 (VCSELs: 17-25% at 0.1-0.5 mW at 850 nm, 40-48% at ~10 mW at
+      940 nm; streaming at 1e5 photons per MAC asks ~0.12 W of light per source, far above those
       devices' measured range, see docs/energy.md); half the emitted light
       reaches the detectors (an assumption: fill factor 0.9, lens and coupling
       losses; the diffraction model of these optics detects 37%,
