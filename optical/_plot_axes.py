@@ -48,6 +48,18 @@ def log_values(values: Sequence[float], metric: str) -> bool:
     return bool(values.min() > 0 and values.max() / values.min() >= 100)
 
 
+def axis_title(name: str) -> str:
+    """An axis or legend title: a config field with its unit
+    (``source.wavelength (m)``), a metric or a unitless field as named."""
+    from optical.config import OpticalConfig
+
+    try:
+        unit = OpticalConfig.field_unit(name)
+    except ValueError:  # a metric (sqnr_db), not a config path
+        return name
+    return f"{name} ({unit})" if unit and unit != "dimensionless" else name
+
+
 def label(value: Any) -> str:
     """A value as a tick or legend label: floats in ``:g`` (``316.228``)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
@@ -163,7 +175,8 @@ def spread(std: np.ndarray) -> np.ndarray | None:
     return np.where(std > 0, std, np.nan) if np.any(std > 0) else None
 
 
-def legend(ax: Any, title: str) -> None:
-    """The legend outside the axes, to their right, where it covers no data."""
-    ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0,
-              fontsize="small")
+def legend(ax: Any, param: str) -> None:
+    """The legend of swept ``param`` outside the axes, to their right, where
+    it covers no data."""
+    ax.legend(title=axis_title(param), loc="upper left", bbox_to_anchor=(1.02, 1),
+              borderaxespad=0, fontsize="small")

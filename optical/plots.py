@@ -150,7 +150,7 @@ def _figure(**kwargs: Any) -> Any:
 def _title(where: Mapping[str, Any] | None, dropped: Sequence[str] = ()) -> str:
     """The ``where`` values, and a second line naming the points whose NaN
     seeds were left out of the mean (at most three, then a count)."""
-    title = ", ".join(f"{k}={v!r}" for k, v in (where or {}).items())
+    title = ", ".join(f"{k}={_key(v)!r}" for k, v in (where or {}).items())
     if dropped:
         pieces = [*dropped[:3]] + ([f"{len(dropped) - 3} more"] if len(dropped) > 3 else [])
         lines = ["NaN seeds left out of the mean:"]
@@ -205,7 +205,8 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     Returns
     -------
     matplotlib.figure.Figure
-        Axis labels are exactly ``x`` and ``y``; the legend sits outside the
+        Axis labels are ``x`` and ``y``, a config field's with its unit
+        (``source.wavelength (m)``); the legend sits outside the
         axes, on the right.
     """
     _check_runs(frame)
@@ -252,12 +253,12 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         ax.set_yscale("log")
     _plot_axes.x_axis(ax, xs, numeric)
     _plot_axes.mark_infinite(ax, infinite)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(_plot_axes.axis_title(x))
+    ax.set_ylabel(_plot_axes.axis_title(y))
     if hue:
         _plot_axes.legend(ax, hue)
     ax.grid(True, alpha=0.3)
-    ax.set_title(_title(where, dropped), fontsize="medium")
+    ax.set_title(_title(where, dropped), fontsize="medium", wrap=True)
     return fig
 
 
@@ -307,7 +308,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
         norm = LogNorm(vmin=np.nanmin(finite), vmax=np.nanmax(finite))
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis", norm=norm)
-    fig.colorbar(image, ax=ax, label=z)
+    fig.colorbar(image, ax=ax, label=_plot_axes.axis_title(z))
     _plot_axes.label_ticks(ax, range(len(xs)), [_plot_axes.label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_plot_axes.label(v) for v in ys])
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
@@ -319,9 +320,9 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
                 float(image.norm(v)) < 0.5
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize="small",
                     color="white" if dark else "black")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(_title(where, dropped), fontsize="medium")
+    ax.set_xlabel(_plot_axes.axis_title(x))
+    ax.set_ylabel(_plot_axes.axis_title(y))
+    ax.set_title(_title(where, dropped), fontsize="medium", wrap=True)
     return fig
 
 
@@ -392,7 +393,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     axes[-1].set_xlabel("matmul")
     if hue:
         _plot_axes.legend(axes[0], hue)
-    axes[0].set_title(_title(where, dropped), fontsize="medium")
+    axes[0].set_title(_title(where, dropped), fontsize="medium", wrap=True)
     return fig
 
 
@@ -425,7 +426,7 @@ def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list
     named = suffix if suffix in FORMATS else None
     if formats is None:
         formats = [named] if named else ["png", "svg"]
-    formats = [str(f).lower() for f in formats]
+    formats = list(dict.fromkeys(str(f).lower() for f in formats))  # each written once
     for fmt in formats:
         if fmt not in FORMATS:
             raise ValueError(f"formats: {fmt!r} is not valid; valid: {', '.join(FORMATS)}")

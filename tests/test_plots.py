@@ -43,7 +43,9 @@ def test_line_draws_seed_means_per_hue(grid):
     fig = plots.line(grid, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db")
-    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac"
+    # A config field's unit from its docstring (OpticalConfig.field_unit); a
+    # count (bits) or a metric has none.
+    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac (photons)"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["10", "1000", "100000"]
     expected = grid.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
     for line, photons in zip(data_lines(ax), (10.0, 1e3, 1e5), strict=True):
@@ -123,7 +125,7 @@ def test_heatmap_cells_are_seed_means_with_blanks(grid):
     partial = grid[~((grid["adc.bits"] == 8) & (grid["source.photons_per_mac"] == 10.0))]
     fig = plots.heatmap(partial, "adc.bits", "source.photons_per_mac", "sqnr_db")
     ax = fig.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "source.photons_per_mac")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "source.photons_per_mac (photons)")
     assert fig.axes[1].get_ylabel() == "sqnr_db"
     image = ax.get_images()[0].get_array()
     expected = partial.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
@@ -665,3 +667,31 @@ def test_wrapped_matmul_bars_keep_error_bars_and_infinite_marks_on_their_row():
     (mark,) = [line for line in second.lines if line.get_marker() == "^"]
     assert mark.get_xdata()[0] == pytest.approx(1 - 0.4 + 0.8 / 12 / 2)  # m6, first hue
     assert [t.get_text() for t in second.texts] == ["inf"]
+
+
+def test_a_long_title_wraps_inside_the_figure(grid):
+    """Held values and NaN seeds make a title wider than a figure with its
+    legend outside (and a narrow heatmap): it wraps and stays inside the
+    figure, above the axes. Held numpy values read as plain numbers."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    frame = grid.copy()
+    frame["detector.read_noise_electrons"] = 10.0
+    frame["adc.full_scale"] = "calibrated"
+    frame.attrs["sweep"] = {"params": ["adc.bits", "source.photons_per_mac",
+                                       "detector.read_noise_electrons", "adc.full_scale"]}
+    frame.loc[(frame["seed"] == 1) & (frame["adc.bits"] > 4), "sqnr_db"] = math.nan
+    where = {"detector.read_noise_electrons": np.float64(10.0), "adc.full_scale": "calibrated"}
+    small = frame[frame["adc.bits"] < 8]  # a 2 x 3 heatmap: the narrowest figure
+    for fig in (plots.line(frame, "adc.bits", "sqnr_db", hue="source.photons_per_mac",
+                           where=where),
+                plots.heatmap(small, "adc.bits", "source.photons_per_mac", "sqnr_db",
+                              where=where)):
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        ax = fig.axes[0]
+        assert "detector.read_noise_electrons=10.0, adc.full_scale='calibrated'" in \
+            ax.get_title()
+        box = ax.title.get_window_extent(canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, box
+        assert box.y0 >= ax.get_window_extent(canvas.get_renderer()).y1 - 1

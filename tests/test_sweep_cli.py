@@ -170,7 +170,7 @@ def test_plot_writes_labelled_png_and_svg(tmp_path):
     fig, name = make_figure(load(out), build_parser().parse_args(argv))
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db")
-    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac"
+    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac (photons)"
     assert png.name == name + ".png"
 
 
@@ -199,6 +199,9 @@ def test_plot_heatmap_and_where(tmp_path):
     (["--kind", "heatmap", "--x", "adc.bits", "--y", "source.photons_per_mac", "--z", "snr"],
      "z 'snr' is not a metric of this sweep"),
     (["--x", "adc.bits", "--y", "sqnr_db", "--formats", "gif"], "--formats: 'gif' is not valid"),
+    # one value per held parameter, as --set takes one per path
+    (["--x", "adc.bits", "--y", "sqnr_db", "--where", "source.photons_per_mac=1e4", "--where",
+      "source.photons_per_mac=1e6"], "--where source.photons_per_mac: given twice"),
     # an option the kind would ignore
     (["--kind", "bars", "--x", "adc.bits"], "--x: --kind bars does not use it"),
     (["--x", "adc.bits", "--y", "sqnr_db", "--z", "cosine", "--hue", "source.photons_per_mac"],
@@ -747,3 +750,19 @@ def test_the_resume_hint_is_quoted_for_the_shell(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     command = err.split("`")[1]
     assert shlex.split(command) == ["optical", "sweep", "--out", str(out)]
+
+
+def test_plot_refuses_a_json_path_that_is_its_figure_and_writes_each_format_once(tmp_path,
+                                                                                capsys):
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    capsys.readouterr()
+    base = ["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+            "source.photons_per_mac=1e6"]
+    fig = tmp_path / "fig.png"
+    assert main([*base, "--output", str(fig), "--json", str(fig)]) == 2
+    assert "is also the figure" in capsys.readouterr().err and not fig.exists()
+    assert main([*base, "--output", str(tmp_path / "two"), "--formats", "png,svg,png",
+                 "--json", str(tmp_path / "p.json")]) == 0
+    files = json.loads((tmp_path / "p.json").read_text())["files"]
+    assert files == [str(tmp_path / "two.png"), str(tmp_path / "two.svg")]

@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,19 @@ def check_json_path(args: argparse.Namespace) -> None:
     if writes(sweep, path):
         raise ValueError(f"--json {path}: a file of the sweep in {sweep}, which it would "
                          "overwrite; write the JSON elsewhere")
+
+
+def check_not_json(args: argparse.Namespace, paths: Sequence[Path], option: str) -> None:
+    """Refuse figure ``paths`` (of ``option``) of which ``--json`` is one:
+    the JSON would silently replace the figure."""
+    json_path = getattr(args, "json_path", None)
+    if json_path is None or str(json_path) == "-":
+        return
+    target = Path(json_path).resolve()
+    for path in paths:
+        if Path(path).resolve() == target:
+            raise ValueError(f"--json {json_path}: is also the figure {path} of {option}, "
+                             "which the JSON would replace; write them to two files")
 
 
 def require(module: str, extra: str, purpose: str) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 from optical.commands._common import (
     add_config_options,
     add_json_option,
+    check_not_json,
     check_output_path,
     config_from_args,
     json_to_stdout,
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.plot, "--plot")
         args.plot = figure_path(args.plot, "--plot")
         check_output_path(args.plot, "--plot")
+        check_not_json(args, [args.plot], "--plot")
         require("matplotlib", "plot", "--plot")
     cfg = config_from_args(args)
     spec = read_spec(args.model)

