@@ -25,7 +25,8 @@ from optical._validation import check_float_array
 from optical.config import OpticalConfig, check_config
 from optical.physics import _mask_apply, converters, crosstalk, encoding
 
-__all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs", "program"]
+__all__ = ["ProgrammedWeights", "Tiling", "adc_rails", "calibration_needs",
+           "check_programmable", "program"]
 
 #: Config paths that programming does not depend on: a programmed matrix may
 #: be used with configs that differ only in these. Not with calibrated ADC
@@ -380,6 +381,37 @@ def _calibration_inputs(calibration: object, k: int, config: OpticalConfig) -> n
     return _calibration.check_inputs(calibration, k)
 
 
+def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
+    """The refusals of :func:`program` that the shape ``(k, n)`` and
+    ``config`` decide before any weight or calibration input is seen:
+    optics the lens model cannot build (a pixel pitch at or below the
+    wavelength, say), compensation with no gain left in a tile, and static
+    outlier channels that take every input channel (``top_k >= k`` without
+    a threshold). A sweep runs them for every point before its first run.
+
+    Raises
+    ------
+    ValueError
+        Naming the setting, as :func:`program` would.
+    """
+    check_config(config)
+    rules = config.outliers
+    if rules.policy == "static" and rules.threshold is None and rules.top_k is not None \
+            and rules.top_k >= k:
+        raise ValueError(_all_channels_digital(config, k))
+    optics = _optics_map(config)  # builds the lens kernels (checks their geometry)
+    if optics is not None and config.mask.compensate:
+        scheme = config.encoding.weights
+        compensation.gain(optics, Tiling(k, n, config.core.inputs, config.core.outputs),
+                          config.mask.min_transmission, scheme, encoding.n_rails(scheme))
+
+
+def _all_channels_digital(config: OpticalConfig, k: int) -> str:
+    return (f"outliers: outliers.threshold = {config.outliers.threshold}, outliers.top_k = "
+            f"{config.outliers.top_k} send all {k} input channels to the digital side; "
+            "nothing is left for the mask")
+
+
 def program(w: np.ndarray, config: OpticalConfig, *,
             calibration: np.ndarray | None = None) -> ProgrammedWeights:
     """Program a weight matrix onto the mask.
@@ -421,9 +453,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     if config.outliers.policy == "static":
         channels = outliers.select_channels(outliers.channel_magnitude(cal), config.outliers)
         if channels.size == w.shape[0]:
-            raise ValueError(f"outliers: outliers.threshold = {config.outliers.threshold}, "
-                             f"outliers.top_k = {config.outliers.top_k} send all {w.shape[0]} "
-                             "input channels to the digital side; nothing is left for the mask")
+            raise ValueError(_all_channels_digital(config, w.shape[0]))
         bypass = outliers.DigitalBypass.static(w, channels)
         rows = bypass.optical_channels
         cal = cal[:, bypass.optical_channels]

@@ -101,7 +101,9 @@ class Terminated(SystemExit):
 @dataclasses.dataclass(frozen=True)
 class Range:
     """A continuous range of values for random sampling: uniform in [lo, hi]
-    (in log space when ``log``); integers for integer fields."""
+    (in log space when ``log``); for an integer field each integer of
+    [lo, hi] equally likely, or with ``log`` as likely as its share of
+    [lo - 1/2, hi + 1/2] in log space."""
 
     lo: float
     hi: float
@@ -155,8 +157,9 @@ class SweepDefinition:
         ----------
         workload : MatmulWorkload, LayerWorkload or any object with
             ``run(config, seed) -> dict`` and ``to_dict()`` (and, optionally,
-            ``check_seed(seed)``, which raises ValueError for a seed it
-            cannot run: checked here, before any run)
+            ``check_seed(seed)`` and ``check_config(config)``, which raise
+            ValueError for a seed or a point's config it cannot run: checked
+            here, before any run)
         params : mapping of dotted path to a sequence of values or a Range
         seeds : int (that many seeds, 0, 1, ...) or a sequence of seeds
         base : preset name or OpticalConfig
@@ -180,6 +183,9 @@ class SweepDefinition:
                             f"{type(params).__name__}")
         if samples is not None:
             samples = check_positive_int(samples, "samples")
+        elif sample_seed != 0:  # as the CLI's --sample-seed: a grid draws nothing
+            raise ValueError(f"sample_seed: {sample_seed!r} is given without samples; it "
+                             "seeds random sampling (samples=N), a grid draws nothing")
         canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
         for path, values in params.items():
             canonical.append((path, _check_param(path, values, random=samples is not None)))
@@ -190,7 +196,16 @@ class SweepDefinition:
         definition = cls(workload=workload, base=base, params=tuple(canonical),
                          seeds=seeds, samples=None if samples is None
                          else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
-        definition.configs()  # every point's config is valid, or ValueError now
+        configs = definition.configs()  # every point's config is valid, or ValueError now
+        if callable(getattr(workload, "check_config", None)):
+            checked: set[OpticalConfig] = set()
+            for point, config in zip(definition.points(), configs, strict=True):
+                if config not in checked:
+                    try:
+                        workload.check_config(config)
+                    except ValueError as err:
+                        raise ValueError(f"point {_describe_point(point)}: {err}") from None
+                    checked.add(config)
         return definition
 
     @property
@@ -205,8 +220,12 @@ class SweepDefinition:
         rng = np.random.default_rng(self.sample_seed)
         points: list[dict[str, Any]] = []
         seen: set[str] = set()
+        # Drawn in the paths' sorted order, as the definition's hash sees them:
+        # the order the params are given in does not change the points.
+        drawn = sorted(self.params, key=lambda item: item[0])
         for _ in range(self.samples):
-            point = {path: _draw(rng, path, spec) for path, spec in self.params}
+            values = {path: _draw(rng, path, spec) for path, spec in drawn}
+            point = {path: values[path] for path in self.paths}
             key = _hash(point)
             if key not in seen:  # identical draws are one point
                 seen.add(key)
@@ -300,6 +319,9 @@ def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | R
         if spec["kind"] not in ("int", "real"):
             raise ValueError(f"{path}: a Range needs a numeric field, not a {spec['kind']}")
         lo, hi = _canonical(path, values.lo), _canonical(path, values.hi)
+        if lo is None or hi is None:  # an optional field's None is not a bound
+            raise ValueError(f"{path}: range [{values.lo}, {values.hi}] needs a number at "
+                             "each end")
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"{path}: range [{values.lo}, {values.hi}] must be finite with "
                              "lo < hi")
@@ -323,7 +345,11 @@ def _draw(rng: np.random.Generator, path: str, spec: tuple[Any, ...] | Range) ->
     integer = OpticalConfig.field_spec(path)["kind"] == "int"
     if integer and not spec.log:
         return _canonical(path, int(rng.integers(spec.lo, spec.hi, endpoint=True)))
-    lo, hi = (math.log(spec.lo), math.log(spec.hi)) if spec.log else (spec.lo, spec.hi)
+    if spec.log:  # an integer's share of the log range: rounding reaches it from both sides
+        pad = 0.5 if integer else 0.0
+        lo, hi = math.log(spec.lo - pad), math.log(spec.hi + pad)
+    else:
+        lo, hi = spec.lo, spec.hi
     value = float(rng.uniform(lo, hi))
     value = math.exp(value) if spec.log else value
     if integer:

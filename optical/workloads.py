@@ -142,6 +142,18 @@ class MatmulWorkload:
             raise ValueError(f"seeds: {seed} is out of range for the JAX backend; "
                              "valid: [0, 2**32)")
 
+    def check_config(self, config: OpticalConfig) -> None:
+        """Refuse a config this workload cannot run, whatever its data: what
+        :func:`optical.quant.check_programmable` refuses for its (k, n), and
+        the dynamic outlier policy on the JAX backend (its bypass must be
+        static), so that a sweep fails before its first run."""
+        from optical.quant import check_programmable
+
+        check_programmable(self.k, self.n, config)
+        if self.backend == "jax" and config.outliers.policy == "dynamic":
+            raise ValueError("outliers.policy = 'dynamic': the JAX backend runs only a static "
+                             "bypass; use 'static', or backend 'numba' or 'numpy'")
+
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         """Metrics of one optical matmul: accuracy against the exact product
         (``sqnr_db``, ``cosine``, ``relative_error``, ``max_abs_error``) and
@@ -305,6 +317,22 @@ class LayerWorkload:
     @property
     def label(self) -> str:
         return f"{Path(self.model_dir).name} layer {self.layer}, {self.tokens} tokens"
+
+    def check_config(self, config: OpticalConfig) -> None:
+        """Refuse a config that cannot program one of the layer's products,
+        whatever its weights and inputs (:func:`optical.quant.check_programmable`
+        of each weight matmul's shape, and of the attention products' with
+        ``mapping.attention = "optical"``), so that a sweep fails before its
+        first run."""
+        from optical.quant import check_programmable
+        from optical.transformer.spec import read_spec
+
+        spec = read_spec(self.model_dir)
+        shapes = {(s.in_features, s.out_features) for s in spec.linear_shapes()}
+        if config.mapping.attention == "optical":  # K^T and V, one prompt's
+            shapes |= {(spec.head_dim, self.tokens), (self.tokens, spec.head_dim)}
+        for k, n in sorted(shapes):
+            check_programmable(k, n, config)
 
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         from optical import transformer

@@ -58,6 +58,87 @@ def test_an_integer_log_range_draws_every_integer_from_lo_to_hi():
     assert sorted(bits) == [2, 3, 4, 5]  # identical draws are one point: each once
 
 
+def test_integer_ranges_draw_each_integer_by_its_share():
+    """Linear: each integer of [lo, hi] equally likely. Log: each as likely as
+    its share of [lo - 1/2, hi + 1/2] in log space (rounding reaches it from
+    both sides; the ends had half their share). 20 000 draws, within 4 sigma."""
+    from optical.sweep import _draw
+
+    n = 20_000
+    for log, share in ((False, {1: 1 / 3, 2: 1 / 3, 3: 1 / 3}),
+                       (True, {k: math.log((k + 0.5) / (k - 0.5)) / math.log(3.5 / 0.5)
+                               for k in (1, 2, 3)})):
+        rng = np.random.default_rng(0)
+        draws = [_draw(rng, "adc.bits", Range(1, 3, log=log)) for _ in range(n)]
+        for k, p in share.items():
+            assert abs(draws.count(k) / n - p) < 4 * math.sqrt(p * (1 - p) / n), (log, k)
+
+
+def test_random_points_do_not_depend_on_the_order_of_the_params():
+    """The definition's hash ignores the order the params are given in (a
+    reordered command resumes the sweep), so the points must too: the same
+    points, each with its values in the order given."""
+    params = {"adc.bits": [None, 4, 6], "source.photons_per_mac": Range(1e2, 1e5, True),
+              "encoding.inputs": ["offset", "split"], "outliers.top_k": [None, 1]}
+    reordered = dict(reversed(list(params.items())))
+    first, second = (SweepDefinition.build(WL, p, seeds=2, samples=6, sample_seed=3)
+                     for p in (params, reordered))
+    assert first.hash == second.hash
+    assert first.points() == second.points()
+    assert list(second.points()[0]) == list(reordered)
+
+
+def test_a_range_with_a_none_end_and_a_sample_seed_without_samples_are_named():
+    with pytest.raises(ValueError, match=r"adc.bits: range \[None, 8\] needs a number at each "
+                                         r"end"):
+        SweepDefinition.build(WL, {"adc.bits": Range(None, 8)}, seeds=1, samples=3)
+    # As the CLI refuses --sample-seed without --samples: a grid draws nothing.
+    with pytest.raises(ValueError, match=r"sample_seed: 5 is given without samples"):
+        SweepDefinition.build(WL, {"adc.bits": [4, 6]}, seeds=1, sample_seed=5)
+
+
+@pytest.mark.parametrize(("workload", "params", "message"), [
+    # a pure cross-field rule of the lens model
+    (WL, {"optics.pixel_pitch": [1e-5, 5e-7]},
+     "point optics.pixel_pitch=5e-07: optics.pixel_pitch: 5e-07 m is not above "
+     "source.wavelength"),
+    # compensation's reach depends on the tiles' shapes alone
+    (WL, {"optics.pixel_pitch": [1e-5, 1e-6], "optics.fan_in_aperture": [0.0254, 0.09]},
+     "point optics.pixel_pitch=1e-06, optics.fan_in_aperture=0.0254: mask.compensate: the "
+     "optics' envelope and crosstalk leave no gain"),
+    # every one of k = 64 channels sent to the digital side
+    (WL, {"outliers.threshold": [None], "outliers.top_k": [1, 64]},
+     "point outliers.threshold=None, outliers.top_k=64: outliers: .* send all 64 input "
+     "channels to the digital side"),
+    (optical.MatmulWorkload(tokens=4, k=64, n=16, backend="jax"),
+     {"outliers.policy": ["static", "dynamic"]},
+     "point outliers.policy='dynamic': .* the JAX backend runs only a static bypass"),
+])
+def test_a_point_that_cannot_run_is_named_before_any_run(tmp_path, workload, params, message):
+    """ARCHITECTURE: every point's config is validated before anything is
+    written. These points passed the config's own rules and failed mid-sweep,
+    after the good points had run (the workload's check_config now runs them)."""
+    out = tmp_path / "s"
+    with pytest.raises(ValueError, match=message):
+        _serial(workload, params, out)
+    assert not out.exists()
+
+
+def test_a_layer_point_is_checked_for_every_product_it_programs(tmp_path):
+    """A layer's smallest product decides: under optical attention, V of an
+    8-token prompt (8 input channels) cannot keep 16 outlier channels off the
+    mask; the weight matmuls (64 or more inputs) can."""
+    model = write_model(tmp_path / "tiny", TINY_LLAMA)
+    wl = LayerWorkload(str(model), layer=0, tokens=8)
+    params = {"outliers.threshold": [None], "outliers.top_k": [16],
+              "mapping.attention": ["digital", "optical"]}
+    with pytest.raises(ValueError, match=r"point outliers.threshold=None, outliers.top_k=16, "
+                                         r"mapping.attention='optical': .* send all 8 input "
+                                         r"channels"):
+        SweepDefinition.build(wl, params, seeds=1, base=BASE)
+    SweepDefinition.build(wl, {**params, "mapping.attention": ["digital"]}, seeds=1, base=BASE)
+
+
 def test_run_ids_hash_the_workload(tmp_path):
     """A run id is a hash of (workload, full config, seed): runs of another
     workload copied into a sweep are not its runs; it runs its own, and each
