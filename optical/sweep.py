@@ -196,10 +196,11 @@ class SweepDefinition:
         definition = cls(workload=workload, base=base, params=tuple(canonical),
                          seeds=seeds, samples=None if samples is None
                          else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
-        configs = definition.configs()  # every point's config is valid, or ValueError now
+        points = definition.points()
+        configs = definition.configs(points)  # every point's config is valid, or ValueError now
         if callable(getattr(workload, "check_config", None)):
             checked: set[OpticalConfig] = set()
-            for point, config in zip(definition.points(), configs, strict=True):
+            for point, config in zip(points, configs, strict=True):
                 if config not in checked:
                     try:
                         workload.check_config(config)
