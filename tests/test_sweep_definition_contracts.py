@@ -379,6 +379,13 @@ def test_summary_table_gives_each_points_mean_spread_and_count(tmp_path, capsys)
             else:
                 assert float(fields[2]) == round(statistics.stdev(values), 3)
             assert int(fields[-1]) == seeds
+    # A column of None and integers shows them as given, not as nan and 6.0.
+    out = tmp_path / "none"
+    assert main([*base[:4], "adc.bits=none,6", *base[5:], "--seeds", "2", "--out",
+                 str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if "sqnr_db mean" in line)
+    assert [line.split()[0] for line in lines[header + 1:header + 3]] == ["None", "6"]
 
 
 # --------------------------------------------------------------------------- #

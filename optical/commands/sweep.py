@@ -321,6 +321,13 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(value: Any) -> str:
+    """A swept value in the summary table: ``None``, ``6``, ``1e+06``, ``'offset'``."""
+    from optical._plot_axes import label
+
+    return label(value)
+
+
 def _resume_command(out: str) -> str:
     """The command that resumes the sweep in ``out``, quoted for a POSIX shell."""
     return f"optical sweep --out {shlex.quote(str(out))}"
@@ -335,6 +342,9 @@ def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> No
     if metric not in frame.columns or frame.empty:
         return
     keys = paths or ["point"]
+    # Each value as the sweep gave it: grouping a column of None and ints
+    # would show them as nan and floats (6.0).
+    frame = frame.assign(**{k: frame[k].map(_shown) for k in keys})
     grouped = frame.groupby(keys, sort=False, dropna=False)[metric]
     stats = grouped.agg(["mean", "std", "count"]).reset_index()
     header = " ".join(f"{k:>24s}" for k in keys) + f" {metric + ' mean':>14s} {'std':>8s} {'n':>3s}"
