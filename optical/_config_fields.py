@@ -75,6 +75,10 @@ def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
         raise ValueError(f"{path}: None is not valid; valid: {valid}")
     if isinstance(value, bool | np.bool_):
         raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
+    if type(value).__name__.endswith("Tracer"):  # jax.vmap / jit over a config value
+        raise ValueError(f"{path}: a traced value cannot be a config field; pass traced "
+                         "noise levels to optical.kernels.jax_backend.matmul as params "
+                         "(the fields its PARAMS lists)")
     # numpy scalars (a sweep's np.arange, say) are accepted and made Python numbers.
     if kind == "int":
         if not isinstance(value, numbers.Integral):
@@ -84,10 +88,6 @@ def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
             raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
         return value
     if not isinstance(value, numbers.Real):
-        if type(value).__name__.endswith("Tracer"):  # jax.vmap / jit over a config value
-            raise ValueError(f"{path}: a traced value cannot be a config field; pass traced "
-                             "noise levels to optical.kernels.jax_backend.matmul as params "
-                             "(its PARAMS list which)")
         raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
     try:
         value = float(value)

@@ -67,7 +67,8 @@ def replacing(path: Path) -> Iterator[Path]:
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.filename is None:  # a write names no file
+        # A write names no file, a rename or an open the temporary one: name path.
+        if isinstance(err, OSError) and err.filename in (None, str(tmp)):
             raise OSError(err.errno, f"{err.strerror or err} while writing it",
                           str(path)) from err
         raise

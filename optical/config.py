@@ -397,8 +397,9 @@ class MappingConfig(Section):
         request and head group (counted in the schedule's weight loads).
         The causal mask's zeros in ``P`` go through the DAC like any input.
         With offset inputs (``encoding.inputs = "offset"``) an even number of
-        DAC levels cannot show 0: each zero reads as half a step of its row's
-        range above it, always with the same sign, and their sum biases the
+        DAC levels cannot show 0: from 2 bits on each zero reads as half a
+        step of its row's range above it (at 1 bit, as the bottom of the
+        range), always with the same sign, and their sum biases the
         earliest tokens' outputs. On a causal 64-token ``P V`` with an 8-bit
         DAC as the only error: 22 dB with offset inputs, 50 dB with split
         ones, whose zeros are dark.

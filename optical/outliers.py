@@ -15,9 +15,10 @@ inputs, over all its tokens (so the choice does not depend on chunking); the
 whole matrix stays on the mask and the inputs of ``D`` are zeroed: dark
 sources with split inputs, the offset level (half lit, adding their shot
 noise) with offset inputs. A finite DAC cannot show that level exactly (an
-even number of levels has none at 0.5): each zeroed channel then reads as
-half a step above zero, and adds ``w[d] / (2**bits - 1)`` of the token's
-input range to every output, a small bias that split inputs do not have.
+even number of levels has none at 0.5): from 2 bits on each zeroed channel
+reads as half a step above zero, and adds ``w[d] / (2**bits - 1)`` of the
+token's input range to every output, a small bias that split inputs do not
+have (at 1 bit the level rounds down to the bottom: -1 of the range).
 """
 
 from __future__ import annotations

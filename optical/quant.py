@@ -335,9 +335,7 @@ def _mask(v: np.ndarray, tiling: Tiling,
     scheme = config.encoding.weights
     optics = _optics_map(config)
     compensate = optics is not None and config.mask.compensate
-    gain = None
-    if compensate:
-        gain = compensation.gain(optics, tiling, t_min, scheme, encoding.n_rails(scheme))
+    gain = _gain(optics, tiling, config) if compensate else None
     if isinstance(optics, _LensOptics):
         from optical.kernels import _program
 
@@ -387,7 +385,10 @@ def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
     optics the lens model cannot build (a pixel pitch at or below the
     wavelength, say), compensation with no gain left in a tile, and static
     outlier channels that take every input channel (``top_k >= k`` without
-    a threshold). A sweep runs them for every point before its first run.
+    a threshold). The gain is checked on the fewest rows static outliers
+    could leave on the mask (``k - top_k``; one, by a threshold alone): a
+    point is not refused for rows its calibration inputs might take off the
+    mask. A sweep runs these for every point before its first run.
 
     Raises
     ------
@@ -396,14 +397,25 @@ def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
     """
     check_config(config)
     rules = config.outliers
-    if rules.policy == "static" and rules.threshold is None and rules.top_k is not None \
-            and rules.top_k >= k:
-        raise ValueError(_all_channels_digital(config, k))
+    rows = k  # the fewest rows static outliers can leave on the mask
+    if rules.policy == "static":
+        if rules.threshold is None and rules.top_k is not None and rules.top_k >= k:
+            raise ValueError(_all_channels_digital(config, k))
+        # top_k channels at most (exactly, without a threshold); a threshold
+        # alone could take all but one
+        rows = k - rules.top_k if rules.top_k is not None and rules.top_k < k else 1
     optics = _optics_map(config)  # builds the lens kernels (checks their geometry)
     if optics is not None and config.mask.compensate:
-        scheme = config.encoding.weights
-        compensation.gain(optics, Tiling(k, n, config.core.inputs, config.core.outputs),
-                          config.mask.min_transmission, scheme, encoding.n_rails(scheme))
+        # Fewer rows, fewer neighbours to leak light: the gain on the fewest
+        # rows is the most any calibration could leave.
+        _gain(optics, Tiling(rows, n, config.core.inputs, config.core.outputs), config)
+
+
+def _gain(optics, tiling: Tiling, config: OpticalConfig) -> np.ndarray:
+    """:func:`optical.compensation.gain` of ``config``'s mask on ``tiling``."""
+    scheme = config.encoding.weights
+    return compensation.gain(optics, tiling, config.mask.min_transmission, scheme,
+                             encoding.n_rails(scheme))
 
 
 def _all_channels_digital(config: OpticalConfig, k: int) -> str:

@@ -150,7 +150,7 @@ class SweepDefinition:
     @classmethod
     def build(cls, workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int],
               base: str | OpticalConfig = "iris-like", samples: int | None = None,
-              sample_seed: int = 0) -> SweepDefinition:
+              sample_seed: int = 0, check_points: bool = True) -> SweepDefinition:
         """Validate a sweep definition; every error names the offending input.
 
         Parameters
@@ -169,6 +169,10 @@ class SweepDefinition:
             identical draws count as one point. Default: the full grid.
         sample_seed : int
             Seed of the random sampling.
+        check_points : bool
+            Run the workload's ``check_config`` on every point (~0.3 s for
+            each new lens geometry, once). :meth:`from_dict` skips it: a
+            stored sweep runs its manifest's points, checked when it was made.
         """
         for attr in ("run", "to_dict"):
             if not callable(getattr(workload, attr, None)):
@@ -183,9 +187,6 @@ class SweepDefinition:
                             f"{type(params).__name__}")
         if samples is not None:
             samples = check_positive_int(samples, "samples")
-        elif sample_seed != 0:  # as the CLI's --sample-seed: a grid draws nothing
-            raise ValueError(f"sample_seed: {sample_seed!r} is given without samples; it "
-                             "seeds random sampling (samples=N), a grid draws nothing")
         canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
         for path, values in params.items():
             canonical.append((path, _check_param(path, values, random=samples is not None)))
@@ -198,7 +199,7 @@ class SweepDefinition:
                          else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
         points = definition.points()
         configs = definition.configs(points)  # every point's config is valid, or ValueError now
-        if callable(getattr(workload, "check_config", None)):
+        if check_points and callable(getattr(workload, "check_config", None)):
             checked: set[OpticalConfig] = set()
             for point, config in zip(points, configs, strict=True):
                 if config not in checked:
@@ -272,7 +273,8 @@ class SweepDefinition:
             else:
                 params[path] = [decode_value(path, v) for v in spec]
         return cls.build(workload, params, seeds=data["seeds"], base=base,
-                         samples=data.get("samples"), sample_seed=data.get("sample_seed", 0))
+                         samples=data.get("samples"), sample_seed=data.get("sample_seed", 0),
+                         check_points=False)
 
     @property
     def hash(self) -> str:

@@ -151,8 +151,9 @@ class MatmulWorkload:
 
         check_programmable(self.k, self.n, config)
         if self.backend == "jax" and config.outliers.policy == "dynamic":
-            raise ValueError("outliers.policy = 'dynamic': the JAX backend runs only a static "
-                             "bypass; use 'static', or backend 'numba' or 'numpy'")
+            from optical.kernels.jax_backend import _DYNAMIC_BYPASS
+
+            raise ValueError(_DYNAMIC_BYPASS)
 
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         """Metrics of one optical matmul: accuracy against the exact product

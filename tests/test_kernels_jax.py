@@ -394,6 +394,8 @@ def test_traced_arguments_are_checked_like_concrete_ones(rng):
                                          "config field; pass traced noise levels .* as params"):
         jax.vmap(lambda p: jax_backend.matmul(
             x, w, cfg.replace({"source.photons_per_mac": p}), seed=0))(jnp.array([1e3, 1e4]))
+    with pytest.raises(ValueError, match="adc.bits: a traced value cannot be a config field"):
+        jax.vmap(lambda b: cfg.replace({"adc.bits": b}))(jnp.array([6, 8]))
     with pytest.raises(TypeError, match=r"params: source.photons_per_mac is traced with shape "
                                         r"\(3,\); expected a scalar"):
         jax.vmap(lambda p: jax_backend.matmul(x, w, cfg, seed=0, params={

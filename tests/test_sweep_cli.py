@@ -730,6 +730,21 @@ def test_a_full_disk_names_the_file_keeps_finished_runs_and_resumes(tmp_path, ca
     pd.testing.assert_frame_equal(_table(out), _table(tmp_path / "whole"))
 
 
+def test_a_reader_that_left_while_the_table_prints_is_not_a_failed_sweep(tmp_path, capsys,
+                                                                          monkeypatch):
+    """`optical sweep ... | head`: the broken pipe is the CLI's quiet exit 1,
+    not an error telling the user to resume a sweep that finished."""
+    from optical.commands import sweep as command
+
+    def gone(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(command, "_print_table", gone)
+    assert main([*[a for a in SWEEP if a != "--quiet"], "--out", str(tmp_path / "s")]) == 1
+    assert "error" not in capsys.readouterr().err
+    assert len(load(tmp_path / "s")) == 8
+
+
 def test_the_resume_hint_is_quoted_for_the_shell(tmp_path, capsys, monkeypatch):
     import shlex
 

@@ -88,13 +88,10 @@ def test_random_points_do_not_depend_on_the_order_of_the_params():
     assert list(second.points()[0]) == list(reordered)
 
 
-def test_a_range_with_a_none_end_and_a_sample_seed_without_samples_are_named():
+def test_a_range_with_a_none_end_is_named():
     with pytest.raises(ValueError, match=r"adc.bits: range \[None, 8\] needs a number at each "
                                          r"end"):
         SweepDefinition.build(WL, {"adc.bits": Range(None, 8)}, seeds=1, samples=3)
-    # As the CLI refuses --sample-seed without --samples: a grid draws nothing.
-    with pytest.raises(ValueError, match=r"sample_seed: 5 is given without samples"):
-        SweepDefinition.build(WL, {"adc.bits": [4, 6]}, seeds=1, sample_seed=5)
 
 
 @pytest.mark.parametrize(("workload", "params", "message"), [
@@ -122,6 +119,10 @@ def test_a_point_that_cannot_run_is_named_before_any_run(tmp_path, workload, par
     with pytest.raises(ValueError, match=message):
         _serial(workload, params, out)
     assert not out.exists()
+    # A stored sweep is read back without the check (it runs its manifest's
+    # points, checked when it was made), so reading one never fails on it.
+    stored = SweepDefinition.build(workload, params, seeds=1, base=BASE, check_points=False)
+    assert SweepDefinition.from_dict(stored.to_dict()).hash == stored.hash
 
 
 def test_a_layer_point_is_checked_for_every_product_it_programs(tmp_path):
@@ -386,6 +387,14 @@ def test_summary_table_gives_each_points_mean_spread_and_count(tmp_path, capsys)
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if "sqnr_db mean" in line)
     assert [line.split()[0] for line in lines[header + 1:header + 3]] == ["None", "6"]
+    # Points whose values print alike in 6 digits stay apart, one row each.
+    out = tmp_path / "close"
+    assert main([*base[:4], "source.photons_per_mac=1000,1000.0001", *base[5:], "--seeds",
+                 "2", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if "sqnr_db mean" in line)
+    rows = [line.split() for line in lines[header + 1:header + 3]]
+    assert [r[0] for r in rows] == ["1000", "1000.0001"] and [r[-1] for r in rows] == ["2", "2"]
 
 
 # --------------------------------------------------------------------------- #
@@ -441,3 +450,24 @@ def test_jax_runs_report_mean_photoelectrons_per_detector_readout():
     assert run["detector_readouts"] == numba["detector_readouts"]
     assert run["mean_photoelectrons"] == pytest.approx(numba["mean_photoelectrons"], rel=1e-3)
     assert math.isfinite(run["mean_photoelectrons"]) and run["mean_photoelectrons"] > 0
+
+
+def test_the_gain_is_checked_on_the_rows_static_outliers_leave_on_the_mask():
+    """Crosstalk that leaves compensation no gain on 3 or more rows: with 2
+    of k = 4 channels bypassed programming succeeds, so the preflight
+    accepts the point; with 1 bypassed (3 rows) both refuse it."""
+    from optical.quant import check_programmable
+
+    cfg = optical.presets.get("iris-like").replace({
+        "optics.pixel_pitch": 1.8e-6, "optics.fan_in_aperture": 0.0254,
+        "outliers.threshold": None, "outliers.top_k": 2})
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal((4, 32)), rng.standard_normal((8, 4))
+    optical.program(w, cfg, calibration=x)
+    check_programmable(4, 32, cfg)
+    one = cfg.replace({"outliers.top_k": 1})
+    for attempt in (lambda: optical.program(w, one, calibration=x),
+                    lambda: check_programmable(4, 32, one)):
+        with pytest.raises(ValueError, match="mask.compensate: the optics' envelope and "
+                                             "crosstalk leave no gain"):
+            attempt()

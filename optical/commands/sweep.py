@@ -287,8 +287,19 @@ def run_command(args: argparse.Namespace) -> int:
         executor = args.jobs
     try:
         with sigterm_as_exit():  # to the end: a Ctrl-C while the table prints is one too
-            summary = execute(definition, args.out, executor=executor,
-                              progress=not args.quiet, results_format=args.format)
+            try:
+                summary = execute(definition, args.out, executor=executor,
+                                  progress=not args.quiet, results_format=args.format)
+            except OSError as err:
+                if isinstance(err, FileNotFoundError | PermissionError | BrokenPipeError):
+                    raise  # a path to mend or a reader gone: the CLI's own handling
+                # A full disk, say: what finished is on disk; the sweep goes on from there.
+                what = f"{err.filename}: {err.strerror}" if err.filename and err.strerror \
+                    else err
+                print(f"optical sweep: error: {what}; finished runs are kept in {args.out}; "
+                      f"run `{_resume_command(args.out)}` to resume once that is mended",
+                      file=sys.stderr)
+                return 1
             if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
                 if summary.ran:
                     print(f"{args.out}: {summary.runs} runs ({summary.already_done} already "
@@ -307,14 +318,6 @@ def run_command(args: argparse.Namespace) -> int:
     except SweepError as err:
         print(f"optical sweep: error: {err}", file=sys.stderr)
         return 1
-    except OSError as err:
-        if isinstance(err, FileNotFoundError | PermissionError):
-            raise  # a path to mend (the CLI names it), not a run that stopped
-        # A full disk, say: what finished is on disk; the sweep goes on from there.
-        what = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else err
-        print(f"optical sweep: error: {what}; finished runs are kept in {args.out}; run "
-              f"`{_resume_command(args.out)}` to resume once that is mended", file=sys.stderr)
-        return 1
     finally:
         if client is not None:
             client.close()
@@ -322,10 +325,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _shown(value: Any) -> str:
-    """A swept value in the summary table: ``None``, ``6``, ``1e+06``, ``'offset'``."""
-    from optical._plot_axes import label
-
-    return label(value)
+    """A swept value in the summary table: ``None``, ``6``, ``1000.0001``, ``offset``."""
+    return f"{value:.12g}" if isinstance(value, float) else str(value)
 
 
 def _resume_command(out: str) -> str:
@@ -342,16 +343,15 @@ def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> No
     if metric not in frame.columns or frame.empty:
         return
     keys = paths or ["point"]
-    # Each value as the sweep gave it: grouping a column of None and ints
-    # would show them as nan and floats (6.0).
-    frame = frame.assign(**{k: frame[k].map(_shown) for k in keys})
-    grouped = frame.groupby(keys, sort=False, dropna=False)[metric]
-    stats = grouped.agg(["mean", "std", "count"]).reset_index()
+    # Grouped by point, each shown by its values as the sweep gave them
+    # (grouping on a column of None and ints would show nan and 6.0).
+    stats = frame.groupby("point", sort=False)[metric].agg(["mean", "std", "count"])
+    shown = frame.drop_duplicates("point").set_index("point")[paths]
     header = " ".join(f"{k:>24s}" for k in keys) + f" {metric + ' mean':>14s} {'std':>8s} {'n':>3s}"
     print(header)
-    for row in stats.itertuples(index=False):
-        values = list(row)
-        mean, std, count = values[-3:]
+    for point, (mean, std, count) in zip(stats.index, stats.itertuples(index=False),
+                                         strict=True):
         std_text = "" if not math.isfinite(std) else f"{std:8.3f}"
-        print(" ".join(f"{v!s:>24s}" for v in values[:-3]) +
+        values = shown.loc[point] if paths else [point]
+        print(" ".join(f"{_shown(v):>24s}" for v in values) +
               f" {mean:14.3f} {std_text:>8s} {count:3d}")

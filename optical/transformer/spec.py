@@ -73,18 +73,18 @@ class ModelSpec:
                 raise ValueError(f"{source}: key {key!r} must be a positive integer, got {value!r}")
             return value
 
-        def positive(key: str) -> None:  # optional keys the layers read as numbers
+        def positive(key: str, *, null: bool) -> None:  # optional keys read as numbers
             value = config.get(key)
+            if value is None and key in config and not null:  # no default for an explicit null
+                raise ValueError(f"{source}: key {key!r} must be a positive number, got null "
+                                 "(leave the key out for the architecture's default)")
             if value is not None and not is_positive_number(value):
                 raise ValueError(f"{source}: key {key!r} must be a positive number, "
                                  f"got {value!r}")
 
-        for key in ("rms_norm_eps", "layer_norm_eps"):
-            if key in config and config[key] is None:  # the layers have no default for null
-                raise ValueError(f"{source}: key {key!r} must be a positive number, got null "
-                                 "(leave the key out for the architecture's default)")
-        for key in ("rms_norm_eps", "layer_norm_eps", "rope_theta"):
-            positive(key)
+        positive("rms_norm_eps", null=False)
+        positive("layer_norm_eps", null=False)
+        positive("rope_theta", null=True)  # rope_settings names a null one
         if "max_position_embeddings" in config:
             need("max_position_embeddings")
         for key in ("rope_scaling", "rope_parameters"):
