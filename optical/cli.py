@@ -12,7 +12,7 @@ from optical.commands import energy as energy_command
 from optical.commands import plot as plot_command
 from optical.commands import sweep as sweep_command
 from optical.commands import validate as validate_command
-from optical.commands._common import check_json_path
+from optical.commands._common import check_json_path, describe_os_error
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
 COMMANDS = [config_command, validate_command, sweep_command, plot_command, energy_command]
@@ -31,12 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _describe_os_error(err: OSError) -> str:
-    if err.strerror and err.filename is not None:
-        return f"{err.filename}: {err.strerror}"
-    return str(err) or type(err).__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names. Exit codes: 0 done; 2 bad input (an
     option, value, path or file), 1 anything else that stopped it (a failed
@@ -49,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
         # Bad input: one clear line, no traceback.
-        text = _describe_os_error(err) if isinstance(err, FileNotFoundError) and \
+        text = describe_os_error(err) if isinstance(err, FileNotFoundError) and \
             err.strerror else str(err)
         print(f"optical {args.command}: error: {text}", file=sys.stderr)
         return 2
@@ -66,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 1
     except OSError as err:
-        print(f"optical {args.command}: error: {_describe_os_error(err)}", file=sys.stderr)
+        print(f"optical {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 1
 
 

@@ -107,11 +107,11 @@ def iris_like() -> OpticalConfig:
       source's light detected.
     - energy (docs/energy.md lists every source): laser wall-plug efficiency
       0.3 (VCSELs: 17-25% at 0.1-0.5 mW at 850 nm, 40-48% at ~10 mW at
-      940 nm; streaming at 1e5 photons per MAC asks ~0.12 W of light per source, far above those
-      devices' measured range, see docs/energy.md); half the emitted light
-      reaches the detectors (an assumption: fill factor 0.9, lens and coupling
-      losses; the diffraction model of these optics detects 37%,
-      ``crosstalk.kernels(cfg).throughput``, and
+      940 nm; streaming at 1e5 photons per MAC asks ~0.12 W of light per
+      source, far above those devices' measured range, see docs/energy.md);
+      half the emitted light reaches the detectors (an assumption: fill
+      factor 0.9, lens and coupling losses; the diffraction model of these
+      optics detects 37%, ``crosstalk.kernels(cfg).throughput``, and
       ``energy.optical_efficiency=0.37`` prices that: 1.35x the laser energy);
       converters at a Walden FOM of 25 fJ per conversion-step (median of the
       Nyquist ADCs at 0.5-5 GS/s and ENOB 5-8 published at ISSCC/VLSI

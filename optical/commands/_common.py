@@ -92,6 +92,13 @@ def check_json_path(args: argparse.Namespace) -> None:
                          "overwrite; write the JSON elsewhere")
 
 
+def describe_os_error(err: OSError) -> str:
+    """An OS error as one line: ``path: reason`` where it names a file."""
+    if err.strerror and err.filename is not None:
+        return f"{err.filename}: {err.strerror}"
+    return str(err) or type(err).__name__
+
+
 def check_not_json(args: argparse.Namespace, paths: Sequence[Path], option: str) -> None:
     """Refuse figure ``paths`` (of ``option``) of which ``--json`` is one:
     the JSON would silently replace the figure."""

@@ -13,6 +13,7 @@ from typing import Any
 from optical.commands._common import (
     add_config_options,
     add_json_option,
+    describe_os_error,
     json_to_stdout,
     require,
     write_json,
@@ -294,9 +295,8 @@ def run_command(args: argparse.Namespace) -> int:
                 if isinstance(err, FileNotFoundError | PermissionError | BrokenPipeError):
                     raise  # a path to mend or a reader gone: the CLI's own handling
                 # A full disk, say: what finished is on disk; the sweep goes on from there.
-                what = f"{err.filename}: {err.strerror}" if err.filename and err.strerror \
-                    else err
-                print(f"optical sweep: error: {what}; finished runs are kept in {args.out}; "
+                print(f"optical sweep: error: {describe_os_error(err)}; finished runs are kept "
+                      f"in {args.out}; "
                       f"run `{_resume_command(args.out)}` to resume once that is mended",
                       file=sys.stderr)
                 return 1

@@ -276,7 +276,7 @@ class BertModel(_Model):
         """Tokens a sentence keeps ([CLS] and [SEP] included): 256,
         sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2, or the
         model's ``max_position_embeddings`` when that is smaller."""
-        return min(MAX_SEQ_LENGTH, self.spec.raw.get("max_position_embeddings", 512))
+        return min(MAX_SEQ_LENGTH, self.spec.max_positions)
 
     def tokenizer(self):
         """The ``tokenizers.Tokenizer`` of the checkpoint (``tokenizer.json``),
@@ -357,7 +357,7 @@ class BertModel(_Model):
             raise ValueError(f"ids: shape {ids.shape} holds no tokens")
         if ids.size and not (0 <= ids.min() and ids.max() < self.spec.vocab_size):
             raise ValueError(f"ids: token ids must lie in [0, {self.spec.vocab_size})")
-        max_positions = self.spec.raw.get("max_position_embeddings", 512)
+        max_positions = self.spec.max_positions
         if ids.shape[1] > max_positions:
             raise ValueError(f"ids: {ids.shape[1]} tokens exceed max_position_embeddings "
                              f"{max_positions}")
