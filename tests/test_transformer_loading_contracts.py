@@ -307,3 +307,9 @@ def test_rope_parameters_next_to_an_agreeing_rope_scaling_are_taken():
     with pytest.raises(ValueError, match="rope_parameters.rope_type = 'llama3' but "
                                          "rope_scaling.rope_type = 'default'"):
         rope_settings({"rope_parameters": params, "rope_scaling": {"factor": 8.0}})
+    # A null rope_scaling agrees with an unscaled rope_parameters only; equal
+    # thetas under both keys agree, whatever their spelling.
+    unscaled = {"rope_type": "default", "rope_theta": 5e5}
+    assert rope_settings({"rope_parameters": unscaled, "rope_scaling": None,
+                          "rope_theta": 500000})[:2] == (5e5, unscaled)
+    assert rope_settings({"rope_parameters": params, "rope_theta": 5e5})[0] == 5e5

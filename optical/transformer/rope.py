@@ -30,17 +30,26 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     """(theta, scaling, key) from a ``config.json``: transformers < 5 writes
     ``rope_theta`` and ``rope_scaling``; transformers >= 5 writes both in
     ``rope_parameters``. ``key`` names the config key, for error messages.
-    A config holding both, with scalings that disagree, is refused:
-    transformers versions differ in which one they read."""
+    A config holding both, with scalings or thetas that disagree (a
+    ``rope_scaling`` of null beside a scaled ``rope_parameters`` included), is
+    refused: transformers versions differ in which one they read."""
     params = config.get("rope_parameters")
     legacy = config.get("rope_scaling")
+    if isinstance(params, Mapping) and "rope_scaling" in config and legacy is None \
+            and _rope_field(params, "rope_type") != "default":
+        _refuse_disagreement(f"rope_parameters.rope_type = "
+                             f"{_rope_field(params, 'rope_type')!r} but rope_scaling = null")
     if isinstance(params, Mapping) and isinstance(legacy, Mapping):
         for field in ("rope_type", *_LLAMA3_KEYS):
             ours, theirs = _rope_field(params, field), _rope_field(legacy, field)
             if ours is not None and theirs is not None and ours != theirs:
-                raise ValueError(f"config.json: rope_parameters.{field} = {ours!r} but "
-                                 f"rope_scaling.{field} = {theirs!r}; transformers versions "
-                                 "read different ones, so keep one of the two keys")
+                _refuse_disagreement(f"rope_parameters.{field} = {ours!r} but "
+                                     f"rope_scaling.{field} = {theirs!r}")
+    if isinstance(params, Mapping) and is_positive_number(params.get("rope_theta")) \
+            and is_positive_number(config.get("rope_theta")) \
+            and params["rope_theta"] != config["rope_theta"]:
+        _refuse_disagreement(f"rope_parameters.rope_theta = {params['rope_theta']!r} but "
+                             f"rope_theta = {config['rope_theta']!r}")
     if isinstance(params, Mapping):
         theta, scaling, key = params.get("rope_theta", config.get("rope_theta", 10000.0)), \
             params, "rope_parameters"
@@ -53,6 +62,11 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     if scaling is not None and not isinstance(scaling, Mapping):
         raise ValueError(f"{key}: must be an object (or null), got {scaling!r}")
     return float(theta), scaling, key
+
+
+def _refuse_disagreement(what: str) -> None:
+    raise ValueError(f"config.json: {what}; transformers versions read different ones, "
+                     "so keep one of the two keys")
 
 
 def _rope_field(scaling: Mapping[str, Any], field: str) -> Any:
