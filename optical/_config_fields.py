@@ -12,6 +12,8 @@ all check values through :func:`check`.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 import numbers
 from collections.abc import Mapping
@@ -43,8 +45,23 @@ def boolean(default):
     return dataclasses.field(default=default, metadata={"kind": "bool"})
 
 
-def describe(spec: Mapping[str, Any]) -> str:
-    """Human-readable valid range of a field, for error messages."""
+@functools.cache
+def field_units(section: type) -> dict[str, str]:
+    """Field name -> unit, from the numpydoc lines ``name[, name] : type, unit``
+    of a section's docstring (a type without a comma has no unit)."""
+    units = {}
+    for line in inspect.getdoc(section).splitlines():
+        names, sep, kind = line.partition(" : ")
+        if not sep or line.startswith(" ") or "," not in kind or kind.startswith("{"):
+            continue
+        for name in names.split(","):
+            units[name.strip()] = kind.split(",", 1)[1].strip()
+    return units
+
+
+def describe(spec: Mapping[str, Any], unit: str = "") -> str:
+    """Human-readable valid range of a field, for error messages, in ``unit``
+    (the field's unit, from :func:`field_units`) where it has one."""
     kind = spec["kind"]
     if kind == "choice":
         return "one of " + ", ".join(repr(c) for c in spec["choices"])
@@ -53,13 +70,16 @@ def describe(spec: Mapping[str, Any]) -> str:
     left = "(" if spec.get("lo_open") else "["
     right = ")" if spec.get("hi_open") else "]"
     text = f"{'integer' if kind == 'int' else 'number'} in {left}{spec['lo']}, {spec['hi']}{right}"
+    if unit and unit != "dimensionless":
+        text += f" {unit}"
     return text + (" or None" if spec.get("optional") else "")
 
 
-def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
-    """Validate one field value against its spec; return it in canonical form."""
+def check(path: str, value: Any, spec: Mapping[str, Any], unit: str = "") -> Any:
+    """Validate one field value against its spec; return it in canonical form.
+    ``unit`` (the field's, if any) is named in the valid range of an error."""
     kind = spec["kind"]
-    valid = describe(spec)
+    valid = describe(spec, unit)
     if kind == "choice":
         # Strings only: an array's `in` is ambiguous (numpy's str_ is a str).
         if not isinstance(value, str) or value not in spec["choices"]:
@@ -103,9 +123,9 @@ def check(path: str, value: Any, spec: Mapping[str, Any]) -> Any:
 
 
 
-def parse(path: str, text: str, spec: Mapping[str, Any]) -> Any:
+def parse(path: str, text: str, spec: Mapping[str, Any], unit: str = "") -> Any:
     """Parse command-line ``text`` into a valid value of the field whose spec
-    is ``spec`` (``path`` names it in errors)."""
+    is ``spec`` (``path`` names it, and ``unit`` its unit, in errors)."""
     kind = spec["kind"]
     raw = text.strip()
     if raw.lower() == "none" and spec.get("optional"):
@@ -130,8 +150,9 @@ def parse(path: str, text: str, spec: Mapping[str, Any]) -> Any:
     except ValueError as err:
         if str(err).startswith(f"{path}: "):
             raise
-        raise ValueError(f"{path}: cannot parse {text!r}; valid: {describe(spec)}") from None
-    return check(path, value, spec)
+        raise ValueError(f"{path}: cannot parse {text!r}; valid: "
+                         f"{describe(spec, unit)}") from None
+    return check(path, value, spec, unit)
 
 
 class Section:
@@ -140,8 +161,10 @@ class Section:
     _name: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
+        units = field_units(type(self))
         for f in dataclasses.fields(self):
-            value = check(f"{self._name}.{f.name}", getattr(self, f.name), f.metadata)
+            value = check(f"{self._name}.{f.name}", getattr(self, f.name), f.metadata,
+                          units.get(f.name, ""))
             object.__setattr__(self, f.name, value)
         self._check_consistency()
 

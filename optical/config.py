@@ -19,14 +19,21 @@ docstring entry gives its unit after the type.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import json
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from optical._config_fields import Section, boolean, check, choice, integer, parse, real
+from optical._config_fields import (
+    Section,
+    boolean,
+    check,
+    choice,
+    field_units,
+    integer,
+    parse,
+    real,
+)
 
 __all__ = [
     "ADCConfig",
@@ -58,7 +65,7 @@ def check_value(path: str, value: Any) -> Any:
     ValueError
         Naming the path for an unknown path or an invalid value.
     """
-    return check(path, value, OpticalConfig.field_spec(path))
+    return check(path, value, OpticalConfig.field_spec(path), OpticalConfig.field_unit(path))
 
 
 def parse_value(path: str, text: str) -> Any:
@@ -70,7 +77,7 @@ def parse_value(path: str, text: str) -> Any:
     ValueError
         If ``path`` is unknown or ``text`` does not parse to a valid value.
     """
-    return parse(path, text, OpticalConfig.field_spec(path))
+    return parse(path, text, OpticalConfig.field_spec(path), OpticalConfig.field_unit(path))
 
 
 # --------------------------------------------------------------------------- #
@@ -478,7 +485,10 @@ class EnergyConfig(Section):
     ``source.photons_per_mac``, the quantum efficiency from
     ``detector.quantum_efficiency`` and converter resolutions from ``dac.bits``
     and ``adc.enob``. The defaults and their sources are listed in
-    docs/energy.md.
+    docs/energy.md. Energies are in joules, and bounded far above any device
+    (1 uJ per conversion, readout, byte or operation; 1 nJ per
+    conversion-step; 1 J per mask load), so that a figure typed in pJ or fJ
+    (``dram_energy_per_byte=31``) is refused rather than priced.
 
     Attributes
     ----------
@@ -535,21 +545,21 @@ class EnergyConfig(Section):
     laser_efficiency: float = real(0.3, 0.0, 1.0, lo_open=True)
     optical_efficiency: float = real(1.0, 0.0, 1.0, lo_open=True)
     source_mean_level: float = real(1.0, 0.0, 1.0, lo_open=True)
-    walden_fom: float = real(25e-15, 0.0, math.inf, hi_open=True)
-    dac_energy: float | None = real(None, 0.0, math.inf, hi_open=True, optional=True)
-    adc_energy: float | None = real(None, 0.0, math.inf, hi_open=True, optional=True)
-    detector_energy: float = real(1e-12, 0.0, math.inf, hi_open=True)
+    walden_fom: float = real(25e-15, 0.0, 1e-9)
+    dac_energy: float | None = real(None, 0.0, 1e-6, optional=True)
+    adc_energy: float | None = real(None, 0.0, 1e-6, optional=True)
+    detector_energy: float = real(1e-12, 0.0, 1e-6)
     input_rate: float = real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
     mask_refresh_rate: float = real(1e3, 0.0, math.inf, lo_open=True, hi_open=True)
-    mask_load_energy: float = real(1e-3, 0.0, math.inf, hi_open=True)
+    mask_load_energy: float = real(1e-3, 0.0, 1.0)
     double_buffered_mask: bool = boolean(False)
     cores: int = integer(1, 1, 1 << 30)
-    dram_energy_per_byte: float = real(31e-12, 0.0, math.inf, hi_open=True)
-    sram_energy_per_byte: float = real(1.25e-12, 0.0, math.inf, hi_open=True)
-    digital_energy_per_op: float = real(0.71e-12, 0.0, math.inf, hi_open=True)
+    dram_energy_per_byte: float = real(31e-12, 0.0, 1e-6)
+    sram_energy_per_byte: float = real(1.25e-12, 0.0, 1e-6)
+    digital_energy_per_op: float = real(0.71e-12, 0.0, 1e-6)
     digital_ops_per_s: float = real(989e12, 0.0, math.inf, lo_open=True, hi_open=True)
     static_power: float = real(0.0, 0.0, math.inf, hi_open=True)
-    link_energy_per_byte: float = real(8e-12, 0.0, math.inf, hi_open=True)
+    link_energy_per_byte: float = real(8e-12, 0.0, 1e-6)
 
 
 # --------------------------------------------------------------------------- #
@@ -632,7 +642,7 @@ class OpticalConfig:
         count, choice or flag that has none; ValueError if unknown."""
         OpticalConfig.field_spec(path)
         section, _, leaf = path.partition(".")
-        return _units(_SECTIONS[section]).get(leaf, "")
+        return field_units(_SECTIONS[section]).get(leaf, "")
 
     def get(self, path: str) -> Any:
         """The value at a dotted path."""
@@ -664,7 +674,8 @@ class OpticalConfig:
         for path, value in (changes or {}).items():
             spec = self.field_spec(path)
             section, _, leaf = path.partition(".")
-            by_section.setdefault(section, {})[leaf] = check(path, value, spec)
+            by_section.setdefault(section, {})[leaf] = check(path, value, spec,
+                                                             self.field_unit(path))
         new_sections = dict(kwargs)
         for name in new_sections:
             if name not in _SECTIONS:
@@ -736,17 +747,3 @@ def check_config(config: object, name: str = "config") -> OpticalConfig:
                 if isinstance(config, str) else "")
         raise TypeError(f"{name}: expected an OpticalConfig, got {type(config).__name__}{hint}")
     return config
-
-
-@functools.cache
-def _units(section: type) -> dict[str, str]:
-    """Field name -> unit, from the numpydoc lines ``name[, name] : type, unit``
-    of a section's docstring (a type without a comma has no unit)."""
-    units = {}
-    for line in inspect.getdoc(section).splitlines():
-        names, sep, kind = line.partition(" : ")
-        if not sep or line.startswith(" ") or "," not in kind or kind.startswith("{"):
-            continue
-        for name in names.split(","):
-            units[name.strip()] = kind.split(",", 1)[1].strip()
-    return units

@@ -56,6 +56,33 @@ def test_out_of_range_values_are_refused_with_the_range(path, value, expect):
         optical.presets.get("iris-like").replace({path: value})
 
 
+@pytest.mark.parametrize(("path", "value", "expect"), [
+    # A figure typed in the docs' pJ/fJ is refused, the range naming the unit.
+    ("energy.dram_energy_per_byte", 31, r"31.0 is out of range; valid: number in "
+                                        r"\[0.0, 1e-06\] J/byte"),
+    ("energy.walden_fom", 25, r"\[0.0, 1e-09\] J per conversion-step"),
+    ("energy.adc_energy", 2.3, r"\[0.0, 1e-06\] J per conversion or None"),
+    ("energy.detector_energy", 1.0, "J per readout"),
+    ("energy.digital_energy_per_op", 0.71, "J/op"),
+    ("energy.sram_energy_per_byte", 1.25, "J/byte"),
+    ("energy.link_energy_per_byte", 8, "J/byte"),
+    ("energy.mask_load_energy", 1e3, r"\[0.0, 1.0\] J per load"),
+    ("source.wavelength", 850, r"valid: number in \[1e-07, 0.0001\] m$"),
+])
+def test_values_in_the_wrong_unit_are_refused_naming_the_unit(path, value, expect):
+    with pytest.raises(ValueError, match=expect):
+        optical.presets.get("iris-like").replace({path: value})
+    with pytest.raises(ValueError, match=expect):  # --set and --param parse the same way
+        optical.config.parse_value(path, str(value))
+    section, _, leaf = path.partition(".")
+    with pytest.raises(ValueError, match=expect):  # and a section built directly
+        type(getattr(OpticalConfig(), section))(**{leaf: value})
+    # The bounds sit far above any device: a thousand times the default passes.
+    default = OpticalConfig().get(path)
+    if default is not None and path != "source.wavelength":
+        assert OpticalConfig().replace({path: default * 1000}).get(path) == default * 1000
+
+
 def test_enob_follows_bits_so_sweeping_bits_keeps_converter_quality():
     cfg = optical.presets.get("iris-like")
     assert cfg.adc.enob == 6.5
@@ -196,7 +223,7 @@ def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
 
 @pytest.mark.parametrize(("path", "value"), [
     # Open ends (")" in the message) refuse their bound itself.
-    ("adc.headroom", math.inf), ("adc.enob_loss", 24.0), ("energy.walden_fom", math.inf),
+    ("adc.headroom", math.inf), ("adc.enob_loss", 24.0), ("energy.static_power", math.inf),
     ("source.rin_bandwidth", math.inf), ("energy.input_rate", math.inf),
     # Efficiencies are fractions: no more photoelectrons than photons, no more light out
     # than electrical power in.

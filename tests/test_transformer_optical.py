@@ -305,3 +305,30 @@ def test_optical_attention_sends_the_causal_masks_zeros_through_the_dac(tiny, in
         np.testing.assert_allclose(out[prompt, head, row], values[0] + bias, rtol=0, atol=1e-5)
         if inputs == "offset":
             assert np.abs(bias).max() > 1e-2  # the bias is seen, far above the tolerance
+
+
+@pytest.mark.parametrize("attention", ["digital", "optical"])
+def test_a_prompts_noise_depends_on_its_place_in_the_batch_not_its_neighbours(tiny, attention):
+    """Noise is keyed by each token's row in the batch laid end to end (the
+    ``seed`` docstring of LlamaLayer.optical): the first prompt of a batch
+    draws the noise of its own call, a later one does not, and neither
+    depends on the other prompts' values. A config without calibration, so
+    that no window depends on the batch."""
+    cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": attention,
+                        "adc.full_scale": "rms", "outliers.policy": "none"})
+    assert optical.quant.calibration_needs(cfg) == []
+    layer = tiny.layer(1)
+    h = tiny.hidden_states(1, 8, batch=2)
+    other = tiny.hidden_states(1, 8, batch=2, seed=5)
+    both = layer.optical(h, cfg, seed=4)
+    np.testing.assert_array_equal(both[0], layer.optical(h[:1], cfg, seed=4)[0])
+    np.testing.assert_array_equal(both[1], layer.optical(np.stack([other[0], h[1]]), cfg,
+                                                         seed=4)[1])
+    np.testing.assert_array_equal(both[0], layer.optical(np.stack([h[0], other[1]]), cfg,
+                                                         seed=4)[0])
+    alone = layer.optical(h[1:], cfg, seed=4)[0]
+    assert not np.array_equal(both[1], alone)
+    reference = layer.reference(h[1:], dtype="float32")[0]
+    # a different draw, not a different computation: both are as close to the reference
+    errors = [optical.metrics.relative_error(reference, y) for y in (both[1], alone)]
+    assert max(errors) < 1.5 * min(errors), errors

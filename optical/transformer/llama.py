@@ -138,7 +138,11 @@ class LlamaLayer:
         h : ndarray, float32, shape (tokens, hidden) or (batch, tokens, hidden)
         config : OpticalConfig
         seed : int
-            Each product draws its noise from a seed derived from (seed, layer, product).
+            Each product draws its noise from a seed derived from (seed, layer,
+            product), keyed within it by each token's row in the batch laid end
+            to end: a prompt's noise depends on its place in the batch (not on
+            its neighbours' values), and only the first prompt draws the noise
+            of its own call.
         return_stats : bool
             Also return each product's :class:`optical.MatmulStats`.
         program_options, matmul_options : mapping, optional
