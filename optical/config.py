@@ -98,7 +98,11 @@ class SourceConfig(Section):
         full transmission (the convention of Wang et al., Nat. Commun. 13, 123,
         2022). A detector readout of ``k`` MACs at inputs ``a`` and
         transmissions ``t`` collects ``photons_per_mac * sum(a * t)``
-        photoelectrons on average. ``inf`` is the shot-noise-free limit; finite
+        photoelectrons on average. ``inf`` is the shot-noise-free limit, and
+        removes dark and read noise too (fixed electron counts against an
+        infinite signal): to see shot noise alone, keep the photons finite
+        and set ``detector.dark_electrons`` and ``read_noise_electrons`` to 0
+        (the read noise's share is then the difference it makes). Finite
         values are at most ``1e30`` (beyond, photon counts overflow float64).
     rin_db_per_hz : float, dB/Hz
         Relative intensity noise of each source; ``-inf`` for none.
@@ -278,7 +282,8 @@ class DetectorConfig(Section):
         ``detector.shot_noise``); the mean is subtracted digitally, its shot
         noise remains.
     read_noise_electrons : float, electrons
-        RMS input-referred read/TIA noise per ADC conversion (Gaussian): a
+        RMS input-referred read/TIA noise per ADC conversion (Gaussian; none
+        at ``source.photons_per_mac = inf``, whose signal it is referred to): a
         balanced pair, subtracted in analogue, has one TIA and draws it once
         (``MatmulStats.adc_conversions``, not ``detector_readouts``). This and
         ``dark_electrons`` are at most 1e30. Noise that large keeps its law on

@@ -845,3 +845,20 @@ def test_numpy_backend_stats_do_not_depend_on_chunking(rng):
     for y, st in runs[1:]:
         np.testing.assert_array_equal(y, runs[0][0])
         assert st == runs[0][1]
+
+
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
+def test_infinite_photons_remove_dark_and_read_noise_too(rng, backend, exact):
+    """Dark and read noise are fixed electron counts, referred to the signal's
+    photons: at ``photons_per_mac = inf`` they vanish with the shot noise
+    (SourceConfig's docstring), while at finite photons they add noise."""
+    x = rng.uniform(-1, 1, (64, 32))
+    w = rng.standard_normal((32, 8))
+    loud = {"detector.read_noise_electrons": 1e4, "detector.dark_electrons": 1e4}
+    at_inf = optical.presets.get("ideal").replace({"core.inputs": 16})
+    quiet = _run(x, w, at_inf, 1, backend, exact)[0]
+    np.testing.assert_array_equal(_run(x, w, at_inf.replace(loud), 1, backend, exact)[0], quiet)
+    finite = at_inf.replace({"source.photons_per_mac": 1e6})
+    clean = metrics.sqnr_db(x @ w, _run(x, w, finite, 1, backend, exact)[0])
+    noisy = metrics.sqnr_db(x @ w, _run(x, w, finite.replace(loud), 1, backend, exact)[0])
+    assert noisy < clean - 10, (noisy, clean)

@@ -113,9 +113,12 @@ class ValidationReport:
         their share of these products' MACs; ``clipped_fraction``, the ADC
         conversions that clipped, pooled over the products.
     timings : dict of str to float, s
-        See below.
+        Wall time: ``calibration_s`` (the held-out run; ~0 without
+        calibration), ``reference_s``, ``optical_s`` (the optical run) and
+        ``program_s`` (the part of it spent programming the masks).
     calibration_tokens : int or None
-        See below.
+        Length of the held-out input the weight matmuls were calibrated on
+        (None: the config needs no calibration).
     """
 
     model: str
@@ -130,12 +133,7 @@ class ValidationReport:
     products: tuple[ProductReport, ...]
     output: ProductReport
     totals: dict[str, float]
-    #: Wall time, s: ``calibration_s`` (the held-out run; ~0 without
-    #: calibration), ``reference_s``, ``optical_s`` (the optical run) and
-    #: ``program_s`` (the part of it spent programming the masks).
     timings: dict[str, float]
-    #: Length of the held-out input the weight matmuls were calibrated on
-    #: (None: the config needs no calibration).
     calibration_tokens: int | None = None
 
     def product(self, name: str) -> ProductReport:
