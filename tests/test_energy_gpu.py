@@ -66,8 +66,12 @@ def test_the_kv_cache_counts_towards_the_gpus_needed():
     assert gpu.model_bytes(TINY) == 2624 and 2 * gpu.kv_cache_bytes(TINY, 3) == 192
     assert gpu.prefill(TINY, 3, SLOW_GPU.replace(memory=2700.0), batch=2).gpus == 2
     assert gpu.prefill(TINY, 3, SLOW_GPU.replace(memory=2816.0), batch=2).gpus == 1
-    # A decode step holds each sequence's cache at its full context.
+    # A decode step holds each sequence's cache at its full context, every one
+    # of the batch's: 2624 + 96 B fit 2750 B, 2624 + 2 x 96 B do not.
+    assert gpu.kv_cache_bytes(TINY, 3) == 96
     assert gpu.decode_step(TINY, 3, 2, SLOW_GPU.replace(memory=2700.0)).gpus == 2
+    assert gpu.decode_step(TINY, 3, 1, SLOW_GPU.replace(memory=2750.0)).gpus == 1
+    assert gpu.decode_step(TINY, 3, 2, SLOW_GPU.replace(memory=2750.0)).gpus == 2
 
 
 def test_full_utilization_is_the_datasheet_peak():

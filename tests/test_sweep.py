@@ -324,6 +324,24 @@ def test_infinite_and_none_values_round_trip(tmp_path):
     assert again.ran == 0
 
 
+def test_non_finite_metrics_keep_their_sign(tmp_path):
+    """A metric of -inf (a zero reference against noise), +inf (exact) or NaN
+    is stored as "-inf", "inf", "nan" and read back as such."""
+    @dataclasses.dataclass(frozen=True)
+    class NonFinite(Interruptible):
+        label = "non-finite"
+
+        def run(self, config, seed):
+            return {"low": -math.inf, "high": math.inf, "missing": math.nan}
+
+    frame = optical.sweep(NonFinite(WL), {"adc.bits": [4]}, seeds=1, out=tmp_path / "s",
+                          base=BASE, executor="serial", progress=False)
+    again = load(tmp_path / "s")
+    for table in (frame, again):
+        assert table["low"].tolist() == [-math.inf] and table["high"].tolist() == [math.inf]
+        assert math.isnan(table["missing"].iloc[0])
+
+
 def test_local_processes_give_the_serial_results(tmp_path):
     # Bit for bit, on a shape whose float64 truth a multi-threaded BLAS would
     # round differently from the workers' single BLAS thread (100 x 300 x 70).

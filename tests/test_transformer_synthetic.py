@@ -177,7 +177,21 @@ def test_hidden_states_shapes_seeds_and_errors():
     h = llama_hidden_states(MEDIUM, 2, 16, seed=3)
     assert h.shape == (16, 512) and h.dtype == np.float32
     np.testing.assert_array_equal(llama_hidden_states(MEDIUM, 2, 16, seed=3), h)
-    assert llama_hidden_states(MEDIUM, 2, 16, seed=3, batch=2).shape == (2, 16, 512)
+    batched = llama_hidden_states(MEDIUM, 2, 16, seed=3, batch=3)
+    assert batched.shape == (3, 16, 512)
+    np.testing.assert_array_equal(llama_hidden_states(MEDIUM, 2, 16, seed=3, batch=1)[0], h)
+    # Token 0 of every prompt is BOS: the BOS direction, and past the super
+    # layer the massive activations, in each prompt, the other tokens noise.
+    u = SyntheticLlama().bos_direction(MEDIUM, 3)
+    dims, values = SyntheticLlama().massive(MEDIUM, 3)
+    assert SyntheticLlama().super_index(MEDIUM)[0] < 2
+    for prompt in batched:
+        assert np.all(np.abs(prompt[1:] @ u) < 0.1 * (prompt[0] @ u)), prompt @ u
+        np.testing.assert_array_equal(prompt[0, dims], values)
+    assert not np.array_equal(batched[0, 1:], batched[1, 1:])
+    # Each layer's input draws its own token noise, not a rescaled copy.
+    other = llama_hidden_states(MEDIUM, 3, 16, seed=3)
+    assert abs(np.corrcoef(h[1:].ravel(), other[1:].ravel())[0, 1]) < 0.1
     assert not np.array_equal(llama_hidden_states(MEDIUM, 2, 16, seed=4), h)
     with pytest.raises(ValueError, match="tokens"):
         llama_hidden_states(MEDIUM, 2, 0, seed=3)
