@@ -282,6 +282,11 @@ class LayerWorkload:
         Prompt tokens of the prefill.
     weights_seed : int
         Seed of the synthetic weights of a directory without weights.
+    local : bool
+        Also score each product on the optical core against the exact product
+        of the inputs it received (validate's ``local=True``): the hardware's
+        own error, as ``local_sqnr_db.down_proj`` and so on, beside
+        ``sqnr_db.down_proj``, which carries what came from upstream too.
 
     A run's seed is validate's ``seed``: the noise, the synthetic layer input
     and the held-out calibration input.
@@ -298,6 +303,7 @@ class LayerWorkload:
     layer: int
     tokens: int
     weights_seed: int = 0
+    local: bool = False
 
     def __post_init__(self) -> None:
         from optical.transformer.spec import read_spec
@@ -314,6 +320,9 @@ class LayerWorkload:
         spec.check_tokens(self.tokens)  # before a sweep's manifest claims its directory
         object.__setattr__(self, "weights_seed",
                            _positive_int("weights_seed", self.weights_seed, zero=True))
+        if not isinstance(self.local, bool | np.bool_):
+            raise TypeError(f"local: expected True or False, got {self.local!r}")
+        object.__setattr__(self, "local", bool(self.local))
 
     @property
     def label(self) -> str:
@@ -340,11 +349,14 @@ class LayerWorkload:
 
         model = _load_model(self.model_dir, self.weights_seed)
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
-                                      seed=seed)
+                                      seed=seed, local=self.local)
         return layer_metrics(report)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
+        out = {"kind": self.kind, **dataclasses.asdict(self)}
+        if not self.local:  # as sweeps stored it before the option: their identity unchanged
+            del out["local"]
+        return out
 
 
 @functools.lru_cache(maxsize=1)

@@ -78,6 +78,7 @@ def test_csv_results(tmp_path):
     (["--data-seed", str(2**64)], f"--data-seed: {2**64} is out of range; valid: [0, 2**64)"),
     (["--outlier-scale", "inf"], "--outlier-scale: inf must be a positive finite number"),
     (["--layer", "1", "--tokens", "8"], "--layer, --tokens apply to --model, not to --matmul"),
+    (["--local"], "--local applies to --model, not to --matmul"),
     (["--model", "models/llama-3.1-8b", "--inputs", "laplace"],
      "--inputs applies to --matmul, not to --model"),
     (["--model", "models/llama-3.1-8b", "--tokens", "0"], "--tokens: 0 must be a positive"),
@@ -296,6 +297,9 @@ def _definition_options():
     values = {"param": "adc.bits=4", "overrides": "adc.bits=6", "preset": "ideal"}
     cases = []
     for action in options:
+        if action.nargs == 0:  # a flag (--local): no value
+            cases.append((action.option_strings[0], None))
+            continue
         value = values.get(action.dest) or (action.choices[-1] if action.choices else
                                             "3" if action.type in (int, float) else None)
         assert value is not None, action.dest
@@ -316,7 +320,8 @@ def test_resume_refuses_options_it_would_ignore(finished_sweep, capsys, option, 
     old seeds, saying nothing."""
     stamps = {p.name: p.stat().st_mtime_ns for p in finished_sweep.rglob("*")}
     capsys.readouterr()
-    assert main(["sweep", "--out", str(finished_sweep), option, value, "--quiet"]) == 2
+    given = [option] if value is None else [option, value]
+    assert main(["sweep", "--out", str(finished_sweep), *given, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"{option} given without a workload" in err and "Traceback" not in err
     assert {p.name: p.stat().st_mtime_ns for p in finished_sweep.rglob("*")} == stamps
@@ -607,6 +612,23 @@ def test_model_sweep_validates_the_layer_and_weights_asked_for(tiny_model, tmp_p
     assert main([*argv, "--out", str(out)]) == 0
     assert _stored_workload(out) == LayerWorkload(str(tiny_model), layer=0, tokens=6).to_dict()
     _assert_runs_are(load(out), validate(0, 0), base, [])
+
+
+def test_model_sweep_local_records_each_products_own_error(tiny_model, tmp_path):
+    """--local: the workload validates with local=True, so the table gains
+    local_sqnr_db.<product> columns (refused with --matmul, which has no
+    upstream: test_malformed_options_fail_before_any_work)."""
+    from optical.workloads import LayerWorkload
+
+    out = tmp_path / "s"
+    assert main(["sweep", "--model", str(tiny_model), "--tokens", "6", "--set",
+                 "core.inputs=48", "--set", "core.outputs=40", "--param", "adc.bits=6",
+                 "--local", "--jobs", "1", "--quiet", "--out", str(out)]) == 0
+    workload = LayerWorkload(str(tiny_model), layer=0, tokens=6, local=True)
+    assert _stored_workload(out) == workload.to_dict()
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    _assert_runs_are(load(out), workload.run, base, ["adc.bits"])
+    assert "local_sqnr_db.down_proj" in load(out).columns
 
 
 RANDOM = ["sweep", "--matmul", "16x64x32", "--param", "source.photons_per_mac=1e3:1e6:log",

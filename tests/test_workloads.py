@@ -185,8 +185,8 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
         rng = np.random.default_rng(seed)
         return {"w": rng.standard_normal((64, 16)).astype(np.float32)}
 
-    def validate(model, *, layer, tokens, config, seed):
-        calls.append(("validate", layer, tokens, config.adc.bits, seed))
+    def validate(model, *, layer, tokens, config, seed, local):
+        calls.append(("validate", layer, tokens, config.adc.bits, seed, local))
         x = np.random.default_rng(100 + layer).standard_normal((tokens, 64)).astype(np.float32)
         exact = x.astype(np.float64) @ model["w"].astype(np.float64)
         y = optical.matmul(x, model["w"], config, seed=seed)
@@ -207,7 +207,7 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
     finally:
         workloads._load_model.cache_clear()
     assert calls[0] == ("load", "llama-3.1-8b", 5)
-    assert calls[1:] == [("validate", 2, 8, b, s) for b in (4, 10) for s in (0, 1)]
+    assert calls[1:] == [("validate", 2, 8, b, s, False) for b in (4, 10) for s in (0, 1)]
     assert list(frame.columns[3:6]) == ["sqnr_db", "sqnr_db.q_proj", "totals.passes"]
     assert frame.attrs["sweep"]["metrics"] == ["sqnr_db", "sqnr_db.q_proj", "totals.passes"]
     assert frame["seed"].tolist() == [0, 1, 0, 1]
@@ -244,3 +244,31 @@ def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
     pd = pytest.importorskip("pandas")
     pd.testing.assert_frame_equal(frames[0].drop(columns="elapsed_s"),
                                   frames[1].drop(columns="elapsed_s"))
+
+
+def test_a_local_layer_workload_records_each_products_own_error(tmp_path):
+    """local=True: the metrics gain local_sqnr_db.<product>, validate(local=True)'s
+    error of each optical product against the exact product of its own inputs
+    (here above the end-to-end sqnr_db.<product>, which carries upstream error
+    too); the rest is unchanged. local=False keeps the workload's stored form,
+    so sweeps stored before the option keep their identity."""
+    model_dir = write_model(tmp_path / "tiny", TINY_LLAMA)
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40,
+                                                     "adc.bits": 6})
+    plain = LayerWorkload(str(model_dir), layer=1, tokens=6)
+    local = LayerWorkload(str(model_dir), layer=1, tokens=6, local=True)
+    assert plain.to_dict() == {"kind": "layer", "model_dir": str(model_dir), "layer": 1,
+                               "tokens": 6, "weights_seed": 0}
+    assert local.to_dict() == {**plain.to_dict(), "local": True}
+    assert workload_from_dict(local.to_dict()) == local
+    assert workload_from_dict(plain.to_dict()) == plain
+    report = optical.transformer.validate(optical.transformer.load(model_dir), layer=1,
+                                          tokens=6, config=base, seed=3, local=True)
+    got, without = local.run(base, 3), plain.run(base, 3)
+    own = {f"local_sqnr_db.{p.name}": p.local_sqnr_db for p in report.products
+           if p.local_sqnr_db is not None}
+    assert len(own) == 7  # the weight products; attention runs digitally
+    assert got == {**without, **own}
+    assert got["local_sqnr_db.down_proj"] > got["sqnr_db.down_proj"]
+    with pytest.raises(TypeError, match="local: expected True or False, got 'yes'"):
+        LayerWorkload(str(model_dir), layer=1, tokens=6, local="yes")

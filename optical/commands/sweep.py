@@ -78,6 +78,10 @@ def register(subparsers) -> None:
                            "default is 256)")
     what.add_argument("--weights-seed", type=int,
                       help="seed of --model's synthetic weights (default 0)")
+    what.add_argument("--local", action="store_const", const=True,
+                      help="also record each optical product of --model against the exact "
+                           "product of its own inputs (local_sqnr_db.<product>: the "
+                           "hardware's own error, without what came from upstream)")
     what.add_argument("--inputs", choices=("gaussian", "uniform", "laplace"),
                       help="input distribution of --matmul (default gaussian)")
     what.add_argument("--outlier-channels", type=int, metavar="N",
@@ -154,7 +158,7 @@ MATMUL_OPTIONS = (("inputs", "--inputs", "gaussian"), ("outlier_channels", "--ou
                   ("outlier_scale", "--outlier-scale", 20.0), ("dtype", "--dtype", "float32"),
                   ("data_seed", "--data-seed", 0), ("backend", "--backend", "auto"))
 MODEL_OPTIONS = (("layer", "--layer", 0), ("tokens", "--tokens", 512),
-                 ("weights_seed", "--weights-seed", 0))
+                 ("weights_seed", "--weights-seed", 0), ("local", "--local", False))
 #: Options of the sweep's definition besides its workload.
 GRID_OPTIONS = (("param", "--param", []), ("overrides", "--set", []),
                 ("preset", "--preset", "iris-like"), ("seeds", "--seeds", 1),
@@ -225,7 +229,7 @@ def _definition(args: argparse.Namespace) -> Any:
             backend=args.backend)
     else:
         workload = LayerWorkload(args.model, layer=args.layer, tokens=args.tokens,
-                                 weights_seed=args.weights_seed)
+                                 weights_seed=args.weights_seed, local=args.local)
     return SweepDefinition.build(workload, params, seeds=args.seeds, base=base,
                                  samples=args.samples, sample_seed=args.sample_seed)
 
