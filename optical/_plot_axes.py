@@ -50,19 +50,50 @@ def log_values(values: Sequence[float], metric: str) -> bool:
 
 def axis_title(name: str) -> str:
     """An axis or legend title: a config field with its unit
-    (``source.wavelength (m)``), a metric or a unitless field as named."""
+    (``source.wavelength (m)``), a metric in decibels with its
+    (``sqnr_db.down_proj (dB)``: a ``*_db`` metric), the run's ``elapsed_s``
+    in s, other metrics and unitless fields as named."""
     from optical.config import OpticalConfig
 
     try:
         unit = OpticalConfig.field_unit(name)
     except ValueError:  # a metric (sqnr_db), not a config path
-        return name
+        head = name.split(".")[0]
+        unit = "dB" if head.endswith("_db") else "s" if head == "elapsed_s" else ""
     return f"{name} ({unit})" if unit and unit != "dimensionless" else name
 
 
 def label(value: Any) -> str:
     """A value as a tick or legend label: floats in ``:g`` (``316.228``)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def labels(values: Sequence[Any]) -> list[str]:
+    """Labels of one axis's ticks or one legend, in one style: :func:`label`'s,
+    unless that writes one of the floats with an exponent (``1e+06`` beside
+    ``100000``); then every finite nonzero float in ``1e5`` / ``3.16e5`` form."""
+    texts = [label(v) for v in values]
+    if not any(isinstance(v, float) and "e" in t for v, t in zip(values, texts, strict=True)):
+        return texts
+    return [_scientific(v) if isinstance(v, float) and math.isfinite(v) and v != 0 else t
+            for v, t in zip(values, texts, strict=True)]
+
+
+def _scientific(value: float) -> str:
+    mantissa, _, exponent = f"{value:.5e}".partition("e")
+    mantissa = f"{float(mantissa):.6g}"
+    return f"{mantissa}e{int(exponent)}"
+
+
+def ordered(values: Sequence[Any], key: Any) -> list[Any]:
+    """Distinct ``values`` (grouped by ``key``) in axis or legend order: in
+    the order they first appear when all are strings (a sweep's table lists
+    its points in the order its values were given: none, static, dynamic),
+    else sorted (numbers ascending, then other kinds, None last)."""
+    seen = list(dict.fromkeys(key(v) for v in values))
+    if seen and all(isinstance(v, str) for v in seen):
+        return seen
+    return sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
 
 
 def colours(values: Sequence[Any]) -> list[Any]:
@@ -131,7 +162,7 @@ def x_axis(ax: Any, xs: list, is_numeric: bool) -> None:
     """Scale and ticks of a line's x axis: the rule in
     :func:`optical.plots.line`'s docstring (``is_numeric``: :func:`numeric` of ``xs``)."""
     if not is_numeric:
-        label_ticks(ax, range(len(xs)), [label(v) for v in xs])
+        label_ticks(ax, range(len(xs)), labels(xs))
         return
     positive = [v for v in xs if v > 0]
     if min(xs) > 0 and powers_of_two(xs):
@@ -144,7 +175,7 @@ def x_axis(ax: Any, xs: list, is_numeric: bool) -> None:
         # 0 beside decades: the linear part ends at the smallest positive value
         ax.set_xscale("symlog", linthresh=min(positive))
     if len(xs) <= 12:
-        label_ticks(ax, xs, [label(v) for v in xs])
+        label_ticks(ax, xs, labels(xs))
 
 
 def mark_infinite(ax: Any, marks: Sequence[tuple[float, float, Any]]) -> None:

@@ -62,8 +62,7 @@ def _key(value: Any) -> Any:
 
 
 def _sorted(values: Any) -> list[Any]:
-    return sorted({_key(v) for v in values}, key=lambda v: (v is None, str(type(v)), v
-                                                             if v is not None else 0))
+    return _plot_axes.ordered(values, _key)
 
 
 def _check_param(frame: Any, name: str, option: str) -> None:
@@ -184,7 +183,8 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         e.g. 8 ... 512 inputs); symlog (linear up to the smallest positive
         value) when 0 sits beside positive values spanning two decades or more;
         linear otherwise; categorical when not all finite numbers, e.g.
-        ``None`` bits or ``inf`` photons. Ticks sit at the values (at most 12
+        ``None`` bits or ``inf`` photons (strings in the table's order, as
+        ``hue``). Ticks sit at the values (at most 12
         of them; on a log axis more than 6 get matplotlib's decades instead),
         and labels that would overlap are left out.
     y : str
@@ -196,7 +196,10 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         top (or bottom) edge labelled "inf".
     hue : str, optional
         Swept parameter drawn as separate lines: numeric values in a sequential
-        colormap (viridis, low to high), others in distinct colours.
+        colormap (viridis, low to high), others in distinct colours; strings
+        in the order the table lists them (a sweep's: the order its values
+        were given), others sorted. Numbers label in one style: ``1e3`` ...
+        ``1e6`` where ``:g`` would mix ``100000`` with ``1e+06``.
     where : mapping, optional
         Values at which to hold the other swept parameters.
     errorbars : bool
@@ -206,8 +209,8 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     -------
     matplotlib.figure.Figure
         Axis labels are ``x`` and ``y``, a config field's with its unit
-        (``source.wavelength (m)``); the legend sits outside the
-        axes, on the right.
+        (``source.wavelength (m)``), a ``*_db`` metric's with dB; the legend
+        sits outside the axes, on the right.
     """
     _check_runs(frame)
     _check_param(frame, x, "x")
@@ -222,6 +225,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     position = {v: (v if numeric else i) for i, v in enumerate(xs)}
     groups = _groups(frame, [hue or x, x], y)
     hues = _sorted(frame[hue]) if hue else [None]
+    names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
     fig = _figure()
     ax = fig.add_subplot()
     plotted, infinite, dropped = [], [], []
@@ -246,7 +250,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         # Non-finite means are NaN here: the line breaks there, not across them.
         ax.errorbar(px, np.where(finite, mean, np.nan),
                     yerr=_plot_axes.spread(std) if errorbars else None,
-                    marker="o", capsize=3, color=colour, label=_plot_axes.label(h) if hue else None)
+                    marker="o", capsize=3, color=colour, label=names[h] if hue else None)
     # Every swept x value is on the axis, even where no finite mean is drawn.
     ax.update_datalim([(p, 0.0) for p in position.values()], updatey=False)
     if _plot_axes.log_values(plotted, y):
@@ -309,8 +313,8 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis", norm=norm)
     fig.colorbar(image, ax=ax, label=_plot_axes.axis_title(z))
-    _plot_axes.label_ticks(ax, range(len(xs)), [_plot_axes.label(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [_plot_axes.label(v) for v in ys])
+    _plot_axes.label_ticks(ax, range(len(xs)), _plot_axes.labels(xs))
+    ax.set_yticks(range(len(ys)), _plot_axes.labels(ys))
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
         for (i, j), v in np.ndenumerate(grid):
             if math.isnan(v):
@@ -331,7 +335,8 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     """Per-matmul ``metric`` of a layer sweep (columns ``metric.<matmul>``).
 
     One bar per matmul and, if present, one for the layer output
-    (``metric``); grouped by ``hue`` when given, coloured as in :func:`line`.
+    (``metric``); grouped by ``hue`` when given, coloured and ordered as in
+    :func:`line`.
     Error bars (standard deviation over seeds) are drawn when a spread is not
     zero; NaN seeds are left out of a mean and named in the title; an infinite
     mean is a triangle at the top edge labelled "inf". Bars are at least about
@@ -354,6 +359,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
         _check_param(frame, hue, "hue")
     frame = _select(frame, where, [hue] if hue else [])
     hues = _sorted(frame[hue]) if hue else [None]
+    names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
     group_inches = max(0.54, 0.15 * len(hues))  # a group's bars fill 0.8 of its slot
     rows = math.ceil(len(columns) * group_inches / 12)
     per_row = math.ceil(len(columns) / rows)
@@ -380,7 +386,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
             finite = np.isfinite(mean[part])
             ax.bar(centre[finite], mean[part][finite], width,
                    yerr=_plot_axes.spread(std[part][finite]),
-                   capsize=2, color=colour, label=_plot_axes.label(h) if hue and r == 0 else None)
+                   capsize=2, color=colour, label=names[h] if hue and r == 0 else None)
             infinite[r].extend((c, m, colour) for c, m in zip(centre, mean[part], strict=True)
                                if math.isinf(m))
     for r, ax in enumerate(axes):
@@ -388,7 +394,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
         ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
         ax.set_xlim(-0.5, per_row - 0.5)  # equal bar widths on every row
         _plot_axes.mark_infinite(ax, infinite[r])
-        ax.set_ylabel(metric)
+        ax.set_ylabel(_plot_axes.axis_title(metric))
         ax.grid(True, axis="y", alpha=0.3)
     axes[-1].set_xlabel("matmul")
     if hue:

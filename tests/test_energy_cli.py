@@ -310,6 +310,12 @@ def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path):
     # the optical TTFT bar wears no component's colour (the legend is shared)
     colours = {tuple(c.patches[0].get_facecolor()) for c in energy.containers}
     assert tuple(times.patches[0].get_facecolor()) not in colours
+    # the title names what was priced, the core count included
+    assert energy.get_title() == f"llama-3.2-1b: {PROMPT} tokens x batch 2, 1 core"
+    many = optical.energy.prefill(spec, PROMPT, cfg.replace({"energy.cores": 16}), batch=2,
+                                  model="llama-3.2-1b")
+    assert (many.cores, many.to_dict()["cores"]) == (16, 16)
+    assert breakdown_figure(many, ref).axes[0].get_title().endswith("batch 2, 16 cores")
 
 
 @pytest.mark.parametrize(("model", "tokens", "batch", "cores", "name", "scale"), [

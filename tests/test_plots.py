@@ -42,7 +42,7 @@ def grid():
 def test_line_draws_seed_means_per_hue(grid):
     fig = plots.line(grid, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
     ax = fig.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db (dB)")
     # A config field's unit from its docstring (OpticalConfig.field_unit); a
     # count (bits) or a metric has none.
     assert ax.get_legend().get_title().get_text() == "source.photons_per_mac (photons)"
@@ -126,7 +126,7 @@ def test_heatmap_cells_are_seed_means_with_blanks(grid):
     fig = plots.heatmap(partial, "adc.bits", "source.photons_per_mac", "sqnr_db")
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "source.photons_per_mac (photons)")
-    assert fig.axes[1].get_ylabel() == "sqnr_db"
+    assert fig.axes[1].get_ylabel() == "sqnr_db (dB)"
     image = ax.get_images()[0].get_array()
     expected = partial.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
     assert image.mask[0, 2]  # (photons 10, 8 bits): not run
@@ -147,7 +147,7 @@ def test_matmul_bars():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["q_proj", "down_proj", "layer output"]
     heights = [p.get_height() for p in ax.patches]
     assert heights == [36.0, 16.5, 26.5, 38.0, 18.5, 28.5]
-    assert ax.get_ylabel() == "sqnr_db"
+    assert ax.get_ylabel() == "sqnr_db (dB)"
     with pytest.raises(ValueError, match="parameter adc.bits also varies"):
         plots.matmul_bars(frame)
 
@@ -173,7 +173,7 @@ def test_plot_command_draws_the_bars_of_the_metric_asked_for():
     name, label, heights = bars("cosine")
     assert (name, label) == ("cosine-per-matmul", "cosine")
     assert heights == pytest.approx([0.91, 0.55], rel=1e-12)
-    assert bars(None) == ("sqnr_db-per-matmul", "sqnr_db", [30.0, 20.5])
+    assert bars(None) == ("sqnr_db-per-matmul", "sqnr_db (dB)", [30.0, 20.5])
 
 
 def test_save_png_svg_without_pyplot(grid, tmp_path):
@@ -271,9 +271,12 @@ def one_param(path, xs, metric="sqnr_db", values=None, seeds=1):
      ["8", "16", "32", "64", "128", "256", "512"]),
     # twelve log-spaced floats: matplotlib's decades, not twelve colliding labels
     ("source.photons_per_mac", list(np.logspace(1, 6, 12)), "log", None),
-    # categorical (inf present): values formatted with :g, not str()
+    # categorical (inf present): values formatted with :g, not str(), in one style:
+    # 1e+06 beside 100000 puts every finite one in exponent form
     ("source.photons_per_mac", [100.0, 10 ** 2.5, 1e3, 1e4, 1e5, 1e6, math.inf], "linear",
-     ["100", "316.228", "1000", "10000", "100000", "1e+06", "inf"]),
+     ["1e2", "3.16228e2", "1e3", "1e4", "1e5", "1e6", "inf"]),
+    ("source.photons_per_mac", [100.0, 10 ** 2.5, 1e3, 1e4, 1e5, math.inf], "linear",
+     ["100", "316.228", "1000", "10000", "100000", "inf"]),
     # twelve long labels on a linear axis (under a decade): colliding ones are left out
     ("source.photons_per_mac", [float(v) for v in np.linspace(1e4, 9e4, 12)], "linear", None),
 ])
@@ -380,7 +383,7 @@ def test_wrapped_matmul_bars_leave_no_row_empty(n_hues):
     without bars (10 bars with 41 hues drew 6 axes, one of them empty)."""
     fig = plots.matmul_bars(layer_rows(list(np.logspace(2, 7, n_hues)), 9),
                             hue="source.photons_per_mac")
-    rows = [ax for ax in fig.axes if ax.get_ylabel() == "sqnr_db"]
+    rows = [ax for ax in fig.axes if ax.get_ylabel() == "sqnr_db (dB)"]
     assert len(rows) > 1 and all(ax.patches for ax in rows)
 
 
@@ -695,3 +698,35 @@ def test_a_long_title_wraps_inside_the_figure(grid):
         box = ax.title.get_window_extent(canvas.get_renderer())
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, box
         assert box.y0 >= ax.get_window_extent(canvas.get_renderer()).y1 - 1
+
+
+def test_string_values_keep_the_sweeps_order_and_numbers_one_label_style():
+    """Legends and categorical axes list string values in the order the
+    table gives them (the sweep's: none, static, dynamic), not alphabetically;
+    numbers stay sorted. A legend of photon counts from 1e3 to 1e6 reads
+    1e3 ... 1e6, not 1000 ... 1e+06. Metrics in decibels carry their unit."""
+    policies = ["none", "static", "dynamic"]
+    rows = [{"seed": 0, "outliers.policy": p, "adc.bits": b, "sqnr_db": 10.0 * i + b,
+             "sqnr_db.q_proj": 20.0 + i} for i, p in enumerate(policies) for b in (8, 4)]
+    frame = frame_of(rows, ["outliers.policy", "adc.bits"])
+    bars = plots.matmul_bars(frame, hue="outliers.policy", where={"adc.bits": 8})
+    assert [t.get_text() for t in bars.axes[0].get_legend().get_texts()] == policies
+    assert bars.axes[0].get_ylabel() == "sqnr_db (dB)"
+    line = plots.line(frame, "outliers.policy", "sqnr_db", hue="adc.bits")
+    ax = line.axes[0]
+    drawn(line)
+    assert [t.get_text() for t in ax.get_xticklabels()] == policies
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["4", "8"]
+    heat = plots.heatmap(frame, "outliers.policy", "adc.bits", "sqnr_db")
+    assert [t.get_text() for t in heat.axes[0].get_xticklabels()] == policies
+    photons = [1e3, 1e4, 1e5, 1e6]
+    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": 1.0}
+            for b in (4, 8) for p in photons]
+    fig = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                     "sqnr_db", hue="source.photons_per_mac")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == \
+        ["1e3", "1e4", "1e5", "1e6"]
+    from optical._plot_axes import axis_title
+
+    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "elapsed_s", "cosine")] == \
+        ["local_sqnr_db.down_proj (dB)", "elapsed_s (s)", "cosine"]

@@ -259,6 +259,8 @@ class PrefillEnergy:
         One layer's schedule, the counts the report was computed from.
     num_layers : int
     weights_resident : bool
+    cores : int
+        Optical cores the prefill ran on (``energy.cores``).
     """
 
     model: str
@@ -272,6 +274,7 @@ class PrefillEnergy:
     schedule: Mapping[str, Schedule]
     num_layers: int
     weights_resident: bool
+    cores: int = 1
 
     @property
     def total(self) -> float:
@@ -309,6 +312,7 @@ class PrefillEnergy:
             "time_s": dict(self.time),
             "throughput_tokens_per_s": self.throughput,
             "weights_resident": self.weights_resident,
+            "cores": self.cores,
             "counts": dict(self.counts),
             "schedule": {"num_layers": self.num_layers,
                          "per_layer": {k: v.to_dict() for k, v in self.schedule.items()}},
@@ -397,4 +401,4 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     return PrefillEnergy(model=model, tokens=tokens, batch=batch, components=components,
                          by_matmul=by_matmul, digital=digital, time=time, counts=totals,
                          schedule=dict(schedules), num_layers=layers,
-                         weights_resident=resident)
+                         weights_resident=resident, cores=e.cores)

@@ -79,8 +79,9 @@ def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport) -> Any:
                       ha="center", va="bottom", fontsize="small")
     ax_e.margins(y=0.1)  # room for the totals
     ax_e.set_ylabel("energy per prompt token (J)")
-    ax_e.set_title(f"{optical.model or 'model'}: {optical.tokens} tokens x batch {optical.batch}",
-                   fontsize=10)
+    cores = f"{optical.cores} core{'s' if optical.cores > 1 else ''}"
+    ax_e.set_title(f"{optical.model or 'model'}: {optical.tokens} tokens x batch "
+                   f"{optical.batch}, {cores}", fontsize=10)
     times = [optical.ttft, gpu.time]
     # Not palette(0): that colour is the laser's in the shared legend.
     bars = ax_t.bar(["optical", gpu.gpu.name], times, color=["white", "0.3"], edgecolor="black")
