@@ -460,7 +460,7 @@ def test_rin_produces_the_output_covariance_of_per_source_fluctuations(rng):
     assert np.corrcoef(ys[:, 0], ys[:, 1])[0, 1] > 0.5
 
 
-@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
 def test_rin_is_drawn_once_per_source_and_pass(rng, backend, exact):
     """Odd 5 x 3 tiles over K = 10, N = 6: two K-tiles, two N-tiles, each
     (K-tile, N-tile) its own pass with its own RIN draw per source. Outputs
@@ -477,7 +477,7 @@ def test_rin_is_drawn_once_per_source_and_pass(rng, backend, exact):
     cfg = ideal(**{"source.rin_db_per_hz": 10 * math.log10(sigma**2 / bandwidth),
                    "source.rin_bandwidth": bandwidth, "encoding.inputs": "split",
                    "core.inputs": 5, "core.outputs": 3})
-    ys = optical.matmul(np.tile(x, (20000, 1)), w, cfg, seed=11, backend=backend, exact=exact)
+    ys, _ = _run(np.tile(x, (20000, 1)), w, cfg, 11, backend, exact)
     same_tile = (np.arange(6) // 3)[:, None] == (np.arange(6) // 3)[None, :]
     theory = sigma**2 * ((w.T * x**2) @ w) * same_tile
     measured = np.cov(ys.T)
