@@ -51,15 +51,14 @@ def log_values(values: Sequence[float], metric: str) -> bool:
 def axis_title(name: str) -> str:
     """An axis or legend title: a config field with its unit
     (``source.wavelength (m)``), a metric in decibels with its
-    (``sqnr_db.down_proj (dB)``: a ``*_db`` metric), the run's ``elapsed_s``
-    in s, other metrics and unitless fields as named."""
+    (``sqnr_db.down_proj (dB)``: a ``*_db`` metric), other metrics and
+    unitless fields as named."""
     from optical.config import OpticalConfig
 
     try:
         unit = OpticalConfig.field_unit(name)
     except ValueError:  # a metric (sqnr_db), not a config path
-        head = name.split(".")[0]
-        unit = "dB" if head.endswith("_db") else "s" if head == "elapsed_s" else ""
+        unit = "dB" if name.split(".")[0].endswith("_db") else ""
     return f"{name} ({unit})" if unit and unit != "dimensionless" else name
 
 
@@ -85,15 +84,28 @@ def _scientific(value: float) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
-def ordered(values: Sequence[Any], key: Any) -> list[Any]:
-    """Distinct ``values`` (grouped by ``key``) in axis or legend order: in
-    the order they first appear when all are strings (a sweep's table lists
-    its points in the order its values were given: none, static, dynamic),
-    else sorted (numbers ascending, then other kinds, None last)."""
+def ordered(values: Sequence[Any], key: Any, choices: Sequence[Any] | None = None) -> list[Any]:
+    """Distinct ``values`` (grouped by ``key``) in axis or legend order: a
+    config choice's in the order its field lists them (``choices``:
+    outliers.policy's none, static, dynamic), whatever a random sweep drew
+    first; other strings in the order they first appear (a grid sweep's
+    table lists them as given); numbers ascending, ints and floats alike;
+    then other kinds; None last."""
     seen = list(dict.fromkeys(key(v) for v in values))
+    if choices is not None and all(v in choices for v in seen if v is not None):
+        rank = {c: i for i, c in enumerate(choices)}
+        return sorted(seen, key=lambda v: (v is None, rank.get(v, 0)))
     if seen and all(isinstance(v, str) for v in seen):
         return seen
-    return sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
+
+    def order(v: Any) -> tuple:
+        if v is None:
+            return (2, "", 0)
+        if isinstance(v, numbers.Real) and not isinstance(v, bool):
+            return (0, "", v)
+        return (1, str(type(v)), v)
+
+    return sorted(seen, key=order)
 
 
 def colours(values: Sequence[Any]) -> list[Any]:

@@ -61,8 +61,16 @@ def _key(value: Any) -> Any:
     return value
 
 
-def _sorted(values: Any) -> list[Any]:
-    return _plot_axes.ordered(values, _key)
+def _sorted(frame: Any, name: str) -> list[Any]:
+    """The distinct values of column ``name`` in axis / legend order
+    (:func:`optical._plot_axes.ordered`; a config choice's in its field's order)."""
+    from optical.config import OpticalConfig
+
+    try:
+        spec = OpticalConfig.field_spec(name)
+    except ValueError:  # a custom workload's parameter column
+        spec = {}
+    return _plot_axes.ordered(frame[name], _key, spec.get("choices"))
 
 
 def _check_param(frame: Any, name: str, option: str) -> None:
@@ -93,12 +101,12 @@ def _select(frame: Any, where: Mapping[str, Any] | None, used: Sequence[str]) ->
         mask &= np.array([v == _key(value) for v in column], dtype=bool)
         if not mask.any():
             raise ValueError(f"where {path}={value!r}: no runs match; values: "
-                             f"{', '.join(repr(v) for v in _sorted(frame[path]))}")
+                             f"{', '.join(repr(v) for v in _sorted(frame, path))}")
     frame = frame[mask]
     for path in param_columns(frame):
         if path in used or path in where:
             continue
-        values = _sorted(frame[path])
+        values = _sorted(frame, path)
         if len(values) > 1:
             raise ValueError(f"parameter {path} also varies ({', '.join(map(repr, values))}): "
                              f"fix it with where={{'{path}': ...}} (CLI: --where {path}=VALUE) "
@@ -183,10 +191,10 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         e.g. 8 ... 512 inputs); symlog (linear up to the smallest positive
         value) when 0 sits beside positive values spanning two decades or more;
         linear otherwise; categorical when not all finite numbers, e.g.
-        ``None`` bits or ``inf`` photons (strings in the table's order, as
-        ``hue``). Ticks sit at the values (at most 12
-        of them; on a log axis more than 6 get matplotlib's decades instead),
-        and labels that would overlap are left out.
+        ``None`` bits or ``inf`` photons (strings ordered as for ``hue``).
+        Ticks sit at the values (at most 12 of them; on a log axis more than
+        6 get matplotlib's decades instead), and labels that would overlap
+        are left out.
     y : str
         Metric, averaged over seeds, on a log axis when all the plotted means
         are positive and span two decades or more (e.g. relative error) and
@@ -196,9 +204,10 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         top (or bottom) edge labelled "inf".
     hue : str, optional
         Swept parameter drawn as separate lines: numeric values in a sequential
-        colormap (viridis, low to high), others in distinct colours; strings
-        in the order the table lists them (a sweep's: the order its values
-        were given), others sorted. Numbers label in one style: ``1e3`` ...
+        colormap (viridis, low to high), others in distinct colours; a
+        config choice's values in its field's order (outliers.policy: none,
+        static, dynamic), other strings in the order the table lists them,
+        others sorted. Numbers label in one style: ``1e3`` ...
         ``1e6`` where ``:g`` would mix ``100000`` with ``1e+06``.
     where : mapping, optional
         Values at which to hold the other swept parameters.
@@ -220,12 +229,13 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         if hue == x:
             raise ValueError(f"hue {hue!r} is the x parameter")
     frame = _select(frame, where, [x] + ([hue] if hue else []))
-    xs = _sorted(frame[x])
+    xs = _sorted(frame, x)
     numeric = _plot_axes.numeric(xs)
     position = {v: (v if numeric else i) for i, v in enumerate(xs)}
     groups = _groups(frame, [hue or x, x], y)
-    hues = _sorted(frame[hue]) if hue else [None]
+    hues = _sorted(frame, hue) if hue else [None]
     names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
+    xnames = dict(zip(xs, _plot_axes.labels(xs), strict=True))
     fig = _figure()
     ax = fig.add_subplot()
     plotted, infinite, dropped = [], [], []
@@ -237,9 +247,9 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
                 continue
             mean, std, lost = _mean_std(values)
             if lost:
-                point = f"{x}={_plot_axes.label(xv)}"
+                point = f"{x}={xnames[xv]}"
                 if hue:
-                    point = f"{hue}={_plot_axes.label(h)}, {point}"
+                    point = f"{hue}={names[h]}, {point}"
                 dropped.append(_dropped(point, lost, values.size))
             if math.isinf(mean):
                 infinite.append((position[xv], mean, colour))
@@ -293,14 +303,16 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     if x == y:
         raise ValueError(f"x and y are both {x!r}")
     frame = _select(frame, where, [x, y])
-    xs, ys = _sorted(frame[x]), _sorted(frame[y])
+    xs, ys = _sorted(frame, x), _sorted(frame, y)
+    xnames = dict(zip(xs, _plot_axes.labels(xs), strict=True))
+    ynames = dict(zip(ys, _plot_axes.labels(ys), strict=True))
     groups = _groups(frame, [y, x], z)
     grid = np.full((len(ys), len(xs)), np.nan)
     dropped = []
     for (yv, xv), values in groups.items():
         grid[ys.index(yv), xs.index(xv)], _, lost = _mean_std(values)
         if lost:
-            point = f"{x}={_plot_axes.label(xv)}, {y}={_plot_axes.label(yv)}"
+            point = f"{x}={xnames[xv]}, {y}={ynames[yv]}"
             dropped.append(_dropped(point, lost, values.size))
     fig = _figure(figsize=(1.2 + 0.9 * max(len(xs), 4), 1.2 + 0.6 * max(len(ys), 4)))
     ax = fig.add_subplot()
@@ -313,8 +325,8 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis", norm=norm)
     fig.colorbar(image, ax=ax, label=_plot_axes.axis_title(z))
-    _plot_axes.label_ticks(ax, range(len(xs)), _plot_axes.labels(xs))
-    ax.set_yticks(range(len(ys)), _plot_axes.labels(ys))
+    _plot_axes.label_ticks(ax, range(len(xs)), list(xnames.values()))
+    ax.set_yticks(range(len(ys)), list(ynames.values()))
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
         for (i, j), v in np.ndenumerate(grid):
             if math.isnan(v):
@@ -358,7 +370,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     if hue is not None:
         _check_param(frame, hue, "hue")
     frame = _select(frame, where, [hue] if hue else [])
-    hues = _sorted(frame[hue]) if hue else [None]
+    hues = _sorted(frame, hue) if hue else [None]
     names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
     group_inches = max(0.54, 0.15 * len(hues))  # a group's bars fill 0.8 of its slot
     rows = math.ceil(len(columns) * group_inches / 12)
@@ -376,7 +388,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
             values = rows_of_h[column].to_numpy(dtype=np.float64)
             stats.append(_mean_std(values))
             if stats[-1][2]:
-                point = f"{label}" + (f", {hue}={_plot_axes.label(h)}" if hue else "")
+                point = f"{label}" + (f", {hue}={names[h]}" if hue else "")
                 dropped.append(_dropped(point, stats[-1][2], values.size))
         mean = np.array([s[0] for s in stats])
         std = np.array([s[1] for s in stats])

@@ -378,9 +378,10 @@ def layer_metrics(report: Any) -> dict[str, float]:
     :data:`LAYER_METRIC_KEYS` parts): ``sqnr_db``, ``cosine``, ... of the layer
     output, ``sqnr_db.down_proj``, ... of each product, ``totals.passes``, ...
     of the counts (``totals.digital_mac_fraction``: the outlier channels'
-    share), and each optical product's ``digital_mac_fraction.down_proj``
-    and ``clipped_fraction.down_proj`` from its stats. They depend only on
-    (model, config, seed)."""
+    share), each optical product's ``digital_mac_fraction.down_proj``
+    and ``clipped_fraction.down_proj`` from its stats, and, from a report of
+    ``validate(..., local=True)``, its ``local_sqnr_db.down_proj``. They depend
+    only on (model, config, seed) and whether the report is local."""
     data = _as_mapping(report)
     if data is None:
         raise TypeError(f"cannot take metrics of a report of type {type(report).__name__}")

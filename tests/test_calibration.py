@@ -4,6 +4,7 @@ documented contract and independent recomputation."""
 
 import numpy as np
 import pytest
+from scipy import integrate
 
 import optical
 from optical import calibration
@@ -300,26 +301,24 @@ def test_tail_clip_is_the_expected_clipping_error_of_an_exponential_excess():
     # each row increases by its step (as _tail_clip requires), crossing the threshold
     beyond = np.array([-1.0, -0.9])[:, None] + step[:, None] * np.arange(6)
     got = calibration._tail_clip(beyond, 5, e, step)
-    x = np.linspace(0.0, 60.0, 600_001)
     for c in range(2):
-        density = np.exp(-x / e[c]) / e[c]
         for j, b in enumerate(beyond[c]):
-            want = 5 * np.trapezoid(np.maximum(x - b, 0.0) ** 2 * density, x)
-            assert got[c, j] == pytest.approx(want, rel=1e-6), (c, b)
+            want = 5 * integrate.quad(lambda x, b=b, c=c: (x - b) ** 2 * np.exp(-x / e[c]) / e[c],
+                                      max(b, 0.0), np.inf, epsabs=0, epsrel=1e-12)[0]
+            assert got[c, j] == pytest.approx(want, rel=1e-9), (c, b)
 
 
 def test_numba_windows_with_fitted_tails_match_numpy_on_skewed_readouts():
     """Skewed (gamma) readouts at few bits put window ends inside the fitted
     tails' thresholds, where the clipping error is 2 e**2 - 2 e b + b**2:
-    the compiled search and the numpy reference agree on every window (the
-    docstring allows one bin at equal cost, from libm's exp)."""
+    the compiled search and the numpy reference agree (the docstring allows
+    a window one bin apart at equal cost, from libm's exp: at most two of 64
+    here; none today; a sign error there moved half of them)."""
     rng = np.random.default_rng(11)
     for bits in (2, 3, 4):
         samples = rng.gamma(2.0, 1.0, size=(512, 64))
         sigma = np.full(64, 0.05)
         lo, hi = calibration.mse_windows(samples, sigma, bits, backend="numba")
         ref_lo, ref_hi = calibration.mse_windows(samples, sigma, bits, backend="numpy")
-        width = (samples.max(axis=0) - samples.min(axis=0)) / calibration.N_BINS
         for got, want in ((lo, ref_lo), (hi, ref_hi)):
-            moved = np.abs(got - want) > 1e-9 * width
-            assert moved.sum() <= 2 and np.all(np.abs(got - want) <= 1.01 * width * 2), bits
+            assert np.count_nonzero(got != want) <= 2, bits

@@ -700,14 +700,22 @@ def test_a_long_title_wraps_inside_the_figure(grid):
         assert box.y0 >= ax.get_window_extent(canvas.get_renderer()).y1 - 1
 
 
-def test_string_values_keep_the_sweeps_order_and_numbers_one_label_style():
-    """Legends and categorical axes list string values in the order the
-    table gives them (the sweep's: none, static, dynamic), not alphabetically;
-    numbers stay sorted. A legend of photon counts from 1e3 to 1e6 reads
-    1e3 ... 1e6, not 1000 ... 1e+06. Metrics in decibels carry their unit."""
-    policies = ["none", "static", "dynamic"]
+def test_string_values_keep_their_order_and_numbers_one_label_style():
+    """Legends and categorical axes list a config choice's values in the
+    order its field lists them (outliers.policy: none, static, dynamic; a
+    random sweep draws them in any order), other strings in the order the
+    table gives them, not alphabetically; numbers stay sorted, ints and
+    floats together. Photon counts from 1e3 to 1e6 read 1e3 ... 1e6, not
+    1000 ... 1e+06, in the legend and in the title's note of NaN seeds alike.
+    Metrics in decibels carry their unit."""
+    from optical import OpticalConfig
+    from optical._plot_axes import axis_title, ordered
+
+    policies = list(OpticalConfig.field_spec("outliers.policy")["choices"])
+    assert policies == ["none", "static", "dynamic"]
+    drawn_order = ["static", "dynamic", "none"]
     rows = [{"seed": 0, "outliers.policy": p, "adc.bits": b, "sqnr_db": 10.0 * i + b,
-             "sqnr_db.q_proj": 20.0 + i} for i, p in enumerate(policies) for b in (8, 4)]
+             "sqnr_db.q_proj": 20.0 + i} for i, p in enumerate(drawn_order) for b in (8, 4)]
     frame = frame_of(rows, ["outliers.policy", "adc.bits"])
     bars = plots.matmul_bars(frame, hue="outliers.policy", where={"adc.bits": 8})
     assert [t.get_text() for t in bars.axes[0].get_legend().get_texts()] == policies
@@ -719,14 +727,19 @@ def test_string_values_keep_the_sweeps_order_and_numbers_one_label_style():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["4", "8"]
     heat = plots.heatmap(frame, "outliers.policy", "adc.bits", "sqnr_db")
     assert [t.get_text() for t in heat.axes[0].get_xticklabels()] == policies
+    custom = frame_of([{"seed": 0, "mirror": m, "sqnr_db": 1.0} for m in ("zinc", "gold")],
+                      ["mirror"])
+    ax = plots.line(custom, "mirror", "sqnr_db").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["zinc", "gold"]
+    assert ordered([8, 4.5, 2, None], lambda v: v) == [2, 4.5, 8, None]
     photons = [1e3, 1e4, 1e5, 1e6]
-    rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p, "sqnr_db": 1.0}
-            for b in (4, 8) for p in photons]
+    rows = [{"seed": s, "adc.bits": b, "source.photons_per_mac": p,
+             "sqnr_db": math.nan if (s, p) == (1, 1e6) else 1.0}
+            for b in (4,) for p in photons for s in (0, 1)]
     fig = plots.line(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
                      "sqnr_db", hue="source.photons_per_mac")
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == \
         ["1e3", "1e4", "1e5", "1e6"]
-    from optical._plot_axes import axis_title
-
-    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "elapsed_s", "cosine")] == \
-        ["local_sqnr_db.down_proj (dB)", "elapsed_s (s)", "cosine"]
+    assert "source.photons_per_mac=1e6, adc.bits=4 (1 of 2)" in fig.axes[0].get_title()
+    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "cosine")] == \
+        ["local_sqnr_db.down_proj (dB)", "cosine"]
