@@ -437,10 +437,16 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
 # --------------------------------------------------------------------------- #
 
 
-def test_rin_produces_the_output_covariance_of_per_source_fluctuations(rng):
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+@pytest.mark.parametrize("weights", ["split", "offset"])
+def test_rin_produces_the_output_covariance_of_per_source_fluctuations(rng, backend, exact,
+                                                                       weights):
     """Only RIN: each source's light is scaled by (1 + sigma e_j) in each pass,
     so output n errs by sigma sum_j a_j e_j v_jn and
-    cov(y_n, y_m) = sigma^2 sum_j a_j^2 v_jn v_jm."""
+    cov(y_n, y_m) = sigma^2 sum_j a_j^2 v_jn v_jm (every column's scale is 1
+    here). Offset weights, t = (v + 1) / 2, carry the fluctuation of their
+    offset light too: the digital side removes the offset computed from the
+    nominal inputs, not the light after RIN, so v becomes v + 1."""
     sigma = 1e-2
     bandwidth = 1e9
     rin_db = 10 * math.log10(sigma**2 / bandwidth)
@@ -450,10 +456,11 @@ def test_rin_produces_the_output_covariance_of_per_source_fluctuations(rng):
     w[0] = 1
     w[:, 4] = w[:, 3]  # two identical columns: perfectly correlated errors
     cfg = ideal(**{"source.rin_db_per_hz": rin_db, "source.rin_bandwidth": bandwidth,
-                   "encoding.inputs": "split", "core.inputs": 24})
+                   "encoding.inputs": "split", "encoding.weights": weights, "core.inputs": 24})
     assert cfg.source.rin_sigma == pytest.approx(sigma)
-    ys = optical.matmul(np.tile(x, (40000, 1)), w, cfg, seed=11)
-    theory = sigma**2 * (w.T * x**2) @ w
+    ys = optical.matmul(np.tile(x, (40000, 1)), w, cfg, seed=11, backend=backend, exact=exact)
+    v = w if weights == "split" else w + 1
+    theory = sigma**2 * (v.T * x**2) @ v
     measured = np.cov(ys.T)
     assert np.linalg.norm(measured - theory) / np.linalg.norm(theory) < 0.03
     assert np.corrcoef(ys[:, 3], ys[:, 4])[0, 1] == pytest.approx(1.0, abs=1e-9)
@@ -553,20 +560,23 @@ def test_dtype_is_kept_under_noise(rng, dtype):
     assert y.dtype == dtype
 
 
-def test_stats_count_the_schedule(rng):
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("balanced", [False, True])
+def test_stats_count_the_schedule(rng, backend, balanced):
     x = rng.standard_normal((2, 5, 100))
     w = rng.standard_normal((100, 70))
     cfg = ideal(**{"core.inputs": 30, "core.outputs": 32, "encoding.inputs": "split",
-                   "encoding.weights": "split", "detector.balanced": False,
+                   "encoding.weights": "split", "detector.balanced": balanced,
                    "source.photons_per_mac": 1000.0})
-    y, st = optical.matmul(x, w, cfg, seed=0, return_stats=True)
+    y, st = optical.matmul(x, w, cfg, seed=0, return_stats=True, backend=backend)
     tokens, k_tiles, n_tiles = 10, 4, 3
     assert (st.tokens, st.k_tiles, st.n_tiles, st.input_passes) == (tokens, k_tiles, n_tiles, 2)
     assert st.passes == tokens * k_tiles * n_tiles * 2
     assert st.weight_loads == k_tiles * n_tiles
     assert st.dac_conversions == tokens * 2 * n_tiles * 100
-    assert st.adc_conversions == tokens * k_tiles * 2 * 70 * 2  # per-rail ADCs
-    assert st.detector_readouts == st.adc_conversions
+    # Both rails read out; unbalanced, each has its ADC, balanced one per pair.
+    assert st.detector_readouts == tokens * k_tiles * 2 * 70 * 2
+    assert st.adc_conversions == st.detector_readouts // (2 if balanced else 1)
     assert st.macs == tokens * 100 * 70
     # Mean photoelectrons: p * sum_j a_j t_jn over every rail of every readout.
     xn = np.abs(x.reshape(tokens, 100)) / np.abs(x.reshape(tokens, 100)).max(axis=1, keepdims=True)
