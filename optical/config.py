@@ -102,7 +102,8 @@ class SourceConfig(Section):
         removes dark and read noise too (fixed electron counts against an
         infinite signal): to see shot noise alone, keep the photons finite
         and set ``detector.dark_electrons`` and ``read_noise_electrons`` to 0
-        (the read noise's share is then the difference it makes). Finite
+        (the read noise's share is then the difference it makes;
+        ``examples/noise_budget.py`` does this for every source). Finite
         values are at most ``1e30`` (beyond, photon counts overflow float64).
     rin_db_per_hz : float, dB/Hz
         Relative intensity noise of each source; ``-inf`` for none.
