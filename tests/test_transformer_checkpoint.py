@@ -41,7 +41,7 @@ def test_float32_storage_loads_back_bit_exactly(tmp_path):
     tensors = random_llama_tensors(TINY_LLAMA, seed=4)
     name = "model.layers.1.self_attn.o_proj.weight"
     tensors[name] = (tensors[name] * np.float32(1 + 2**-20)).astype(np.float32)
-    tensors[name][0, 0] = np.float32(1e-30)  # below fp16's and near bf16's smallest
+    tensors[name][0, 0] = np.float32(1e-30)  # below fp16's range; bf16 keeps 8 of its 24 bits
     layer = transformer.load(write_model(tmp_path, TINY_LLAMA, tensors)).layer(1)
     np.testing.assert_array_equal(layer.weights["o_proj"].view(np.uint32),
                                   tensors[name].view(np.uint32))
