@@ -896,3 +896,34 @@ def test_noise_budget_example_parts_add_up_to_the_preset():
     assert abs(10 * math.log10(total / full)) < 0.3, (total, full)
     assert parts["optics (crosstalk)"] < 1e-3 * full
     assert floor < 1e-6 * full
+
+
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
+def test_rin_and_readout_noise_are_independent(rng, backend, exact):
+    """Source intensity noise and detector readout noise are separate
+    processes: with shot, RIN and read noise of like size on an identity
+    matrix (output n sees source n alone), the variances add, var(all) =
+    var(shot + RIN) + var(shot + read) - var(shot), where a shared random
+    stream would add or remove 2 rho sigma_1 sigma_2, or correlate outputs
+    whose sources and readouts are independent."""
+    sigma, bandwidth, p, read = 1e-2, 1e9, 1e4, 100.0
+    x = np.ones((20000, 16))
+    w = np.eye(16)
+    base = {"encoding.inputs": "offset", "core.inputs": 16, "core.outputs": 16,
+            "source.photons_per_mac": p, "detector.shot_noise": "gaussian"}  # fast paths
+    rin = {"source.rin_db_per_hz": 10 * math.log10(sigma**2 / bandwidth),
+           "source.rin_bandwidth": bandwidth}
+    variances = {}
+    for name, extra in (("shot", {}), ("rin", rin), ("read", {"detector.read_noise_electrons":
+                                                                read}),
+                        ("all", {**rin, "detector.read_noise_electrons": read})):
+        y, _ = _run(x, w, ideal(**base, **extra), 3, backend, exact)
+        variances[name] = y.var(axis=0).mean()
+        # each output sees its own source and readouts: no two are correlated
+        off_diagonal = np.corrcoef(y.T)[~np.eye(16, dtype=bool)]
+        assert np.abs(off_diagonal).max() < 0.05, name
+    # Offset inputs (one pass) decode as 2 a - 1: each noise reaches y doubled.
+    assert variances["rin"] - variances["shot"] == pytest.approx(4 * sigma**2, rel=0.05)
+    assert variances["read"] - variances["shot"] == pytest.approx(4 * (read / p) ** 2, rel=0.05)
+    expected = variances["rin"] + variances["read"] - variances["shot"]
+    assert variances["all"] == pytest.approx(expected, rel=0.03)
