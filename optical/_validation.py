@@ -92,6 +92,14 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
     return a
 
 
+def check_bool(value: object, name: str) -> bool:
+    """``value`` as a ``bool`` if it is one (Python's or numpy's), else raise
+    TypeError: a flag given as 1 or "yes" is refused, not read as truthy."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return bool(value)
+
+
 def check_positive_int(value: object, name: str) -> int:
     """``value`` as an ``int`` if it is a positive integer (Python's or numpy's;
     not a bool), else raise ValueError."""

@@ -33,6 +33,7 @@ import numpy as np
 from optical import _rng, kernels, outliers
 from optical._gemm import row_block, rows_matmul
 from optical._validation import (
+    check_bool,
     check_float_array,
     check_nonnegative_int,
     check_operands,
@@ -283,9 +284,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     k, n = programmed.shape
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
-    if not isinstance(exact, bool | np.bool_):
-        raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
-    exact = bool(exact)
+    exact = check_bool(exact, "exact")
     if programmed.bypass is not None:  # outlier channels run digitally, the rest optically
         return outliers.bypass_matmul(
             x, programmed, config, return_stats=return_stats,

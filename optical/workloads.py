@@ -29,7 +29,7 @@ import numpy as np
 
 from optical import metrics
 from optical._gemm import cols_matmul
-from optical._validation import check_nonnegative_int, check_positive_int
+from optical._validation import check_bool, check_nonnegative_int, check_positive_int
 from optical.config import OpticalConfig
 
 __all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
@@ -320,9 +320,7 @@ class LayerWorkload:
         spec.check_tokens(self.tokens)  # before a sweep's manifest claims its directory
         object.__setattr__(self, "weights_seed",
                            _positive_int("weights_seed", self.weights_seed, zero=True))
-        if not isinstance(self.local, bool | np.bool_):
-            raise TypeError(f"local: expected True or False, got {self.local!r}")
-        object.__setattr__(self, "local", bool(self.local))
+        object.__setattr__(self, "local", check_bool(self.local, "local"))
 
     @property
     def label(self) -> str:

@@ -270,5 +270,5 @@ def test_a_local_layer_workload_records_each_products_own_error(tmp_path):
     assert len(own) == 7  # the weight products; attention runs digitally
     assert got == {**without, **own}
     assert got["local_sqnr_db.down_proj"] > got["sqnr_db.down_proj"]
-    with pytest.raises(TypeError, match="local: expected True or False, got 'yes'"):
+    with pytest.raises(TypeError, match="local: expected a bool, got str"):
         LayerWorkload(str(model_dir), layer=1, tokens=6, local="yes")

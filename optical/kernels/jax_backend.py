@@ -53,6 +53,7 @@ import numpy as np
 
 from optical._validation import (
     as_plain_array,
+    check_bool,
     check_float_array,
     check_float_dtype,
     check_operands,
@@ -151,9 +152,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     from optical.core import MatmulStats, _check_calibrates_on, schedule
 
     check_config(config)
-    if not isinstance(exact, bool | np.bool_):
-        raise TypeError(f"exact: expected a bool, got {type(exact).__name__}")
-    exact = bool(exact)
+    exact = check_bool(exact, "exact")
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     # Whether x's values are known: a numpy x closed over by a jitted function

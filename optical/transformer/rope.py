@@ -36,9 +36,8 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     params = config.get("rope_parameters")
     legacy = config.get("rope_scaling")
     if isinstance(params, Mapping) and "rope_scaling" in config and legacy is None \
-            and _rope_field(params, "rope_type") != "default":
-        _refuse_disagreement(f"rope_parameters.rope_type = "
-                             f"{_rope_field(params, 'rope_type')!r} but rope_scaling = null")
+            and (kind := _rope_field(params, "rope_type")) != "default":
+        _refuse_disagreement(f"rope_parameters.rope_type = {kind!r} but rope_scaling = null")
     if isinstance(params, Mapping) and isinstance(legacy, Mapping):
         for field in ("rope_type", *_LLAMA3_KEYS):
             ours, theirs = _rope_field(params, field), _rope_field(legacy, field)
