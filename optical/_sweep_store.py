@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from optical import presets
 from optical._executors import Task
 from optical.config import OpticalConfig
+from optical.workloads import workload_label
 
 FORMAT = "optical-sweep/1"
 MANIFEST = "manifest.json"
@@ -307,6 +309,10 @@ def read_frame(out: Path, pd: Any) -> Any:
     columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
                                   dtype=object)
     frame = pd.DataFrame(columns)
+    definition = manifest["definition"]
+    base = OpticalConfig.from_dict(definition["base_config"])
     frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
-                            "runs": sum(len(ids) for ids in manifest["run_ids"])}
+                            "runs": sum(len(ids) for ids in manifest["run_ids"]),
+                            "workload": workload_label(definition["workload"]),
+                            "base": presets.name_of(base) or "custom config"}
     return frame

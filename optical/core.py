@@ -260,6 +260,15 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         unknown or unavailable ``backend``, ``ProgrammedWeights`` programmed
         for another config, or raw weights whose calibration on ``x`` cannot
         work (e.g. an all-zero ``x``).
+
+    Notes
+    -----
+    Gradients: on the JAX backend ``jax.grad`` with respect to ``x`` (and
+    ``w``, when no setting needs calibration inputs) gives the
+    straight-through estimate ``dL/dx = dL/dy @ W_eff.T``, with the
+    quantisers taken as the identity and the noise as a constant; see
+    :mod:`optical.kernels.jax_backend` for what is refused under tracing.
+    The numpy and numba backends are not differentiable.
     """
     check_config(config)
     backend = kernels.resolve(backend, x, config)

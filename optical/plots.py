@@ -154,10 +154,26 @@ def _figure(**kwargs: Any) -> Any:
     return Figure(figsize=kwargs.pop("figsize", (6.4, 4.4)), layout="constrained", **kwargs)
 
 
-def _title(where: Mapping[str, Any] | None, dropped: Sequence[str] = ()) -> str:
-    """The ``where`` values, and a second line naming the points whose NaN
-    seeds were left out of the mean (at most three, then a count)."""
+def _heading(frame: Any) -> str:
+    """What a stored sweep ran (its workload and base config) and, while it is
+    unfinished, how many of its runs the figure holds; "" for a frame that
+    does not say (one built by hand)."""
+    sweep = frame.attrs.get("sweep", {})
+    parts = [str(sweep[key]) for key in ("workload", "base") if sweep.get(key)]
+    planned = sweep.get("runs")
+    if isinstance(planned, int) and len(frame) < planned:
+        parts.append(f"unfinished: {len(frame)} of {planned} runs")
+    return "; ".join(parts)
+
+
+def _title(where: Mapping[str, Any] | None, dropped: Sequence[str] = (),
+           heading: str = "") -> str:
+    """A ``heading`` line (:func:`_heading`), the ``where`` values, and lines
+    naming the points whose NaN seeds were left out of the mean (at most
+    three, then a count)."""
     title = ", ".join(f"{k}={_key(v)!r}" for k, v in (where or {}).items())
+    if heading:
+        title = "\n".join(filter(None, [heading, title]))
     if dropped:
         pieces = [*dropped[:3]] + ([f"{len(dropped) - 3} more"] if len(dropped) > 3 else [])
         lines = ["NaN seeds left out of the mean:"]
@@ -228,6 +244,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         _check_param(frame, hue, "hue")
         if hue == x:
             raise ValueError(f"hue {hue!r} is the x parameter")
+    heading = _heading(frame)  # of the whole sweep, before the selection
     frame = _select(frame, where, [x] + ([hue] if hue else []))
     xs = _sorted(frame, x)
     numeric = _plot_axes.numeric(xs)
@@ -272,7 +289,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     if hue:
         _plot_axes.legend(ax, hue)
     ax.grid(True, alpha=0.3)
-    ax.set_title(_title(where, dropped), fontsize="medium", wrap=True)
+    ax.set_title(_title(where, dropped, heading), fontsize="medium", wrap=True)
     return fig
 
 
@@ -302,6 +319,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     _check_metric(frame, z, "z")
     if x == y:
         raise ValueError(f"x and y are both {x!r}")
+    heading = _heading(frame)  # of the whole sweep, before the selection
     frame = _select(frame, where, [x, y])
     xs, ys = _sorted(frame, x), _sorted(frame, y)
     xnames = dict(zip(xs, _plot_axes.labels(xs), strict=True))
@@ -338,7 +356,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
                     color="white" if dark else "black")
     ax.set_xlabel(_plot_axes.axis_title(x))
     ax.set_ylabel(_plot_axes.axis_title(y))
-    ax.set_title(_title(where, dropped), fontsize="medium", wrap=True)
+    ax.set_title(_title(where, dropped, heading), fontsize="medium", wrap=True)
     return fig
 
 
@@ -369,6 +387,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
         labels.append("layer output")
     if hue is not None:
         _check_param(frame, hue, "hue")
+    heading = _heading(frame)  # of the whole sweep, before the selection
     frame = _select(frame, where, [hue] if hue else [])
     hues = _sorted(frame, hue) if hue else [None]
     names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
@@ -411,7 +430,8 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     axes[-1].set_xlabel("matmul")
     if hue:
         _plot_axes.legend(axes[0], hue)
-    axes[0].set_title(_title(where, dropped), fontsize="medium", wrap=True)
+    axes[0].set_title(_title(where, dropped, heading), fontsize="medium",
+                      wrap=True)
     return fig
 
 

@@ -625,8 +625,10 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         swept path, one per metric, then ``run_id``, ``elapsed_s``,
         ``optical_version`` and ``config`` (the run's full config as JSON).
         ``frame.attrs["sweep"]`` holds ``out``, the swept ``params``, the
-        ``metrics`` and ``runs``, the number of runs the sweep plans (more than
-        ``len(frame)`` while it is unfinished).
+        ``metrics``, ``runs``, the number of runs the sweep plans (more than
+        ``len(frame)`` while it is unfinished), ``workload``, the workload's
+        label, and ``base``, the preset the base config equals (else "custom
+        config").
 
     Raises
     ------

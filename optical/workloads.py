@@ -33,7 +33,7 @@ from optical._validation import check_bool, check_nonnegative_int, check_positiv
 from optical.config import OpticalConfig
 
 __all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
-           "workload_from_dict"]
+           "workload_from_dict", "workload_label"]
 
 _INPUTS = ("gaussian", "uniform", "laplace")
 _DTYPES = ("float32", "float64")
@@ -129,7 +129,7 @@ class MatmulWorkload:
 
     @property
     def label(self) -> str:
-        return f"matmul {self.tokens}x{self.k}x{self.n}"
+        return workload_label(self.to_dict())
 
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(x, w, exact)``: inputs, weights, and ``x @ w`` in float64."""
@@ -324,7 +324,7 @@ class LayerWorkload:
 
     @property
     def label(self) -> str:
-        return f"{Path(self.model_dir).name} layer {self.layer}, {self.tokens} tokens"
+        return workload_label(self.to_dict())
 
     def check_config(self, config: OpticalConfig) -> None:
         """Refuse a config that cannot program one of the layer's products,
@@ -466,6 +466,21 @@ def _number(value: Any) -> float | int:
 
 
 _WORKLOADS: dict[str, type] = {"matmul": MatmulWorkload, "layer": LayerWorkload}
+
+
+def workload_label(data: Mapping[str, Any]) -> str:
+    """A workload's short label from its ``to_dict()`` form, without building
+    it (a stored sweep's model directory may be gone): ``"matmul 64x1024x1024"``,
+    ``"llama-3.2-1b layer 0, 64 tokens"``, else its kind."""
+    kind = data.get("kind")
+    try:
+        if kind == "matmul":
+            return f"matmul {data['tokens']}x{data['k']}x{data['n']}"
+        if kind == "layer":
+            return f"{Path(data['model_dir']).name} layer {data['layer']}, {data['tokens']} tokens"
+    except KeyError:
+        pass
+    return f"{kind} workload" if isinstance(kind, str) else "custom workload"
 
 
 def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkload:

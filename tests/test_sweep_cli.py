@@ -473,6 +473,39 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (4, 4)
 
 
+def test_a_sweep_s_figure_names_its_workload_base_config_and_unfinished_runs(tmp_path):
+    """The figure's first title line says what was swept (the workload, the
+    preset the base config equals, else "custom config") and, while the sweep
+    is unfinished, how many of its runs the figure holds, counted over the
+    whole sweep whatever `where` selects."""
+    pytest.importorskip("matplotlib")
+    from optical import plots
+    from tests.test_sweep import Interruptible
+
+    out = tmp_path / "s"
+    workload = optical.MatmulWorkload(4, 8, 4)
+    params = {"adc.bits": [4, 8], "dac.bits": [6, 8]}
+    with pytest.raises(KeyboardInterrupt):
+        optical.sweep(Interruptible(workload, stop_after=3), params, seeds=1, out=out,
+                      executor="serial", progress=False)
+    frame = load(out)
+    assert (frame.attrs["sweep"]["workload"], frame.attrs["sweep"]["base"]) == \
+        ("matmul 4x8x4", "iris-like")
+    for fig in (plots.line(frame, "adc.bits", "sqnr_db", hue="dac.bits"),
+                plots.line(frame, "adc.bits", "sqnr_db", where={"dac.bits": 6}),
+                plots.heatmap(frame, "adc.bits", "dac.bits", "sqnr_db")):
+        title = fig.axes[0].get_title().split("\n")
+        assert title[0] == "matmul 4x8x4; iris-like; unfinished: 3 of 4 runs"
+    assert title[1:] == []  # heatmap: no where, no NaN seed
+    optical.sweep(workload, params, seeds=1, out=out, executor="serial", progress=False)
+    title = plots.line(load(out), "adc.bits", "sqnr_db", where={"dac.bits": 6}).axes[0]
+    assert title.get_title().split("\n") == ["matmul 4x8x4; iris-like", "dac.bits=6"]
+    custom = optical.presets.get("iris-like").replace({"adc.full_scale": "rms"})
+    optical.sweep(workload, {"adc.bits": [4]}, seeds=1, out=tmp_path / "c", base=custom,
+                  executor="serial", progress=False)
+    assert load(tmp_path / "c").attrs["sweep"]["base"] == "custom config"
+
+
 @pytest.mark.parametrize(("output", "formats", "written"), [
     ("fig.png", None, ["fig.png"]),
     ("fig.svg", None, ["fig.svg"]),

@@ -231,8 +231,24 @@ def test_a_damaged_shard_is_named_at_load(tmp_path, bf16_tensors):
     data = shard.read_bytes()
     shard.write_bytes(data[:-100])
     with pytest.raises(ValueError, match=r"model-00002-of-00002.safetensors: not a readable "
-                                         r"safetensors file"):
+                                         rf"safetensors file \(it is {len(data) - 100} bytes, "
+                                         rf"but its header declares {len(data)}: truncated"):
         transformer.load(directory)
+    # Cut inside the header, or inside its length: still named as truncated.
+    length = 8 + int.from_bytes(data[:8], "little")
+    shard.write_bytes(data[:length // 2])
+    with pytest.raises(ValueError, match=rf"it is {length // 2} bytes, but its header alone "
+                                         rf"declares {length}: truncated"):
+        transformer.load(directory)
+    shard.write_bytes(data[:5])
+    with pytest.raises(ValueError, match=r"it is 5 bytes, shorter than a safetensors header"):
+        transformer.load(directory)
+    # Damage of another kind keeps the reader's own reason: a garbled header.
+    shard.write_bytes(data[:8] + b"{" * (length - 8) + data[length:])
+    with pytest.raises(ValueError, match=r"not a readable safetensors file") as err:
+        transformer.load(directory)
+    assert "truncated" not in str(err.value)
+    shard.write_bytes(data)
     # A shard that holds fewer tensors than the index says.
     from safetensors.numpy import save_file
 
@@ -248,8 +264,11 @@ def test_a_file_damaged_after_load_is_named_when_read(tmp_path, bf16_tensors):
     directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors)
     model = transformer.load(directory)
     path = directory / "model.safetensors"
+    size = path.stat().st_size
     path.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(ValueError, match=r"model.safetensors is not a readable safetensors file"):
+    with pytest.raises(ValueError, match=rf"model.safetensors is not a readable safetensors file "
+                                         rf"\(it is {size - 100} bytes, but its header declares "
+                                         rf"{size}: truncated"):
         model.layer(0)
 
 

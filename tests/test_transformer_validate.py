@@ -167,21 +167,24 @@ def test_every_weight_matmul_and_the_output_get_a_worst_token_sqnr(tiny_dir, tin
     layer = model.layer(1)
     ref, run = layer.trace(h, dtype="float16"), layer.trace(h, config=NAIVE, seed=3)
 
-    def worst(a, b):
+    def worst(a, b):  # (dB, token) of the first worst row
         a = a.reshape(-1, a.shape[-1]).astype(np.float64)
         b = b.reshape(a.shape).astype(np.float64)
-        return min(10 * math.log10(np.sum(r**2) / np.sum((r - t) ** 2))
-                   for r, t in zip(a, b, strict=True) if np.any(r))
+        return min((10 * math.log10(np.sum(r**2) / np.sum((r - t) ** 2)), i)
+                   for i, (r, t) in enumerate(zip(a, b, strict=True)) if np.any(r))
 
     for row in report.products:
         if row.name in ("attention.scores", "attention.values"):
-            assert row.worst_token_sqnr_db is None
+            assert row.worst_token_sqnr_db is None and row.worst_token is None
         else:
             assert row.name in layer.weights or row.name + ".weight" in layer.weights
-            assert row.worst_token_sqnr_db == pytest.approx(
-                worst(ref.products[row.name], run.products[row.name]), rel=1e-9), row.name
-    assert report.output.worst_token_sqnr_db == pytest.approx(worst(ref.output, run.output),
-                                                              rel=1e-9)
+            db, token = worst(ref.products[row.name], run.products[row.name])
+            assert row.worst_token_sqnr_db == pytest.approx(db, rel=1e-9), row.name
+            assert row.worst_token == (0, token), row.name
+    db, token = worst(ref.output, run.output)
+    assert report.output.worst_token_sqnr_db == pytest.approx(db, rel=1e-9)
+    assert report.output.worst_token == (0, token)
+    assert {row.worst_token for row in report.products} - {None} != {(0, 0)}  # not a constant
 
 
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
@@ -246,20 +249,23 @@ def test_without_local_no_product_gets_a_local_sqnr(tiny_dir):
 
 def test_table_columns_are_labelled_as_the_legend_names_them(tiny_dir):
     """The header's columns are the legend's: 'worst dB' (the lowest per-token
-    SQNR, in dB) and, with local, 'local dB'; each row's worst-token figure
-    sits under 'worst dB'."""
+    SQNR, in dB), 'at' (that token) and, with local, 'local dB'; each row's
+    worst-token figure sits under 'worst dB', its token under 'at'."""
     model = transformer.load(tiny_dir)
     report = transformer.validate(model, layer=1, tokens=6, config=NAIVE, seed=3, local=True)
     lines = report.table().splitlines()
     header = next(line for line in lines if line.startswith("product"))
-    assert header.split()[:12] == ["product", "runs", "on", "SQNR", "dB", "cosine", "rel.err",
-                                   "worst", "dB", "local", "dB", "passes"]
+    assert header.split()[:13] == ["product", "runs", "on", "SQNR", "dB", "cosine", "rel.err",
+                                   "worst", "dB", "at", "local", "dB", "passes"]
     legend = next(line for line in lines if line.startswith("SQNR, cosine"))
-    assert "worst dB: the lowest SQNR of one token's row" in legend and "local dB:" in legend
+    assert "worst dB: the lowest SQNR of one token's row, at that token" in legend
+    assert "local dB:" in legend
     column = header.index("worst dB")
     down = next(line for line in lines if line.startswith("down_proj"))
     assert float(down[column:column + len("worst dB")]) == pytest.approx(
         report.product("down_proj").worst_token_sqnr_db, abs=0.006)
+    at = header.index(" at") + 1
+    assert down[at - 5:at + 2].strip() == str(report.product("down_proj").worst_token[1])
 
 
 def test_worst_row_sqnr_is_the_minimum_over_rows():
@@ -557,6 +563,36 @@ def test_worst_row_sqnr_over_many_row_blocks(rng):
     expected = min(10 * math.log10(math.fsum(a * a) / math.fsum((a - b) ** 2))
                    for a, b in zip(r, t, strict=True))
     assert worst_row_sqnr_db(ref, test) == pytest.approx(expected, rel=1e-12)
+
+
+def test_worst_token_names_its_prompt_and_position_in_a_batch(tiny_dir):
+    """A batch of 3 prompts of 5 tokens with one token made worst by hand:
+    worst_row finds its (prompt, position); the report's table prints it as
+    prompt:token and its JSON as a list. Zero rows (no signal) are skipped."""
+    from optical.transformer.validate import worst_row
+
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal((3, 5, 16))
+    test = ref + 0.01 * rng.standard_normal(ref.shape)
+    test[2, 3] += 0.5
+    ref[0, 1] = 0.0  # no signal: an infinitely bad row that does not count
+    db, where = worst_row(ref, test)
+    assert where == (2, 3)
+    assert db == pytest.approx(10 * math.log10(np.sum(ref[2, 3] ** 2)
+                                               / np.sum((ref[2, 3] - test[2, 3]) ** 2)))
+    assert worst_row(ref[2], test[2]) == (db, (3,))
+    assert worst_row(np.zeros((2, 3)), np.ones((2, 3))) == (-math.inf, None)
+
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=1, tokens=5, batch=3, config=NAIVE, seed=3)
+    h = model.hidden_states(1, 5, seed=3, batch=3)
+    ref_out = model.layer(1).trace(h, dtype="float16").output
+    run_out = model.layer(1).trace(h, config=NAIVE, seed=3).output
+    assert report.output.worst_token == worst_row(ref_out, run_out)[1]
+    prompt, token = report.output.worst_token
+    line = next(x for x in report.table().splitlines() if x.startswith("layer output"))
+    assert line.split()[7] == f"{prompt}:{token}"
+    assert report.to_dict()["output"]["worst_token"] == [prompt, token]
 
 
 def test_worst_row_sqnr_of_an_all_zero_reference():

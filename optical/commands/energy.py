@@ -25,6 +25,19 @@ EXAMPLES = """examples:
   optical energy --model models/llama-3.1-8b --prompt-tokens 2048 --preset iris-like
   optical energy --model models/llama-3.1-70b --prompt-tokens 2048 --gpu h200 \\
       --set energy.cores=64 --batch 8 --json energy.json --plot energy.png
+
+reading the report:
+  J (batch)        the whole batch's energy (one prompt's at --batch 1), J
+  GPU / optical    ratios of energy and of time to first token; > 1: optics wins
+  break-even photons/MAC at this batch
+                   the photons_per_mac at which both cost the same energy;
+                   optics uses less below it
+  break-even batch at these photons
+                   the fewest prompts per weight load at which optics uses less
+                   energy per token
+  disaggregated    optical prefill + GPU decode against all-GPU, per request
+                   (ratio: all-GPU over disaggregated)
+The model, its formulas and the source of every default: docs/energy.md.
 """
 
 
@@ -164,8 +177,8 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     photons = ("none (the rest of the machine alone costs more)" if be_p is None
                else f"{be_p:.3g}")
     print(f"GPU / optical: energy {comparison['energy_ratio_gpu_over_optical']:.3g}x, "
-          f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x; break-even photons/MAC "
-          f"at this batch: {photons}; break-even batch at these photons: "
+          f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x (> 1: optics wins); "
+          f"break-even photons/MAC at this batch: {photons}; break-even batch at these photons: "
           f"{'none' if be_b is None else be_b}")
     if split is None:
         print(f"disaggregated: none ({name} is an encoder: it generates no "
@@ -174,6 +187,6 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     per = split["energy_per_request_j"]
     print(f"disaggregated ({args.output_tokens} output tokens, {args.requests_per_s:g} "
           f"requests/s): J/request all-GPU {per['all_gpu']['total']:.4g}, optical prefill + "
-          f"GPU decode {per['disaggregated']['total']:.4g} ({split['ratio']:.3g}x); GPUs "
-          f"{split['gpus']['all_gpu']} vs {split['gpus']['disaggregated']} + "
+          f"GPU decode {per['disaggregated']['total']:.4g} (all-GPU / this {split['ratio']:.3g}x); "
+          f"GPUs {split['gpus']['all_gpu']} vs {split['gpus']['disaggregated']} + "
           f"{split['optical_machines']} optical machine(s)")

@@ -23,19 +23,19 @@ from optical.config import parse_value
 EXAMPLES = """examples:
   # ADC bits x photons per MAC on a synthetic 512x4096x4096 matmul, 3 seeds, all cores
   optical sweep --matmul 512x4096x4096 --param adc.bits=4,6,8 \\
-      --param source.photons_per_mac=10,100,1000 --seeds 3 --out runs/adc
+      --param source.photons_per_mac=1e3,1e4,1e5 --seeds 3 --out runs/adc
 
   # the same sweep on a Dask cluster
   optical sweep --matmul 512x4096x4096 --param adc.bits=4,6,8 \\
-      --param source.photons_per_mac=10,100,1000 --seeds 3 --out runs/adc \\
+      --param source.photons_per_mac=1e3,1e4,1e5 --seeds 3 --out runs/adc \\
       --scheduler tcp://10.0.0.5:8786
 
   # one layer of a model, precision of the converters
   optical sweep --model models/llama-3.1-8b --layer 0 --tokens 512 \\
       --param adc.bits=4,6,8 --param dac.bits=4,6,8 --seeds 2 --out runs/llama
 
-  # 50 random points, photons per MAC log-uniform in [10, 1e5]
-  optical sweep --matmul 64x1024x1024 --param source.photons_per_mac=10:1e5:log \\
+  # 50 random points, photons per MAC log-uniform in [1e3, 1e6]
+  optical sweep --matmul 64x1024x1024 --param source.photons_per_mac=1e3:1e6:log \\
       --param adc.bits=4,6,8 --samples 50 --out runs/random
 
   # photons per MAC x seeds in one process, vmapped on the JAX backend (GPU if present)

@@ -52,6 +52,36 @@ def _safe_open():
     return safe_open
 
 
+def _truncation(path: Path) -> str | None:
+    """Why a safetensors file that failed to open is short, from its size and
+    its header's own lengths (an 8-byte little-endian header length, a JSON
+    header, then the data its ``data_offsets`` span); None if it is not."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                return f"it is {size} bytes, shorter than a safetensors header"
+            length = int.from_bytes(prefix, "little")
+            if 8 + length > size:
+                return (f"it is {size} bytes, but its header alone declares {8 + length}: "
+                        "truncated (an interrupted download or copy?)")
+            header = json.loads(handle.read(length))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items()
+                   if k != "__metadata__"), default=0)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None  # damaged otherwise: the reader's own message says how
+    if 8 + length + end > size:
+        return (f"it is {size} bytes, but its header declares {8 + length + end}: truncated "
+                "(an interrupted download or copy?)")
+    return None
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    """The reason for an error message on a file the reader refused."""
+    return _truncation(path) or str(err)
+
+
 class Checkpoint:
     """The tensors of a model directory's safetensors files, read lazily.
 
@@ -133,7 +163,8 @@ class Checkpoint:
         except ImportError:
             raise
         except Exception as err:  # the Rust reader raises its own error types
-            raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+            raise ValueError(f"{path}: not a readable safetensors file "
+                             f"({_unreadable(path, err)})") from None
 
     def names(self) -> list[str]:
         """Every tensor name, sorted."""
@@ -182,7 +213,7 @@ class Checkpoint:
             raise
         except Exception as err:  # the Rust reader's own error types: a damaged file
             raise ValueError(f"tensor {name!r}: {path} is not a readable safetensors file "
-                             f"({err})") from None
+                             f"({_unreadable(path, err)})") from None
         with np.errstate(over="ignore"):  # F64 beyond float32's range: named below
             out = array.astype(np.float32)
         if not np.isfinite(out).all():

@@ -416,7 +416,8 @@ class BertModel(_Model):
     def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
                       batch: int | None = None) -> np.ndarray:
         """The float32 input of encoder layer ``layer`` for random token ids
-        (seeded): the embeddings run through layers ``< layer`` in the reference."""
+        (drawn from ``seed``, ``layer`` and ``tokens``): the embeddings run
+        through layers ``< layer`` in the reference."""
         layer = _check_layer_index(self.spec, layer)
         tokens = check_positive_int(tokens, "tokens")
         self.spec.check_tokens(tokens)

@@ -212,9 +212,10 @@ def llama_hidden_states(spec: ModelSpec, layer: int, tokens: int, seed: int, *,
 
     ``model_seed`` (default ``seed``) is the seed of the synthetic weights: the
     BOS direction, the outlier channels and the massive dimensions belong to
-    the model and come from it; the token noise comes from ``seed`` (and
-    ``batch``: a batch of one is the unbatched call's prompt, a larger batch
-    draws other prompts).
+    the model and come from it; the token noise comes from ``seed``, ``layer``
+    and ``tokens`` (inputs of different lengths are separate draws, not
+    prefixes of one another) and ``batch`` (a batch of one is the unbatched
+    call's prompt, a larger batch draws other prompts).
 
     Returns
     -------

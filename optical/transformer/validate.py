@@ -56,6 +56,11 @@ class ProductReport:
         a handful of entries). Whole-tensor SQNR is dominated by the largest
         entries, so a token whose own features are lost next to a massive
         activation shows here, not there.
+    worst_token : tuple of (int, int) or None
+        Which row that is: (prompt, position) in the batch. After a Llama's
+        super-weight layer, token 0 (BOS) carries the massive activations and
+        most of the output's energy, so whole-tensor SQNR mostly measures it;
+        the worst token is then usually another.
     local_sqnr_db : float or None
         With ``local=True``, for products on the optical core: the optical
         product against the exact float64 product of the same inputs it
@@ -74,10 +79,12 @@ class ProductReport:
     worst_token_sqnr_db: float | None
     local_sqnr_db: float | None = None
     stats: MatmulStats | None = None
+    worst_token: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["stats"] = None if self.stats is None else self.stats.to_dict()
+        out["worst_token"] = None if self.worst_token is None else list(self.worst_token)
         return out
 
 
@@ -154,6 +161,11 @@ class ValidationReport:
             "calibration_tokens": self.calibration_tokens,
         }
 
+    def _token_label(self, where: tuple[int, int] | None) -> str:
+        if where is None:
+            return ""
+        return str(where[1]) if self.batch == 1 else f"{where[0]}:{where[1]}"
+
     def table(self, preset: str | None = None) -> str:
         """A plain-text table: one row per product, then the layer output and totals.
 
@@ -171,7 +183,8 @@ class ValidationReport:
         ]
         local = any(p.local_sqnr_db is not None for p in self.products)
         header = (f"{'product':18s} {'runs on':8s} {'SQNR dB':>8s} {'cosine':>9s} "
-                  f"{'rel.err':>9s} {'worst dB':>9s}" + (f" {'local dB':>8s}" if local else "")
+                  f"{'rel.err':>9s} {'worst dB':>9s} {'at':>7s}"
+                  + (f" {'local dB':>8s}" if local else "")
                   + f" {'passes':>12s} {'mask loads':>10s} {'DAC conv':>12s} {'ADC conv':>12s}"
                   f" {'clipped':>8s}")
         lines += [header, "-" * len(header)]
@@ -181,6 +194,7 @@ class ValidationReport:
                     f"{row.sqnr_db:8.2f} {row.cosine:9.6f} {row.relative_error:9.2e} ")
             text += (" " * 9 if row.worst_token_sqnr_db is None
                      else f"{row.worst_token_sqnr_db:9.2f}")
+            text += f" {self._token_label(row.worst_token):>7s}"
             if local:
                 text += f" {row.local_sqnr_db:8.2f}" if row.local_sqnr_db is not None else " " * 9
             if row.stats is not None:
@@ -189,14 +203,15 @@ class ValidationReport:
                          f"{s.adc_conversions:12d} {s.clipped_fraction:8.2%}")
             lines.append(text)
         t = self.totals
-        pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + (9 if local else 0)
+        pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + 8 + (9 if local else 0)
         clipped = f" {t['clipped_fraction']:8.2%}" if "clipped_fraction" in t else ""
         lines.append(f"{'total (optical)':{pad}s} {int(t['passes']):12d} "
                      f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
                      f"{int(t['adc_conversions']):12d}{clipped}")
         times = self.timings
+        at = "token" if self.batch == 1 else "prompt:token"
         lines += ["", "SQNR, cosine and rel.err against the reference's same tensor; worst dB: "
-                      "the lowest SQNR of one token's row"
+                      f"the lowest SQNR of one token's row, at that {at}"
                       + ("; local dB: against the exact product of the inputs it received"
                          if local else ""),
                   f"optical MACs {int(t['macs']):d}; "
@@ -399,6 +414,12 @@ def _wider(dtype: str) -> str:
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
     """Lowest SQNR (dB) of one row (last axis) among rows whose reference is
     not zero (float64 sums, a block of rows at a time)."""
+    return worst_row(reference, test)[0]
+
+
+def worst_row(reference: np.ndarray, test: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
+    """:func:`worst_row_sqnr_db` and that row's index over the leading axes
+    (the first such row on a tie; None when every reference row is zero)."""
     ref = np.asarray(reference).reshape(-1, reference.shape[-1])
     out = np.asarray(test).reshape(ref.shape)
     rows = max(1, metrics.SUM_CHUNK // max(ref.shape[1], 1))
@@ -408,18 +429,23 @@ def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
         err = r - out[r0:r0 + rows].astype(np.float64)
         signal[r0:r0 + rows] = np.einsum("ij,ij->i", r, r)
         noise[r0:r0 + rows] = np.einsum("ij,ij->i", err, err)
-    keep = signal > 0
-    if not keep.any():
-        return math.inf if not noise.any() else -math.inf
+    keep = np.flatnonzero(signal > 0)
+    if not keep.size:
+        return (math.inf if not noise.any() else -math.inf), None
     with np.errstate(divide="ignore"):
-        return float(np.min(10 * np.log10(signal[keep] / noise[keep])))
+        db = 10 * np.log10(signal[keep] / noise[keep])
+    row = int(keep[np.argmin(db)])
+    return float(db.min()), tuple(int(i) for i in np.unravel_index(row, reference.shape[:-1]))
 
 
 def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray,
              local_db: float | None = None, stats: MatmulStats | None = None) -> ProductReport:
     # Float64 sums a block at a time: no float64 copy of a whole product.
-    worst = None if name in ATTENTION_PRODUCTS else worst_row_sqnr_db(reference, test)
-    return ProductReport(name, on_core, *metrics.compare(reference, test), worst, local_db, stats)
+    worst, where = (None, None) if name in ATTENTION_PRODUCTS else worst_row(reference, test)
+    if where is not None and len(where) == 1:  # an unbatched (tokens, features) tensor
+        where = (0, *where)
+    return ProductReport(name, on_core, *metrics.compare(reference, test), worst, local_db, stats,
+                         worst_token=where)
 
 
 def _exact_linear(block: Any, name: str, x: np.ndarray) -> np.ndarray:
