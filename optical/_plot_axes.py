@@ -220,6 +220,11 @@ def spread(std: np.ndarray) -> np.ndarray | None:
 
 def legend(ax: Any, param: str) -> None:
     """The legend of swept ``param`` outside the axes, to their right, where
-    it covers no data."""
-    ax.legend(title=axis_title(param), loc="upper left", bbox_to_anchor=(1.02, 1),
-              borderaxespad=0, fontsize="small")
+    it covers no data; its title in the entries' small font with the unit on
+    a line of its own, so that a long config path does not take the axes'
+    width."""
+    title = axis_title(param)
+    if len(title) > 16:
+        title = title.replace(" (", "\n(", 1)
+    ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1),
+              borderaxespad=0, fontsize="small", title_fontsize="small")

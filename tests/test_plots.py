@@ -45,7 +45,7 @@ def test_line_draws_seed_means_per_hue(grid):
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db (dB)")
     # A config field's unit from its docstring (OpticalConfig.field_unit); a
     # count (bits) or a metric has none.
-    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac (photons)"
+    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac\n(photons)"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["10", "1000", "100000"]
     expected = grid.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
     for line, photons in zip(data_lines(ax), (10.0, 1e3, 1e5), strict=True):
@@ -758,3 +758,19 @@ def test_matmul_bars_title_names_the_stored_sweep_and_its_unfinished_runs():
     title = plots.matmul_bars(rows, where={"source.photons_per_mac": 1e3}).axes[0].get_title()
     assert title.split("\n") == ["llama-3.2-1b layer 0, 64 tokens; iris-like",
                                  "source.photons_per_mac=1000.0"]
+
+
+def test_a_long_legend_title_leaves_the_axes_most_of_the_width(grid):
+    """'source.photons_per_mac (photons)' in one line of the title font took
+    40 % of the figure and left the axes half of it: the unit now has a line
+    of its own and the title the entries' small font; a short title stays on
+    one line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = plots.line(grid, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
+    FigureCanvasAgg(fig).draw()
+    assert fig.axes[0].get_position().width > 0.6
+    short = grid.rename(columns={"source.photons_per_mac": "dac.bits"})
+    short.attrs["sweep"] = {"params": ["adc.bits", "dac.bits"]}
+    ax = plots.line(short, "adc.bits", "sqnr_db", hue="dac.bits").axes[0]
+    assert ax.get_legend().get_title().get_text() == "dac.bits"

@@ -171,7 +171,7 @@ def test_plot_writes_labelled_png_and_svg(tmp_path):
     fig, name = make_figure(load(out), build_parser().parse_args(argv))
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db (dB)")
-    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac (photons)"
+    assert ax.get_legend().get_title().get_text() == "source.photons_per_mac\n(photons)"
     assert png.name == name + ".png"
 
 
