@@ -63,6 +63,20 @@ def test_pair_metrics_hold_at_extreme_magnitudes(rng):
                                    columns.sqnr_db, rtol=1e-12)
 
 
+def test_the_largest_magnitude_sets_the_scale_whatever_its_sign():
+    """A huge negative value beside small positive ones: the scale comes from
+    the largest magnitude, not the largest value (whose 1e-3 left -1e200 to
+    overflow when squared, and the SQNR NaN). The error is 10 % of the
+    signal: 20 dB, cosine 1 (to float64)."""
+    ref = np.array([1e-3, -1e200])
+    test = np.array([1e-3, -0.9e200])
+    assert metrics.sqnr_db(ref, test) == pytest.approx(20.0, rel=1e-12)
+    assert metrics.sqnr_db(-ref, -test) == pytest.approx(20.0, rel=1e-12)
+    assert metrics.cosine(ref, test) == pytest.approx(1.0, rel=1e-12)
+    np.testing.assert_allclose(metrics.column_errors(ref[:, None], test[:, None]).sqnr_db,
+                               [20.0], rtol=1e-12)
+
+
 def test_column_metrics_and_kl_do_not_depend_on_the_layout(rng):
     """Column sums and softmax sums along a strided axis add in another order:
     C and Fortran order (and a strided view) gave other last bits."""

@@ -62,9 +62,10 @@ def test_bypass_is_exact_in_the_ideal_limit_and_counted(rng, dtype, policy):
     cfg = ideal(**{"outliers.policy": policy, "core.inputs": 30, "core.outputs": 32})
     pw = optical.program(w, cfg, calibration=_activations(rng, 200, k).astype(dtype))
     assert pw.shape == (k, n)
+    exact = x.astype(np.float64) @ w  # before the call: truth that cannot share its faults
     y, st = optical.matmul(x.reshape(3, 10, k), pw, cfg, seed=0, return_stats=True)
     assert y.dtype == dtype and y.shape == (3, 10, n)
-    assert metrics.relative_error(x.astype(np.float64) @ w, y.reshape(30, n)) < EXACT_RTOL[dtype]
+    assert metrics.relative_error(exact, y.reshape(30, n)) < EXACT_RTOL[dtype]
     assert st.digital_channels == 3
     assert st.digital_macs == 30 * 3 * n
     assert st.digital_mac_fraction == pytest.approx(3 / k)
@@ -230,3 +231,54 @@ def test_dynamic_bypass_with_offset_inputs_reads_each_zeroed_channel_half_a_dac_
     sent = (2 * np.rint((rest / r + 1) / 2 * 255) / 255 - 1) * r  # what the DAC shows
     np.testing.assert_allclose(sent[:, 3], r[:, 0] / 255, rtol=1e-12)
     np.testing.assert_allclose(y, x[:, [3]] @ w[[3]] + sent @ w, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("policy", ["none", "static", "dynamic"])
+def test_the_caller_s_arrays_are_never_written(rng, backend, policy):
+    """program() and matmul() read x, w and the calibration input and write
+    none of them (a bypass that zeroed the outlier columns in place once
+    emptied them in the caller's x too): read-only inputs work and keep their
+    bits, raw weights and programmed alike."""
+    k, n = 100, 40
+    x = _activations(rng, 12, k)
+    w = rng.standard_normal((k, n))
+    cal = _activations(rng, 50, k)
+    copies = [a.copy() for a in (x, w, cal)]
+    for a in (x, w, cal):
+        a.flags.writeable = False
+    cfg = _noisy(**{"outliers.policy": policy, "outliers.threshold": 6.0})
+    pw = optical.program(w, cfg, calibration=cal)
+    y = optical.matmul(x, pw, cfg, seed=1, backend=backend)
+    y_raw = optical.matmul(x, w, cfg, seed=1, backend=backend)
+    for a, before in zip((x, w, cal), copies, strict=True):
+        np.testing.assert_array_equal(a, before)
+    assert np.isfinite(y).all() and np.isfinite(y_raw).all()
+    # A writable x stays untouched too (no defensive read-only copy hides a write).
+    x_w = copies[0].copy()
+    optical.matmul(x_w, pw, cfg, seed=1, backend=backend)
+    np.testing.assert_array_equal(x_w, copies[0])
+
+
+def test_dynamic_bypass_calibrates_the_windows_on_the_light_the_mask_will_see(rng):
+    """Under the dynamic policy a call zeroes its outlier channels on the
+    mask, so the calibrated ADC windows must come from calibration readouts
+    with those channels dark: the same windows as the plain machine's,
+    calibrated on inputs whose two x100 channels are zeroed by hand (and not
+    those of the inputs as they are, whose outliers widen every window)."""
+    k, n = 64, 32
+    w = rng.standard_normal((k, n))
+    cal = rng.standard_normal((200, k))
+    cal[:, [5, 40]] *= 100.0
+    base = optical.presets.get("iris-like").replace({
+        "core.inputs": 32, "core.outputs": 32, "adc.full_scale": "calibrated",
+        "outliers.threshold": 6.0})
+    dynamic = optical.program(w, base.replace({"outliers.policy": "dynamic"}), calibration=cal)
+    dark = cal.copy()
+    dark[:, [5, 40]] = 0.0
+    plain = base.replace({"outliers.policy": "none"})
+    by_hand = optical.program(w, plain, calibration=dark)
+    np.testing.assert_array_equal(dynamic.adc_lo, by_hand.adc_lo)
+    np.testing.assert_array_equal(dynamic.adc_hi, by_hand.adc_hi)
+    lit = optical.program(w, plain, calibration=cal)
+    assert np.abs(lit.adc_hi - by_hand.adc_hi).max() > 0.1 * np.abs(by_hand.adc_hi).max()

@@ -665,3 +665,51 @@ def test_replaced_fields_are_checked_so_every_backend_refuses_them(rng, change, 
     y_numpy = optical.matmul(x, wider, cfg, seed=0, backend="numpy")
     y_numba = optical.matmul(x, wider, cfg, seed=0, backend="numba", exact=True)
     assert metrics.sqnr_db(y_numpy, y_numba) > 60
+
+
+@pytest.mark.parametrize("inputs", ["offset", "split"])
+def test_rms_window_terms_against_their_analytic_variances(inputs):
+    """The rms ADC window of one K-tile, term by term, on balanced split
+    weights (the ADC sees c = t+ - t- per row, sum_g g^2 = 2):
+    - noise-free: half = h sqrt(var_a sum c^2), the input level a uniform on
+      [0, 1] (offset: mean 1/2, variance 1/12) or the positive part of one
+      uniform on [-1, 1] (split: mean 1/4, E[a^2] = 1/6, variance 5/48);
+    - RIN adds h^2 sigma^2 E[a^2] sum c^2 to half^2 (the relative fluctuation
+      multiplies the whole level, mean included), sigma^2 = 10^(RIN/10) B;
+    - dark current adds h^2 sum g^2 dark / p^2 (electrons over the
+      photoelectrons of a full-scale MAC, on each rail);
+    - and where the headroom reaches past the noise-free extremes, the window
+      stops there: [sum min(c, 0), sum max(c, 0)]."""
+    mean_a, var_a = {"offset": (1 / 2, 1 / 12), "split": (1 / 4, 5 / 48)}[inputs]
+    h = 1.5
+    base = optical.presets.get("ideal").replace({
+        "adc.full_scale": "rms", "adc.headroom": h, "encoding.inputs": inputs,
+        "mask.contrast_ratio": 20.0, "core.inputs": 16, "core.outputs": 8})
+    w = np.random.default_rng(7).standard_normal((16, 8))
+
+    def window(cfg):
+        pw = optical.program(w, cfg)
+        c = pw.transmissions[0] - pw.transmissions[1]
+        return pw.adc_lo[0, 0], pw.adc_hi[0, 0], c.astype(np.float64)
+
+    lo, hi, c = window(base)
+    square = np.square(c).sum(axis=0)
+    np.testing.assert_allclose((hi - lo) / 2, h * np.sqrt(var_a * square), rtol=1e-5)
+    np.testing.assert_allclose((hi + lo) / 2, mean_a * c.sum(axis=0), rtol=1e-5, atol=1e-6)
+
+    rin = base.replace({"source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e9})
+    lo_r, hi_r, _ = window(rin)
+    sigma2 = 10 ** (-100 / 10) * 1e9
+    np.testing.assert_allclose(((hi_r - lo_r) / 2) ** 2 - ((hi - lo) / 2) ** 2,
+                               h ** 2 * sigma2 * (var_a + mean_a ** 2) * square, rtol=1e-4)
+
+    p, dark = 100.0, 1e6
+    lit = base.replace({"source.photons_per_mac": p})
+    lo_l, hi_l, _ = window(lit)
+    lo_d, hi_d, _ = window(lit.replace({"detector.dark_electrons": dark}))
+    np.testing.assert_allclose(((hi_d - lo_d) / 2) ** 2 - ((hi_l - lo_l) / 2) ** 2,
+                               h ** 2 * 2 * dark / p ** 2, rtol=1e-4)
+
+    lo_w, hi_w, _ = window(base.replace({"adc.headroom": 50.0}))
+    np.testing.assert_allclose(lo_w, np.minimum(c, 0).sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(hi_w, np.maximum(c, 0).sum(axis=0), rtol=1e-6)

@@ -92,15 +92,21 @@ def test_every_input_channel_may_be_an_outlier():
 def test_jax_runs_count_the_outlier_channels_as_the_numba_runs_do():
     """The JAX path assembles its own MatmulStats: with 3 outlier channels
     around the optics (scaled 20x, far over iris-like's 6x threshold) its
-    counts are the numba run's, and the digital share is 3 of the k = 64
-    input channels, 3 x 16 tokens x 32 outputs MACs."""
+    counts are the numba run's, and the digital share is 3 of the k = 66
+    input channels, 3 x 16 tokens x 32 outputs MACs. The 63 channels left on
+    the mask take 2 K-tiles of 32 where all 66 would take 3: the counts are
+    those of the optical rows only."""
     pytest.importorskip("jax")
     cfg = optical.presets.get("iris-like").replace({"core.inputs": 32})
-    wl = MatmulWorkload(16, 64, 32, outlier_channels=3, backend="jax")
+    wl = MatmulWorkload(16, 66, 32, outlier_channels=3, backend="jax")
     jax_run = wl.run(cfg, 0)
     numba_run = dataclasses.replace(wl, backend="numba").run(cfg, 0)
     assert (jax_run["digital_channels"], jax_run["digital_macs"]) == (3, 3 * 16 * 32)
-    assert jax_run["digital_mac_fraction"] == 3 / 64
+    assert jax_run["digital_mac_fraction"] == 3 / 66
+    on_mask = optical.core.schedule(16, 63, 32, cfg)
+    assert on_mask.passes != optical.core.schedule(16, 66, 32, cfg).passes
+    assert (jax_run["passes"], jax_run["adc_conversions"]) == (on_mask.passes,
+                                                              on_mask.adc_conversions)
     counts = [k for k in numba_run if k not in ("sqnr_db", "cosine", "relative_error",
                                                 "max_abs_error", "detected_photons",
                                                 "mean_photoelectrons", "clipped_fraction")]
