@@ -520,6 +520,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         finished = total - len(tasks)
         bar = progress_bar(total, desc=label, enabled=progress, initial=finished)
         version = library_version()
+        received: set[str] = set()
         try:
             with contextlib.closing(runner.run(tasks)) as outcomes:
                 for task, outcome in outcomes:
@@ -542,8 +543,15 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"{problem}. The {finished} runs finished so far are kept in {out}.")
                     write_run(runs_dir, task, points[task.point], outcome, version)
                     finished += 1
+                    received.add(task.run_id)
                     bar.update(1)
                     _raise_received()
+            lost = len(tasks) - len(received)
+            if lost:  # an executor that dropped runs must not pass for a finished sweep
+                raise SweepError(
+                    f"the executor ({runner.describe()}) returned no outcome for {lost} of the "
+                    f"{len(tasks)} runs it was given. The {finished} runs finished so far are "
+                    f"kept in {out}; running the sweep again runs the rest.")
         finally:
             bar.close()
             description = runner.describe()

@@ -332,3 +332,62 @@ def test_the_config_command_prints_each_value_with_its_unit(capsys):
     assert rows["source.wavelength"] == ["8.5e-07", "m"]
     assert rows["energy.mask_load_energy"][1:] == ["J", "per", "load"]
     assert rows["adc.bits"] == ["8"]
+
+
+def test_sections_built_directly_store_numpy_scalars_as_python_values():
+    """Not only replace(): a section built by hand from numpy scalars (a bool,
+    an int, and an int for a float field) stores Python's bool, int and
+    float, so the config's JSON, hash and equality are those of the plain
+    values."""
+    from optical.config import DetectorConfig, SourceConfig
+
+    detector = DetectorConfig(balanced=np.True_, read_noise_electrons=np.int64(100))
+    adc = ADCConfig(bits=np.int64(6))
+    source = SourceConfig(photons_per_mac=np.float32(1e3))
+    assert type(detector.balanced) is bool and type(adc.bits) is int
+    assert type(detector.read_noise_electrons) is float
+    assert type(source.photons_per_mac) is float
+    cfg = OpticalConfig(detector=detector, adc=adc, source=source)
+    assert OpticalConfig.from_json(cfg.to_json()) == cfg
+    assert cfg == OpticalConfig(detector=DetectorConfig(balanced=True, read_noise_electrons=100.0),
+                                adc=ADCConfig(bits=6), source=SourceConfig(photons_per_mac=1e3))
+
+
+def _another_value(cfg, path):
+    """A valid value of ``path`` other than cfg's, or None if none is found."""
+    value = cfg.get(path)
+    if isinstance(value, bool):
+        candidates = [not value]
+    elif isinstance(value, str):
+        candidates = [c for c in OpticalConfig.field_spec(path)["choices"] if c != value]
+    elif value is None:
+        candidates = [8, 0.5, 1, 1e-12]
+    elif isinstance(value, int):
+        candidates = [value + 1, value - 1, 2 * value]
+    else:
+        candidates = [value * 1.01, value * 0.99, value + 1.0, 0.5, -1.0, 1e3, -150.0]
+    for candidate in candidates:
+        try:
+            changed = cfg.replace({path: candidate})
+        except (ValueError, TypeError):
+            continue
+        if changed.get(path) != value:
+            return changed
+    return None
+
+
+@pytest.mark.parametrize("preset", ["iris-like", "ideal"])
+def test_diff_names_exactly_the_path_that_changed_for_every_path(preset):
+    """diff() is what ProgrammedWeights.check_compatible and a sweep's change
+    report read: changing any one field (the first included) is that field's
+    path and nothing else, in either direction."""
+    base = optical.presets.get(preset)
+    changed = 0
+    for path in OpticalConfig.paths():
+        other = _another_value(base, path)
+        if other is None:
+            continue
+        assert other.diff(base) == [path] and base.diff(other) == [path], path
+        changed += 1
+    assert changed == len(OpticalConfig.paths()), changed
+    assert base.diff(base) == []

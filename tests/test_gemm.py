@@ -146,3 +146,13 @@ def test_overlapping_calls_run_on_one_blas_thread_and_leave_every_count_as_found
     assert seen == [1, 1, 1, 1]
     assert after == {"A": 2 if layer == "openmp" else 1, "B": 2}
     assert fake.get_num_threads() == 2  # this thread's, or the process's
+
+
+@pytest.mark.parametrize("n", [1, COL_BLOCK - 1, COL_BLOCK, COL_BLOCK + 1, 2 * COL_BLOCK + 1])
+def test_every_column_block_is_computed_at_the_block_edges(rng, n):
+    """cols_matmul at widths around the block size: every column, the last
+    lone one included, is the product's (the output starts uninitialised, so
+    a skipped block would be garbage)."""
+    a = rng.standard_normal((5, 7))
+    b = rng.standard_normal((7, n))
+    np.testing.assert_allclose(cols_matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)

@@ -111,3 +111,11 @@ def test_iris_like_matches_its_docstring_and_the_reference_sheet():
     assert e.dram_energy_per_byte == pytest.approx(8 * 3.9e-12, rel=0.01, abs=0)
     assert e.sram_energy_per_byte == pytest.approx(10e-12 / 8, rel=1e-9, abs=0)
     assert e.link_energy_per_byte == pytest.approx(8 * 1e-12, rel=1e-9, abs=0)
+    # Half the emitted light reaches the detectors (an assumption it names).
+    assert e.optical_efficiency == 0.5
+    # Offset inputs, split weights; channels above 6x the median bypass the optics.
+    assert (cfg.encoding.inputs, cfg.encoding.weights) == ("offset", "split")
+    assert (cfg.outliers.policy, cfg.outliers.threshold) == ("static", 6.0)
+    # The ideal machine keeps iris-like's encodings and core, so tiling is exercised alike.
+    ideal = optical.presets.get("ideal")
+    assert (ideal.encoding, ideal.core) == (cfg.encoding, cfg.core)

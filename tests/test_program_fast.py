@@ -364,6 +364,34 @@ def test_round_to_kernels_give_numpys_bits(rng, dtype):
             numerics.round_to(target, dtype, out=bad)
 
 
+def test_every_nan_stays_nan_whatever_its_payload():
+    """A NaN whose payload sits only in the low 16 bits (0x7F800001) is
+    truncated by bf16's bit arithmetic to inf, and 0xFFFFFFFF wraps to 0:
+    on numpy's path (small arrays) and the kernels' alike, every NaN comes
+    back NaN and every other value is rounded as usual."""
+    payloads = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF, 0x7F80FFFF],
+                        dtype=np.uint32).view(np.float32)
+    assert np.isnan(payloads).all()
+    small = np.concatenate([payloads, np.array([1.0, 3.0e38, -2.5], np.float32)])
+    big = np.resize(small, numerics._KERNEL_MIN)
+    for dtype in ("float16", "bfloat16"):
+        for x in (small, big, big[::2]):
+            out = numerics.round_to(x, dtype)
+            nan = np.isnan(x)
+            assert np.isnan(out[nan]).all(), (dtype, x.size)
+            np.testing.assert_array_equal(out[~nan], numerics.round_to(x[~nan].copy(), dtype))
+
+
+def test_float32_into_a_buffer_is_a_copy_of_x(rng):
+    """round_to(x, "float32", out=buf) writes x into buf and returns buf (x
+    itself is returned as it is)."""
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    buf = np.full_like(x, np.nan)
+    assert numerics.round_to(x, "float32", out=buf) is buf
+    np.testing.assert_array_equal(buf, x)
+    assert numerics.round_to(x, "float32") is x
+
+
 def test_validate_on_the_fast_paths_matches_the_references(monkeypatch, tmp_path):
     """A whole layer, calibrated on a held-out run, end to end: every
     product of the fast paths equals the numpy references' bit for bit."""

@@ -1162,3 +1162,90 @@ def test_a_dask_future_without_a_result_is_the_runs_failure():
         ((got, outcome),) = list(_executors.DaskExecutor(Client()).run([task]))
     assert got is task and isinstance(outcome, RuntimeError)
     assert "scheduler-connection-lost" in str(outcome) and "scheduler still running" in str(outcome)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batchable:
+    """A workload whose runs all batch together; each metric names its run."""
+
+    label = "batchable"
+
+    def batch_key(self, config):
+        return "all"
+
+    def run(self, config, seed):
+        return self.run_batch([config], [seed])[0]
+
+    def run_batch(self, configs, seeds):
+        return [{"bits": float(c.adc.bits), "seed_metric": float(s)}
+                for c, s in zip(configs, seeds, strict=True)]
+
+    def to_dict(self):
+        return {"kind": "batchable"}
+
+
+def test_vmap_batches_of_any_size_run_every_task_once():
+    """Five batchable tasks in batches of 2 (2 + 2 + 1): every task comes back
+    once, with its own result; none is dropped at a batch's edge."""
+    from optical._executors import Task, VmapExecutor
+
+    configs = [BASE.replace({"adc.bits": b}) for b in (3, 4, 5, 6, 7)]
+    tasks = [Task(f"r{i}", i, 10 + i, Batchable(), c) for i, c in enumerate(configs)]
+    for size in (1, 2, 4, 5, 64):
+        runner = VmapExecutor(batch_size=size)
+        out = list(runner.run(tasks))
+        assert [t.run_id for t, _ in out] == [t.run_id for t in tasks], size
+        assert [(o["metrics"]["bits"], o["metrics"]["seed_metric"]) for _, o in out] == \
+            [(float(b), float(10 + i)) for i, b in enumerate((3, 4, 5, 6, 7))]
+        assert (runner.batched, runner.single) == (5, 0)
+
+
+def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path):
+    """A custom executor that returns fewer outcomes than it was given runs
+    must not leave a sweep that looks finished: the sweep fails naming how
+    many were lost, keeps the finished ones, and a rerun completes it."""
+    from optical._executors import Executor, SerialExecutor
+
+    class Lossy(Executor):
+        def run(self, tasks):
+            yield from SerialExecutor().run(list(tasks)[:-1])
+
+        def describe(self):
+            return "lossy"
+
+    definition = SweepDefinition.build(WL, {"adc.bits": [4, 8]}, seeds=2, base=BASE)
+    with pytest.raises(SweepError, match=r"the executor \(lossy\) returned no outcome for 1 of "
+                                         r"the 4 runs it was given\. The 3 runs finished so far "
+                                         r"are kept"):
+        execute(definition, tmp_path / "s", executor=Lossy(), progress=False)
+    assert len(load(tmp_path / "s")) == 3
+    summary = execute(definition, tmp_path / "s", executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (3, 1)
+
+
+def test_the_executor_argument_maps_as_documented():
+    """None or "processes": a pool on every core; 1: this process (no pool);
+    n > 1: a pool of n; "serial", "vmap"; an Executor is used as given and
+    not closed by the sweep."""
+    from optical._executors import (
+        ProcessExecutor,
+        SerialExecutor,
+        VmapExecutor,
+        _available_cores,
+        make_executor,
+    )
+
+    for arg in (None, "processes"):
+        runner, owned = make_executor(arg)
+        assert type(runner) is ProcessExecutor and runner.jobs == _available_cores() and owned
+    runner, owned = make_executor(1)
+    assert type(runner) is SerialExecutor and owned
+    runner, owned = make_executor(3)
+    assert type(runner) is ProcessExecutor and runner.jobs == 3 and owned
+    assert type(make_executor("serial")[0]) is SerialExecutor
+    assert type(make_executor("vmap")[0]) is VmapExecutor
+    mine = VmapExecutor(batch_size=2)
+    assert make_executor(mine) == (mine, False)
+    for bad in (True, 2.0, "threads"):
+        with pytest.raises(TypeError, match="executor: .* is not valid"):
+            make_executor(bad)

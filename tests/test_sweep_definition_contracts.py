@@ -471,3 +471,10 @@ def test_the_gain_is_checked_on_the_rows_static_outliers_leave_on_the_mask():
         with pytest.raises(ValueError, match="mask.compensate: the optics' envelope and "
                                              "crosstalk leave no gain"):
             attempt()
+    # A threshold alone bounds nothing before the calibration input is seen:
+    # the gain is checked on one row, so the preflight accepts the point
+    # (programming then decides, on the rows that calibration leaves).
+    alone = cfg.replace({"outliers.threshold": 6.0, "outliers.top_k": None})
+    check_programmable(4, 32, alone)
+    with pytest.raises(ValueError, match="leave no gain"):
+        check_programmable(4, 32, alone.replace({"outliers.policy": "none"}))

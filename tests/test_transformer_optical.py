@@ -332,3 +332,18 @@ def test_a_prompts_noise_depends_on_its_place_in_the_batch_not_its_neighbours(ti
     # a different draw, not a different computation: both are as close to the reference
     errors = [optical.metrics.relative_error(reference, y) for y in (both[1], alone)]
     assert max(errors) < 1.5 * min(errors), errors
+
+
+def test_derived_seeds_keep_their_labels_apart():
+    """Every product, prompt and KV head of every layer draws its own noise:
+    labels that would run together as text ((1, 12) and (11, 2); "ab" and
+    ("a", "b")) give different seeds, each in [0, 2**63), and a label set
+    always gives the same one."""
+    from optical.transformer._engines import derive_seed
+
+    seeds = [derive_seed(3, "attention.scores", 1, 12), derive_seed(3, "attention.scores", 11, 2),
+             derive_seed(3, "ab"), derive_seed(3, "a", "b"), derive_seed(31, "a"),
+             derive_seed(3, 1, "a"), derive_seed(3, "1a")]
+    assert len(set(seeds)) == len(seeds)
+    assert all(0 <= s < 2**63 for s in seeds)
+    assert derive_seed(3, "attention.scores", 1, 12) == seeds[0]

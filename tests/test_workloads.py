@@ -39,11 +39,25 @@ def test_from_shape_and_round_trip():
     ({"tokens": 2, "k": 4, "n": 4, "dtype": "float16"}, "dtype: 'float16' is not valid"),
     ({"tokens": 2, "k": 4, "n": 4, "outlier_channels": 5}, "outlier_channels: 5 exceeds k"),
     ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": math.nan}, "outlier_scale: nan"),
+    ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": 0.0}, "outlier_scale: 0.0"),
     ({"tokens": 2, "k": 4, "n": 4, "data_seed": -1}, "data_seed: -1 must be a non-negative"),
 ])
 def test_bad_matmul_workload_is_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MatmulWorkload(**kwargs)
+
+
+def test_jax_seeds_are_the_32_bit_keys_and_no_fewer():
+    """The JAX backend's keys are 32-bit: every seed in [0, 2**32) is taken
+    (2**31 and up included), 2**32 and -1 are refused; other backends take
+    any seed."""
+    jax_wl = MatmulWorkload(2, 4, 4, backend="jax")
+    for seed in (0, 2**31, 2**32 - 1):
+        jax_wl.check_seed(seed)
+    for seed in (2**32, -1):
+        with pytest.raises(ValueError, match=rf"seeds: {seed} is out of range for the JAX"):
+            jax_wl.check_seed(seed)
+    MatmulWorkload(2, 4, 4).check_seed(2**40)
 
 
 def test_bad_shape_string_is_named():
