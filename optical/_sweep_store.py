@@ -269,6 +269,19 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
     atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(encode(record)) + "\n")
 
 
+def _described(definition: Mapping[str, Any]) -> dict[str, str]:
+    """The workload's label and the preset the base config equals, for a
+    figure's title: a description, so a manifest of another version (a config
+    field this one lacks) still loads, as "custom config"."""
+    try:
+        base = presets.name_of(OpticalConfig.from_dict(definition["base_config"]))
+    except (ValueError, TypeError, KeyError):
+        base = None
+    workload = definition.get("workload")
+    return {"workload": workload_label(workload) if isinstance(workload, Mapping)
+            else "custom workload", "base": base or "custom config"}
+
+
 def read_frame(out: Path, pd: Any) -> Any:
     """The finished runs of the sweep in ``out`` as one DataFrame (``pd`` is
     pandas), placed at the manifest's points and seeds; see
@@ -309,10 +322,7 @@ def read_frame(out: Path, pd: Any) -> Any:
     columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
                                   dtype=object)
     frame = pd.DataFrame(columns)
-    definition = manifest["definition"]
-    base = OpticalConfig.from_dict(definition["base_config"])
     frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
                             "runs": sum(len(ids) for ids in manifest["run_ids"]),
-                            "workload": workload_label(definition["workload"]),
-                            "base": presets.name_of(base) or "custom config"}
+                            "finished": len(frame), **_described(manifest["definition"])}
     return frame

@@ -160,9 +160,9 @@ def _heading(frame: Any) -> str:
     does not say (one built by hand)."""
     sweep = frame.attrs.get("sweep", {})
     parts = [str(sweep[key]) for key in ("workload", "base") if sweep.get(key)]
-    planned = sweep.get("runs")
-    if isinstance(planned, int) and len(frame) < planned:
-        parts.append(f"unfinished: {len(frame)} of {planned} runs")
+    planned, finished = sweep.get("runs"), sweep.get("finished")
+    if isinstance(planned, int) and isinstance(finished, int) and finished < planned:
+        parts.append(f"unfinished: {finished} of {planned} runs")  # of the sweep, not a slice
     return "; ".join(parts)
 
 

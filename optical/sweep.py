@@ -520,10 +520,17 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         finished = total - len(tasks)
         bar = progress_bar(total, desc=label, enabled=progress, initial=finished)
         version = library_version()
-        received: set[str] = set()
+        expected, received = {t.run_id for t in tasks}, set()
         try:
             with contextlib.closing(runner.run(tasks)) as outcomes:
                 for task, outcome in outcomes:
+                    if task.run_id not in expected:
+                        raise SweepError(
+                            f"the executor ({runner.describe()}) returned an outcome for run "
+                            f"{task.run_id}, which it was not given. The {finished} runs "
+                            f"finished so far are kept in {out}.")
+                    if task.run_id in received:  # once is enough: counted and written once
+                        continue
                     if isinstance(outcome, BaseException):
                         # A stop signal that arrived inside the run may come
                         # back as its failure (jaxlib turns one raised while
@@ -546,7 +553,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                     received.add(task.run_id)
                     bar.update(1)
                     _raise_received()
-            lost = len(tasks) - len(received)
+            lost = len(expected - received)
             if lost:  # an executor that dropped runs must not pass for a finished sweep
                 raise SweepError(
                     f"the executor ({runner.describe()}) returned no outcome for {lost} of the "
@@ -633,10 +640,10 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         swept path, one per metric, then ``run_id``, ``elapsed_s``,
         ``optical_version`` and ``config`` (the run's full config as JSON).
         ``frame.attrs["sweep"]`` holds ``out``, the swept ``params``, the
-        ``metrics``, ``runs``, the number of runs the sweep plans (more than
-        ``len(frame)`` while it is unfinished), ``workload``, the workload's
-        label, and ``base``, the preset the base config equals (else "custom
-        config").
+        ``metrics``, ``runs``, the number of runs the sweep plans, and
+        ``finished``, the number it holds (``len(frame)``; fewer while it is
+        unfinished), ``workload``, the workload's label, and ``base``, the
+        preset the base config equals (else "custom config").
 
     Raises
     ------

@@ -478,7 +478,7 @@ def workload_label(data: Mapping[str, Any]) -> str:
             return f"matmul {data['tokens']}x{data['k']}x{data['n']}"
         if kind == "layer":
             return f"{Path(data['model_dir']).name} layer {data['layer']}, {data['tokens']} tokens"
-    except KeyError:
+    except (KeyError, TypeError):  # a field missing, or not a path
         pass
     return f"{kind} workload" if isinstance(kind, str) else "custom workload"
 

@@ -750,11 +750,12 @@ def test_matmul_bars_title_names_the_stored_sweep_and_its_unfinished_runs():
     heatmap figures: the workload, the base config and, while unfinished,
     how many of the planned runs the figure holds."""
     rows = layer_rows([1e3, 1e4], 2)
-    rows.attrs["sweep"].update(runs=3, workload="llama-3.2-1b layer 0, 64 tokens",
+    rows.attrs["sweep"].update(runs=3, finished=2, workload="llama-3.2-1b layer 0, 64 tokens",
                                base="iris-like")
     title = plots.matmul_bars(rows, hue="source.photons_per_mac").axes[0].get_title()
     assert title == "llama-3.2-1b layer 0, 64 tokens; iris-like; unfinished: 2 of 3 runs"
     rows.attrs["sweep"]["runs"] = 2
+    rows.attrs["sweep"]["finished"] = 2
     title = plots.matmul_bars(rows, where={"source.photons_per_mac": 1e3}).axes[0].get_title()
     assert title.split("\n") == ["llama-3.2-1b layer 0, 64 tokens; iris-like",
                                  "source.photons_per_mac=1000.0"]

@@ -1222,6 +1222,31 @@ def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path
     summary = execute(definition, tmp_path / "s", executor="serial", progress=False)
     assert (summary.already_done, summary.ran) == (3, 1)
 
+    class Twice(Executor):  # every outcome yielded twice: written and counted once
+        def run(self, tasks):
+            for pair in SerialExecutor().run(list(tasks)):
+                yield pair
+                yield pair
+
+        def describe(self):
+            return "twice"
+
+    summary = execute(definition, tmp_path / "t", executor=Twice(), progress=False)
+    assert summary.ran == 4 and len(load(tmp_path / "t")) == 4
+
+    class Foreign(Executor):  # an outcome for a run it was not given
+        def run(self, tasks):
+            task, outcome = next(iter(SerialExecutor().run(list(tasks)[:1])))
+            yield dataclasses.replace(task, run_id="not-a-run"), outcome
+
+        def describe(self):
+            return "foreign"
+
+    with pytest.raises(SweepError, match=r"the executor \(foreign\) returned an outcome for "
+                                         r"run not-a-run, which it was not given\. The 0 runs"):
+        execute(definition, tmp_path / "f", executor=Foreign(), progress=False)
+    assert not list((tmp_path / "f" / "runs").glob("not-a-run*"))
+
 
 def test_the_executor_argument_maps_as_documented():
     """None or "processes": a pool on every core; 1: this process (no pool);

@@ -500,6 +500,17 @@ def test_a_sweep_s_figure_names_its_workload_base_config_and_unfinished_runs(tmp
     optical.sweep(workload, params, seeds=1, out=out, executor="serial", progress=False)
     title = plots.line(load(out), "adc.bits", "sqnr_db", where={"dac.bits": 6}).axes[0]
     assert title.get_title().split("\n") == ["matmul 4x8x4; iris-like", "dac.bits=6"]
+    # A slice of a finished sweep (pandas keeps its attrs) is not "unfinished".
+    frame = load(out)
+    part = frame[frame["dac.bits"] == 6]
+    assert len(part) < part.attrs["sweep"]["runs"]
+    assert plots.line(part, "adc.bits", "sqnr_db").axes[0].get_title() == \
+        "matmul 4x8x4; iris-like"
+    # A manifest of another version (a config field this one lacks) still loads.
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["definition"]["base_config"]["adc"]["gone_field"] = 1
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert load(out).attrs["sweep"]["base"] == "custom config"
     custom = optical.presets.get("iris-like").replace({"adc.full_scale": "rms"})
     optical.sweep(workload, {"adc.bits": [4]}, seeds=1, out=tmp_path / "c", base=custom,
                   executor="serial", progress=False)

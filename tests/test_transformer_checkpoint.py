@@ -243,11 +243,23 @@ def test_a_damaged_shard_is_named_at_load(tmp_path, bf16_tensors):
     shard.write_bytes(data[:5])
     with pytest.raises(ValueError, match=r"it is 5 bytes, shorter than a safetensors header"):
         transformer.load(directory)
-    # Damage of another kind keeps the reader's own reason: a garbled header.
-    shard.write_bytes(data[:8] + b"{" * (length - 8) + data[length:])
-    with pytest.raises(ValueError, match=r"not a readable safetensors file") as err:
+    # Damage of another kind keeps the reader's own reason: a garbled header,
+    # and a file that is no safetensors at all (an HTML error page), whose
+    # first 8 bytes read as a header length of exabytes.
+    for other in (data[:8] + b"{" * (length - 8) + data[length:],
+                  b"<!DOCTYPE html><html><body>Not found</body></html>"):
+        shard.write_bytes(other)
+        with pytest.raises(ValueError, match=r"not a readable safetensors file") as err:
+            transformer.load(directory)
+        assert "truncated" not in str(err.value) and "LFS" not in str(err.value)
+    # A clone made without git-lfs holds pointers where the weights should be.
+    shard.write_text("version https://git-lfs.github.com/spec/v1\n"
+                     "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+                     "size 2471645608\n")
+    with pytest.raises(ValueError, match=r"model-00002-of-00002.safetensors: not a readable "
+                                         r"safetensors file \(it is a Git LFS pointer, not the "
+                                         r"weights .*`git lfs pull`"):
         transformer.load(directory)
-    assert "truncated" not in str(err.value)
     shard.write_bytes(data)
     # A shard that holds fewer tensors than the index says.
     from safetensors.numpy import save_file

@@ -60,6 +60,20 @@ def test_jax_seeds_are_the_32_bit_keys_and_no_fewer():
     MatmulWorkload(2, 4, 4).check_seed(2**40)
 
 
+def test_a_stored_workload_s_label_needs_neither_its_model_nor_every_field():
+    """A sweep's title reads the label from its manifest: no model directory
+    is opened, and a field missing or of another type gives the kind."""
+    from optical.workloads import workload_label
+
+    assert workload_label(MatmulWorkload(2, 4, 8).to_dict()) == "matmul 2x4x8"
+    assert workload_label({"kind": "layer", "model_dir": "/gone/llama-3.2-1b", "layer": 3,
+                           "tokens": 64}) == "llama-3.2-1b layer 3, 64 tokens"
+    assert workload_label({"kind": "layer", "model_dir": None, "layer": 3,
+                           "tokens": 64}) == "layer workload"
+    assert workload_label({"kind": "matmul", "k": 4}) == "matmul workload"
+    assert workload_label({}) == "custom workload"
+
+
 def test_bad_shape_string_is_named():
     with pytest.raises(ValueError, match="matmul shape '16x64': expected TxKxN"):
         MatmulWorkload.from_shape("16x64")

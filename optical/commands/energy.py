@@ -33,8 +33,8 @@ reading the report:
                    the photons_per_mac at which both cost the same energy;
                    optics uses less below it
   break-even batch at these photons
-                   the fewest prompts per weight load at which optics uses less
-                   energy per token
+                   the fewest prompts per weight load at which optics uses no
+                   more energy per token than the GPU
   disaggregated    optical prefill + GPU decode against all-GPU, per request
                    (ratio: all-GPU over disaggregated)
 The model, its formulas and the source of every default: docs/energy.md.

@@ -52,20 +52,31 @@ def _safe_open():
     return safe_open
 
 
+#: Largest header safetensors reads (its own cap): a larger "length" is not a header.
+_MAX_HEADER = 100_000_000
+
+
 def _truncation(path: Path) -> str | None:
-    """Why a safetensors file that failed to open is short, from its size and
-    its header's own lengths (an 8-byte little-endian header length, a JSON
-    header, then the data its ``data_offsets`` span); None if it is not."""
+    """Why a safetensors file that failed to open is not one, or is short,
+    from its first bytes and its header's own lengths (an 8-byte
+    little-endian header length, a JSON header, then the data its
+    ``data_offsets`` span); None when neither can be told."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as handle:
-            prefix = handle.read(8)
+            prefix = handle.read(9)
+            if prefix.startswith(b"version "):  # e.g. https://git-lfs.github.com/spec/v1
+                return ("it is a Git LFS pointer, not the weights (a clone made without "
+                        "git-lfs): fetch them with `git lfs pull`")
             if len(prefix) < 8:
                 return f"it is {size} bytes, shorter than a safetensors header"
-            length = int.from_bytes(prefix, "little")
+            length = int.from_bytes(prefix[:8], "little")
+            if length > _MAX_HEADER or prefix[8:9] not in (b"{", b""):
+                return None  # not a safetensors file at all: the reader says what it found
             if 8 + length > size:
                 return (f"it is {size} bytes, but its header alone declares {8 + length}: "
                         "truncated (an interrupted download or copy?)")
+            handle.seek(8)
             header = json.loads(handle.read(length))
         end = max((int(v["data_offsets"][1]) for k, v in header.items()
                    if k != "__metadata__"), default=0)

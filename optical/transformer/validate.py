@@ -182,8 +182,9 @@ class ValidationReport:
             "",
         ]
         local = any(p.local_sqnr_db is not None for p in self.products)
+        at_width = max(7, len(self._token_label((self.batch - 1, self.tokens - 1))))
         header = (f"{'product':18s} {'runs on':8s} {'SQNR dB':>8s} {'cosine':>9s} "
-                  f"{'rel.err':>9s} {'worst dB':>9s} {'at':>7s}"
+                  f"{'rel.err':>9s} {'worst dB':>9s} {'at':>{at_width}s}"
                   + (f" {'local dB':>8s}" if local else "")
                   + f" {'passes':>12s} {'mask loads':>10s} {'DAC conv':>12s} {'ADC conv':>12s}"
                   f" {'clipped':>8s}")
@@ -194,7 +195,7 @@ class ValidationReport:
                     f"{row.sqnr_db:8.2f} {row.cosine:9.6f} {row.relative_error:9.2e} ")
             text += (" " * 9 if row.worst_token_sqnr_db is None
                      else f"{row.worst_token_sqnr_db:9.2f}")
-            text += f" {self._token_label(row.worst_token):>7s}"
+            text += f" {self._token_label(row.worst_token):>{at_width}s}"
             if local:
                 text += f" {row.local_sqnr_db:8.2f}" if row.local_sqnr_db is not None else " " * 9
             if row.stats is not None:
@@ -203,7 +204,7 @@ class ValidationReport:
                          f"{s.adc_conversions:12d} {s.clipped_fraction:8.2%}")
             lines.append(text)
         t = self.totals
-        pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + 8 + (9 if local else 0)
+        pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + 1 + at_width + (9 if local else 0)
         clipped = f" {t['clipped_fraction']:8.2%}" if "clipped_fraction" in t else ""
         lines.append(f"{'total (optical)':{pad}s} {int(t['passes']):12d} "
                      f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
@@ -356,8 +357,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
             a, b, raw = run.operands[name]
             local_db = metrics.sqnr_db(stack_matmul(a.astype(np.float64), b.astype(np.float64)),
                                        raw)
-        rows.append(_compare(name, name in run.stats, ref, value, local_db, run.stats.get(name)))
-    output = _compare("layer output", False, reference.output, run.output)
+        rows.append(_compare(name, name in run.stats, ref, value, tokens, local_db,
+                             run.stats.get(name)))
+    output = _compare("layer output", False, reference.output, run.output, tokens)
     # Every weight matmul runs on the core, so there is always a product to pool:
     # counts add, the digital share and the clipping are pooled.
     stats = list(run.stats.values())
@@ -438,12 +440,15 @@ def worst_row(reference: np.ndarray, test: np.ndarray) -> tuple[float, tuple[int
     return float(db.min()), tuple(int(i) for i in np.unravel_index(row, reference.shape[:-1]))
 
 
-def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray,
+def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray, tokens: int,
              local_db: float | None = None, stats: MatmulStats | None = None) -> ProductReport:
     # Float64 sums a block at a time: no float64 copy of a whole product.
-    worst, where = (None, None) if name in ATTENTION_PRODUCTS else worst_row(reference, test)
-    if where is not None and len(where) == 1:  # an unbatched (tokens, features) tensor
-        where = (0, *where)
+    worst, where = None, None
+    if name not in ATTENTION_PRODUCTS:
+        # A weight matmul's rows are (batch * tokens) tokens, the output's (batch, tokens).
+        worst, row = worst_row(reference.reshape(-1, reference.shape[-1]),
+                               test.reshape(-1, test.shape[-1]))
+        where = None if row is None else divmod(row[0], tokens)
     return ProductReport(name, on_core, *metrics.compare(reference, test), worst, local_db, stats,
                          worst_token=where)
 
