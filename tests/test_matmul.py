@@ -729,6 +729,15 @@ def test_a_large_weight_is_checked_to_its_last_entry(layout):
     w[0, 0] = np.nan  # the very first entry: in the first chunk
     with pytest.raises(ValueError, match="w: contains 1 NaN or infinite"):
         optical.program(w, ideal())
+    w[0, 0] = 1.0
+    if layout != "strided":  # each side of a chunk edge, in memory order
+        flat = w.ravel(order="K")
+        assert np.shares_memory(flat, w)
+        for i in (_FINITE_CHUNK - 1, _FINITE_CHUNK, 2 * _FINITE_CHUNK - 1):
+            flat[i] = np.nan
+            with pytest.raises(ValueError, match="w: contains 1 NaN or infinite"):
+                optical.program(w, ideal())
+            flat[i] = 1.0
 
 
 @pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.5, TypeError), (None, TypeError),
@@ -927,3 +936,18 @@ def test_rin_and_readout_noise_are_independent(rng, backend, exact):
     assert variances["read"] - variances["shot"] == pytest.approx(4 * (read / p) ** 2, rel=0.05)
     expected = variances["rin"] + variances["read"] - variances["shot"]
     assert variances["all"] == pytest.approx(expected, rel=0.03)
+
+
+def test_memory_mapped_weights_are_accepted_as_arrays(tmp_path, rng):
+    """Weights loaded with np.load(..., mmap_mode="r") (a numpy.memmap, as the
+    validation allows) program and multiply as the same array in memory does."""
+    x = rng.standard_normal((6, 40))
+    w = rng.standard_normal((40, 24))
+    np.save(tmp_path / "w.npy", w)
+    mapped = np.load(tmp_path / "w.npy", mmap_mode="r")
+    assert isinstance(mapped, np.memmap)
+    cfg = ideal()
+    np.testing.assert_array_equal(optical.matmul(x, mapped, cfg, seed=0),
+                                  optical.matmul(x, w, cfg, seed=0))
+    np.testing.assert_array_equal(optical.program(mapped, cfg).weights,
+                                  optical.program(w, cfg).weights)

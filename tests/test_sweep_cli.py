@@ -184,6 +184,23 @@ def test_plot_heatmap_and_where(tmp_path):
                  "--formats", "png"]) == 0
     assert (tmp_path / "heat.png").stat().st_size > 1000
     assert not (tmp_path / "heat.svg").exists()
+    # --x along the columns, --y along the rows (a transposed figure would
+    # keep its file name).
+    from optical.cli import build_parser
+    from optical.commands.plot import make_figure
+
+    args = build_parser().parse_args(["plot", str(out), "--kind", "heatmap", "--x", "adc.bits",
+                                      "--y", "source.photons_per_mac", "--z", "cosine"])
+    fig, name = make_figure(load(out), args)
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits",
+                                                  "source.photons_per_mac (photons)")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4", "8"]
+    assert name == "cosine-over-adc.bits-source.photons_per_mac"
+    # A line with a hue gets its own file, not the one without.
+    assert main(["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--hue",
+                 "source.photons_per_mac", "--formats", "png"]) == 0
+    assert (out / "plots" / "sqnr_db-vs-adc.bits-by-source.photons_per_mac.png").is_file()
     assert main(["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--where",
                  "source.photons_per_mac=1e6"]) == 0
     assert list((out / "plots").glob("sqnr_db-vs-adc.bits-source.photons_per_mac=1000000.0.png"))
@@ -834,7 +851,8 @@ def test_the_resume_hint_is_quoted_for_the_shell(tmp_path, capsys, monkeypatch):
 
 
 def test_plot_refuses_a_json_path_that_is_its_figure_and_writes_each_format_once(tmp_path,
-                                                                                capsys):
+                                                                                capsys,
+                                                                                monkeypatch):
     out = tmp_path / "s"
     assert main([*SWEEP, "--out", str(out)]) == 0
     capsys.readouterr()
@@ -843,6 +861,11 @@ def test_plot_refuses_a_json_path_that_is_its_figure_and_writes_each_format_once
     fig = tmp_path / "fig.png"
     assert main([*base, "--output", str(fig), "--json", str(fig)]) == 2
     assert "is also the figure" in capsys.readouterr().err and not fig.exists()
+    # The same file spelt another way: relative against absolute, through "..".
+    monkeypatch.chdir(tmp_path)
+    for figure, json_path in (("fig.png", str(fig)), (str(fig), "s/../fig.png")):
+        assert main([*base, "--output", figure, "--json", json_path]) == 2
+        assert "is also the figure" in capsys.readouterr().err and not fig.exists()
     assert main([*base, "--output", str(tmp_path / "two"), "--formats", "png,svg,png",
                  "--json", str(tmp_path / "p.json")]) == 0
     files = json.loads((tmp_path / "p.json").read_text())["files"]

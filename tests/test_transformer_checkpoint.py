@@ -107,6 +107,22 @@ def test_integer_and_non_finite_tensors_are_named(tmp_path, bf16_tensors):
             transformer.load(write_model(tmp_path / f"{bad}", TINY_LLAMA, bf16_tensors)).layer(0)
 
 
+def test_an_integer_checkpoint_is_one_line_and_exit_2_from_the_cli(tmp_path, bf16_tensors,
+                                                                   capsys):
+    """An int8/GPTQ-style export's integer tensor is a TypeError in the API;
+    `optical validate` says it in one line and exits 2, no traceback."""
+    from optical.cli import main
+
+    name = "model.layers.0.self_attn.q_proj.weight"
+    bf16_tensors[name] = np.ones(bf16_tensors[name].shape, dtype=np.int32)
+    directory = write_model(tmp_path / "int", TINY_LLAMA, bf16_tensors)
+    assert main(["validate", "--model", str(directory), "--layer", "0", "--tokens", "4",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("optical validate: error: ") and len(err.splitlines()) == 1, err
+    assert f"tensor '{name}' has dtype I32" in err and "Traceback" not in err
+
+
 def test_sharded_snapshot_of_the_hugging_face_cache_loads(tmp_path, bf16_tensors):
     """The hub cache's layout: snapshots/<rev>/<file> are symlinks to
     ../../blobs/<hash>, outside the snapshot; the layer is the copied one's."""

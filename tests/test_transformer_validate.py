@@ -668,3 +668,12 @@ def test_the_digital_cost_of_an_outlier_bypass_is_reported_and_swept(tiny_dir):
     plain = transformer.validate(model, layer=2, tokens=12, config=NAIVE, seed=3)
     assert plain.totals["digital_macs"] == 0 and plain.totals["digital_mac_fraction"] == 0.0
     assert "digital (outlier channels)" not in plain.table()
+
+
+def test_cli_validate_defaults_to_256_tokens_as_the_readme_says():
+    """The README's main job and --help rest on 256 tokens (sweep's default is
+    512, energy's 2048): the default is what they say."""
+    from optical.cli import build_parser
+
+    args = build_parser().parse_args(["validate", "--model", "models/llama-3.1-8b"])
+    assert (args.tokens, args.layer) == (256, 0)
