@@ -262,6 +262,31 @@ def test_a_static_input_range_clips_without_a_dac(rng):
                                rtol=1e-4, atol=atol)
 
 
+def test_split_inputs_get_the_exact_shot_variance_not_the_low_rank_one():
+    """The low-rank shot variance assumes offset inputs' nearly constant
+    light; split inputs light only their own sign's sources, so they take the
+    exact variance. One lit channel (j = 3, level 1) on ideal contrast:
+    var(y_n) = s_n^2 |v_3n| / p exactly (balanced rails: t+ + t- = |v|),
+    where a rank-1 light factor of the whole tile would spread channel 3's
+    light over the other rows."""
+    p = 50.0
+    rng = np.random.default_rng(3)
+    x = np.zeros((20000, 16), dtype=np.float32)
+    x[:, 3] = 1.0
+    w = rng.uniform(-2, 2, (16, 4)).astype(np.float32)
+    w[3] = [1.9, -0.1, 0.05, -1.2]  # bright and dim outputs on the lit row
+    s = np.abs(w).max(axis=0).astype(np.float64)
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
+                   "encoding.inputs": "split", "core.inputs": 16,
+                   "dac.scaling": "per_tensor"})
+    theory = s**2 * np.abs(w[3] / s) / p
+    y = np.asarray(optical.matmul(x, w, cfg, seed=4, backend="jax"), dtype=np.float64)
+    n = y.shape[0]
+    assert np.all(np.abs(y.mean(axis=0) - w[3]) < 5 * np.sqrt(theory / n))
+    ratio = y.var(axis=0) / theory
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(2 / n)), ratio
+
+
 @pytest.mark.parametrize("k", [24, 40])
 def test_low_rank_shot_noise_of_a_partial_last_k_tile(k):
     """As the numba backend's test (test_numba_backend_contracts): offset

@@ -393,11 +393,15 @@ def test_enob_noise_alone_follows_the_converter_law(rng, backend, exact):
 
 
 @pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
-@pytest.mark.parametrize("balanced", [True, False])
-def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, exact, balanced):
+@pytest.mark.parametrize(("balanced", "shot"), [(True, "gaussian"), (False, "gaussian"),
+                                                (True, "poisson")])
+def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, exact, balanced,
+                                                                shot):
     """iris-like's path: offset inputs, split weights, Gaussian shot, dark,
     read and ENOB noise, finite contrast, each term about a quarter of the
-    total. x = 0 puts level 1/2 on every source. ADC rail e reads
+    total (Poisson shot and dark counts have the same variances, and take
+    the JAX backend's exact path, whose read and ADC noise draw from their
+    own streams too). x = 0 puts level 1/2 on every source. ADC rail e reads
     sum_r g_er rail_r (g = [[1, -1]] balanced, else the identity), so per
     ADC conversion, in full-scale MACs:
     shot sum_r g_er^2 (sum_j t_rj / 2) / p, dark sum_r g_er^2 dark / p**2,
@@ -409,7 +413,7 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
     x = _zero_tokens(20000, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
-    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": shot,
                    "detector.dark_electrons": dark, "detector.read_noise_electrons": read,
                    "detector.balanced": balanced, "mask.contrast_ratio": 1 / t_min,
                    "adc.bits": 6, "adc.enob_loss": 2.0, "adc.full_scale": "max",

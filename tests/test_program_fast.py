@@ -134,6 +134,21 @@ def test_load_matches_weight_scale_and_division(rng, policy, layout):
         assert v.flags.c_contiguous and v.dtype == w.dtype
 
 
+@pytest.mark.parametrize("policy", ["per_column", "per_tile_column"])
+def test_load_of_a_matrix_wider_than_a_column_chunk(rng, policy):
+    """Column maxima are taken 2048 columns at a time: a 40 x 4100 matrix
+    (every Llama layer is wider than a chunk) against the reference, so the
+    last column of each chunk gets its own scale (a column left at scale 0
+    would come out all zero)."""
+    w = (rng.standard_normal((40, 4100)) * 0.02).astype(np.float32)
+    tiling = quant.Tiling(40, 4100, 32, 1024)
+    scale, v = quant._load(w, None, tiling, policy)
+    ref_scale, ref_v = _reference_load(w, None, tiling, policy)
+    np.testing.assert_array_equal(scale, ref_scale)
+    np.testing.assert_array_equal(v, ref_v)
+    assert (scale > 0).all()
+
+
 def test_a_tile_is_programmed_by_its_own_weights_alone(rng):
     """Light does not cross tile edges and each tile converges on its own: a
     matrix cut along tile edges programs to the same tiles, bit for bit

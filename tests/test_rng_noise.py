@@ -82,6 +82,10 @@ def test_dark_read_and_rin_noise_moments():
     rin = noise.rin_factors(1e-3, seed=1, index=_idx())
     assert rin.mean() == pytest.approx(1.0, abs=1e-5)
     assert np.std(rin) == pytest.approx(1e-3, rel=0.01)
+    # Quieter sources keep their RIN: -170 dB/Hz over 1 GHz is sigma 1e-4.
+    for sigma in (1e-4, 1e-7):
+        assert np.std(noise.rin_factors(sigma, seed=1, index=_idx()) - 1.0) == \
+            pytest.approx(sigma, rel=0.01)
     assert np.all(noise.rin_factors(0.0, seed=1, index=_idx(10)) == 1.0)
 
 

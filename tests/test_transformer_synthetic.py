@@ -51,6 +51,23 @@ def test_weight_statistics_are_llama_like(medium_weights):
         assert 2 <= np.count_nonzero(ratio > 3) <= 8, name
 
 
+def test_tukey_h_draws_every_counter_once():
+    """Every block of the parallel Tukey-h draw takes its own counters: at
+    h = 0 and scale 1 it is the fast normal pairs of counters 0, 1, ...
+    exactly, over several blocks (one-value statistics cannot see blocks
+    that repeat each other's draws)."""
+    from optical import _rng
+    from optical.kernels import _rng_numba
+
+    key = _rng.stream_key(5, 2)
+    n = 3 * _rng_numba._BLOCK + 10
+    tukey, pairs = np.empty(n, np.float32), np.empty(n, np.float32)
+    _rng_numba.tukey_h_range(key, 0.0, 1.0, tukey)
+    _rng_numba.normal_pairs_range(key, np.uint64(0), pairs)
+    np.testing.assert_array_equal(tukey, pairs)
+    assert np.unique(tukey).size > 0.99 * n  # float32 draws: a rare tie, not repeated blocks
+
+
 @pytest.mark.parametrize("h", [0.0, 0.1])
 def test_tukey_h_samples_follow_their_distribution(h):
     """Inverting ``y = z exp(h z^2 / 2)`` (monotone) must give standard normals
