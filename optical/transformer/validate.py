@@ -445,10 +445,10 @@ def _compare(name: str, on_core: bool, reference: np.ndarray, test: np.ndarray, 
     # Float64 sums a block at a time: no float64 copy of a whole product.
     worst, where = None, None
     if name not in ATTENTION_PRODUCTS:
-        # A weight matmul's rows are (batch * tokens) tokens, the output's (batch, tokens).
-        worst, row = worst_row(reference.reshape(-1, reference.shape[-1]),
-                               test.reshape(-1, test.shape[-1]))
-        where = None if row is None else divmod(row[0], tokens)
+        # A weight matmul's rows are (batch * tokens) tokens, the output's (batch, tokens):
+        # as (batch, tokens, features), the worst row is named (prompt, position).
+        worst, where = worst_row(reference.reshape(-1, tokens, reference.shape[-1]),
+                                 test.reshape(-1, tokens, test.shape[-1]))
     return ProductReport(name, on_core, *metrics.compare(reference, test), worst, local_db, stats,
                          worst_token=where)
 
