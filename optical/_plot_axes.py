@@ -78,6 +78,11 @@ def labels(values: Sequence[Any]) -> list[str]:
             for v, t in zip(values, texts, strict=True)]
 
 
+def label_map(values: Sequence[Any]) -> dict[Any, str]:
+    """Each of ``values`` with its :func:`labels` text (one style per set)."""
+    return dict(zip(values, labels(values), strict=True))
+
+
 def _scientific(value: float) -> str:
     mantissa, _, exponent = f"{value:.5e}".partition("e")
     mantissa = f"{float(mantissa):.6g}"

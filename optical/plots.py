@@ -251,8 +251,8 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     position = {v: (v if numeric else i) for i, v in enumerate(xs)}
     groups = _groups(frame, [hue or x, x], y)
     hues = _sorted(frame, hue) if hue else [None]
-    names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
-    xnames = dict(zip(xs, _plot_axes.labels(xs), strict=True))
+    names = _plot_axes.label_map(hues)
+    xnames = _plot_axes.label_map(xs)
     fig = _figure()
     ax = fig.add_subplot()
     plotted, infinite, dropped = [], [], []
@@ -322,8 +322,8 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     heading = _heading(frame)  # of the whole sweep, before the selection
     frame = _select(frame, where, [x, y])
     xs, ys = _sorted(frame, x), _sorted(frame, y)
-    xnames = dict(zip(xs, _plot_axes.labels(xs), strict=True))
-    ynames = dict(zip(ys, _plot_axes.labels(ys), strict=True))
+    xnames = _plot_axes.label_map(xs)
+    ynames = _plot_axes.label_map(ys)
     groups = _groups(frame, [y, x], z)
     grid = np.full((len(ys), len(xs)), np.nan)
     dropped = []
@@ -390,7 +390,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     heading = _heading(frame)  # of the whole sweep, before the selection
     frame = _select(frame, where, [hue] if hue else [])
     hues = _sorted(frame, hue) if hue else [None]
-    names = dict(zip(hues, _plot_axes.labels(hues), strict=True))
+    names = _plot_axes.label_map(hues)
     group_inches = max(0.54, 0.15 * len(hues))  # a group's bars fill 0.8 of its slot
     rows = math.ceil(len(columns) * group_inches / 12)
     per_row = math.ceil(len(columns) / rows)
