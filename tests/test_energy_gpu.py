@@ -160,6 +160,20 @@ def test_disaggregated_energy_is_made_of_its_parts(llama_8b):
     assert out["optical_machines"] == math.ceil(1.0 * opt.ttft)
 
 
+def test_all_gpu_adds_whole_prefill_instances_for_batches_per_second(llama_8b):
+    """docs/energy.md: all-GPU's GPUs are the decode instances' plus
+    ceil(rate / prefill batch x prefill time) prefill instances."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    ref = gpu.prefill(llama_8b, 2048, h100, batch=2)
+    rate = 2.5 / ref.time   # 1.25 prefill instances busy: 2; per request (x2) it would be 3
+    out = workload.disaggregated(llama_8b, workload.Workload(2048, 128, rate), cfg, h100,
+                                 prefill_batch=2)
+    decode_gpus = out["decode"]["instances"] * out["decode"]["gpus_per_instance"]
+    assert out["gpus"] == {"all_gpu": decode_gpus + 2 * ref.gpus, "disaggregated": decode_gpus}
+    opt = optical.energy.prefill(llama_8b, 2048, cfg, batch=2)
+    assert out["optical_machines"] == math.ceil(rate / 2 * opt.ttft)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ((0, 10, 1.0), "prompt_tokens"), ((10, -1, 1.0), "output_tokens"),
     ((10, 10, 0.0), "requests_per_s"), ((10, 10, math.nan), "requests_per_s"),

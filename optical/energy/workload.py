@@ -16,6 +16,11 @@ roofline step time at the mean context ``prompt + output / 2`` (its least
 fixed point has a closed form, see ``_decode``). Instances are added until it
 exists and the KV caches fit. A step of ``b < 1`` sequences is charged as a
 step of one (idle power is not charged).
+
+GPUs: both deployments count the decode instances' GPUs; all-GPU adds
+whole prefill instances, ``ceil(rate / prefill_batch * prefill time)`` of
+them, so a prefill busy 1 % of the time still adds one instance (a
+deployment that keeps its prefill off the decode GPUs' step time).
 """
 
 from __future__ import annotations
