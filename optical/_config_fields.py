@@ -86,6 +86,9 @@ def check(path: str, value: Any, spec: Mapping[str, Any], unit: str = "") -> Any
             raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
         return str(value)
     if kind == "bool":  # numpy's bools too, canonicalised
+        if isinstance(value, str):  # JSON's "true": a string, not a boolean
+            raise ValueError(f"{path}: {value!r} is text, not a boolean; valid: true or false "
+                             "(unquoted in JSON; True or False in Python)")
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{path}: {value!r} is not valid; valid: {valid}")
         return bool(value)

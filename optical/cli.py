@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(subparsers)
+    for sub in subparsers.choices.values():  # a command's own errors name it
+        sub.set_defaults(command_parser=sub)
     return parser
 
 
@@ -37,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     run, a missing optional dependency, an operating-system error); each is
     one line ``optical COMMAND: error: ...`` on stderr, never a traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # "optical validate: error: ...", with validate's usage
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         check_json_path(args)  # an unwritable --json is refused before any work
         return int(args.run(args) or 0)

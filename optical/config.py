@@ -715,12 +715,15 @@ class OpticalConfig:
             raise TypeError(f"expected a mapping of sections, got {type(data).__name__}")
         changes: dict[str, Any] = {}
         for section, fields in data.items():
+            if section not in _SECTIONS:  # even with no fields: a misspelt section
+                nested = section.split(".", 1) if isinstance(section, str) else []
+                hint = (f' (fields nest in their section: {{"{nested[0]}": {{"{nested[1]}": '
+                        "...}})" if len(nested) == 2 else "")
+                raise ValueError(f"unknown config section {section!r}{hint}; valid sections: "
+                                 f"{', '.join(_SECTIONS)}")
             if not isinstance(fields, Mapping):
                 raise ValueError(f"{section}: expected a mapping of fields, got "
                                  f"{type(fields).__name__}")
-            if section not in _SECTIONS:  # even with no fields: a misspelt section
-                raise ValueError(f"unknown config section {section!r}; valid sections: "
-                                 f"{', '.join(_SECTIONS)}")
             for leaf, value in fields.items():
                 path = f"{section}.{leaf}"
                 spec = cls.field_spec(path)

@@ -157,3 +157,94 @@ def test_json_of_numpy_scalars_is_standard_json(tmp_path):
                      "clipped": np.bool_(True), "worst": [np.float64(-np.inf), np.uint8(7)]})
     assert json.loads(out.read_text(), parse_constant=pytest.fail) == {
         "sqnr_db": 12.5, "passes": 3, "clipped": True, "worst": ["-inf", 7]}
+
+
+def _validate_json(argv, tmp_path, name):
+    out = tmp_path / name
+    assert main([*argv, "--quiet", "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_a_config_file_runs_as_its_preset_would(tmp_path, capsys):
+    """--config FILE (what `optical config --json` writes) gives the same
+    validation, bit for bit, as the preset and overrides it was written from;
+    the report names the file and keeps the overrides given on top."""
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    model = write_model(tmp_path / "tiny", TINY_LLAMA)
+    small = ["--set", "core.inputs=48", "--set", "core.outputs=40"]
+    config = tmp_path / "machine.json"
+    assert main(["config", "--preset", "iris-like", "--set", "adc.bits=6", *small,
+                 "--json", str(config)]) == 0
+    argv = ["validate", "--model", str(model), "--tokens", "6"]
+    by_preset = _validate_json([*argv, "--preset", "iris-like", "--set", "adc.bits=6",
+                                "--set", "mask.bits=5", *small], tmp_path, "p.json")
+    capsys.readouterr()
+    by_file = _validate_json([*argv, "--config", str(config), "--set", "mask.bits=5"],
+                             tmp_path, "f.json")
+    assert by_file["products"] == by_preset["products"]
+    assert by_file["config"] == by_preset["config"]
+    assert (by_file["preset"], by_file["config_file"]) == (None, str(config))
+    assert (by_preset["preset"], by_preset["config_file"]) == ("iris-like", None)
+    assert f"{config} + mask.bits=5" in capsys.readouterr().out
+    # A command's own JSON holds the config it ran: it reads back as the file.
+    assert main(["config", "--config", str(tmp_path / "f.json"), "--json",
+                 str(tmp_path / "again.json")]) == 0
+    assert optical.OpticalConfig.from_json((tmp_path / "again.json").read_text()) == \
+        optical.presets.get("iris-like").replace(
+            {"adc.bits": 6, "mask.bits": 5, "core.inputs": 48, "core.outputs": 40})
+
+
+def test_a_config_file_leaves_unset_fields_at_the_base_config(tmp_path):
+    """A partial file fills the rest from OpticalConfig() (the ideal
+    machine), as its --help says, not from the default preset."""
+    config = tmp_path / "partial.json"
+    config.write_text('{"adc": {"bits": 6}}')
+    out = tmp_path / "out.json"
+    assert main(["config", "--config", str(config), "--json", str(out)]) == 0
+    assert optical.OpticalConfig.from_json(out.read_text()) == optical.OpticalConfig().replace(
+        {"adc.bits": 6})
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "--config {path}: No such file or directory"),
+    ("{", "--config {path}: not JSON (Expecting property name"),
+    ('{"adc.bits": 6}', '--config {path}: unknown config section \'adc.bits\' (fields nest in '
+                        'their section: {{"adc": {{"bits": ...}}}})'),
+    ('{"mask": {"compensate": "true"}}', "--config {path}: mask.compensate: 'true' is text, "
+                                         "not a boolean"),
+    ("[1, 2]", "--config {path}: expected a mapping of sections, got list"),
+    (b"\xff\xfe{", "--config {path}: not text"),
+])
+def test_a_bad_config_file_is_one_line_naming_the_option_and_the_file(content, message,
+                                                                       tmp_path, capsys):
+    path = tmp_path / "machine.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    for command in (["config"], ["energy", "--model", "models/llama-3.2-1b"],
+                    ["sweep", "--matmul", "4x8x4", "--out", str(tmp_path / "never")]):
+        assert main([*command, "--config", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert message.format(path=path) in err and "Traceback" not in err
+    assert not (tmp_path / "never").exists()
+
+
+def test_config_file_and_preset_together_are_refused(tmp_path, capsys):
+    path = tmp_path / "machine.json"
+    assert main(["config", "--json", str(path)]) == 0
+    assert main(["config", "--config", str(path), "--preset", "ideal"]) == 2
+    assert f"--config {path} and --preset ideal: give one" in capsys.readouterr().err
+
+
+def test_an_unknown_option_is_named_by_its_command(capsys):
+    """CLI conventions: one line `optical CMD: error: ...`, also for an
+    option the command does not have (argparse's own message names the
+    top-level program)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["validate", "--model", "models/llama-3.2-1b", "--tokns", "8"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "optical validate: error: unrecognized arguments: --tokns 8" in err
+    assert "usage: optical validate" in err

@@ -394,7 +394,7 @@ def _api_report(report, preset, overrides):
     """What the command writes for ``report`` run on ``preset`` + ``overrides``."""
     data = _as_written(report.to_dict())
     del data["timings"]
-    return {**data, "preset": preset, "overrides": list(overrides)}
+    return {**data, "preset": preset, "overrides": list(overrides), "config_file": None}
 
 
 @pytest.fixture(scope="module")

@@ -17,19 +17,60 @@ from optical.config import OpticalConfig, parse_value
 
 def add_config_options(parser: argparse.ArgumentParser, *,
                        default_preset: str = "iris-like") -> None:
-    """``--preset NAME`` and repeatable ``--set path=value``."""
-    parser.add_argument("--preset", default=default_preset,
+    """``--preset NAME`` or ``--config FILE``, and repeatable ``--set path=value``."""
+    parser.add_argument("--preset", default=None,
                         help=f"hardware preset (default {default_preset}; one of "
                              f"{', '.join(presets.names())})")
+    parser.add_argument("--config", dest="config_file", type=Path, metavar="FILE",
+                        help="the hardware config from a JSON file instead of a preset: what "
+                             "'optical config --json' writes, or a JSON that 'optical "
+                             "validate' or 'optical energy' wrote (its config); fields the "
+                             "file leaves out take the base config's values (the ideal "
+                             "machine), not a preset's")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="PATH=VALUE",
                         help="override one config field by dotted path, e.g. --set adc.bits=6 "
                              "(repeatable)")
+    parser.set_defaults(default_preset=default_preset)
+
+
+def read_config_file(path: Path) -> OpticalConfig:
+    """The config in the JSON file ``path`` (:meth:`OpticalConfig.to_json`'s
+    sections, or a command's JSON holding them under ``"config"``);
+    ValueError names ``--config``, the file and what is wrong with it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = (err.strerror or str(err)) if isinstance(err, OSError) else f"not text ({err})"
+        raise ValueError(f"--config {path}: {reason}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--config {path}: not JSON ({err})") from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]  # a report of optical validate / energy
+    try:
+        return OpticalConfig.from_dict(data)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--config {path}: {err}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> OpticalConfig:
-    """The preset with every ``--set`` applied; ValueError names a bad path or value."""
-    cfg = presets.get(args.preset)
+    """The preset (``--preset``, else the command's default) or the
+    ``--config`` file, with every ``--set`` applied; ValueError names a bad
+    option, path or value. Sets ``args.preset`` to the preset used (None
+    with ``--config``)."""
+    config_file = getattr(args, "config_file", None)
+    if config_file is not None:
+        if args.preset is not None:
+            raise ValueError(f"--config {config_file} and --preset {args.preset}: give one "
+                             "(to start a file from a preset: optical config --preset NAME "
+                             "--json FILE)")
+        cfg = read_config_file(config_file)
+    else:
+        if args.preset is None:
+            args.preset = args.default_preset
+        cfg = presets.get(args.preset)
     changes: dict[str, Any] = {}
     for item in args.overrides:
         path, sep, text = item.partition("=")
@@ -39,6 +80,13 @@ def config_from_args(args: argparse.Namespace) -> OpticalConfig:
             raise ValueError(f"--set {path.strip()}: given twice; set each path once")
         changes[path.strip()] = parse_value(path.strip(), text)
     return cfg.replace(changes)
+
+
+def config_label(args: argparse.Namespace) -> str:
+    """What ``config_from_args`` started from, for a report's heading: the
+    preset's name or the ``--config`` file, and the ``--set`` overrides."""
+    base = args.preset if args.preset is not None else str(args.config_file)
+    return base + (" + " + ", ".join(args.overrides) if args.overrides else "")
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
     result: dict[str, Any] = {
         "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
-        "preset": args.preset, "config": cfg.to_dict(),
+        "preset": args.preset, "config_file": None if args.config_file is None
+        else str(args.config_file), "config": cfg.to_dict(),
         "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
         "disaggregated": split,
     }
@@ -153,8 +154,9 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
                   opt: model.PrefillEnergy, ref: Any, comparison: dict[str, Any],
                   split: dict[str, Any] | None) -> None:
     e = cfg.energy
-    print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, preset "
-          f"{args.preset}, {e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
+    base = f"preset {args.preset}" if args.preset is not None else f"config {args.config_file}"
+    print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, {base}, "
+          f"{e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
     print("optical prefill")
     for line in _table(opt):
         print(line)

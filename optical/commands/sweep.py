@@ -110,8 +110,7 @@ def register(subparsers) -> None:
                            "count as one point)")
     grid.add_argument("--sample-seed", type=int, metavar="S",
                       help="seed of the random points of --samples (default 0)")
-    add_config_options(parser)
-    parser.set_defaults(preset=None)  # None: not given (resume), iris-like when starting
+    add_config_options(parser)  # --preset None: not given (resume), iris-like when starting
 
     run = parser.add_argument_group("execution")
     run.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -161,7 +160,8 @@ MODEL_OPTIONS = (("layer", "--layer", 0), ("tokens", "--tokens", 512),
                  ("weights_seed", "--weights-seed", 0), ("local", "--local", False))
 #: Options of the sweep's definition besides its workload.
 GRID_OPTIONS = (("param", "--param", []), ("overrides", "--set", []),
-                ("preset", "--preset", "iris-like"), ("seeds", "--seeds", 1),
+                ("preset", "--preset", None), ("config_file", "--config", None),
+                ("seeds", "--seeds", 1),
                 ("samples", "--samples", None), ("sample_seed", "--sample-seed", 0))
 #: Integer options and their least valid value.
 MINIMUM = {"layer": 0, "tokens": 1, "weights_seed": 0, "outlier_channels": 0, "data_seed": 0,

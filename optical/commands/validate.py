@@ -8,6 +8,7 @@ from optical.commands._common import (
     add_config_options,
     add_json_option,
     config_from_args,
+    config_label,
     json_to_stdout,
     write_json,
 )
@@ -71,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
                       batch=args.batch, dtype=args.dtype, local=args.local,
                       progress=not args.quiet)
     if not json_to_stdout(args):  # '-': stdout is the JSON
-        print(report.table(preset=args.preset + (" + " + ", ".join(args.overrides)
-                                                 if args.overrides else "")))
+        print(report.table(preset=config_label(args)))
     data = report.to_dict()
     data["preset"], data["overrides"] = args.preset, list(args.overrides)
+    data["config_file"] = None if args.config_file is None else str(args.config_file)
     write_json(args.json_path, data)
     return 0
