@@ -6,6 +6,7 @@ every file is written atomically, so a kill never leaves half a file."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import numbers
@@ -47,6 +48,13 @@ def encode(value: Any) -> Any:
     if isinstance(value, np.generic):
         return encode(value.item())
     return value
+
+
+def content_hash(data: Any, length: int = 20) -> str:
+    """A stable hash of JSON-like ``data`` (key order ignored): a run's id, a
+    sweep definition's ``definition_hash``."""
+    text = json.dumps(encode(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def decode_value(path: str, value: Any) -> Any:
@@ -158,6 +166,11 @@ def _manifest_problem(manifest: Any) -> str | None:
     for i, ids in enumerate(run_ids):
         if not _is_str_list(ids) or len(ids) != len(definition["seeds"]):
             return f"'run_ids'[{i}] is not a list of one run id per seed"
+    if content_hash(definition) != manifest.get("definition_hash"):
+        # What a sweep resumes and a run's place are read from the manifest:
+        # a definition changed by hand would pass the old runs off as its own.
+        return ("its 'definition' does not match its 'definition_hash' (the definition "
+                "was edited, or the file damaged)")
     return None
 
 
@@ -187,6 +200,31 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
     if problem is not None:
         raise ValueError(f"{path}: damaged sweep manifest: {problem}. {_rebuild_advice(out)}")
     return manifest
+
+
+def check_placement(path: Path, record: Mapping[str, Any], point: Mapping[str, Any],
+                    seed: int, out: Path) -> None:
+    """Refuse a run file whose own config and seed contradict where the
+    manifest places its run id (``point``, encoded as the manifest stores it,
+    and ``seed``): a manifest edited by hand (its run ids reordered, say)
+    would otherwise pass one point's results off as another's. A run
+    shared with another sweep is placed by its whole config and seed, which
+    its id hashes, so it passes."""
+    problem = None
+    if record["seed"] != seed:
+        problem = f"seed {record['seed']}, where {MANIFEST} places it at seed {seed}"
+    else:
+        for name, value in point.items():
+            section, _, field = name.partition(".")
+            stored = record["config"].get(section, {})
+            stored = stored.get(field, "(none)") if isinstance(stored, Mapping) else "(none)"
+            if stored == "(none)" or decode_value(name, stored) != decode_value(name, value):
+                problem = (f"{name} = {stored!r}, where {MANIFEST} places it at the point "
+                           f"{name} = {value!r}")
+                break
+    if problem is not None:
+        raise ValueError(f"{path}: this run holds {problem}: the manifest does not match its "
+                         f"runs (edited, or damaged). {_rebuild_advice(out)}")
 
 
 _RECORD_KEYS = (("run_id", str, "a string"), ("point", int, "an integer"),
@@ -297,7 +335,10 @@ def read_frame(out: Path, pd: Any) -> Any:
     for run_id in sorted(place):
         if (out / RUNS / f"{run_id}.json").is_file():
             record = read_record(out / RUNS / f"{run_id}.json")
-            record["point"], record["seed"] = place[run_id]
+            point, seed = place[run_id]
+            check_placement(out / RUNS / f"{run_id}.json", record, manifest["points"][point],
+                            seed, out)
+            record["point"], record["seed"] = point, seed
             record["params"] = manifest["points"][record["point"]]
             records.append(record)
     records.sort(key=lambda r: (r["point"], r["seed"]))

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import hashlib
 import itertools
 import json
 import math
@@ -68,6 +67,8 @@ from optical._sweep_store import (
     RUNS,
     SWEEP_FILES,
     atomic_write,
+    check_placement,
+    content_hash,
     decode_value,
     encode,
     library_version,
@@ -78,7 +79,7 @@ from optical._sweep_store import (
     replacing,
     write_run,
 )
-from optical._validation import check_positive_int, check_seed
+from optical._validation import check_bool, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_value
 from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
 
@@ -128,8 +129,7 @@ def _canonical(path: str, value: Any) -> Any:
 
 
 def _hash(data: Any, length: int = 20) -> str:
-    text = json.dumps(encode(data), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
+    return content_hash(data, length)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -485,6 +485,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
             progress: bool = True, results_format: str = "parquet") -> SweepSummary:
     """Run every run of ``definition`` not yet in ``out``; see :func:`sweep`."""
     check_not_bootstrapping("optical.sweep")
+    progress = check_bool(progress, "progress")
     if results_format not in ("parquet", "csv"):
         raise ValueError(f"results_format: {results_format!r} is not valid; valid: parquet, csv")
     pd = _require("pandas")
@@ -505,9 +506,13 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         for stale in [*runs_dir.glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a kill
             stale.unlink(missing_ok=True)
         done = {p.stem for p in runs_dir.glob("*.json")}
-        for ids in run_ids:  # a damaged run file is named now, not after the runs
-            for run_id in done.intersection(ids):
-                read_record(runs_dir / f"{run_id}.json")
+        stored_points = encode(points)
+        for index, ids in enumerate(run_ids):  # a damaged run file is named now
+            for seed, run_id in zip(definition.seeds, ids, strict=True):
+                if run_id in done:
+                    record = read_record(runs_dir / f"{run_id}.json")
+                    check_placement(runs_dir / f"{run_id}.json", record,
+                                    stored_points[index], seed, out)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):

@@ -14,7 +14,7 @@ import pytest
 
 import optical
 from optical import _executors
-from optical._sweep_store import lock
+from optical._sweep_store import content_hash, lock
 from optical.sweep import (
     Range,
     SweepDefinition,
@@ -540,6 +540,8 @@ def test_sweep_written_before_a_new_config_field_resumes_without_rerunning(tmp_p
     before = load(out)
     manifest = json.loads((out / "manifest.json").read_text())
     del manifest["definition"]["base_config"]["mapping"]
+    # ... whose definition_hash that version computed over its own definition.
+    manifest["definition_hash"] = content_hash(manifest["definition"])
     (out / "manifest.json").write_text(json.dumps(manifest))
     (out / "runs" / "0123456789abcdef0123.json").write_text("stray file, not a run")
     summary = execute(SweepDefinition.build(WL, PARAMS, seeds=1, base=BASE), out,
@@ -718,7 +720,12 @@ def _damage(manifest, change):
     (lambda m: m["points"][2].pop("adc.bits"), r"'points'\[2\] does not give a value"),
     (lambda m: m.update(params=["adc.bits"]), "'params' does not list"),
     (lambda m: m.update(format=None), "'format' is None"),
-    (lambda m: m["definition"]["workload"].update(kind="mystery"),
+    # A definition edited by hand: its runs would be passed off as another sweep's.
+    (lambda m: m["definition"]["workload"].update(tokens=9),
+     "its 'definition' does not match its 'definition_hash' \\(the definition was edited"),
+    # Another version's workload kind (that version wrote its own hash).
+    (lambda m: (m["definition"]["workload"].update(kind="mystery"),
+                m.update(definition_hash=content_hash(m["definition"]))),
      "cannot rebuild the sweep's definition from it: workload kind 'mystery'"),
 ])
 def test_damaged_manifest_is_named_with_what_is_wrong(tmp_path, change, message):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 import optical
+from optical._sweep_store import content_hash
 from optical.cli import build_parser, main
 from optical.sweep import load
 
@@ -310,8 +311,9 @@ def _definition_options():
               if g.title.startswith(("workload", "parameters"))]
     options = [a for g in groups for a in g._group_actions
                if a.dest not in ("matmul", "model")]
-    options += [a for a in sweep._actions if a.dest in ("preset", "overrides")]
-    values = {"param": "adc.bits=4", "overrides": "adc.bits=6", "preset": "ideal"}
+    options += [a for a in sweep._actions if a.dest in ("preset", "config_file", "overrides")]
+    values = {"param": "adc.bits=4", "overrides": "adc.bits=6", "preset": "ideal",
+              "config_file": "machine.json"}
     cases = []
     for action in options:
         if action.nargs == 0:  # a flag (--local): no value
@@ -526,6 +528,7 @@ def test_a_sweep_s_figure_names_its_workload_base_config_and_unfinished_runs(tmp
     # A manifest of another version (a config field this one lacks) still loads.
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["definition"]["base_config"]["adc"]["gone_field"] = 1
+    manifest["definition_hash"] = content_hash(manifest["definition"])  # as it wrote it
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert load(out).attrs["sweep"]["base"] == "custom config"
     custom = optical.presets.get("iris-like").replace({"adc.full_scale": "rms"})
@@ -870,3 +873,19 @@ def test_plot_refuses_a_json_path_that_is_its_figure_and_writes_each_format_once
                  "--json", str(tmp_path / "p.json")]) == 0
     files = json.loads((tmp_path / "p.json").read_text())["files"]
     assert files == [str(tmp_path / "two.png"), str(tmp_path / "two.svg")]
+
+
+def test_a_sweep_from_a_config_file_is_the_sweep_of_its_preset(tmp_path):
+    """--config FILE stands for the preset and overrides it was written from:
+    the same runs, configs and numbers."""
+    config = tmp_path / "machine.json"
+    assert main(["config", "--preset", "iris-like", "--set", "core.inputs=32",
+                 "--json", str(config)]) == 0
+    grid = ["sweep", "--matmul", "8x64x16", "--param", "adc.bits=4,8", "--jobs", "1",
+            "--quiet", "--format", "csv"]
+    assert main([*grid, "--preset", "iris-like", "--set", "core.inputs=32",
+                 "--out", str(tmp_path / "p")]) == 0
+    assert main([*grid, "--config", str(config), "--out", str(tmp_path / "f")]) == 0
+    by_preset, by_file = load(tmp_path / "p"), load(tmp_path / "f")
+    for column in ("run_id", "config", "sqnr_db"):
+        assert by_file[column].tolist() == by_preset[column].tolist()

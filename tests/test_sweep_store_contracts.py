@@ -70,6 +70,58 @@ def test_manifest_run_ids_must_match_points_and_seeds(tmp_path, change, message)
         assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    # the two points' run ids swapped: adc.bits=4's results placed at adc.bits=8
+    (lambda m: m["run_ids"].reverse(), r"this run holds adc\.bits = 8, where manifest\.json "
+                                       r"places it at the point adc\.bits = 4"),
+    # a point's two seeds swapped
+    (lambda m: m["run_ids"][1].reverse(), "this run holds seed 1, where manifest.json places it "
+                                          "at seed 0"),
+    # the point's value changed, run ids kept
+    (lambda m: m["points"][0].update({"adc.bits": 6}), r"this run holds adc\.bits = 4, where "
+                                                       r"manifest\.json places it at the point "
+                                                       r"adc\.bits = 6"),
+])
+def test_a_manifest_that_misplaces_its_runs_is_refused(tmp_path, change, message):
+    """A hand-edited manifest that is still valid JSON must not pass one
+    point's results off as another's (the audit's reordered run ids loaded
+    and resumed with each row's SQNR under the other point's adc.bits)."""
+    out = _sweep(tmp_path / "s")
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    definition = SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
+    for call in (lambda: load(out), lambda: resume(out, executor="serial", progress=False),
+                 lambda: execute(definition, out, executor="serial", progress=False)):
+        with pytest.raises(ValueError, match=message) as info:
+            call()
+        assert "the manifest does not match its runs" in str(info.value)
+        assert "are kept: delete" in str(info.value)  # how to rebuild it, keeping the runs
+
+
+def test_a_run_shared_with_another_sweep_is_placed_by_its_config(tmp_path):
+    """Run ids hash the workload, config and seed, not the swept paths: a run
+    copied from a sweep over another path (its record's params name that
+    path) is placed by its config, and passes the check."""
+    import shutil
+
+    first = tmp_path / "first"
+    optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=1, out=first, base=BASE, executor="serial",
+                  progress=False)
+    second = tmp_path / "second"
+    shutil.copytree(first / "runs", second / "runs")
+    # adc.headroom at the base's own value: the first sweep's adc.bits=8 run.
+    base = BASE.replace({"adc.bits": 8})
+    summary = execute(SweepDefinition.build(WL, {"adc.headroom": [BASE.adc.headroom]},
+                                            seeds=1, base=base),
+                      second, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (1, 0)
+    frame, before = load(second), load(first)
+    assert frame["sqnr_db"].tolist() == before["sqnr_db"].tolist()[1:]
+    assert frame["run_id"].tolist() == before["run_id"].tolist()[1:]
+
+
 @dataclasses.dataclass(frozen=True)
 class Sleeps:
     """A custom workload whose every run takes at least ``seconds``."""
