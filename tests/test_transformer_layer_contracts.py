@@ -151,3 +151,42 @@ def test_llama_activations_other_than_silu_are_refused(tmp_path, act):
     write_model(tmp_path, {**TINY_LLAMA, "hidden_act": act})
     with pytest.raises(ValueError, match=f"hidden_act '{act}' is not supported"):
         transformer.load(tmp_path)
+
+
+@pytest.mark.parametrize("spec", [TINY_LLAMA, TINY_BERT], ids=["llama", "bert"])
+def test_the_jax_backend_runs_every_product_of_a_layer(tmp_path, monkeypatch, spec):
+    """``matmul_options={"backend": "jax"}`` (the engine's documented hook
+    for a backend) used to fail on every call: the derived 63-bit seeds are
+    beyond the JAX keys' 2**32, and its JAX-array products then reached numpy
+    code. Each product now gets the 32-bit derived seed of its own label, the
+    layer stays numpy, and the ideal machine gives the numba backend's layer
+    to float32 rounding (above 80 dB)."""
+    pytest.importorskip("jax")
+    import optical
+    from optical.transformer import _engines
+
+    model = transformer.load(write_model(tmp_path, spec))
+    layer = model.layer(0)
+    h = model.hidden_states(0, tokens=5)
+    def run(*args, **kwargs):
+        return layer.optical(h, *args, **kwargs)
+
+    ideal = optical.presets.get("ideal").replace({"core.inputs": 24, "core.outputs": 16})
+    on_jax = run(ideal, seed=3, matmul_options={"backend": "jax"})
+    assert isinstance(on_jax, np.ndarray) and on_jax.dtype == np.float32
+    # float32 GEMMs summed in another order, through a layer's products and norms
+    assert optical.metrics.sqnr_db(run(ideal, seed=3), on_jax) > 80
+
+    derived, seeds = [], []
+    derive, matmul = _engines.derive_seed, _engines.matmul
+    monkeypatch.setattr(_engines, "derive_seed", lambda *a, **k: derived.append(
+        (a, derive(*a, **k))) or derived[-1][1])
+    monkeypatch.setattr(_engines, "matmul",
+                        lambda *a, seed, **k: seeds.append(seed) or matmul(*a, seed=seed, **k))
+    noisy = optical.presets.get("iris-like").replace({"core.inputs": 24, "core.outputs": 16})
+    first = run(noisy, seed=3, matmul_options={"backend": "jax"})
+    assert len(seeds) >= 4 and seeds == [seed for _, seed in derived]
+    for labels, seed in derived:  # the top 32 of the 63 bits the other backends get
+        assert labels[:2] == (3, 0) and seed == derive(*labels) >> 31 < 2**32
+    assert len(set(seeds)) == len(seeds)
+    np.testing.assert_array_equal(run(noisy, seed=3, matmul_options={"backend": "jax"}), first)

@@ -44,11 +44,12 @@ __all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "
            "derive_seed", "engine_for", "matmul_inputs", "sum_stats", "weight_matmuls"]
 
 
-def derive_seed(seed: int, *labels: object) -> int:
-    """A seed in [0, 2**63) that depends only on ``seed`` and ``labels``:
-    every product of every layer gets its own noise."""
+def derive_seed(seed: int, *labels: object, bits: int = 63) -> int:
+    """A seed in [0, 2**bits) that depends only on ``seed`` and ``labels``:
+    every product of every layer gets its own noise. ``bits=32`` for the JAX
+    backend, whose keys are 32-bit (the top 32 of the 63 bits)."""
     text = "/".join(str(v) for v in (seed, *labels)).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> (64 - bits)
 
 
 def check_hidden(h: object, hidden: int) -> np.ndarray:
@@ -224,7 +225,8 @@ class OpticalEngine(ReferenceEngine):
     ----------
     config : OpticalConfig
     seed : int
-        The call's seed; each product gets ``derive_seed(seed, layer, name, ...)``.
+        The call's seed; each product gets ``derive_seed(seed, layer, name, ...)``
+        (32 bits of it with ``matmul_options={"backend": "jax"}``).
     layer : int
         Layer index, part of every derived seed.
     program_options, matmul_options : mapping, optional
@@ -298,9 +300,13 @@ class OpticalEngine(ReferenceEngine):
                     text += self._overflow_note()
                 raise type(err)(text) from None
             self.program_s += time.perf_counter() - start
-            return matmul(x, programmed, self.config,
-                          seed=derive_seed(self.seed, self.layer, *labels), return_stats=True,
-                          **self.matmul_options)
+            bits = 32 if self.matmul_options.get("backend") == "jax" else 63
+            y, stats = matmul(x, programmed, self.config,
+                              seed=derive_seed(self.seed, self.layer, *labels, bits=bits),
+                              return_stats=True, **self.matmul_options)
+            # The JAX backend answers with a JAX array: the layer runs on numpy
+            # (a writable copy: its output is added to in place).
+            return (y if isinstance(y, np.ndarray) else np.array(y)), stats
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:
