@@ -253,7 +253,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     TypeError
         ``x`` or ``w`` not a float32/float64 array (or of different dtypes),
         ``config`` not an OpticalConfig, a seed that is not an integer, a
-        non-bool ``exact``.
+        non-bool ``exact`` or ``return_stats``.
     ValueError
         Shapes that do not chain (``x``'s last axis is not ``w``'s K), NaN or
         inf in ``x`` or ``w``, a seed out of range, ``chunk_tokens`` < 1, an
@@ -271,6 +271,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     The numpy and numba backends are not differentiable.
     """
     check_config(config)
+    return_stats = check_bool(return_stats, "return_stats")
     backend = kernels.resolve(backend, x, config)
     if backend == "jax":
         from optical.kernels import jax_backend

@@ -249,3 +249,30 @@ def test_embed_truncates_a_long_sentence_within_the_models_positions(tmp_path):
     np.testing.assert_array_equal(ids[0], ids[1])
     np.testing.assert_array_equal(model.embed([long]), model.embed([cut]))
     assert transformer.load(bundled).max_tokens == 256
+
+
+def test_flags_given_as_text_or_numbers_are_refused_not_read_as_truthy(tmp_path):
+    """_validation.check_bool's rule, which `exact` followed and these did not:
+    return_stats="False" returned a tuple, local="False" computed local errors."""
+    import optical
+    from optical import transformer
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 3)).astype(np.float32)
+    cfg = optical.presets.get("ideal")
+    for backend in ("numpy", "numba"):
+        with pytest.raises(TypeError, match="return_stats: expected a bool, got str"):
+            optical.matmul(x, w, cfg, seed=0, return_stats="False", backend=backend)
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA))
+    h = model.hidden_states(0, tokens=3)
+    with pytest.raises(TypeError, match="return_stats: expected a bool, got int"):
+        model.layer(0).optical(h, cfg, seed=0, return_stats=1)
+    for flag in ("local", "progress"):
+        with pytest.raises(TypeError, match=f"{flag}: expected a bool, got str"):
+            transformer.validate(model, layer=0, tokens=3, config=cfg, **{flag: "no"})
+    with pytest.raises(TypeError, match="progress: expected a bool, got str"):
+        optical.sweep(optical.MatmulWorkload(tokens=2, k=4, n=2), {"adc.bits": [4]}, seeds=1,
+                      out=tmp_path / "s", progress="no", executor="serial")
+    assert not (tmp_path / "s").exists()

@@ -153,6 +153,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
 
     check_config(config)
     exact = check_bool(exact, "exact")
+    return_stats = check_bool(return_stats, "return_stats")
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
     # Whether x's values are known: a numpy x closed over by a jitted function

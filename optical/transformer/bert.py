@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._validation import check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer._engines import (
@@ -138,6 +139,7 @@ class BertLayer:
         what it returns (the products are named ``query`` ... ``output``).
         ``mask`` is that of :meth:`reference` (True for real tokens; padded
         keys get no attention; None: all real)."""
+        return_stats = check_bool(return_stats, "return_stats")
         trace = self.trace(h, config=config, seed=seed, mask=mask,
                            program_options=program_options, matmul_options=matmul_options,
                            calibration=calibration)

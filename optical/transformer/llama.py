@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._validation import check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer._engines import (
@@ -162,6 +163,7 @@ class LlamaLayer:
             ``attention.scores`` / ``attention.values`` summed over heads when
             they run optically).
         """
+        return_stats = check_bool(return_stats, "return_stats")
         trace = self.trace(h, config=config, seed=seed, program_options=program_options,
                            matmul_options=matmul_options, calibration=calibration)
         return (trace.output, trace.stats) if return_stats else trace.output

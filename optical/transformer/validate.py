@@ -24,7 +24,7 @@ import numpy as np
 from optical import metrics, presets
 from optical._gemm import cols_matmul, stack_matmul
 from optical._progress import progress_bar
-from optical._validation import check_positive_int, check_seed
+from optical._validation import check_bool, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
@@ -299,6 +299,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     dtype = check_dtype(dtype)
     tokens = check_positive_int(tokens, "tokens")
     batch = check_positive_int(batch, "batch")
+    local, progress = check_bool(local, "local"), check_bool(progress, "progress")
     if calibration_tokens is not None:
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
