@@ -18,7 +18,14 @@ standard deviation from the column mean alone comes out within 0.1-0.2%
 weights and inputs with massive activations, and within 0.2% / 1.7% for a
 programmed Llama-3.1-8B gate_proj K-tile; keeping two more directions
 changes neither figure in its second digit (measured by
-``tests/test_kernels_numba.py::test_low_rank_light_error``). Split-encoded
+``tests/test_kernels_numba.py::test_low_rank_light_error``). These figures
+depend on the data: the error of an output is ``sum_j x_j (S_jn - mean_j S_jn)
+/ 2`` for normalised inputs ``x`` and summed transmissions ``S``, so inputs
+whose signs follow the weight rows' magnitudes over many channels move it
+further (an audit's constructed case, half the rows 100x weaker and the
+inputs positive on the strong half, negative on the weak one, gave noise
+standard deviations 0.80x the exact ones, and 1.49x with the signs swapped);
+``exact=True`` draws the exact variance. Split-encoded
 inputs are sparse and dominated by their largest channels (errors up to 70%
 with massive activations), so the fast backends use the factors only for
 offset inputs and compute the exact product otherwise, as ``exact=True``
