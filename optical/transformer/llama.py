@@ -60,6 +60,11 @@ def check_llama_config(spec: ModelSpec) -> None:
             shown = json.dumps(value) if isinstance(value, bool | str | int | float) else value
             raise ValueError(f"config.json: {key}={shown} is not supported (Llama has no "
                              "biases: false or absent)")
+    for where in (raw, raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}):
+        partial = where.get("partial_rotary_factor", 1.0) if isinstance(where, dict) else 1.0
+        if partial != 1.0:  # a rotation of part of each head (Phi, GLM): not Llama's
+            raise ValueError(f"config.json: partial_rotary_factor={partial} is not supported "
+                             "(Llama rotates the whole head: 1 or absent)")
     theta, scaling, key = rope_settings(raw)
     inverse_frequencies(spec.head_dim, theta, scaling, key=key)
 

@@ -65,8 +65,9 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         No such directory or no config.json.
     ValueError
         Unknown architecture or unsupported variant (naming the config key), a
-        checkpoint that lacks a tensor the config implies (naming it), or
-        PyTorch pickles without safetensors.
+        checkpoint that lacks a tensor the config implies (naming it), a
+        quantized checkpoint (``quantization_config``), or PyTorch pickles
+        without safetensors.
     """
     directory = Path(path)
     if not directory.is_dir():
@@ -78,6 +79,14 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         bundled = minilm_directory()
         if bundled is not None and _same_config(directory, bundled):
             weights_dir = bundled
+    quantized = spec.raw.get("quantization_config")
+    if weights_dir is not None and quantized is not None:
+        # GPTQ / AWQ store q_proj.qweight, scales ... in place of q_proj.weight.
+        method = quantized.get("quant_method") if isinstance(quantized, dict) else None
+        raise ValueError(f"{directory / 'config.json'}: quantization_config (quant_method "
+                         f"{method!r}): the checkpoint holds quantized weights, which optical "
+                         "does not read; point --model at the float checkpoint (bf16, fp16 or "
+                         "fp32)")
     checkpoint = Checkpoint(weights_dir) if weights_dir is not None else None
     if spec.architecture == "llama":
         return LlamaModel(directory, spec, checkpoint, seed)
@@ -288,7 +297,8 @@ class BertModel(_Model):
             path = next((p for p in candidates if p.is_file()), None)
             if path is None:
                 raise FileNotFoundError(f"{self.directory}: no tokenizer.json (needed to embed "
-                                        "sentences; pass token ids to encode() instead)")
+                                        "sentences; a vocab.txt alone is not read; pass token "
+                                        "ids to encode() instead)")
             try:
                 from tokenizers import Tokenizer
             except ImportError:
@@ -321,6 +331,12 @@ class BertModel(_Model):
                 raise ValueError(f"sentences: item {i} is not valid Unicode text ({err.reason} "
                                  f"at character {err.start})") from None
         encoded = [e.ids for e in self.tokenizer().encode_batch(sentences)]
+        vocab = self.spec.vocab_size
+        for i, e in enumerate(encoded):
+            if e and max(e) >= vocab:  # a tokenizer.json of another model
+                raise ValueError(f"sentences: item {i} tokenizes to id {max(e)}, beyond "
+                                 f"config.json's vocab_size {vocab} in {self.directory}: its "
+                                 "tokenizer.json is of another vocabulary")
         longest = max(len(e) for e in encoded)
         ids = np.full((len(encoded), longest), self.spec.raw.get("pad_token_id") or 0, np.int64)
         mask = np.zeros((len(encoded), longest), dtype=bool)
