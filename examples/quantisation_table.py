@@ -1,5 +1,6 @@
-"""What each mapping choice buys: SQNR of a Gaussian layer at 4, 6 and 8 bits,
-on activations with and without a few outlier channels.
+"""What each mapping choice buys: SQNR of a Gaussian layer at 4, 6 and 8 bits.
+
+On activations with and without a few outlier channels.
 
 Run:  python examples/quantisation_table.py [--preset ideal] [--tokens 128]
 
