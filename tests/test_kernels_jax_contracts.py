@@ -309,3 +309,41 @@ def test_low_rank_shot_noise_of_a_partial_last_k_tile(k):
     assert np.all(np.abs(y.mean(axis=0)) < 5 * np.sqrt(theory / n))
     ratio = y.var(axis=0) / theory
     assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(2 / n)), ratio
+
+
+@pytest.mark.parametrize(("changes", "exact"), [
+    # exact path, Gaussian shot noise: dark counts of sd sqrt(D) electrons (not D)
+    ({"detector.shot_noise": "gaussian", "source.photons_per_mac": 1e3,
+      "detector.dark_electrons": 50.0}, True),
+    # fast path, balanced rails: the dark variance of both photodiodes of a pair
+    ({"detector.shot_noise": "gaussian", "source.photons_per_mac": 1e3,
+      "detector.dark_electrons": 2000.0}, False),
+    # exact (Poisson) path: read noise and the ADC's ENOB noise, as large as
+    # each other, are independent draws (their variances add)
+    ({"detector.shot_noise": "poisson", "source.photons_per_mac": 1e9,
+      "detector.read_noise_electrons": "enob", "adc.bits": 6, "adc.enob_loss": 3.0,
+      "adc.full_scale": "max"}, True),
+], ids=["exact-dark", "fast-dark-balanced", "exact-read-and-enob"])
+def test_noise_variances_match_the_reference_backend(changes, exact):
+    """The output variance of one token repeated 4000 times equals the numpy
+    reference's, for the noises the other variance tests leave out (a dark
+    sd of D / p on the exact path, a fast-path dark variance of one
+    photodiode, and ENOB noise drawn from the read noise's stream each passed
+    the non-slow tests)."""
+    rng = np.random.default_rng(0)
+    x1 = rng.standard_normal((1, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    cfg = ideal(**{**changes, "detector.read_noise_electrons": 0.0, "core.inputs": 32})
+    if changes.get("detector.read_noise_electrons") == "enob":
+        pw = optical.program(w, cfg, calibration=x1.repeat(8, 0))
+        step = float(np.median((pw.adc_hi - pw.adc_lo) / 63))
+        enob_sd = step * math.sqrt((4.0**3 - 1) / 12)  # the ENOB noise of 3 lost bits
+        cfg = cfg.replace({"detector.read_noise_electrons": enob_sd * 1e9})
+    pw = optical.program(w, cfg, calibration=x1.repeat(8, 0))
+    n = 4000
+    x = np.repeat(x1, n, axis=0)
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3, exact=exact),
+                     np.float64)
+    ref = optical.matmul(x, pw, cfg, seed=3, backend="numpy").astype(np.float64)
+    ratio = got.var(axis=0) / ref.var(axis=0)
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / n)), ratio

@@ -418,3 +418,36 @@ def test_validate_on_the_fast_paths_matches_the_references(monkeypatch, tmp_path
     for row, ref_row in zip(fast.products, reference.products, strict=True):
         assert row.sqnr_db == ref_row.sqnr_db, row.name
     assert fast.output.sqnr_db == reference.output.sqnr_db
+
+
+@pytest.mark.parametrize("n_bins", [1, 4])
+@pytest.mark.parametrize("crowded", ["top", "bottom"])
+def test_a_zero_width_window_at_either_end(n_bins, crowded):
+    """99 readouts at one end of the range, one at the other, 1 bit with 0.9
+    bits of ENOB loss: a window closed on the crowded end costs 1 (the lone
+    readout clipped), any open one 100 * 4**0.9 / 12 = 29, so the best window
+    is lo == hi there, at the top edge as at the bottom one (a kernel that
+    could not close the window on the last edge, or on edge 0, passed)."""
+    samples = np.array([0.0] + [1.0] * 99 if crowded == "top" else [0.0] * 99 + [1.0])[:, None]
+    end = 1.0 if crowded == "top" else 0.0
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(samples, 0.0, 1, 0.9, tails=False, n_bins=n_bins,
+                                         backend=backend)
+        assert (lo[0], hi[0]) == (end, end), backend
+
+
+@pytest.mark.parametrize("contrast", [50.0, 11.0])
+def test_pruned_weights_and_odd_contrasts_match_the_references_to_the_bit(monkeypatch, rng,
+                                                                         contrast):
+    """Exact zeros (pruned weights) take pre_distort's `d >= 0` branch, and at
+    contrast 11 (also 3, 31, 251, ...) 1 - 1/contrast in float32 differs from
+    the float64 value rounded: both to the bit (the other cases have neither)."""
+    cfg = SMALL.replace({**STRONG, "optics.kernel_radius": 0, "mask.bits": None,
+                         "mask.contrast_ratio": contrast, "adc.full_scale": "rms",
+                         "outliers.policy": "none"})
+    w = (rng.standard_normal((96, 80)) * 0.02).astype(np.float32)
+    w[rng.random(w.shape) < 0.3] = 0.0
+    fast = optical.program(w, cfg)
+    with _numpy_references(monkeypatch):
+        reference = optical.program(w, cfg)
+    _assert_same(fast, reference)

@@ -165,3 +165,17 @@ def test_shot_dark_read_and_rin_draws_are_independent_at_one_seed_and_index():
         assert np.std(draws[a]) == pytest.approx(1.0, rel=0.01)
         for b in names[i + 1:]:
             assert abs(np.corrcoef(draws[a], draws[b])[0, 1]) < 5 / np.sqrt(N), (a, b)
+
+
+def test_the_parallel_reference_normals_are_those_of_their_counters():
+    """numba's normal_range(key, start, out) is the reference's normals of
+    counters start, start + 1, ... across its parallel blocks (blocks that
+    repeated each other's counters passed: only a benchmark called it)."""
+    from optical.kernels import _rng_numba
+
+    key = _rng.stream_key(5, 2)
+    n = 3 * _rng_numba._BLOCK + 10
+    out = np.empty(n)
+    _rng_numba.normal_range(key, np.uint64(1000), out)
+    np.testing.assert_allclose(out, _rng.normal(key, 1000 + np.arange(n, dtype=np.uint64)),
+                               rtol=0, atol=1e-13)

@@ -55,14 +55,6 @@ def _pos(a, zero):
     return a if a >= zero else zero
 
 
-@nb.njit(inline="always", error_model="numpy")
-def _quantize(u, top, zero, one):
-    """``converters.quantize_levels`` of one level (``top`` 0: continuous)."""
-    if top == zero:
-        return u
-    return np.rint(_clip(u, zero, one) * top) / top
-
-
 @nb.njit(**_SERIAL)
 def _row_light(t_row, s, coef, radius, g_lag, g_d0, g_d1, g_w, v, pairs, q_row):
     """Output form of one physical row: ``Q[m] = sum M[d, d'] v[m+d] v[m+d']``

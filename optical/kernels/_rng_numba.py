@@ -293,7 +293,9 @@ def _logf(x):
 @nb.njit(inline="always", error_model="numpy")
 def normal_pair32(key, counter):
     """Two independent standard normals (float32) from one hash: Box-Muller's
-    cosine and sine of the same angle. Accurate to a few float32 ulp; the
+    cosine and sine of the same angle. Accurate to a few float32 ulp of 1.0
+    (absolute error below 1e-6; at small radii, where ``u1`` rounded to
+    float32 sets the error, that is up to ~180 ulp of the value); the
     radius is capped at sqrt(64 ln 2) = 6.66, as in the reference."""
     z = bits(key, counter)
     high = z >> np.uint64(32)
