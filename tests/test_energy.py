@@ -226,6 +226,11 @@ def test_prefill_total_is_the_sum_of_independently_counted_parts():
     assert rep.ttft == approx(sum(rep.time.values()))
     assert rep.per_token == approx(rep.total / 6)
     assert rep.per_request == approx(rep.total / 2)
+    # Per optical MAC: the layers' weight MACs (attention digital), 6 rows each.
+    assert cfg.mapping.attention == "digital"
+    macs = TINY.num_layers * TINY.linear_macs_per_token() * 6
+    assert rep.counts["macs"] == macs and rep.per_mac == approx(rep.total / macs, rel=1e-12)
+    assert rep.to_dict()["energy_j"]["per_mac"] == rep.per_mac
     # 7 linear matmuls per layer, each loaded once per prefill on the one core.
     layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
     assert rep.counts["weight_loads"] == 2 * sum(s.weight_loads for s in layer.values())

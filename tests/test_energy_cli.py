@@ -272,6 +272,15 @@ def test_energy_table_divides_each_component_by_every_prompt_token(capsys):
         assert float(joules) == pytest.approx(value, rel=1e-3, abs=0), name
         assert float(per_token) == pytest.approx(value / (4 * PROMPT), rel=1e-3, abs=0), name
         assert float(share.rstrip("%")) == pytest.approx(100 * value / total, abs=0.051), name
+    # Per optical MAC: the total and the laser's, over every weight MAC of the batch.
+    spec = read_spec(MODEL)
+    macs = spec.num_layers * spec.linear_macs_per_token() * 4 * PROMPT
+    words = lines[start + 11].split()
+    assert words[:3] == ["per", "optical", "MAC:"]
+    assert float(words[-2]) == pytest.approx(macs, rel=1e-3, abs=0)
+    assert float(words[3]) == pytest.approx(total / macs * 1e12, rel=1e-3, abs=0)
+    assert float(words[6]) == pytest.approx(opt.components["laser"] / macs * 1e12, rel=1e-3,
+                                            abs=0)
 
 
 def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path):

@@ -100,6 +100,10 @@ def _table(report: model.PrefillEnergy) -> list[str]:
         share = value / total if total > 0 else 0.0
         lines.append(f"  {name:18s} {value:11.4g} {value / tokens:11.4g} {share:7.1%}")
     lines.append(f"  {'total':18s} {total:11.4g} {report.per_token:11.4g} {1:7.1%}")
+    macs = report.counts["macs"]
+    if macs:
+        lines.append(f"  per optical MAC: {report.per_mac * 1e12:.4g} pJ (laser "
+                     f"{report.components['laser'] / macs * 1e12:.4g} pJ) over {macs:.4g} MACs")
     return lines
 
 

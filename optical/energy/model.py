@@ -297,6 +297,14 @@ class PrefillEnergy:
         return self.total / self.batch
 
     @property
+    def per_mac(self) -> float:
+        """Energy of the whole prefill (every component, the digital work
+        around the optics included) per multiply-accumulate run optically
+        (``counts["macs"]``), J: the figure optical-computing papers quote
+        per MAC. ``components["laser"] / counts["macs"]`` is the light's own."""
+        return self.total / self.counts["macs"] if self.counts["macs"] else math.inf
+
+    @property
     def throughput(self) -> float:
         """Prompt tokens per second of one machine, tokens/s."""
         return self.batch * self.tokens / self.ttft if self.ttft > 0 else math.inf
@@ -304,7 +312,7 @@ class PrefillEnergy:
     def to_dict(self) -> dict[str, Any]:
         return {
             "energy_j": {"total": self.total, "per_token": self.per_token,
-                         "per_request": self.per_request,
+                         "per_request": self.per_request, "per_mac": self.per_mac,
                          "components": dict(self.components),
                          "by_matmul": {k: dict(v) for k, v in self.by_matmul.items()},
                          "digital": dict(self.digital)},
