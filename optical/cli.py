@@ -39,8 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     run, a missing optional dependency, an operating-system error); each is
     one line ``optical COMMAND: error: ...`` on stderr, never a traceback."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # "optical validate: error: ...", with validate's usage
+    if unknown:
+        before = argv[:argv.index(args.command)] if args.command in argv else argv
+        early = [item for item in unknown if item in before]
+        if early:  # given before the command: not the command's to refuse
+            parser.error(f"unrecognized arguments: {' '.join(early)} (a command's options go "
+                         f"after it: optical {args.command} {early[0]} ...)")
+        # "optical validate: error: ...", with validate's usage
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         check_json_path(args)  # an unwritable --json is refused before any work

@@ -719,7 +719,7 @@ class OpticalConfig:
             if section not in _SECTIONS:  # even with no fields: a misspelt section
                 nested = section.split(".", 1) if isinstance(section, str) else []
                 hint = (f' (fields nest in their section: {{"{nested[0]}": {{"{nested[1]}": '
-                        "...}})" if len(nested) == 2 else "")
+                        "...}})" if len(nested) == 2 and nested[0] in _SECTIONS else "")
                 raise ValueError(f"unknown config section {section!r}{hint}; valid sections: "
                                  f"{', '.join(_SECTIONS)}")
             if not isinstance(fields, Mapping):

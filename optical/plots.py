@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from optical import _plot_axes
+from optical._validation import check_bool
 from optical.config import OpticalConfig
 
 __all__ = ["heatmap", "line", "matmul_bars", "param_columns", "save"]
@@ -238,6 +239,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         sits outside the axes, on the right.
     """
     _check_runs(frame)
+    errorbars = check_bool(errorbars, "errorbars")
     _check_param(frame, x, "x")
     _check_metric(frame, y, "y")
     if hue is not None:

@@ -66,6 +66,7 @@ from optical._sweep_store import (
     META_COLUMNS,
     RUNS,
     SWEEP_FILES,
+    _rebuild_advice,
     atomic_write,
     check_placement,
     content_hash,
@@ -330,7 +331,7 @@ def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | R
                              "lo < hi")
         if values.log and lo <= 0:
             raise ValueError(f"{path}: a log range needs lo > 0, got {values.lo}")
-        return Range(lo, hi, bool(values.log))
+        return Range(lo, hi, check_bool(values.log, f"{path}: Range log"))
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         values = [values]
     if len(values) == 0:
@@ -403,6 +404,38 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _manifest_runs_problem(definition: SweepDefinition, points: list[dict[str, Any]],
+                           manifest: Mapping[str, Any]) -> str | None:
+    """What contradicts the definition in a manifest's points and run ids
+    (None: nothing): a point's value outside its parameter's values or range,
+    or a run id that is not the hash of its point's config and seed. The ids
+    are checked only where the manifest's config and workload have the fields
+    this version's have: a version with other fields hashes other JSON, and
+    its ids are taken as written."""
+    allowed = dict(definition.params)
+    for i, point in enumerate(points):
+        for path, value in point.items():
+            spec = allowed[path]
+            if isinstance(spec, Range):
+                inside = isinstance(value, numbers.Real) and spec.lo <= value <= spec.hi
+            else:
+                inside = value in spec
+            if not inside:
+                return f"'points'[{i}] has {path} = {value!r}, which the sweep does not define"
+    stored = manifest["definition"]
+    fields = {f"{section}.{name}" for section, values in stored["base_config"].items()
+              if isinstance(values, Mapping) for name in values}
+    if (fields != set(OpticalConfig().paths())
+            or stored["workload"] != json.loads(json.dumps(definition.workload.to_dict()))):
+        return None
+    for i, config in enumerate(definition.configs(points)):
+        for seed, run_id in zip(definition.seeds, manifest["run_ids"][i], strict=True):
+            if run_id != definition.run_id(config, seed):
+                return (f"'run_ids'[{i}] names {run_id}, which is not the run of point {i} "
+                        f"({_describe_point(points[i])}) at seed {seed}")
+    return None
+
+
 def _prepare(definition: SweepDefinition,
              out: Path) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Create ``out`` with its manifest, or check the one there; returns the
@@ -425,6 +458,10 @@ def _prepare(definition: SweepDefinition,
                              "config and seed, so the new sweep finds them there).")
         points = [{p: decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
+        problem = _manifest_runs_problem(definition, points, manifest)
+        if problem is not None:
+            raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem} (edited, or "
+                             f"damaged). {_rebuild_advice(out)}")
         return points, manifest["run_ids"]
     # Without a manifest, only a sweep's own files (its manifest was lost): the
     # new manifest finds the finished runs again by their ids.

@@ -315,8 +315,9 @@ def test_a_quantized_checkpoint_is_named_as_one(tmp_path):
 
 @pytest.mark.parametrize("where", ["top", "rope_parameters"])
 def test_a_partial_rotary_factor_is_refused(tmp_path, where):
-    """Hugging Face rotates only that part of each head; the Llama layer
-    rotated all of it, silently."""
+    """A Llama config does not set it: Hugging Face's Llama ignores it (default
+    RoPE) or fails on it (llama3 RoPE), so a config that sets it is another
+    model's; the Llama layer rotated the whole head, silently."""
     from tests.transformer_helpers import TINY_LLAMA, write_model
 
     if where == "top":
@@ -330,3 +331,22 @@ def test_a_partial_rotary_factor_is_refused(tmp_path, where):
         transformer.load(tmp_path)
     write_model(tmp_path, {**TINY_LLAMA, "partial_rotary_factor": 1.0})
     transformer.load(tmp_path)
+
+
+def test_range_log_and_plot_errorbars_are_bools(tmp_path):
+    """Range(1e3, 1e6, log="False") sampled in log space (a truthy string)."""
+    import optical
+    from optical.sweep import Range, SweepDefinition
+
+    with pytest.raises(TypeError, match="source.photons_per_mac: Range log: expected a bool, "
+                                        "got str"):
+        SweepDefinition.build(optical.MatmulWorkload(tokens=2, k=4, n=2),
+                              {"source.photons_per_mac": Range(1e3, 1e6, log="False")},
+                              seeds=1, samples=2)
+    pytest.importorskip("matplotlib")
+    frame = optical.sweep(optical.MatmulWorkload(tokens=2, k=4, n=2), {"adc.bits": [4, 6]},
+                          seeds=1, out=tmp_path / "s", executor="serial", progress=False)
+    from optical import plots
+
+    with pytest.raises(TypeError, match="errorbars: expected a bool, got str"):
+        plots.line(frame, x="adc.bits", y="sqnr_db", errorbars="no")

@@ -248,3 +248,38 @@ def test_an_unknown_option_is_named_by_its_command(capsys):
     err = capsys.readouterr().err
     assert "optical validate: error: unrecognized arguments: --tokns 8" in err
     assert "usage: optical validate" in err
+
+
+def test_an_option_before_the_command_is_refused_by_the_program(capsys):
+    """`optical --quiet sweep ...`: sweep has --quiet, so sweep must not be
+    the one that says it does not know it."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--quiet", "sweep", "--out", "never-written"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert ("optical: error: unrecognized arguments: --quiet (a command's options go after "
+            "it: optical sweep --quiet ...)") in err
+
+
+def test_a_config_file_with_a_byte_order_mark_reads(tmp_path):
+    """Editors on Windows save UTF-8 with a BOM."""
+    path = tmp_path / "machine.json"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"adc": {"bits": 6}}')
+    out = tmp_path / "out.json"
+    assert main(["config", "--config", str(path), "--json", str(out)]) == 0
+    assert optical.OpticalConfig.from_json(out.read_text()).adc.bits == 6
+
+
+def test_a_dotted_key_of_no_section_gets_no_nesting_hint():
+    with pytest.raises(ValueError, match=r"unknown config section 'adcc\.bits'; valid"):
+        optical.OpticalConfig.from_dict({"adcc.bits": 6})
+
+
+def test_energy_names_its_overrides_in_the_heading_and_the_json(tmp_path, capsys):
+    out = tmp_path / "e.json"
+    assert main(["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "64",
+                 "--set", "adc.bits=6", "--json", str(out)]) == 0
+    assert "preset iris-like + adc.bits=6, 1 core(s)" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert (data["preset"], data["overrides"], data["config_file"]) == (
+        "iris-like", ["adc.bits=6"], None)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import optical
+from optical._sweep_store import content_hash
 from optical.sweep import Range, SweepDefinition, execute, load, read_manifest, resume
 
 pd = pytest.importorskip("pandas")
@@ -70,34 +71,62 @@ def test_manifest_run_ids_must_match_points_and_seeds(tmp_path, change, message)
         assert str(path) in str(info.value)
 
 
-@pytest.mark.parametrize(("change", "message"), [
+@pytest.mark.parametrize(("change", "on_load", "on_resume"), [
     # the two points' run ids swapped: adc.bits=4's results placed at adc.bits=8
-    (lambda m: m["run_ids"].reverse(), r"this run holds adc\.bits = 8, where manifest\.json "
-                                       r"places it at the point adc\.bits = 4"),
+    (lambda m: m["run_ids"].reverse(),
+     r"this run holds adc\.bits = 8, where manifest\.json places it at the point adc\.bits = 4",
+     r"'run_ids'\[0\] names \w+, which is not the run of point 0 \(adc\.bits=4\) at seed 0"),
     # a point's two seeds swapped
-    (lambda m: m["run_ids"][1].reverse(), "this run holds seed 1, where manifest.json places it "
-                                          "at seed 0"),
+    (lambda m: m["run_ids"][1].reverse(),
+     "this run holds seed 1, where manifest.json places it at seed 0",
+     r"'run_ids'\[1\] names \w+, which is not the run of point 1 \(adc\.bits=8\) at seed 0"),
     # the point's value changed, run ids kept
-    (lambda m: m["points"][0].update({"adc.bits": 6}), r"this run holds adc\.bits = 4, where "
-                                                       r"manifest\.json places it at the point "
-                                                       r"adc\.bits = 6"),
+    (lambda m: m["points"][0].update({"adc.bits": 6}),
+     r"this run holds adc\.bits = 4, where manifest\.json places it at the point adc\.bits = 6",
+     r"'points'\[0\] has adc\.bits = 6, which the sweep does not define"),
 ])
-def test_a_manifest_that_misplaces_its_runs_is_refused(tmp_path, change, message):
+def test_a_manifest_that_misplaces_its_runs_is_refused(tmp_path, change, on_load, on_resume):
     """A hand-edited manifest that is still valid JSON must not pass one
     point's results off as another's (the audit's reordered run ids loaded
-    and resumed with each row's SQNR under the other point's adc.bits)."""
+    and resumed with each row's SQNR under the other point's adc.bits):
+    loading checks each finished run against its place, resuming also the
+    points and run ids the runs still to come would be filed under."""
     out = _sweep(tmp_path / "s")
     path = out / "manifest.json"
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
     definition = SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
-    for call in (lambda: load(out), lambda: resume(out, executor="serial", progress=False),
-                 lambda: execute(definition, out, executor="serial", progress=False)):
+    for call, message in ((lambda: load(out), on_load),
+                          (lambda: resume(out, executor="serial", progress=False), on_resume),
+                          (lambda: execute(definition, out, executor="serial", progress=False),
+                           on_resume)):
         with pytest.raises(ValueError, match=message) as info:
             call()
-        assert "the manifest does not match its runs" in str(info.value)
+        assert "(edited, or damaged)" in str(info.value)
         assert "are kept: delete" in str(info.value)  # how to rebuild it, keeping the runs
+
+
+def test_a_run_not_yet_finished_is_not_filed_under_another_runs_id(tmp_path):
+    """The review's case: a point edited while its run was still to come
+    would have run adc.bits=6 under adc.bits=8's id, and another sweep
+    would then have taken that run for its adc.bits=8 point."""
+    out = _sweep(tmp_path / "s", seeds=1)
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    (out / "runs" / f"{data['run_ids'][1][0]}.json").unlink()  # point 1 not run yet
+    data["points"][1]["adc.bits"] = 6
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"'points'\[1\] has adc\.bits = 6, which the sweep "
+                                         "does not define"):
+        resume(out, executor="serial", progress=False)
+    data["points"][1]["adc.bits"] = 8
+    data["run_ids"].reverse()  # and ids swapped while runs are still to come
+    (out / "runs" / f"{data['run_ids'][1][0]}.json").unlink()
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"'run_ids'\[0\] names \w+, which is not the run"):
+        resume(out, executor="serial", progress=False)
+    assert list((out / "runs").glob("*.json")) == []  # nothing run under a wrong id
 
 
 def test_a_run_shared_with_another_sweep_is_placed_by_its_config(tmp_path):
@@ -187,8 +216,9 @@ def test_resume_runs_each_run_at_the_manifests_point(tmp_path):
 
 
 def test_resume_uses_the_run_ids_in_the_manifest(tmp_path):
-    """Run ids come from the manifest once it exists (a version that hashed
-    differently): its finished runs, filed under those ids, are not re-run."""
+    """Run ids come from the manifest once it exists (a version without the
+    mapping section hashed other config JSON): its finished runs, filed under
+    those ids, are not re-run."""
     out = _sweep(tmp_path / "s")
     before = load(out)
     path = out / "manifest.json"
@@ -199,6 +229,8 @@ def test_resume_uses_the_run_ids_in_the_manifest(tmp_path):
             new = f"{i}{old[1:]}"[::-1]  # another id of the same length
             renamed[old] = new
             ids[i] = new
+    del data["definition"]["base_config"]["mapping"]  # as that version wrote it
+    data["definition_hash"] = content_hash(data["definition"])
     path.write_text(json.dumps(data))
     for old, new in renamed.items():
         record = json.loads((out / "runs" / f"{old}.json").read_text())

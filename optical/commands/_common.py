@@ -25,8 +25,8 @@ def add_config_options(parser: argparse.ArgumentParser, *,
                         help="the hardware config from a JSON file instead of a preset: what "
                              "'optical config --json' writes, or a JSON that 'optical "
                              "validate' or 'optical energy' wrote (its config); fields the "
-                             "file leaves out take the base config's values (the ideal "
-                             "machine), not a preset's")
+                             "file leaves out take OpticalConfig()'s values (noise-free like "
+                             "the ideal preset, but split-encoded inputs), not a preset's")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="PATH=VALUE",
                         help="override one config field by dotted path, e.g. --set adc.bits=6 "
@@ -39,7 +39,7 @@ def read_config_file(path: Path) -> OpticalConfig:
     sections, or a command's JSON holding them under ``"config"``);
     ValueError names ``--config``, the file and what is wrong with it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as some editors write
     except (OSError, UnicodeDecodeError) as err:
         reason = (err.strerror or str(err)) if isinstance(err, OSError) else f"not text ({err})"
         raise ValueError(f"--config {path}: {reason}") from None

@@ -13,6 +13,7 @@ from optical.commands._common import (
     check_not_json,
     check_output_path,
     config_from_args,
+    config_label,
     json_to_stdout,
     require,
     write_json,
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
         "preset": args.preset, "config_file": None if args.config_file is None
-        else str(args.config_file), "config": cfg.to_dict(),
+        else str(args.config_file), "overrides": list(args.overrides), "config": cfg.to_dict(),
         "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
         "disaggregated": split,
     }
@@ -158,7 +159,7 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
                   opt: model.PrefillEnergy, ref: Any, comparison: dict[str, Any],
                   split: dict[str, Any] | None) -> None:
     e = cfg.energy
-    base = f"preset {args.preset}" if args.preset is not None else f"config {args.config_file}"
+    base = ("preset " if args.preset is not None else "config ") + config_label(args)
     print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, {base}, "
           f"{e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
     print("optical prefill")

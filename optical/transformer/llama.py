@@ -62,7 +62,7 @@ def check_llama_config(spec: ModelSpec) -> None:
                              "biases: false or absent)")
     for where in (raw, raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}):
         partial = where.get("partial_rotary_factor", 1.0) if isinstance(where, dict) else 1.0
-        if partial != 1.0:  # a rotation of part of each head (Phi, GLM): not Llama's
+        if partial != 1.0:  # another model's (Phi, GLM rotate part of each head)
             raise ValueError(f"config.json: partial_rotary_factor={partial} is not supported "
                              "(Llama rotates the whole head: 1 or absent)")
     theta, scaling, key = rope_settings(raw)
