@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.register(subparsers)
     for sub in subparsers.choices.values():  # a command's own errors name it
         sub.set_defaults(command_parser=sub)
+    parser.command_names = tuple(subparsers.choices)
     return parser
 
 
@@ -40,14 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     one line ``optical COMMAND: error: ...`` on stderr, never a traceback."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        # optical itself has no options: this one is a command's, given before it
+        command = next((a for a in argv if a in parser.command_names), "COMMAND")
+        parser.error(f"unrecognized arguments: {argv[0]} (a command's options go after it: "
+                     f"optical {command} {argv[0]} ...)")
     args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        before = argv[:argv.index(args.command)] if args.command in argv else argv
-        early = [item for item in unknown if item in before]
-        if early:  # given before the command: not the command's to refuse
-            parser.error(f"unrecognized arguments: {' '.join(early)} (a command's options go "
-                         f"after it: optical {args.command} {early[0]} ...)")
-        # "optical validate: error: ...", with validate's usage
+    if unknown:  # "optical validate: error: ...", with validate's usage
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         check_json_path(args)  # an unwritable --json is refused before any work

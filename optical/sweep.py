@@ -283,8 +283,13 @@ class SweepDefinition:
 
     def run_id(self, config: OpticalConfig, seed: int) -> str:
         """Stable identity of one run: a hash of (workload, full config, seed)."""
-        return _hash({"workload": self.workload.to_dict(),
-                      "config": json.loads(config.to_json()), "seed": seed})
+        return self.run_ids(config, (seed,))[0]
+
+    def run_ids(self, config: OpticalConfig, seeds: Sequence[int]) -> list[str]:
+        """:meth:`run_id` of ``config`` at each of ``seeds`` (the workload and
+        config serialised once)."""
+        workload, data = self.workload.to_dict(), json.loads(config.to_json())
+        return [_hash({"workload": workload, "config": data, "seed": seed}) for seed in seeds]
 
 
 def _named_seed(value: Any, name: str) -> int:
@@ -358,6 +363,8 @@ def _draw(rng: np.random.Generator, path: str, spec: tuple[Any, ...] | Range) ->
     value = math.exp(value) if spec.log else value
     if integer:
         value = int(min(max(round(value), spec.lo), spec.hi))
+    else:  # exp(log(lo)) may round an ulp below lo (or past hi)
+        value = min(max(value, spec.lo), spec.hi)
     return _canonical(path, value)
 
 
@@ -409,9 +416,9 @@ def _manifest_runs_problem(definition: SweepDefinition, points: list[dict[str, A
     """What contradicts the definition in a manifest's points and run ids
     (None: nothing): a point's value outside its parameter's values or range,
     or a run id that is not the hash of its point's config and seed. The ids
-    are checked only where the manifest's config and workload have the fields
-    this version's have: a version with other fields hashes other JSON, and
-    its ids are taken as written."""
+    are checked only where the manifest's base config has the fields this
+    version's has: a version with other fields hashes other JSON, and its ids
+    are taken as written."""
     allowed = dict(definition.params)
     for i, point in enumerate(points):
         for path, value in point.items():
@@ -422,15 +429,17 @@ def _manifest_runs_problem(definition: SweepDefinition, points: list[dict[str, A
                 inside = value in spec
             if not inside:
                 return f"'points'[{i}] has {path} = {value!r}, which the sweep does not define"
-    stored = manifest["definition"]
-    fields = {f"{section}.{name}" for section, values in stored["base_config"].items()
+    # (The workload is the definition's: _prepare compared the two.)
+    fields = {f"{section}.{name}" for section, values
+              in manifest["definition"]["base_config"].items()
               if isinstance(values, Mapping) for name in values}
-    if (fields != set(OpticalConfig().paths())
-            or stored["workload"] != json.loads(json.dumps(definition.workload.to_dict()))):
+    if fields != set(OpticalConfig().paths()):
         return None
     for i, config in enumerate(definition.configs(points)):
-        for seed, run_id in zip(definition.seeds, manifest["run_ids"][i], strict=True):
-            if run_id != definition.run_id(config, seed):
+        ids = definition.run_ids(config, definition.seeds)
+        for seed, run_id, expected in zip(definition.seeds, manifest["run_ids"][i], ids,
+                                          strict=True):
+            if run_id != expected:
                 return (f"'run_ids'[{i}] names {run_id}, which is not the run of point {i} "
                         f"({_describe_point(points[i])}) at seed {seed}")
     return None
@@ -478,7 +487,7 @@ def _prepare(definition: SweepDefinition,
         raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); it also "
                          f"holds {names}: {advice}")
     points = definition.points()
-    run_ids = [[definition.run_id(config, seed) for seed in definition.seeds]
+    run_ids = [definition.run_ids(config, definition.seeds)
                for config in definition.configs(points)]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {

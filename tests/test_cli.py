@@ -250,15 +250,23 @@ def test_an_unknown_option_is_named_by_its_command(capsys):
     assert "usage: optical validate" in err
 
 
-def test_an_option_before_the_command_is_refused_by_the_program(capsys):
+@pytest.mark.parametrize(("argv", "option", "command"), [
+    (["--quiet", "sweep", "--out", "never-written"], "--quiet", "sweep"),
+    # an option with its value: argparse took the value for the command
+    (["--out", "runs/x", "sweep", "--matmul", "4x16x8"], "--out", "sweep"),
+    (["--preset", "ideal"], "--preset", "COMMAND"),
+])
+def test_an_option_before_the_command_is_refused_by_the_program(capsys, argv, option,
+                                                                command):
     """`optical --quiet sweep ...`: sweep has --quiet, so sweep must not be
-    the one that says it does not know it."""
+    the one that says it does not know it (nor argparse that 'runs/x' is not
+    a command)."""
     with pytest.raises(SystemExit) as exit_:
-        main(["--quiet", "sweep", "--out", "never-written"])
+        main(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert ("optical: error: unrecognized arguments: --quiet (a command's options go after "
-            "it: optical sweep --quiet ...)") in err
+    assert (f"optical: error: unrecognized arguments: {option} (a command's options go after "
+            f"it: optical {command} {option} ...)") in err
 
 
 def test_a_config_file_with_a_byte_order_mark_reads(tmp_path):

@@ -261,3 +261,44 @@ def test_a_lost_manifests_temporary_does_not_block_the_rebuild(tmp_path):
     assert (summary.already_done, summary.ran) == (4, 0)
     assert not stale.exists()
     pd.testing.assert_frame_equal(load(out), before)
+
+
+@dataclasses.dataclass(frozen=True)
+class NumpyDescribed:
+    """A custom workload whose to_dict holds a numpy integer and an infinity."""
+
+    def run(self, config, seed):
+        return {"bits": float(config.adc.bits)}
+
+    def to_dict(self):
+        return {"kind": "numpy-described", "tokens": np.int64(8), "clip": float("inf")}
+
+
+def test_a_custom_workload_described_with_numpy_and_inf_resumes_and_is_checked(tmp_path):
+    """Its description is stored encoded: the resume's run-id check compared
+    it raw (a TypeError for the numpy integer) and, for the infinity, never
+    matched, so swapped ids of runs still to come went unnoticed."""
+    out = tmp_path / "s"
+    workload = NumpyDescribed()
+    optical.sweep(workload, PARAMS, seeds=1, out=out, executor="serial", progress=False)
+    summary = resume(out, workload=workload, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (2, 0)
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    data["run_ids"].reverse()
+    path.write_text(json.dumps(data))
+    for run in (out / "runs").glob("*.json"):
+        run.unlink()
+    with pytest.raises(ValueError, match=r"'run_ids'\[0\] names \w+, which is not the run"):
+        resume(out, workload=workload, executor="serial", progress=False)
+
+
+def test_a_narrow_log_range_draws_within_its_bounds(tmp_path):
+    """exp(uniform(log lo, log hi)) rounds an ulp outside [lo, hi] for about
+    1 % of the draws of a range this narrow: such a point is clamped, so the
+    sweep resumes (its points lie in the range the resume checks)."""
+    spec = Range(1000.0, 1000.0000000001, log=True)
+    definition = SweepDefinition.build(WL, {"source.photons_per_mac": spec}, seeds=1,
+                                       samples=300)
+    values = [p["source.photons_per_mac"] for p in definition.points()]
+    assert len(values) > 100 and all(spec.lo <= v <= spec.hi for v in values)
