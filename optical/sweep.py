@@ -411,14 +411,9 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _manifest_runs_problem(definition: SweepDefinition, points: list[dict[str, Any]],
-                           manifest: Mapping[str, Any]) -> str | None:
-    """What contradicts the definition in a manifest's points and run ids
-    (None: nothing): a point's value outside its parameter's values or range,
-    or a run id that is not the hash of its point's config and seed. The ids
-    are checked only where the manifest's base config has the fields this
-    version's has: a version with other fields hashes other JSON, and its ids
-    are taken as written."""
+def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -> str | None:
+    """A manifest's point whose value lies outside its parameter's values or
+    range (None: every point is the definition's)."""
     allowed = dict(definition.params)
     for i, point in enumerate(points):
         for path, value in point.items():
@@ -429,13 +424,22 @@ def _manifest_runs_problem(definition: SweepDefinition, points: list[dict[str, A
                 inside = value in spec
             if not inside:
                 return f"'points'[{i}] has {path} = {value!r}, which the sweep does not define"
-    # (The workload is the definition's: _prepare compared the two.)
+    return None
+
+
+def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
+                     configs: list[OpticalConfig], manifest: Mapping[str, Any]) -> str | None:
+    """A manifest's run id that is not the hash of its point's config and seed
+    (None: none). Checked only where the manifest's base config has the
+    fields this version's has: a version with other fields hashes other
+    JSON, and its ids are taken as written. (The workload is the
+    definition's: _prepare compared the two.)"""
     fields = {f"{section}.{name}" for section, values
               in manifest["definition"]["base_config"].items()
               if isinstance(values, Mapping) for name in values}
     if fields != set(OpticalConfig().paths()):
         return None
-    for i, config in enumerate(definition.configs(points)):
+    for i, config in enumerate(configs):
         ids = definition.run_ids(config, definition.seeds)
         for seed, run_id, expected in zip(definition.seeds, manifest["run_ids"][i], ids,
                                           strict=True):
@@ -445,10 +449,11 @@ def _manifest_runs_problem(definition: SweepDefinition, points: list[dict[str, A
     return None
 
 
-def _prepare(definition: SweepDefinition,
-             out: Path) -> tuple[list[dict[str, Any]], list[list[str]]]:
+def _prepare(definition: SweepDefinition, out: Path
+             ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[list[str]]]:
     """Create ``out`` with its manifest, or check the one there; returns the
-    points and the run ids by point and seed. Both come from the manifest once
+    points, their configs and the run ids by point and seed. Points and ids
+    come from the manifest once
     it exists, so a resumed sweep runs the same points under the same ids even
     if a newer version of the library adds config fields (with defaults that
     keep the old behaviour). A directory holding only a sweep's files but no
@@ -467,11 +472,13 @@ def _prepare(definition: SweepDefinition,
                              "config and seed, so the new sweep finds them there).")
         points = [{p: decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
-        problem = _manifest_runs_problem(definition, points, manifest)
+        problem = _points_problem(definition, points)
+        configs = definition.configs(points) if problem is None else []
+        problem = problem or _run_ids_problem(definition, points, configs, manifest)
         if problem is not None:
             raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem} (edited, or "
                              f"damaged). {_rebuild_advice(out)}")
-        return points, manifest["run_ids"]
+        return points, configs, manifest["run_ids"]
     # Without a manifest, only a sweep's own files (its manifest was lost): the
     # new manifest finds the finished runs again by their ids.
     foreign = [p.name for p in out.iterdir() if p.name not in SWEEP_FILES
@@ -487,8 +494,8 @@ def _prepare(definition: SweepDefinition,
         raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); it also "
                          f"holds {names}: {advice}")
     points = definition.points()
-    run_ids = [definition.run_ids(config, definition.seeds)
-               for config in definition.configs(points)]
+    configs = definition.configs(points)
+    run_ids = [definition.run_ids(config, definition.seeds) for config in configs]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": FORMAT,
@@ -502,7 +509,7 @@ def _prepare(definition: SweepDefinition,
         "run_ids": run_ids,
     }
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-    return points, run_ids
+    return points, configs, run_ids
 
 
 # --------------------------------------------------------------------------- #
@@ -545,8 +552,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
     except OSError as err:
         raise ValueError(f"out: cannot create {out}: {err.strerror or err}") from None
     with lock(out):
-        points, run_ids = _prepare(definition, out)
-        configs = definition.configs(points)
+        points, configs, run_ids = _prepare(definition, out)
         runs_dir = out / RUNS
         runs_dir.mkdir(exist_ok=True)
         for stale in [*runs_dir.glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a kill
