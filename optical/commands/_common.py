@@ -89,6 +89,14 @@ def config_label(args: argparse.Namespace) -> str:
     return base + (" + " + ", ".join(args.overrides) if args.overrides else "")
 
 
+def config_source(args: argparse.Namespace) -> dict[str, Any]:
+    """What a command's JSON report records of where its config came from:
+    ``preset`` (None with ``--config``), ``config_file`` and ``overrides``."""
+    return {"preset": args.preset,
+            "config_file": None if args.config_file is None else str(args.config_file),
+            "overrides": list(args.overrides)}
+
+
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", metavar="PATH", type=Path,
                         help="also write the result as JSON to PATH ('-' for stdout)")

@@ -14,6 +14,7 @@ from optical.commands._common import (
     check_output_path,
     config_from_args,
     config_label,
+    config_source,
     json_to_stdout,
     require,
     write_json,
@@ -140,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     result: dict[str, Any] = {
         "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
-        "preset": args.preset, "config_file": None if args.config_file is None
-        else str(args.config_file), "overrides": list(args.overrides), "config": cfg.to_dict(),
+        **config_source(args), "config": cfg.to_dict(),
         "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
         "disaggregated": split,
     }

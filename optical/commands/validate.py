@@ -9,6 +9,7 @@ from optical.commands._common import (
     add_json_option,
     config_from_args,
     config_label,
+    config_source,
     json_to_stdout,
     write_json,
 )
@@ -74,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     if not json_to_stdout(args):  # '-': stdout is the JSON
         print(report.table(preset=config_label(args)))
     data = report.to_dict()
-    data["preset"], data["overrides"] = args.preset, list(args.overrides)
-    data["config_file"] = None if args.config_file is None else str(args.config_file)
+    data.update(config_source(args))
     write_json(args.json_path, data)
     return 0
