@@ -27,7 +27,7 @@ import numbers
 import numpy as np
 
 from optical._gemm import row_block
-from optical._validation import as_plain_array, check_float_array
+from optical._validation import as_plain_array, check_bool, check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
 
@@ -254,6 +254,7 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
                          "ADC, bits None, needs no window)")
     if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
         raise ValueError(f"n_bins: {n_bins!r} is not valid; valid: a positive integer")
+    tails = check_bool(tails, "tails")
     if isinstance(enob_loss, bool) or not isinstance(enob_loss, numbers.Real) \
             or not 0 <= enob_loss < math.inf:
         raise ValueError(f"enob_loss: {enob_loss!r} is not valid; valid: a finite number >= 0")

@@ -280,6 +280,33 @@ def test_flags_given_as_text_or_numbers_are_refused_not_read_as_truthy(tmp_path)
     assert not (tmp_path / "s").exists()
 
 
+def test_the_expert_functions_flags_are_bools_too():
+    """`exact="False"` ran matmul_runs' exact path; `resident="no"` priced a
+    matmul as resident; `tails=0` fitted no tails: each read its flag as
+    truthy. They follow check_bool now."""
+    from optical.calibration import mse_windows
+    from optical.energy import model
+
+    cfg = optical.presets.get("iris-like")
+    s = optical.schedule(4, 64, 64, cfg)
+    for kwargs in ({"resident": "no"}, {"activation": 1}):
+        with pytest.raises(TypeError, match=f"{next(iter(kwargs))}: expected a bool, got"):
+            model.matmul_time(s, cfg, cores=1, **kwargs)
+    with pytest.raises(TypeError, match="resident: expected a bool, got str"):
+        model.matmul_energy(s, cfg, resident="False")
+    samples = np.random.default_rng(0).standard_normal((64, 3))
+    with pytest.raises(TypeError, match="tails: expected a bool, got int"):
+        mse_windows(samples, np.zeros(3), 8, tails=0)
+    pytest.importorskip("jax")
+    from optical.kernels import jax_backend
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    pw = optical.program(rng.standard_normal((64, 8)).astype(np.float32), cfg, calibration=x)
+    with pytest.raises(TypeError, match="exact: expected a bool, got str"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0], exact="False")
+
+
 def test_a_tokenizer_of_another_vocabulary_is_named(tmp_path):
     """MiniLM's tokenizer (30522 ids) beside a config of 1500: the error named
     `ids`, an argument of encode() the caller never passed."""

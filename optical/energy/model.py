@@ -55,7 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from optical._validation import check_positive_int
+from optical._validation import check_bool, check_positive_int
 from optical.config import OpticalConfig, check_config
 from optical.core import Schedule
 from optical.energy import counts
@@ -169,6 +169,7 @@ def matmul_energy(s: Schedule, config: OpticalConfig, *, resident: bool = False,
         Where the mask data comes from: weights from off-chip memory,
         activations (attention's K and V) from on-chip memory.
     """
+    resident = check_bool(resident, "resident")
     if mask_source not in ("dram", "sram"):
         raise ValueError(f"mask_source: {mask_source!r} is not valid; valid: 'dram', 'sram'")
     e = config.energy
@@ -217,6 +218,8 @@ def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: boo
         streaming part of the span).
     """
     cores = check_positive_int(cores, "cores")
+    resident = check_bool(resident, "resident")
+    activation = check_bool(activation, "activation")
     if s.weight_loads == 0 or s.passes == 0:
         return {"work": 0.0, "span": 0.0, "streaming": 0.0}
     e = config.energy

@@ -69,6 +69,8 @@ def light_factors(tsum: np.ndarray, rank: int = LIGHT_RANK, *,
         Summed transmission of the rails, one K-tile.
     rank : int
         Number of factor pairs, >= 1.
+    seed : int
+        Seed of the randomised SVD's test matrix (used when ``1 < rank <= min(k, N)``).
     """
     tsum = np.asarray(tsum)
     if tsum.dtype not in (np.float32, np.float64):

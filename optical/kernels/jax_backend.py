@@ -245,7 +245,7 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
 
     Parameters
     ----------
-    x : ndarray, shape (tokens, K), float32
+    x : ndarray, shape (tokens, K), float32 (float64 with ``jax_enable_x64``)
     pw : ProgrammedWeights
         Programmed for ``config`` (static outlier bypass allowed).
     config : OpticalConfig
@@ -255,6 +255,11 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
         keys must be given for every call whose results are to be compared:
         they decide which fields are traced (and so which ADC windows are
         re-derived on the device).
+    chunk_tokens : int, optional
+        Tokens per jitted chunk of each run, as in :func:`matmul`.
+    exact : bool
+        As in :func:`matmul`: the shot noise of balanced rails exactly, every
+        noise drawn separately.
 
     Returns
     -------
@@ -263,6 +268,7 @@ def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
         Detected photons and clipped ADC conversions of each run.
     """
     check_config(config)
+    exact = check_bool(exact, "exact")
     if not isinstance(pw, ProgrammedWeights):
         raise TypeError(f"pw: expected ProgrammedWeights, got {type(pw).__name__}")
     if chunk_tokens is not None:
