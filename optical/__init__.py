@@ -26,8 +26,9 @@ from optical.config import (
 )
 from optical.core import MatmulStats, Schedule, matmul, schedule
 from optical.quant import ProgrammedWeights, program
+from optical.sweep import Range, SweepError, sweep
 from optical.sweep import load as load_sweep
-from optical.sweep import sweep
+from optical.sweep import resume as resume_sweep
 from optical.workloads import LayerWorkload, MatmulWorkload
 
 __version__ = "0.1.0"
@@ -49,8 +50,10 @@ __all__ = [
     "OpticsConfig",
     "OutliersConfig",
     "ProgrammedWeights",
+    "Range",
     "Schedule",
     "SourceConfig",
+    "SweepError",
     "__version__",
     "core",
     "energy",
@@ -59,6 +62,7 @@ __all__ = [
     "metrics",
     "presets",
     "program",
+    "resume_sweep",
     "schedule",
     "sweep",
     "transformer",

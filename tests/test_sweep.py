@@ -282,6 +282,22 @@ def test_corrupt_run_file_is_named(tmp_path):
         load(out)
 
 
+def test_a_sweep_runs_and_resumes_from_the_top_level_names_alone(tmp_path):
+    """`optical.sweep` is the function, so `optical.sweep.Range` does not
+    exist: Range, SweepError and resume are exported as optical.Range,
+    optical.SweepError and optical.resume_sweep."""
+    out = tmp_path / "s"
+    params = {"adc.bits": optical.Range(3, 9)}
+    workload = SignalledRun(WL, None, after="fail")  # its second run fails
+    with pytest.raises(optical.SweepError, match="ImportError"):
+        optical.sweep(workload, params, seeds=1, samples=3, out=out, base=BASE,
+                      executor="serial", progress=False)
+    assert len(load(out)) == 1
+    summary = optical.resume_sweep(out, workload=WL, executor="serial", progress=False)
+    assert summary.ran == 2 and len(load(out)) == 3
+    assert load(out)["adc.bits"].between(3, 9).all()
+
+
 def test_random_sampling_draws_in_range_and_resumes_the_same_points(tmp_path):
     params = {"source.photons_per_mac": Range(10.0, 1e5, log=True),
               "adc.bits": Range(3, 9), "encoding.inputs": ["offset", "split"]}
