@@ -287,9 +287,14 @@ class LayerWorkload:
         of the inputs it received (validate's ``local=True``): the hardware's
         own error, as ``local_sqnr_db.down_proj`` and so on, beside
         ``sqnr_db.down_proj``, which carries what came from upstream too.
+    data_seed : int or None
+        Seed of the synthetic layer input and the held-out calibration input
+        (validate's ``data_seed``), the same for every run: the runs of a
+        point then differ in their noise alone. None (the default): each
+        run's seed seeds them too.
 
-    A run's seed is validate's ``seed``: the noise, the synthetic layer input
-    and the held-out calibration input.
+    A run's seed is validate's ``seed``: the noise and, unless ``data_seed``,
+    the synthetic layer input and the held-out calibration input.
 
     The metrics are :func:`layer_metrics` of the validation report: the
     layer output's ``sqnr_db``, ``cosine``, ..., each product's as
@@ -304,6 +309,7 @@ class LayerWorkload:
     tokens: int
     weights_seed: int = 0
     local: bool = False
+    data_seed: int | None = None
 
     def __post_init__(self) -> None:
         from optical.transformer.spec import read_spec
@@ -321,6 +327,9 @@ class LayerWorkload:
         object.__setattr__(self, "weights_seed",
                            _positive_int("weights_seed", self.weights_seed, zero=True))
         object.__setattr__(self, "local", check_bool(self.local, "local"))
+        if self.data_seed is not None:
+            object.__setattr__(self, "data_seed",
+                               _positive_int("data_seed", self.data_seed, zero=True))
 
     @property
     def label(self) -> str:
@@ -347,13 +356,16 @@ class LayerWorkload:
 
         model = _load_model(self.model_dir, self.weights_seed)
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
-                                      seed=seed, local=self.local)
+                                      seed=seed, local=self.local, data_seed=self.data_seed)
         return layer_metrics(report)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"kind": self.kind, **dataclasses.asdict(self)}
-        if not self.local:  # as sweeps stored it before the option: their identity unchanged
+        # As sweeps stored it before these options: their identity unchanged.
+        if not self.local:
             del out["local"]
+        if self.data_seed is None:
+            del out["data_seed"]
         return out
 
 
@@ -366,8 +378,8 @@ def _load_model(model_dir: str, weights_seed: int) -> Any:
 
 #: The parts of a validation report that measure the run: the layer output's
 #: accuracy, each product's, and the summed counts. The rest of the report
-#: (the config, wall-clock timings, layer, tokens, batch, seed, calibration
-#: tokens) describes the run or varies between identical runs: never a metric.
+#: (the config, wall-clock timings, layer, tokens, batch, seed, data seed,
+#: calibration tokens) describes the run or varies between identical runs: never a metric.
 LAYER_METRIC_KEYS = ("output", "products", "totals")
 
 
@@ -379,7 +391,7 @@ def layer_metrics(report: Any) -> dict[str, float]:
     share), each optical product's ``digital_mac_fraction.down_proj``
     and ``clipped_fraction.down_proj`` from its stats, and, from a report of
     ``validate(..., local=True)``, its ``local_sqnr_db.down_proj``. They depend
-    only on (model, config, seed) and whether the report is local."""
+    only on (model, config, seed, data seed) and whether the report is local."""
     data = _as_mapping(report)
     if data is None:
         raise TypeError(f"cannot take metrics of a report of type {type(report).__name__}")
@@ -477,7 +489,9 @@ def workload_label(data: Mapping[str, Any]) -> str:
         if kind == "matmul":
             return f"matmul {data['tokens']}x{data['k']}x{data['n']}"
         if kind == "layer":
-            return f"{Path(data['model_dir']).name} layer {data['layer']}, {data['tokens']} tokens"
+            data_seed = data.get("data_seed")
+            return (f"{Path(data['model_dir']).name} layer {data['layer']}, {data['tokens']} tokens"
+                    + ("" if data_seed is None else f", data seed {data_seed}"))
     except (KeyError, TypeError):  # a field missing, or not a path
         pass
     return f"{kind} workload" if isinstance(kind, str) else "custom workload"
@@ -490,7 +504,7 @@ def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkloa
     if kind not in _WORKLOADS:
         raise ValueError(f"workload kind {kind!r} is not known; valid: {', '.join(_WORKLOADS)} "
                          "(a custom workload's sweep resumes with its object: "
-                         "from optical.sweep import resume; resume(out, workload=...))")
+                         "optical.resume_sweep(out, workload=...))")
     try:
         return _WORKLOADS[kind](**fields)
     except TypeError as err:

@@ -678,6 +678,28 @@ def test_model_sweep_validates_the_layer_and_weights_asked_for(tiny_model, tmp_p
     _assert_runs_are(load(out), validate(0, 0), base, [])
 
 
+def test_model_sweep_data_seed_gives_every_seed_the_same_input(tiny_model, tmp_path):
+    """--data-seed D with --model: the workload validates with data_seed=D,
+    so on a machine without noise every seed gives the same figures (each
+    seed's own input gave others), and each run is validate(seed, data_seed=D)."""
+    from optical.workloads import LayerWorkload
+
+    argv = ["sweep", "--model", str(tiny_model), "--tokens", "6", "--preset", "ideal",
+            "--set", "core.inputs=48", "--set", "core.outputs=40", "--param", "mask.bits=4,6",
+            "--seeds", "2", "--jobs", "1", "--quiet"]
+    held, free = tmp_path / "held", tmp_path / "free"
+    assert main([*argv, "--data-seed", "3", "--out", str(held)]) == 0
+    assert main([*argv, "--out", str(free)]) == 0
+    workload = LayerWorkload(str(tiny_model), layer=0, tokens=6, data_seed=3)
+    assert _stored_workload(held) == workload.to_dict()
+    assert "data_seed" not in _stored_workload(free)  # a sweep without it: as before
+    base = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40})
+    _assert_runs_are(load(held), workload.run, base, ["mask.bits"])
+    for out, same in ((held, True), (free, False)):
+        by_seed = load(out).pivot(index="mask.bits", columns="seed", values="sqnr_db")
+        assert (by_seed[0] == by_seed[1]).all() == same, out.name
+
+
 def test_model_sweep_local_records_each_products_own_error(tiny_model, tmp_path):
     """--local: the workload validates with local=True, so the table gains
     local_sqnr_db.<product> columns (refused with --matmul, which has no

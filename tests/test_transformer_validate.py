@@ -466,6 +466,57 @@ def test_cli_validate_weights_seed_reproduces_a_layer_sweep_run(tiny_dir, capsys
     assert _cli_report(capsys, *argv, "--seed", "7")["output"]["sqnr_db"] != run["sqnr_db"]
 
 
+#: iris-like on the tiny core, calibrated (ADC windows, outlier channels) but
+#: without noise: no shot, dark, read, RIN or converter noise left.
+NOISELESS = CFG.replace({"source.photons_per_mac": math.inf, "source.rin_db_per_hz": -math.inf,
+                         "adc.enob_loss": 0.0})
+
+
+def test_data_seed_holds_the_input_and_calibration_so_seeds_differ_in_noise_alone(tiny_dir):
+    """validate(seed=S, data_seed=D) draws the layer input and the held-out
+    calibration input from D: on a calibrated machine without noise it is
+    validate(seed=D) to the bit, whatever S; with noise, S moves the noise
+    only (its input is D's), and the report says which data seed it used."""
+    model = transformer.load(tiny_dir)
+    assert NOISELESS.detector.read_noise_electrons > 0  # negligible only against inf light
+    plain = transformer.validate(model, layer=1, tokens=6, config=NOISELESS, seed=3)
+    for seed in (0, 9):
+        held = transformer.validate(model, layer=1, tokens=6, config=NOISELESS, seed=seed,
+                                    data_seed=3)
+        assert held.output == plain.output and held.products == plain.products
+        assert (held.seed, held.data_seed, plain.data_seed) == (seed, 3, None)
+    other = transformer.validate(model, layer=1, tokens=6, config=NOISELESS, seed=9)
+    assert other.output.sqnr_db != plain.output.sqnr_db  # the data, not the noise, moved it
+    # With noise: seed S with data seed D is the noise of S on D's input and calibration.
+    from optical.transformer._engines import derive_seed
+
+    noisy = transformer.validate(model, layer=1, tokens=6, config=CFG, seed=9, data_seed=3)
+    layer = model.layer(1)
+    held_out = model.hidden_states(1, CFG.calibration.max_tokens,
+                                   seed=derive_seed(3, "calibration"), batch=1)
+    run = layer.trace(model.hidden_states(1, 6, seed=3, batch=1), config=CFG, seed=9,
+                      calibration=layer.trace(held_out, dtype="float32").inputs)
+    ref = layer.trace(model.hidden_states(1, 6, seed=3, batch=1), dtype="float16")
+    assert noisy.output.sqnr_db == metrics.sqnr_db(ref.output, run.output)
+    assert "seed 9, data seed 3" in noisy.table()
+    with pytest.raises(ValueError, match="data_seed: -1 is out of range"):
+        transformer.validate(model, layer=1, tokens=6, config=CFG, data_seed=-1)
+
+
+def test_cli_validate_data_seed_is_validate_s_and_seeds_the_weights(tiny_dir, capsys):
+    """--data-seed D: validate(data_seed=D) on weights loaded with seed D
+    (unless --weights-seed), as the JSON records."""
+    argv = ["--model", str(tiny_dir), "--layer", "1", "--tokens", "6", *_sets(CORE_SETS)]
+    data = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2")
+    expected = transformer.validate(transformer.load(tiny_dir, seed=2), layer=1, tokens=6,
+                                    config=CFG, seed=7, data_seed=2)
+    assert data == _api_report(expected, "iris-like", CORE_SETS)
+    assert (data["seed"], data["data_seed"], data["weights"]) == (7, 2, "synthetic (seed 2)")
+    weights = _cli_report(capsys, *argv, "--data-seed", "2", "--weights-seed", "0")
+    assert weights["weights"] == "synthetic (seed 0)"
+    assert _cli_report(capsys, *argv)["data_seed"] is None
+
+
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
 def test_cli_validate_dtype_is_the_reference_dtype(tiny_dir, tiny_bert_dir, capsys,
                                                    architecture):

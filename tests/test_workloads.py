@@ -167,6 +167,11 @@ def test_layer_workload_checks_its_model_directory(tmp_path):
         LayerWorkload(str(tmp_path), layer=0, tokens=4)
     with pytest.raises(ValueError, match="tokens: 0 must be a positive integer"):
         LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=0, tokens=0)
+    held = LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=0, tokens=4, data_seed=np.int64(2))
+    assert held.data_seed == 2 and type(held.data_seed) is int
+    assert workload_from_dict(held.to_dict()) == held and held.label.endswith(", data seed 2")
+    with pytest.raises(ValueError, match="data_seed: -1 must be a non-negative integer"):
+        LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=0, tokens=4, data_seed=-1)
 
 
 def test_layer_sweep_through_validate(tmp_path):
@@ -219,8 +224,8 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
         rng = np.random.default_rng(seed)
         return {"w": rng.standard_normal((64, 16)).astype(np.float32)}
 
-    def validate(model, *, layer, tokens, config, seed, local):
-        calls.append(("validate", layer, tokens, config.adc.bits, seed, local))
+    def validate(model, *, layer, tokens, config, seed, local, data_seed):
+        calls.append(("validate", layer, tokens, config.adc.bits, seed, local, data_seed))
         x = np.random.default_rng(100 + layer).standard_normal((tokens, 64)).astype(np.float32)
         exact = x.astype(np.float64) @ model["w"].astype(np.float64)
         y = optical.matmul(x, model["w"], config, seed=seed)
@@ -241,7 +246,7 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
     finally:
         workloads._load_model.cache_clear()
     assert calls[0] == ("load", "llama-3.1-8b", 5)
-    assert calls[1:] == [("validate", 2, 8, b, s, False) for b in (4, 10) for s in (0, 1)]
+    assert calls[1:] == [("validate", 2, 8, b, s, False, None) for b in (4, 10) for s in (0, 1)]
     assert list(frame.columns[3:6]) == ["sqnr_db", "sqnr_db.q_proj", "totals.passes"]
     assert frame.attrs["sweep"]["metrics"] == ["sqnr_db", "sqnr_db.q_proj", "totals.passes"]
     assert frame["seed"].tolist() == [0, 1, 0, 1]

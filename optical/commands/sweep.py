@@ -91,7 +91,9 @@ def register(subparsers) -> None:
     what.add_argument("--dtype", choices=("float32", "float64"),
                       help="dtype of --matmul (default float32)")
     what.add_argument("--data-seed", type=int,
-                      help="seed of --matmul's data (independent of the noise seeds; default 0)")
+                      help="seed of the data, apart from the noise seeds: --matmul's matrices "
+                           "(default 0); --model's layer input and held-out calibration input "
+                           "(default: each run's seed), so that seeds differ in noise alone")
     what.add_argument("--backend", choices=("auto", "numpy", "numba", "jax"),
                       help="engine of --matmul (default auto: numba); jax runs can be "
                            "batched with --vmap")
@@ -104,7 +106,7 @@ def register(subparsers) -> None:
     grid.add_argument("--seeds", type=int, metavar="N",
                       help="seeds 0..N-1 at every point (default 1): the noise, and for "
                            "--model also the layer input and held-out calibration input "
-                           "(--matmul's data: --data-seed)")
+                           "unless --data-seed (--matmul's data: --data-seed)")
     grid.add_argument("--samples", type=int, metavar="N",
                       help="N random points instead of the grid (identical draws "
                            "count as one point)")
@@ -155,9 +157,12 @@ def parse_param(item: str) -> tuple[str, Any]:
 #: Options of each workload: attribute, option, default.
 MATMUL_OPTIONS = (("inputs", "--inputs", "gaussian"), ("outlier_channels", "--outlier-channels", 0),
                   ("outlier_scale", "--outlier-scale", 20.0), ("dtype", "--dtype", "float32"),
-                  ("data_seed", "--data-seed", 0), ("backend", "--backend", "auto"))
+                  ("backend", "--backend", "auto"))
 MODEL_OPTIONS = (("layer", "--layer", 0), ("tokens", "--tokens", 512),
                  ("weights_seed", "--weights-seed", 0), ("local", "--local", False))
+#: Options of both workloads; their defaults are each workload's own (data_seed:
+#: --matmul 0, --model None, the runs' seeds).
+WORKLOAD_OPTIONS = (("data_seed", "--data-seed", None),)
 #: Options of the sweep's definition besides its workload.
 GRID_OPTIONS = (("param", "--param", []), ("overrides", "--set", []),
                 ("preset", "--preset", None), ("config_file", "--config", None),
@@ -175,7 +180,8 @@ def _given(args: argparse.Namespace, options: tuple[tuple[str, str, Any], ...]) 
 
 
 def _fill_defaults(args: argparse.Namespace) -> None:
-    for attr, option, default in (*MATMUL_OPTIONS, *MODEL_OPTIONS, *GRID_OPTIONS):
+    for attr, option, default in (*MATMUL_OPTIONS, *MODEL_OPTIONS, *WORKLOAD_OPTIONS,
+                                  *GRID_OPTIONS):
         if getattr(args, attr) is None:
             setattr(args, attr, default)
         value = getattr(args, attr)
@@ -198,7 +204,8 @@ def _definition(args: argparse.Namespace) -> Any:
     from optical.workloads import LayerWorkload, MatmulWorkload
 
     if args.matmul is None and args.model is None:
-        given = _given(args, (*GRID_OPTIONS, *MATMUL_OPTIONS, *MODEL_OPTIONS))
+        given = _given(args, (*GRID_OPTIONS, *MATMUL_OPTIONS, *MODEL_OPTIONS,
+                              *WORKLOAD_OPTIONS))
         if given:
             raise ValueError(
                 f"{', '.join(given)} given without a workload: give a workload (--matmul "
@@ -225,11 +232,12 @@ def _definition(args: argparse.Namespace) -> Any:
     if args.matmul is not None:
         workload: Any = MatmulWorkload.from_shape(
             args.matmul, inputs=args.inputs, outlier_channels=args.outlier_channels,
-            outlier_scale=args.outlier_scale, dtype=args.dtype, data_seed=args.data_seed,
-            backend=args.backend)
+            outlier_scale=args.outlier_scale, dtype=args.dtype,
+            data_seed=0 if args.data_seed is None else args.data_seed, backend=args.backend)
     else:
         workload = LayerWorkload(args.model, layer=args.layer, tokens=args.tokens,
-                                 weights_seed=args.weights_seed, local=args.local)
+                                 weights_seed=args.weights_seed, local=args.local,
+                                 data_seed=args.data_seed)
     return SweepDefinition.build(workload, params, seeds=args.seeds, base=base,
                                  samples=args.samples, sample_seed=args.sample_seed)
 

@@ -41,11 +41,16 @@ def register(subparsers) -> None:
                              "and energy's --prompt-tokens to 2048: give it to compare them)")
     parser.add_argument("--batch", type=int, default=1, help="prompts per run (default 1)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the synthetic input, the held-out calibration input and "
-                             "the noise; also of the synthetic weights unless --weights-seed "
-                             "(default 0; a --model sweep's seed N is --seed N --weights-seed 0)")
+                        help="seed of the noise and, unless --data-seed, of the synthetic "
+                             "input and the held-out calibration input; also of the synthetic "
+                             "weights unless --weights-seed or --data-seed (default 0; a "
+                             "--model sweep's seed N is --seed N --weights-seed 0)")
+    parser.add_argument("--data-seed", type=int, metavar="S",
+                        help="seed of the synthetic input and the held-out calibration input "
+                             "(and of the weights unless --weights-seed), apart from the "
+                             "noise's --seed: runs of other --seed then differ in noise alone")
     parser.add_argument("--weights-seed", type=int, metavar="S",
-                        help="seed of the synthetic weights (default: --seed)")
+                        help="seed of the synthetic weights (default: --data-seed, else --seed)")
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"),
                         help="reference dtype (default float16)")
     parser.add_argument("--local", action="store_true",
@@ -66,12 +71,14 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
     check_seed(args.seed, "--seed")
-    if args.weights_seed is not None:
-        check_seed(args.weights_seed, "--weights-seed")
-    model = load(args.model, seed=args.seed if args.weights_seed is None else args.weights_seed)
+    for option in ("data_seed", "weights_seed"):
+        if getattr(args, option) is not None:
+            check_seed(getattr(args, option), "--" + option.replace("_", "-"))
+    weights_seed = next(s for s in (args.weights_seed, args.data_seed, args.seed) if s is not None)
+    model = load(args.model, seed=weights_seed)
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,
-                      progress=not args.quiet)
+                      progress=not args.quiet, data_seed=args.data_seed)
     if not json_to_stdout(args):  # '-': stdout is the JSON
         print(report.table(preset=config_label(args)))
     data = report.to_dict()

@@ -100,7 +100,7 @@ class ValidationReport:
         ``"checkpoint <dir>"`` or ``"synthetic (seed N)"``.
     layer, tokens, batch, seed : int
         What was run: the layer's index, the prompt length, the batch and the
-        seed of the noise and the inputs.
+        seed of the noise (and of the inputs, unless ``data_seed``).
     reference_dtype : str
         The reference's dtype ("float16" by default).
     config : OpticalConfig
@@ -126,6 +126,9 @@ class ValidationReport:
     calibration_tokens : int or None
         Length of the held-out input the weight matmuls were calibrated on
         (None: the config needs no calibration).
+    data_seed : int or None
+        Seed of the synthetic and held-out inputs when it was given apart
+        from ``seed`` (None: ``seed`` seeded them).
     """
 
     model: str
@@ -142,6 +145,7 @@ class ValidationReport:
     totals: dict[str, float]
     timings: dict[str, float]
     calibration_tokens: int | None = None
+    data_seed: int | None = None
 
     def product(self, name: str) -> ProductReport:
         """The row of product ``name`` (``"down_proj"``, ``"attention.scores"``, ...)."""
@@ -158,7 +162,7 @@ class ValidationReport:
             "reference_dtype": self.reference_dtype, "config": self.config.to_dict(),
             "products": [p.to_dict() for p in self.products], "output": self.output.to_dict(),
             "totals": dict(self.totals), "timings": dict(self.timings),
-            "calibration_tokens": self.calibration_tokens,
+            "calibration_tokens": self.calibration_tokens, "data_seed": self.data_seed,
         }
 
     def _token_label(self, where: tuple[int, int] | None) -> str:
@@ -177,6 +181,7 @@ class ValidationReport:
             f"weights {self.weights}",
             f"hardware {hardware}; reference {self.reference_dtype} (Hugging Face numerics); "
             f"seed {self.seed}"
+            + ("" if self.data_seed is None else f", data seed {self.data_seed}")
             + ("" if self.calibration_tokens is None else
                f"; calibrated on {self.calibration_tokens} held-out tokens"),
             "",
@@ -231,7 +236,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
              batch: int = 1, hidden: np.ndarray | None = None, dtype: str = "float16",
              local: bool = False, program_options: Mapping[str, Any] | None = None,
              matmul_options: Mapping[str, Any] | None = None,
-             calibration_tokens: int | None = None, progress: bool = False) -> ValidationReport:
+             calibration_tokens: int | None = None, progress: bool = False,
+             data_seed: int | None = None) -> ValidationReport:
     """Compare one layer's optical prefill with its reference.
 
     Parameters
@@ -242,13 +248,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         Prompt length (positions 0..tokens-1).
     config : OpticalConfig
     seed : int
-        Seed of the synthetic input and of the optical noise (and, when
-        ``model`` is a path, of the synthetic weights it loads).
+        Seed of the optical noise and, unless ``data_seed`` is given, of the
+        synthetic input, the held-out calibration input and (when ``model``
+        is a path) the synthetic weights it loads.
     batch : int
         Prompts of ``tokens`` tokens, processed together (weights programmed once).
     hidden : ndarray, float32, shape (batch, tokens, hidden), optional
         The layer input ((tokens, hidden) when batch is 1); default:
-        ``model.hidden_states(layer, tokens, seed=seed, batch=batch)``.
+        ``model.hidden_states(layer, tokens, seed=data_seed or seed, batch=batch)``.
     dtype : {"float16", "bfloat16", "float32"}
         Reference dtype.
     local : bool
@@ -274,6 +281,11 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     progress : bool
         Show a progress bar (tqdm, on stderr): the calibration run, the
         reference run, then each product on the optical core.
+    data_seed : int, optional
+        Seed of the data alone (the synthetic input, the held-out
+        calibration input and a path's synthetic weights), so that runs of
+        different ``seed`` differ in their noise only: error bars of the
+        hardware's noise, without the luck of the input.
 
     Returns
     -------
@@ -289,13 +301,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     """
     from optical.transformer.model import load
 
+    seed = check_seed(seed)
+    data = seed if data_seed is None else check_seed(data_seed, "data_seed")
     if isinstance(model, str | Path):
-        model = load(model, seed=seed)
+        model = load(model, seed=data)
     elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
         raise TypeError("model: expected a model from optical.transformer.load or a model "
                         f"directory, got {type(model).__name__}")
     check_config(config)
-    seed = check_seed(seed)
     dtype = check_dtype(dtype)
     tokens = check_positive_int(tokens, "tokens")
     batch = check_positive_int(batch, "batch")
@@ -307,7 +320,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     if calibration_tokens is not None:
         model.spec.check_tokens(calibration_tokens, "calibration_tokens")
     if hidden is None:
-        hidden = model.hidden_states(layer, tokens, seed=seed, batch=batch)
+        hidden = model.hidden_states(layer, tokens, seed=data, batch=batch)
     else:
         shape = getattr(hidden, "shape", None)
         if shape is not None and len(shape) == 2 and batch == 1:
@@ -329,7 +342,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
                 calibration_tokens = min(config.calibration.max_tokens,
                                          model.spec.max_positions or math.inf)
             held_out = model.hidden_states(layer, calibration_tokens,
-                                           seed=derive_seed(seed, "calibration"), batch=1)
+                                           seed=derive_seed(data, "calibration"), batch=1)
             calibration = block.matmul_inputs(held_out, dtype="float32")
             bar.update()
 
@@ -375,7 +388,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         config=config, products=tuple(rows), output=output, totals=totals,
         timings={"calibration_s": calibrated - start, "reference_s": middle - calibrated,
                  "optical_s": end - middle, "program_s": run.program_s},
-        calibration_tokens=calibration_tokens if needs_calibration else None)
+        calibration_tokens=calibration_tokens if needs_calibration else None,
+        data_seed=None if data_seed is None else data)
 
 
 #: The products of activations with activations (per head, not per token);
