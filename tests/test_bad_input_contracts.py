@@ -213,12 +213,21 @@ def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama)
     infinite values", naming neither the input nor the cause."""
     h = tiny_llama.hidden_states(0, 8)
     h[0, 3] = 7e4
-    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 7e\+04, beyond float16's "
-                                         r"largest 6\.55e\+04: .*dtype='bfloat16' or 'float32'"):
+    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 70000, beyond float16's "
+                                         r"largest 65504: .*dtype='bfloat16' or 'float32'"):
         transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h)
     report = transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h,
                                   dtype="bfloat16")
     assert np.isfinite(report.output.sqnr_db)
+    # The edge: 65504 is float16's own largest value, one float32 ulp above it is not.
+    from optical.transformer.validate import _check_hidden_fits
+
+    h[0, 3] = 65504.0
+    _check_hidden_fits(h, "float16")
+    h[0, 3] = np.nextafter(np.float32(65504.0), np.float32(np.inf))
+    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 65504\.004, beyond "
+                                         r"float16's largest 65504:"):
+        _check_hidden_fits(h, "float16")
 
 
 def test_validate_names_the_product_where_the_fp16_reference_overflows(tmp_path):

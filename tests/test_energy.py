@@ -429,6 +429,33 @@ def test_activation_masks_get_only_the_spare_cores_when_weights_are_resident():
                                                            rel=1e-12, abs=0)
 
 
+@pytest.mark.parametrize("cores", [32, 64])  # below the 72 weight tiles
+def test_activation_masks_share_every_core_when_weights_are_not_resident(cores):
+    """Weights reloaded every prefill: the activation masks of optical
+    attention are spread over all the cores, as the weights are (the
+    resident case leaves them the spare ones). Hand count: each matmul's
+    rounds of `cores` tiles, activation loads on the span, and the optics'
+    time the larger of the work over the cores and the span after the first
+    load. (Timed on one core, a 64-core Llama-3.2-1B prefill took 7.8x longer.)"""
+    cfg = tiny_config(**{"mapping.attention": "optical", "energy.cores": cores})
+    layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
+    tiles = TINY.num_layers * sum(s.weight_loads for n, s in layer.items()
+                                  if n not in counts.ACTIVATION_MASKS)
+    assert cores < tiles and not cfg.energy.double_buffered_mask
+    rep = model.prefill(TINY, 3, cfg, batch=2)
+    assert not rep.weights_resident
+    load, rate = 1e-3, 1e9
+    work = span = 0.0
+    for name, s in layer.items():
+        stream = s.passes / s.weight_loads / rate
+        rounds = -(-s.weight_loads // cores)
+        work += s.weight_loads * (load + stream)
+        span += rounds * stream + (rounds * load if name in counts.ACTIVATION_MASKS else 0.0)
+    optics = max(TINY.num_layers * work / cores, load + TINY.num_layers * span)
+    assert optics == load + TINY.num_layers * span  # the span decides: the masks' cores count
+    assert rep.ttft - rep.time["digital"] == approx(optics, rel=1e-12, abs=0)
+
+
 def test_laser_lights_every_output_column_of_a_non_square_core():
     # A 4-input x 6-output core: each source lights its row of 6 columns x 2
     # weight rails (not 4 inputs x 2), even on the N-tile holding 1 of 7 columns.

@@ -404,8 +404,8 @@ def _check_hidden_fits(hidden: Any, dtype: str) -> None:
         return  # the layer's own checks name what is wrong with it
     peak, limit = float(np.max(np.abs(hidden))), largest(dtype)
     if peak > limit:
-        raise ValueError(f"hidden: |values| reach {peak:.4g}, beyond {dtype}'s largest "
-                         f"{limit:.4g}: the {dtype} reference would be inf and NaN; "
+        raise ValueError(f"hidden: |values| reach {peak:.8g}, beyond {dtype}'s largest "
+                         f"{limit:.8g}: the {dtype} reference would be inf and NaN; "
                          f"{_wider(dtype)}")
 
 
