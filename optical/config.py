@@ -21,7 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from optical._config_fields import (
@@ -745,8 +747,40 @@ class OpticalConfig:
 
     @classmethod
     def from_json(cls, text: str) -> OpticalConfig:
-        """Inverse of :meth:`to_json`."""
-        return cls.from_dict(json.loads(text))
+        """Inverse of :meth:`to_json` (JSON text; a file: :meth:`from_file`)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            if isinstance(text, str) and text.strip()[:1] not in ("{", "["):
+                raise ValueError(f"text: not JSON ({err}); from_json reads JSON text: for "
+                                 f"a file, OpticalConfig.from_file({text.strip()!r})") from None
+            raise
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> OpticalConfig:
+        """The config in the JSON file ``path``: :meth:`to_json`'s sections
+        (what ``optical config --json FILE`` writes), or a command's JSON
+        report holding them under ``"config"`` (``optical validate`` /
+        ``optical energy --json``); fields it leaves out take
+        ``OpticalConfig()``'s values. ValueError names the file and what is
+        wrong with it."""
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as some editors write
+        except (OSError, UnicodeDecodeError) as err:
+            reason = (err.strerror or str(err)) if isinstance(err, OSError) \
+                else f"not text ({err})"
+            raise ValueError(f"{path}: {reason}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not JSON ({err})") from None
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = data["config"]  # a report of optical validate / energy
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path}: {err}") from None
 
 
 def check_config(config: object, name: str = "config") -> OpticalConfig:

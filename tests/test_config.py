@@ -100,6 +100,33 @@ def test_presets_round_trip_through_dict_and_json_exactly(name):
     assert OpticalConfig.from_json(text).to_json() == text
 
 
+def test_from_file_reads_a_config_file_or_a_report_and_from_json_points_to_it(tmp_path):
+    """README: a machine of one's own is a JSON file, read in Python by
+    from_file (from_json takes text: given a path, it said only "Expecting
+    value: line 1 column 1")."""
+    cfg = optical.presets.get("iris-like").replace({"adc.bits": 6})
+    machine = tmp_path / "machine.json"
+    machine.write_text(cfg.to_json(), encoding="utf-8-sig")  # with a BOM, as some editors
+    assert OpticalConfig.from_file(machine) == OpticalConfig.from_file(str(machine)) == cfg
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"model": "x", "config": json.loads(cfg.to_json())}))
+    assert OpticalConfig.from_file(report) == cfg
+    partial = tmp_path / "partial.json"
+    partial.write_text('{"adc": {"bits": 6}}')
+    assert OpticalConfig.from_file(partial) == OpticalConfig().replace({"adc.bits": 6})
+    with pytest.raises(ValueError, match=r"from_json reads JSON text: for a file, "
+                                         r"OpticalConfig.from_file\('machine.json'\)"):
+        OpticalConfig.from_json("machine.json")
+    with pytest.raises(json.JSONDecodeError):
+        OpticalConfig.from_json('{"adc": ')  # JSON text, broken: json's own error
+    (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "wrong.json").write_text('{"adc": {"bitz": 6}}')
+    for name, message in (("none.json", "No such file"), ("bad.json", "not JSON"),
+                          ("wrong.json", "adc.bitz")):
+        with pytest.raises(ValueError, match=rf"^{tmp_path / name}: .*{message}"):
+            OpticalConfig.from_file(tmp_path / name)
+
+
 _REAL = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
 
 

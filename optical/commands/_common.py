@@ -37,22 +37,12 @@ def add_config_options(parser: argparse.ArgumentParser, *,
 def read_config_file(path: Path) -> OpticalConfig:
     """The config in the JSON file ``path`` (:meth:`OpticalConfig.to_json`'s
     sections, or a command's JSON holding them under ``"config"``);
-    ValueError names ``--config``, the file and what is wrong with it."""
+    ValueError names ``--config``, the file and what is wrong with it
+    (:meth:`OpticalConfig.from_file`)."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as some editors write
-    except (OSError, UnicodeDecodeError) as err:
-        reason = (err.strerror or str(err)) if isinstance(err, OSError) else f"not text ({err})"
-        raise ValueError(f"--config {path}: {reason}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--config {path}: not JSON ({err})") from None
-    if isinstance(data, dict) and isinstance(data.get("config"), dict):
-        data = data["config"]  # a report of optical validate / energy
-    try:
-        return OpticalConfig.from_dict(data)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"--config {path}: {err}") from None
+        return OpticalConfig.from_file(path)
+    except ValueError as err:
+        raise ValueError(f"--config {err}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> OpticalConfig:
