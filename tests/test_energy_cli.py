@@ -36,6 +36,15 @@ def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, 
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize(("value", "text"), [(1.0023, "1.002"), (0.99951, "0.9995"),
+                                           (1.0, "1"), (2.97, "2.97"), (0.00934, "0.00934")])
+def test_a_ratio_near_one_keeps_the_digit_that_says_which_side_wins(value, text):
+    """The disaggregated ratio 1.0023 was printed "1x"."""
+    from optical.commands.energy import _ratio
+
+    assert _ratio(value) == text
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["energy", "--model", "models/nope"], "models/nope: no such model directory"),
     (["energy", "--model", "models/llama-3.2-1b", "--plot", "{tmp}/e.png", "--json",

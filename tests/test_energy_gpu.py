@@ -51,6 +51,21 @@ def test_prefill_flops_bytes_time_and_energy_by_hand():
     assert rep.per_token == approx(rep.energy / 6)
 
 
+def test_gpu_energy_per_mac_of_a_compute_bound_prefill_is_power_over_mac_rate(llama_8b):
+    """Compute-bound, the GPU spends its power for flops / (peak x utilisation)
+    seconds: per MAC (2 FLOP), 2 x power / (peak x utilisation), whatever the
+    model: docs/energy.md's 700 / (989e12 x 0.5) x 2 = 2.83 pJ for the H100."""
+    h100 = gpu.get_gpu("h100")
+    rep = gpu.prefill(llama_8b, 2048, h100)
+    assert rep.compute_bound
+    expected = 2 * h100.power / (h100.peak_flops * h100.compute_utilization)
+    assert rep.per_mac == approx(expected, rel=1e-12) and f"{expected * 1e12:.3g}" == "2.83"
+    assert rep.to_dict()["energy_j"]["per_mac"] == rep.per_mac
+    slow = gpu.prefill(TINY, 3, SLOW_GPU, batch=2)  # memory-bound: more per MAC
+    assert not slow.compute_bound
+    assert slow.per_mac > 2 * SLOW_GPU.power / (SLOW_GPU.peak_flops * 0.5)
+
+
 def test_a_model_larger_than_one_gpu_is_split_with_the_same_energy():
     small = SLOW_GPU.replace(memory=1000.0)
     one, split = gpu.prefill(TINY, 3, SLOW_GPU, batch=2), gpu.prefill(TINY, 3, small, batch=2)

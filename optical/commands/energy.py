@@ -93,6 +93,13 @@ def register(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
+def _ratio(value: float) -> str:
+    """A ratio to 3 significant digits, or 4 where 3 would print a ratio
+    that is not 1 as "1" (1.0023), so that which side wins stays visible."""
+    text = f"{value:.3g}"
+    return f"{value:.4g}" if text == "1" and value != 1 else text
+
+
 def _table(report: model.PrefillEnergy) -> list[str]:
     tokens = report.batch * report.tokens
     total = report.total
@@ -178,13 +185,14 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     print(f"GPU: {gpu.name} x{ref.gpus}, {gpu.compute_utilization:.0%} of peak, "
           f"{'compute' if ref.compute_bound else 'memory'}-bound: {ref.flops:.4g} FLOP, "
           f"{ref.bytes:.4g} B")
-    print(f"  energy {ref.energy:.4g} J ({ref.per_token:.4g} J/token), TTFT {ref.time:.4g} s")
+    print(f"  energy {ref.energy:.4g} J ({ref.per_token:.4g} J/token, "
+          f"{ref.per_mac * 1e12:.4g} pJ per MAC of its {ref.flops / 2:.4g}), TTFT {ref.time:.4g} s")
     be_p = comparison["break_even_photons_per_mac"]
     be_b = comparison["break_even_batch"]
     photons = ("none (the rest of the machine alone costs more)" if be_p is None
                else f"{be_p:.3g}")
-    print(f"GPU / optical: energy {comparison['energy_ratio_gpu_over_optical']:.3g}x, "
-          f"TTFT {comparison['ttft_ratio_gpu_over_optical']:.3g}x (> 1: optics wins); "
+    print(f"GPU / optical: energy {_ratio(comparison['energy_ratio_gpu_over_optical'])}x, "
+          f"TTFT {_ratio(comparison['ttft_ratio_gpu_over_optical'])}x (> 1: optics wins); "
           f"break-even photons/MAC at this batch: {photons}; break-even batch at these photons: "
           f"{'none' if be_b is None else be_b}")
     if split is None:
@@ -194,6 +202,7 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     per = split["energy_per_request_j"]
     print(f"disaggregated ({args.output_tokens} output tokens, {args.requests_per_s:g} "
           f"requests/s): J/request all-GPU {per['all_gpu']['total']:.4g}, optical prefill + "
-          f"GPU decode {per['disaggregated']['total']:.4g} (all-GPU / this {split['ratio']:.3g}x); "
+          f"GPU decode {per['disaggregated']['total']:.4g} (all-GPU / this "
+          f"{_ratio(split['ratio'])}x); "
           f"GPUs {split['gpus']['all_gpu']} vs {split['gpus']['disaggregated']} + "
           f"{split['optical_machines']} optical machine(s)")

@@ -151,10 +151,16 @@ class GPUReport:
     def per_request(self) -> float:
         return self.energy / self.batch
 
+    @property
+    def per_mac(self) -> float:
+        """Energy per multiply-accumulate of all the GPU's work (``flops / 2``:
+        attention and the rest included), J."""
+        return self.energy / (self.flops / 2) if self.flops else math.inf
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.gpu.name, "spec": dataclasses.asdict(self.gpu),
                 "energy_j": {"total": self.energy, "per_token": self.per_token,
-                             "per_request": self.per_request},
+                             "per_request": self.per_request, "per_mac": self.per_mac},
                 "ttft_s": self.time, "flops": self.flops, "bytes": self.bytes,
                 "gpus": self.gpus, "compute_bound": self.compute_bound}
 
