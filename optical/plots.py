@@ -146,6 +146,22 @@ def _mean_std(values: np.ndarray) -> tuple[float, float, int]:
     return float(np.mean(kept)), std, dropped
 
 
+def _spread_label(seeds: Sequence[int], errorbars: bool = True) -> str:
+    """What the plotted values are, from the seeds behind each point (NaN
+    seeds left out): ``"mean ± std over 3 seeds"``; a point of one seed has no
+    error bar, which must not read as no spread."""
+    seeds = [n for n in seeds if n > 0]
+    if not seeds:
+        return ""
+    lo, hi = min(seeds), max(seeds)
+    count = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    noun = "seed" if hi == 1 else "seeds"
+    if not errorbars or hi == 1:
+        return f"mean over {count} {noun}" + ("" if errorbars else ", no error bars")
+    note = f"mean ± std over {count} {noun}"
+    return note + (" (1 seed: no bar)" if lo == 1 else "")
+
+
 def _figure(**kwargs: Any) -> Any:
     try:
         from matplotlib.figure import Figure
@@ -229,7 +245,10 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     where : mapping, optional
         Values at which to hold the other swept parameters.
     errorbars : bool
-        Standard deviation over seeds (none where it is 0).
+        Sample standard deviation over seeds (none where it is 0); the y
+        label says how many seeds each point averages (``mean ± std over 3
+        seeds``), so that a point of one seed, with no bar, is not read as one
+        without spread.
 
     Returns
     -------
@@ -257,7 +276,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     xnames = _plot_axes.label_map(xs)
     fig = _figure()
     ax = fig.add_subplot()
-    plotted, infinite, dropped = [], [], []
+    plotted, infinite, dropped, seeds = [], [], [], []
     for h, colour in zip(hues, _plot_axes.colours(hues), strict=True):
         points = []
         for xv in xs:
@@ -265,6 +284,7 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
             if values is None:  # not run (random sampling, an unfinished sweep)
                 continue
             mean, std, lost = _mean_std(values)
+            seeds.append(values.size - lost)
             if lost:
                 point = f"{x}={xnames[xv]}"
                 if hue:
@@ -287,7 +307,8 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     _plot_axes.x_axis(ax, xs, numeric)
     _plot_axes.mark_infinite(ax, infinite)
     ax.set_xlabel(_plot_axes.axis_title(x))
-    ax.set_ylabel(_plot_axes.axis_title(y))
+    ax.set_ylabel("\n".join(filter(None, [_plot_axes.axis_title(y),
+                                          _spread_label(seeds, errorbars)])))
     if hue:
         _plot_axes.legend(ax, hue)
     ax.grid(True, alpha=0.3)
@@ -369,12 +390,13 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     One bar per matmul and, if present, one for the layer output
     (``metric``); grouped by ``hue`` when given, coloured and ordered as in
     :func:`line`.
-    Error bars (standard deviation over seeds) are drawn when a spread is not
-    zero; NaN seeds are left out of a mean and named in the title; an infinite
-    mean is a triangle at the top edge labelled "inf". Bars are at least about
-    0.1 inch wide: past 14 inches of them the matmuls wrap onto further rows
-    of axes (sharing the y axis) rather than widen the figure; the legend sits
-    outside the first row's axes, on the right.
+    Error bars (sample standard deviation over seeds, the y label saying over
+    how many) are drawn when a spread is not zero; NaN seeds are left out of
+    a mean and named in the title; an infinite mean is a triangle at the top
+    edge labelled "inf". Bars are at least about 0.1 inch wide: past 14
+    inches of them the matmuls wrap onto further rows of axes (sharing the y
+    axis) rather than widen the figure; the legend sits outside the first
+    row's axes, on the right.
     """
     _check_runs(frame)
     prefix = metric + "."
@@ -401,13 +423,14 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
                            4.4 + 3.0 * (rows - 1)))
     axes = fig.subplots(rows, 1, sharey=True, squeeze=False)[:, 0]
     width = 0.8 / len(hues)
-    dropped, infinite = [], [[] for _ in axes]
+    dropped, infinite, seeds = [], [[] for _ in axes], []
     for k, (h, colour) in enumerate(zip(hues, _plot_axes.colours(hues), strict=True)):
         rows_of_h = frame if hue is None else frame[[_key(v) == h for v in frame[hue]]]
         stats = []
         for column, label in zip(columns, labels, strict=True):
             values = rows_of_h[column].to_numpy(dtype=np.float64)
             stats.append(_mean_std(values))
+            seeds.append(values.size - stats[-1][2])
             if stats[-1][2]:
                 point = f"{label}" + (f", {hue}={names[h]}" if hue else "")
                 dropped.append(_dropped(point, stats[-1][2], values.size))
@@ -427,7 +450,8 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
         ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
         ax.set_xlim(-0.5, per_row - 0.5)  # equal bar widths on every row
         _plot_axes.mark_infinite(ax, infinite[r])
-        ax.set_ylabel(_plot_axes.axis_title(metric))
+        ax.set_ylabel("\n".join(filter(None, [_plot_axes.axis_title(metric),
+                                              _spread_label(seeds)])))
         ax.grid(True, axis="y", alpha=0.3)
     axes[-1].set_xlabel("matmul")
     if hue:

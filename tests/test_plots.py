@@ -39,10 +39,33 @@ def grid():
     return frame_of(rows, ["adc.bits", "source.photons_per_mac"])
 
 
+def test_the_y_label_says_over_how_many_seeds_each_point_is_a_mean(grid):
+    """A point of one seed (an unfinished sweep) has no error bar; the label
+    says so rather than leave it looking like a point without spread. NaN
+    seeds do not count."""
+    def ylabel(frame, **kwargs):
+        fig = plots.line(frame, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 1e3},
+                         **kwargs)
+        return fig.axes[0].get_ylabel()
+
+    assert ylabel(grid) == "sqnr_db (dB)\nmean ± std over 3 seeds"
+    assert ylabel(grid, errorbars=False) == "sqnr_db (dB)\nmean over 3 seeds, no error bars"
+    partial = grid[(grid["adc.bits"] != 4) | (grid["seed"] == 0)].copy()
+    partial.attrs = grid.attrs
+    assert ylabel(partial) == "sqnr_db (dB)\nmean ± std over 1-3 seeds (1 seed: no bar)"
+    one_seed = grid[grid["seed"] == 0].copy()
+    one_seed.attrs = grid.attrs
+    assert ylabel(one_seed) == "sqnr_db (dB)\nmean over 1 seed"
+    nan = grid.copy()
+    nan.loc[(nan["adc.bits"] == 6) & (nan["seed"] == 2), "sqnr_db"] = np.nan
+    assert ylabel(nan) == "sqnr_db (dB)\nmean ± std over 2-3 seeds"
+
+
 def test_line_draws_seed_means_per_hue(grid):
     fig = plots.line(grid, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
     ax = fig.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db (dB)")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits",
+                                                  "sqnr_db (dB)\nmean ± std over 3 seeds")
     # A config field's unit from its docstring (OpticalConfig.field_unit); a
     # count (bits) or a metric has none.
     assert ax.get_legend().get_title().get_text() == "source.photons_per_mac\n(photons)"
@@ -147,7 +170,7 @@ def test_matmul_bars():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["q_proj", "down_proj", "layer output"]
     heights = [p.get_height() for p in ax.patches]
     assert heights == [36.0, 16.5, 26.5, 38.0, 18.5, 28.5]
-    assert ax.get_ylabel() == "sqnr_db (dB)"
+    assert ax.get_ylabel() == "sqnr_db (dB)\nmean ± std over 2 seeds"
     with pytest.raises(ValueError, match="parameter adc.bits also varies"):
         plots.matmul_bars(frame)
 
@@ -171,9 +194,10 @@ def test_plot_command_draws_the_bars_of_the_metric_asked_for():
         return name, ax.get_ylabel(), [p.get_height() for p in ax.patches]
 
     name, label, heights = bars("cosine")
-    assert (name, label) == ("cosine-per-matmul", "cosine")
+    assert (name, label) == ("cosine-per-matmul", "cosine\nmean ± std over 2 seeds")
     assert heights == pytest.approx([0.91, 0.55], rel=1e-12)
-    assert bars(None) == ("sqnr_db-per-matmul", "sqnr_db (dB)", [30.0, 20.5])
+    assert bars(None) == ("sqnr_db-per-matmul", "sqnr_db (dB)\nmean ± std over 2 seeds",
+                          [30.0, 20.5])
 
 
 def test_save_png_svg_without_pyplot(grid, tmp_path):
@@ -383,7 +407,7 @@ def test_wrapped_matmul_bars_leave_no_row_empty(n_hues):
     without bars (10 bars with 41 hues drew 6 axes, one of them empty)."""
     fig = plots.matmul_bars(layer_rows(list(np.logspace(2, 7, n_hues)), 9),
                             hue="source.photons_per_mac")
-    rows = [ax for ax in fig.axes if ax.get_ylabel() == "sqnr_db (dB)"]
+    rows = [ax for ax in fig.axes if ax.get_ylabel().startswith("sqnr_db (dB)")]
     assert len(rows) > 1 and all(ax.patches for ax in rows)
 
 
@@ -719,7 +743,7 @@ def test_string_values_keep_their_order_and_numbers_one_label_style():
     frame = frame_of(rows, ["outliers.policy", "adc.bits"])
     bars = plots.matmul_bars(frame, hue="outliers.policy", where={"adc.bits": 8})
     assert [t.get_text() for t in bars.axes[0].get_legend().get_texts()] == policies
-    assert bars.axes[0].get_ylabel() == "sqnr_db (dB)"
+    assert bars.axes[0].get_ylabel() == "sqnr_db (dB)\nmean over 1 seed"
     line = plots.line(frame, "outliers.policy", "sqnr_db", hue="adc.bits")
     ax = line.axes[0]
     drawn(line)

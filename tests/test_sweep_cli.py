@@ -171,7 +171,8 @@ def test_plot_writes_labelled_png_and_svg(tmp_path):
     assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
     fig, name = make_figure(load(out), build_parser().parse_args(argv))
     ax = fig.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "sqnr_db (dB)")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits",
+                                                  "sqnr_db (dB)\nmean ± std over 2 seeds")
     assert ax.get_legend().get_title().get_text() == "source.photons_per_mac\n(photons)"
     assert png.name == name + ".png"
 
