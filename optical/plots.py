@@ -88,7 +88,9 @@ def _check_runs(frame: Any) -> None:
 
 def _check_metric(frame: Any, name: str, option: str) -> None:
     if name not in _metric_columns(frame):
-        raise ValueError(f"{option} {name!r} is not a metric of this sweep; metrics: "
+        hint = (" (local_* metrics are recorded by a layer sweep run with --local, "
+                "LayerWorkload(local=True))" if str(name).startswith("local_") else "")
+        raise ValueError(f"{option} {name!r} is not a metric of this sweep{hint}; metrics: "
                          f"{', '.join(_metric_columns(frame))}")
 
 

@@ -226,6 +226,11 @@ def test_no_finished_runs_is_said_before_any_column_check(grid):
     with pytest.raises(ValueError, match="^z 'snr' is not a metric of this sweep; metrics: "
                                          "sqnr_db$"):
         plots.heatmap(grid, "adc.bits", "source.photons_per_mac", "snr")
+    with pytest.raises(ValueError, match=r"^y 'local_sqnr_db.down_proj' is not a metric of "
+                                         r"this sweep \(local_\* metrics are recorded by a "
+                                         r"layer sweep run with --local, .*\); metrics: sqnr_db$"):
+        plots.line(grid, "adc.bits", "local_sqnr_db.down_proj",
+                   where={"source.photons_per_mac": 10.0})
 
 
 def test_save_takes_the_format_from_a_suffix(grid, tmp_path):
