@@ -308,11 +308,12 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
 
 
 def _described(definition: Mapping[str, Any]) -> dict[str, str]:
-    """The workload's label and the preset the base config equals, for a
+    """The workload's label and the base config's (:func:`presets.describe`:
+    its preset, or the nearest with the few fields it changes), for a
     figure's title: a description, so a manifest of another version (a config
     field this one lacks) still loads, as "custom config"."""
     try:
-        base = presets.name_of(OpticalConfig.from_dict(definition["base_config"]))
+        base = presets.describe(OpticalConfig.from_dict(definition["base_config"]))
     except (ValueError, TypeError, KeyError):
         base = None
     workload = definition.get("workload")

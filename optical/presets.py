@@ -37,7 +37,7 @@ from optical.config import (
 )
 from optical.physics.noise import ELEMENTARY_CHARGE, tia_noise_electrons
 
-__all__ = ["get", "name_of", "names"]
+__all__ = ["describe", "get", "name_of", "names"]
 
 _PLANCK = 6.62607015e-34  # J s
 _LIGHT_SPEED = 299792458.0  # m / s
@@ -202,6 +202,25 @@ def names() -> list[str]:
 def name_of(config: OpticalConfig) -> str | None:
     """The name of the preset ``config`` equals, field for field (None if none does)."""
     return next((name for name, make in _PRESETS.items() if make() == config), None)
+
+
+def describe(config: OpticalConfig, max_changes: int = 3) -> str:
+    """A short name for ``config``: its preset's (``"iris-like"``), else the
+    preset it differs least from with the fields it changes, when they are
+    at most ``max_changes`` (``"iris-like with detector.dark_electrons=0.0"``),
+    else ``"custom config"``. Ties go to the preset listed first."""
+    best: tuple[str, list[str]] | None = None
+    for name, make in _PRESETS.items():
+        preset = make()
+        changed = preset.diff(config)
+        if not changed:
+            return name
+        if len(changed) <= max_changes and (best is None or len(changed) < len(best[1])):
+            best = (name, changed)
+    if best is None:
+        return "custom config"
+    name, changed = best
+    return f"{name} with " + ", ".join(f"{path}={config.get(path)!r}" for path in changed)
 
 
 def get(name: str) -> OpticalConfig:

@@ -700,7 +700,8 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         ``metrics``, ``runs``, the number of runs the sweep plans, and
         ``finished``, the number it holds (``len(frame)``; fewer while it is
         unfinished), ``workload``, the workload's label, and ``base``, the
-        preset the base config equals (else "custom config").
+        base config's :func:`optical.presets.describe` (its preset, or the
+        nearest preset with the few fields it changes, else "custom config").
 
     Raises
     ------

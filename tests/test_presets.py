@@ -119,3 +119,24 @@ def test_iris_like_matches_its_docstring_and_the_reference_sheet():
     # The ideal machine keeps iris-like's encodings and core, so tiling is exercised alike.
     ideal = optical.presets.get("ideal")
     assert (ideal.encoding, ideal.core) == (cfg.encoding, cfg.core)
+
+
+def test_describe_names_the_preset_or_the_nearest_one_and_its_changes():
+    """A sweep's figure and validate's table named any changed preset "custom
+    config": iris-like with read and dark noise off could not be told from
+    any other machine."""
+    from optical.presets import describe
+
+    iris = optical.presets.get("iris-like")
+    assert [describe(optical.presets.get(n)) for n in optical.presets.names()] == \
+        optical.presets.names()
+    quiet = iris.replace({"detector.read_noise_electrons": 0.0, "detector.dark_electrons": 0.0})
+    assert describe(quiet) == ("iris-like with detector.dark_electrons=0.0, "
+                               "detector.read_noise_electrons=0.0")  # in the config's order
+    wang = optical.presets.get("wang-2022").replace({"adc.bits": 6})
+    assert describe(wang) == "wang-2022 with adc.bits=6"
+    assert describe(optical.OpticalConfig()) == "ideal with encoding.inputs='split'"
+    four = iris.replace({"adc.bits": 6, "dac.bits": 6, "mask.bits": 6, "core.inputs": 32})
+    assert describe(four) == "custom config"
+    assert describe(four, max_changes=4) == ("iris-like with dac.bits=6, mask.bits=6, "
+                                             "adc.bits=6, core.inputs=32")

@@ -495,7 +495,8 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
 
 def test_a_sweep_s_figure_names_its_workload_base_config_and_unfinished_runs(tmp_path):
     """The figure's first title line says what was swept (the workload, the
-    preset the base config equals, else "custom config") and, while the sweep
+    preset the base config equals, else the nearest with the fields it
+    changes, else "custom config") and, while the sweep
     is unfinished, how many of its runs the figure holds, counted over the
     whole sweep whatever `where` selects."""
     pytest.importorskip("matplotlib")
@@ -535,7 +536,7 @@ def test_a_sweep_s_figure_names_its_workload_base_config_and_unfinished_runs(tmp
     custom = optical.presets.get("iris-like").replace({"adc.full_scale": "rms"})
     optical.sweep(workload, {"adc.bits": [4]}, seeds=1, out=tmp_path / "c", base=custom,
                   executor="serial", progress=False)
-    assert load(tmp_path / "c").attrs["sweep"]["base"] == "custom config"
+    assert load(tmp_path / "c").attrs["sweep"]["base"] == "iris-like with adc.full_scale='rms'"
 
 
 @pytest.mark.parametrize(("output", "formats", "written"), [

@@ -107,9 +107,10 @@ def test_report_timings_split_the_run(tiny_dir):
     assert "calibration run" in report.table()
     assert "calibration run" not in transformer.validate(model, layer=1, tokens=12,
                                                          config=NAIVE).table()
-    # the heading names the hardware: a preset the config equals, else "custom config"
-    assert "hardware custom config;" in report.table()
-    assert "hardware custom config;" not in report.table(preset="mine")
+    # the heading names the hardware: a preset the config equals, else the
+    # nearest preset and the fields it changes (presets.describe)
+    assert "hardware iris-like with core.inputs=48, core.outputs=40;" in report.table()
+    assert "hardware iris-like with" not in report.table(preset="mine")
     assert "hardware mine;" in report.table(preset="mine")
     ideal = transformer.validate(model, layer=1, tokens=3, config=optical.presets.get("ideal"))
     assert "hardware ideal;" in ideal.table()

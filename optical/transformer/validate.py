@@ -174,8 +174,9 @@ class ValidationReport:
         """A plain-text table: one row per product, then the layer output and totals.
 
         ``preset`` names the hardware in the heading; by default the preset the
-        config equals, else "custom config"."""
-        hardware = preset or presets.name_of(self.config) or "custom config"
+        config equals, else :func:`optical.presets.describe`'s nearest preset
+        and the fields the config changes, else "custom config"."""
+        hardware = preset or presets.describe(self.config)
         lines = [
             f"{self.model} layer {self.layer}: {self.tokens} tokens x {self.batch} prompt(s), "
             f"weights {self.weights}",
