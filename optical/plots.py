@@ -17,6 +17,7 @@ hue): a plot never silently averages over a parameter.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from optical import _plot_axes
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 
-__all__ = ["heatmap", "line", "matmul_bars", "param_columns", "save"]
+__all__ = ["heatmap", "line", "matmul_bars", "param_columns", "save", "summary"]
 
 _META = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
 
@@ -162,6 +163,48 @@ def _spread_label(seeds: Sequence[int], errorbars: bool = True) -> str:
         return f"mean over {count} {noun}" + ("" if errorbars else ", no error bars")
     note = f"mean ± std over {count} {noun}"
     return note + (" (1 seed: no bar)" if lo == 1 else "")
+
+
+def summary(frame: Any, metric: str, by: Sequence[str] = (), *,
+            where: Mapping[str, Any] | None = None) -> Any:
+    """The numbers a plot draws: ``metric`` over the seeds of each value of
+    the parameters ``by``, as the figures average it (NaN seeds left out).
+
+    Parameters
+    ----------
+    frame : DataFrame of a sweep
+    metric : str
+    by : sequence of str
+        Swept parameters, one row per combination of their values, in the
+        order the figures use; every other swept parameter must be held by
+        ``where`` (as for the plots).
+    where : mapping, optional
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``*by``, ``mean``, ``std`` (the sample standard deviation;
+        0 for one seed), ``seeds`` (those averaged) and ``nan_seeds`` (those
+        left out).
+    """
+    import pandas as pd
+
+    _check_runs(frame)
+    _check_metric(frame, metric, "metric")
+    by = list(by)
+    for path in by:
+        _check_param(frame, path, "by")
+    frame = _select(frame, where, by)
+    groups = _groups(frame, by, metric) if by else {(): frame[metric].to_numpy(np.float64)}
+    rows = []
+    for key in itertools.product(*(_sorted(frame, path) for path in by)):
+        values = groups.get(tuple(key))
+        if values is None:  # not run
+            continue
+        mean, std, lost = _mean_std(values)
+        rows.append({**dict(zip(by, key, strict=True)), "mean": mean, "std": std,
+                     "seeds": values.size - lost, "nan_seeds": lost})
+    return pd.DataFrame(rows, columns=[*by, "mean", "std", "seeds", "nan_seeds"])
 
 
 def _figure(**kwargs: Any) -> Any:

@@ -61,6 +61,51 @@ def test_the_y_label_says_over_how_many_seeds_each_point_is_a_mean(grid):
     assert ylabel(nan) == "sqnr_db (dB)\nmean ± std over 2-3 seeds"
 
 
+def test_summary_is_the_seed_mean_std_and_count_of_each_point(grid):
+    """The numbers the figures draw, against pandas' own groupby: sample std,
+    NaN seeds left out and counted, rows in the figures' order."""
+    frame = grid.copy()
+    frame.loc[(frame["adc.bits"] == 6) & (frame["seed"] == 1), "sqnr_db"] = np.nan
+    table = plots.summary(frame, "sqnr_db", ["source.photons_per_mac", "adc.bits"])
+    by = frame.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"]
+    expected = pd.DataFrame({"mean": by.mean(), "std": by.std(ddof=1), "seeds": by.count(),
+                             "nan_seeds": by.size() - by.count()}).reset_index()
+    pd.testing.assert_frame_equal(table, expected, check_dtype=False, rtol=1e-12)
+    one = plots.summary(frame, "sqnr_db", ["adc.bits"], where={"source.photons_per_mac": 10.0})
+    assert one["adc.bits"].tolist() == [4, 6, 8] and one["seeds"].tolist() == [3, 2, 3]
+    lone = plots.summary(frame[frame["seed"] == 0], "sqnr_db", [],
+                         where={"source.photons_per_mac": 10.0, "adc.bits": 8})
+    assert lone.to_dict("records") == [{"mean": lone["mean"][0], "std": 0.0, "seeds": 1,
+                                        "nan_seeds": 0}]
+    with pytest.raises(ValueError, match="parameter source.photons_per_mac also varies"):
+        plots.summary(frame, "sqnr_db", ["adc.bits"])
+
+
+def test_plot_json_data_is_each_kind_s_summary(grid):
+    """`optical plot --json` holds the figure's numbers: a heatmap's per cell,
+    the bars' per matmul (the layer output last) and hue."""
+    import argparse
+
+    from optical.commands.plot import plotted_data
+
+    def args(**kw):
+        base = {"x": None, "y": None, "z": None, "hue": None, "where": []}
+        return argparse.Namespace(**{**base, **kw})
+
+    cells = plotted_data(grid, args(kind="heatmap", x="adc.bits", y="source.photons_per_mac",
+                                    z="sqnr_db"))
+    assert len(cells) == 9 and cells[1] == {
+        "source.photons_per_mac": 10.0, "adc.bits": 6, "seeds": 3, "nan_seeds": 0,
+        **plots.summary(grid, "sqnr_db", ["source.photons_per_mac", "adc.bits"])
+        .iloc[1][["mean", "std"]].to_dict()}
+    rows = [{"seed": seed, "adc.bits": bits, "sqnr_db": 20.0 + bits + seed,
+             "sqnr_db.q_proj": 30.0 + bits} for bits in (4, 8) for seed in range(2)]
+    bars = plotted_data(frame_of(rows, ["adc.bits"]), args(kind="bars", hue="adc.bits"))
+    assert [(b["matmul"], b["adc.bits"], b["mean"]) for b in bars] == [
+        ("q_proj", 4, 34.0), ("q_proj", 8, 38.0), ("layer output", 4, 24.5),
+        ("layer output", 8, 28.5)]
+
+
 def test_line_draws_seed_means_per_hue(grid):
     fig = plots.line(grid, "adc.bits", "sqnr_db", hue="source.photons_per_mac")
     ax = fig.axes[0]

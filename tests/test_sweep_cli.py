@@ -485,6 +485,14 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     assert "note: 3 of the sweep's 4 runs are finished" in captured.err
     assert f"`optical sweep --out {out}` finishes the rest" in captured.err
     assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (3, 4)
+    # --json holds what the figure draws: each point's mean, std and seeds
+    frame = load(out)
+    data = json.loads(captured.out)["data"]
+    assert [(d["adc.bits"], d["seeds"]) for d in data] == [(4, 2), (8, 1)]
+    for d in data:
+        values = frame.loc[frame["adc.bits"] == d["adc.bits"], "sqnr_db"]
+        assert d["mean"] == pytest.approx(values.mean(), rel=1e-12)
+        assert d["std"] == pytest.approx(values.std() if len(values) > 1 else 0.0, rel=1e-12)
     optical.sweep(workload, {"adc.bits": [4, 8]}, seeds=2, out=out, executor="serial",
                   progress=False)
     assert main(argv) == 0

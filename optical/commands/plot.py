@@ -31,6 +31,8 @@ EXAMPLES = """examples:
 Other swept parameters must be held fixed with --where PATH=VALUE (or be the --hue).
 Writes DIR/plots/<name>.png and .svg unless --output STEM is given; --output
 fig.png (a format's suffix) writes that file alone unless --formats says more.
+--json PATH also writes the numbers drawn ("data": each point's mean, sample
+std and seeds), the table behind the figure.
 """
 
 
@@ -159,5 +161,34 @@ def run(args: argparse.Namespace) -> int:
         for path in paths:
             print(path)
     write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
-                                "runs": len(frame), "planned_runs": planned})
+                                "runs": len(frame), "planned_runs": planned,
+                                "data": plotted_data(frame, args)})
     return 0
+
+
+def plotted_data(frame: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The figure's numbers (:func:`optical.plots.summary`), one record per
+    point, line or bar: a line's ``--hue``, ``--x`` and the mean, std and
+    seeds of ``--y``; a heatmap's ``--y``, ``--x`` and ``--z``'s; the bars'
+    ``matmul`` ("layer output" for the metric itself) and ``--hue``."""
+    from optical import plots
+
+    where = _where(args.where)
+    if args.kind == "line":
+        by = [args.hue, args.x] if args.hue else [args.x]
+        table = plots.summary(frame, args.y, by, where=where)
+    elif args.kind == "heatmap":
+        table = plots.summary(frame, args.z, [args.y, args.x], where=where)
+    else:
+        metric = args.y or "sqnr_db"
+        prefix = metric + "."
+        by = [args.hue] if args.hue else []
+        parts = []
+        for column in [c for c in frame.columns if str(c).startswith(prefix)] + \
+                ([metric] if metric in frame.columns else []):
+            part = plots.summary(frame, column, by, where=where)
+            part.insert(0, "matmul", column[len(prefix):] if column != metric else
+                        "layer output")
+            parts.append(part)
+        table = require("pandas", "sweep", "plots").concat(parts, ignore_index=True)
+    return table.to_dict("records")
