@@ -56,6 +56,10 @@ __all__ = [
 MAX_BITS = 24
 #: Largest finite ``source.photons_per_mac``; ``inf`` means no shot noise.
 MAX_FINITE_PHOTONS_PER_MAC = 1e30
+#: Smallest ``source.photons_per_mac``: below, the read and dark noise in
+#: full-scale units (``~ 1 / photons_per_mac**2``) overflow float32 at
+#: ~1e-40 and float64 (``p * p`` underflows to 0) at ~1e-162.
+MIN_PHOTONS_PER_MAC = 1e-30
 
 
 def check_value(path: str, value: Any) -> Any:
@@ -106,7 +110,10 @@ class SourceConfig(Section):
         and set ``detector.dark_electrons`` and ``read_noise_electrons`` to 0
         (the read noise's share is then the difference it makes;
         ``examples/noise_budget.py`` does this for every source). Finite
-        values are at most ``1e30`` (beyond, photon counts overflow float64).
+        values are at most ``1e30`` (beyond, photon counts overflow float64)
+        and at least ``1e-30`` (below, the read and dark noise in full-scale
+        units, which grow as ``1 / photons_per_mac**2``, overflow float32 and
+        float64).
     rin_db_per_hz : float, dB/Hz
         Relative intensity noise of each source; ``-inf`` for none.
     rin_bandwidth : float, Hz
@@ -116,7 +123,7 @@ class SourceConfig(Section):
 
     _name: ClassVar[str] = "source"
     wavelength: float = real(850e-9, 100e-9, 100e-6)
-    photons_per_mac: float = real(math.inf, 0.0, math.inf, lo_open=True)
+    photons_per_mac: float = real(math.inf, MIN_PHOTONS_PER_MAC, math.inf)
     rin_db_per_hz: float = real(-math.inf, -math.inf, 0.0, hi_open=True)
     rin_bandwidth: float = real(1e9, 0.0, math.inf, lo_open=True, hi_open=True)
 

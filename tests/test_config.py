@@ -259,6 +259,9 @@ def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
     # Beyond these the noise variances overflow to NaN outputs.
     ("detector.read_noise_electrons", 1.01e30), ("detector.dark_electrons", 1e31),
     ("adc.headroom", 1.01e6),
+    # Below it the read and dark noise in full-scale units (~1/p**2) overflow: a
+    # ZeroDivisionError (p * p = 0) at 1e-200, a bare "adc_lo" error at 1e-80.
+    ("source.photons_per_mac", 0.99e-30), ("source.photons_per_mac", 1e-200),
 ])
 def test_open_and_physical_upper_bounds_are_refused(path, value):
     with pytest.raises(ValueError, match=f"{path}: .* is out of range"):
@@ -272,9 +275,26 @@ def test_open_and_physical_upper_bounds_are_refused(path, value):
     ("detector.quantum_efficiency", 1.0), ("energy.laser_efficiency", 1.0),
     ("dac.percentile", 100.0), ("optics.fill_factor", 1.0), ("core.inputs", 1 << 20),
     ("detector.read_noise_electrons", 1e30), ("adc.headroom", 1e6),
+    ("source.photons_per_mac", 1e-30),
 ])
 def test_closed_range_ends_are_accepted(path, value):
     assert OpticalConfig().replace({path: value}).get(path) == value
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba", "jax"])
+@pytest.mark.parametrize("preset", ["iris-like", "wang-2022"])
+def test_the_fewest_photons_allowed_still_give_a_finite_float32_result(backend, preset):
+    """At photons_per_mac = 1e-30 the noise drowns the signal but every
+    number stays finite, in float32, on every backend."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    cfg = optical.presets.get(preset).replace({"core.inputs": 64, "core.outputs": 48,
+                                               "source.photons_per_mac": 1e-30})
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend)
+    assert y.dtype == np.float32 and np.isfinite(y).all()
 
 
 @pytest.mark.parametrize(("text", "value"), [
