@@ -334,6 +334,10 @@ def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path):
                                   model="llama-3.2-1b")
     assert (many.cores, many.to_dict()["cores"]) == (16, 16)
     assert breakdown_figure(many, ref).axes[0].get_title().endswith("batch 2, 16 cores")
+    # and, given, the hardware (the command passes its preset or config file)
+    assert breakdown_figure(opt, ref, hardware="preset iris-like + adc.bits=6").axes[0] \
+        .get_title() == f"llama-3.2-1b: {PROMPT} tokens x batch 2, 1 core\npreset iris-like " \
+        "+ adc.bits=6"
 
 
 @pytest.mark.parametrize(("model", "tokens", "batch", "cores", "name", "scale"), [

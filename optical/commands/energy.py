@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from optical.energy.plot import plot_breakdown
 
-        result["plot"] = str(plot_breakdown(opt, ref, args.plot))
+        hardware = ("preset " if args.preset is not None else "config ") + config_label(args)
+        result["plot"] = str(plot_breakdown(opt, ref, args.plot, hardware=hardware))
         if not json_to_stdout(args):
             print(f"plot: {result['plot']}")
     write_json(args.json_path, result)

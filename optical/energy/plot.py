@@ -44,9 +44,11 @@ def _time_axis(ax: Any, times: list[float]) -> None:
     ax.set_ylim(10 ** (math.floor(math.log10(low)) - 1), high * 10 ** 0.3)
 
 
-def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport) -> Any:
+def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport, *,
+                     hardware: str | None = None) -> Any:
     """Energy per prompt token (optical stacked by component, GPU) and time
-    to first token, each bar with its value written on it.
+    to first token, each bar with its value written on it; ``hardware``
+    (the preset, say) is named in the title.
 
     The time panel is linear when the two times are within 10x of each
     other, else log from at least a decade below the smaller one.
@@ -81,7 +83,8 @@ def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport) -> Any:
     ax_e.set_ylabel("energy per prompt token (J)")
     cores = f"{optical.cores} core{'s' if optical.cores > 1 else ''}"
     ax_e.set_title(f"{optical.model or 'model'}: {optical.tokens} tokens x batch "
-                   f"{optical.batch}, {cores}", fontsize=10)
+                   f"{optical.batch}, {cores}" + (f"\n{hardware}" if hardware else ""),
+                   fontsize=10, wrap=True)
     times = [optical.ttft, gpu.time]
     # Not palette(0): that colour is the laser's in the shared legend.
     bars = ax_t.bar(["optical", gpu.gpu.name], times, color=["white", "0.3"], edgecolor="black")
@@ -93,7 +96,8 @@ def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport) -> Any:
     return fig
 
 
-def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> Path:
+def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path, *,
+                   hardware: str | None = None) -> Path:
     """Draw :func:`breakdown_figure` and save it to ``path`` (format from its
     suffix: png, svg or pdf; no suffix: ``.png`` is added).
 
@@ -103,7 +107,7 @@ def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path) -> 
         Where the figure was written.
     """
     path = figure_path(path)
-    fig = breakdown_figure(optical, gpu)
+    fig = breakdown_figure(optical, gpu, hardware=hardware)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path
