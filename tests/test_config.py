@@ -40,7 +40,7 @@ def test_unknown_path_names_path_and_valid_choices(path):
     ("adc.bits", 25, "adc.bits: 25 is out of range"),
     ("dac.bits", 4.5, "dac.bits: 4.5 is not an integer"),
     ("mask.bits", True, "mask.bits"),
-    ("source.photons_per_mac", -1.0, r"photons_per_mac: -1.0 is out of range; valid: number in \(0.0"),
+    ("source.photons_per_mac", -1.0, r"photons_per_mac: -1.0 is out of range; valid: number in \[1e-30, inf\] photons"),
     ("source.photons_per_mac", 0.0, "photons_per_mac"),
     ("source.photons_per_mac", math.nan, "photons_per_mac"),
     ("detector.read_noise_electrons", -0.1, "read_noise_electrons"),
