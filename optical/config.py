@@ -300,7 +300,9 @@ class DetectorConfig(Section):
         every backend, in float32 too (a variance past its range included), as
         long as the output fits its dtype.
     shot_noise : {"poisson", "gaussian"}
-        Exact Poisson counts, or their Gaussian approximation.
+        Poisson counts (exact up to a mean of 2**32, 2**16 on the JAX backend;
+        the normal law, skewness ``1 / sqrt(mean)``, above), or their Gaussian
+        approximation.
     balanced : bool
         With split weights: subtract the two rails in analogue before one ADC
         (True), or digitise each rail and subtract digitally (False).

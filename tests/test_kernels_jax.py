@@ -373,6 +373,36 @@ def test_large_poisson_means_have_poisson_moments():
     assert abs(counts.var() / 3e6 - 1) < 0.015
 
 
+@pytest.mark.parametrize("lam", [1e14, 1e16, 1e30])
+def test_poisson_deviations_keep_their_law_at_huge_means_in_float32(lam):
+    # Dark counts are drawn as deviations from their mean: counts - lam in
+    # float32 kept the count's rounding to lam's spacing instead (variance
+    # 1.06 lam at 1e14, none at all from 1e16 on).
+    m = jnp.full((4, 50_000), lam, jnp.float32)
+    dev = np.asarray(_jax_pass._token_poisson(jax.random.PRNGKey(0), 2, 0, m, deviation=True),
+                     np.float64)
+    z = dev / math.sqrt(float(np.float32(lam)))
+    assert abs(z.mean()) < 5 / math.sqrt(z.size)
+    assert abs(z.var() - 1) < 5 * math.sqrt(2 / z.size)
+
+
+@pytest.mark.parametrize("dark", [1e16, 1e30])
+def test_poisson_dark_noise_keeps_its_variance_in_float32(dark):
+    # A balanced pair of rails read out twice (split inputs): dark counts add
+    # 4 D / p**2 to each output (the shot noise, x @ w / p = 10, is far below).
+    tokens = 20_000
+    x = np.ones((tokens, 16), np.float32)
+    w = np.full((16, 2), 0.5, np.float32)
+    w[0] = 1.0
+    cfg = ideal(**{"source.photons_per_mac": 1.0, "encoding.inputs": "split",
+                   "detector.dark_electrons": dark, "core.inputs": 16})
+    y = np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=3, chunk_tokens=tokens),
+                   np.float64)
+    theory = 4 * dark
+    assert np.all(np.abs(y.mean(axis=0) - x[0] @ w) < 5 * np.sqrt(theory / tokens))
+    assert np.all(np.abs(y.var(axis=0) / theory - 1) < 5 * math.sqrt(2 / tokens))
+
+
 def test_traced_arguments_are_checked_like_concrete_ones(rng):
     x = jnp.asarray(rng.standard_normal((4, 64)).astype(np.float32))
     w = rng.standard_normal((64, 16)).astype(np.float32)
@@ -440,6 +470,70 @@ def test_an_all_zero_weight_column_gives_exactly_zero(rng):
     for scale in (1.0, 1e-3):
         y = np.asarray(jax_backend.matmul(jnp.asarray(x), w * scale, cfg, seed=0))
         assert np.all(y[:, 5] == 0) and np.all(y[:, [4, 6]] != 0)
+
+
+#: The largest core (``core.inputs``/``outputs`` are valid up to 1 << 20):
+#: one rail of it padded in float32 is 4 TiB.
+HUGE_CORE = {"core.inputs": 1 << 20, "core.outputs": 1 << 20}
+
+
+def test_a_matrix_smaller_than_the_core_is_not_padded_to_it(rng):
+    """A matrix smaller than the core sits at its first rows and outputs, as
+    on the numpy and numba backends: the JAX pass's arrays are the matrix's
+    size, not the core's, and the ideal machine computes x @ w (with w
+    programmed, and traced through jit)."""
+    x = rng.standard_normal((4, 70)).astype(np.float32)
+    w = rng.standard_normal((70, 45)).astype(np.float32)
+    cfg = ideal(**HUGE_CORE)
+    st = _jax_pass.static_of(w.shape, cfg, False, frozenset(), np.float32)
+    assert (st.tile_k, st.tile_n, st.k_tiles, st.n_tiles) == (70, 45, 1, 1)
+    pw = optical.program(w, cfg)
+    assert _jax_pass.device_arrays(pw, st)["sig"].shape == (1, 1, 1, 70, 45)
+    expect = x.astype(np.float64) @ w
+    atol = 1e-5 * np.abs(expect).max()
+    np.testing.assert_allclose(np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0)),
+                               expect, rtol=1e-5, atol=atol)
+    traced = jax.jit(lambda v: jax_backend.matmul(jnp.asarray(x), v, cfg, seed=0))(
+        jnp.asarray(w))
+    np.testing.assert_allclose(np.asarray(traced), expect, rtol=1e-5, atol=atol)
+    # Larger than a smaller core: whole core-sized tiles, the last one partial.
+    st = _jax_pass.static_of((70, 45), ideal(**{"core.inputs": 32, "core.outputs": 20}),
+                             False, frozenset(), np.float32)
+    assert (st.tile_k, st.tile_n, st.k_tiles, st.n_tiles) == (32, 20, 3, 3)
+
+
+@pytest.mark.parametrize(("shot_noise", "exact"), [("gaussian", False), ("gaussian", True),
+                                                   ("poisson", False)])
+def test_a_noisy_matrix_smaller_than_the_core_has_the_numba_distribution(rng, shot_noise,
+                                                                         exact):
+    """Every noise, 8-bit ADC windows shared per tile, on the largest core:
+    the JAX outputs have numba's mean and variance (one seed each, 250
+    copies of two tokens, one jitted chunk; standard errors sd sqrt(2 / 250)
+    and sqrt(4 / 250))."""
+    x = rng.standard_normal((2, 70)).astype(np.float32)
+    w = rng.standard_normal((70, 45)).astype(np.float32)
+    cfg = ideal(**{**HUGE_CORE, "source.photons_per_mac": 40.0, "source.rin_db_per_hz": -120.0,
+                   "detector.read_noise_electrons": 30.0, "detector.shot_noise": shot_noise,
+                   "dac.bits": 6, "mask.bits": 6, "adc.bits": 8, "adc.window": "per_tile"})
+    pw = optical.program(w, cfg)
+    copies = 250
+    xs = np.broadcast_to(x, (copies, *x.shape)).reshape(-1, 70).copy()
+    ref = optical.matmul(xs, pw, cfg, seed=0, backend="numba", exact=exact).reshape(copies, 2, 45)
+    got = np.asarray(jax_backend.matmul(jnp.asarray(xs), pw, cfg, seed=0, exact=exact)).reshape(
+        copies, 2, 45)
+    sd = ref.std(axis=0)
+    assert np.all(np.abs(got.mean(axis=0) - ref.mean(axis=0)) < 5 * sd * math.sqrt(2 / copies))
+    ratio = got.var(axis=0) / ref.var(axis=0)
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / copies)), ratio
+
+
+def test_rederived_per_tile_windows_of_a_matrix_smaller_than_the_core(rng):
+    # One tile holds all 30 columns: the windows re-derived in the trace are
+    # shared over them alone, as program() shares them.
+    cfg = ideal(**{**HUGE_CORE, "source.photons_per_mac": 30.0,
+                   "detector.read_noise_electrons": 30.0, "detector.shot_noise": "gaussian",
+                   "adc.bits": 8, "adc.window": "per_tile"})
+    _assert_rederived_windows_are_programmed(rng, cfg, {"source.photons_per_mac": 40.0})
 
 
 def test_readout_stream_is_its_own():

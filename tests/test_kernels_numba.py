@@ -53,6 +53,42 @@ def test_numba_poisson_keeps_huge_means(lam):
     assert abs(out.mean() - lam) < 0.5 * math.sqrt(lam)
 
 
+def test_numba_draws_the_reference_counts_past_the_normal_law_threshold():
+    # Past POISSON_NORMAL_ABOVE a count is lam + sqrt(lam) z rounded to a
+    # whole number, a dark deviation sqrt(lam) z rounded to one whatever
+    # lam: both show z's last bits, so the reference draws z with these
+    # kernels' own polynomials. Means from 4e9 to 1e30, and the edges.
+    idx = (np.arange(100_000, dtype=np.uint64) * np.uint64(7919)) ^ np.uint64(2**40 + 3)
+    lam = 10 ** np.random.default_rng(2).uniform(9.6, 30, idx.size)
+    lam[:8] = [2.0**32, np.nextafter(2.0**32, np.inf), 2.0**52 - 0.5, 2.0**52, 2.0**53,
+               1e14, 1e16, 1e30]
+    out = np.empty(idx.size)
+    for deviation in (False, True):
+        rng_nb.poisson_array(np.uint64(5), np.uint64(2), idx, lam, out, deviation)
+        np.testing.assert_array_equal(out, _rng.poisson(5, 2, idx, lam, deviation=deviation))
+
+
+@pytest.mark.parametrize("dark", [1e14, 1e16, 1e30])
+def test_poisson_dark_noise_keeps_its_variance_at_huge_means(dark):
+    """Dark counts of huge means (DetectorConfig allows 1e30) keep the
+    Poisson variance, and exact mode draws them bit for bit as the
+    reference: a balanced pair of rails read out twice (split inputs) adds
+    4 D / p**2 to each output (1.42 times it at 1e16 when PTRS's float64
+    acceptance test cancelled)."""
+    tokens = 20_000
+    x = np.ones((tokens, 16))
+    w = np.full((16, 2), 0.5)
+    w[0] = 1.0
+    cfg = ideal(**{"source.photons_per_mac": 1.0, "encoding.inputs": "split",
+                   "detector.dark_electrons": dark, "core.inputs": 16})
+    y = optical.matmul(x, w, cfg, seed=3, backend="numpy")
+    theory = 4 * dark  # shot noise, x @ w / p = 10, is far below
+    assert np.all(np.abs(y.mean(axis=0) - x[0] @ w) < 5 * np.sqrt(theory / tokens))
+    np.testing.assert_allclose(y.var(axis=0) / theory, 1.0, rtol=0, atol=5 * np.sqrt(2 / tokens))
+    np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=3, backend="numba", exact=True),
+                                  y)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_poisson_shot_noise_at_huge_photon_counts_through_matmul(rng, backend):
     # Relative shot noise 1/sqrt(mean): at 1e20 photons per MAC the ideal

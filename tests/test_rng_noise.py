@@ -63,6 +63,24 @@ def test_poisson_is_exact(lam):
     assert stats.chi2.sf(chi2, keep.sum() - 1) > 0.01
 
 
+@pytest.mark.parametrize("lam", [1e14, 1e16, 1e30])
+def test_poisson_noise_keeps_its_law_at_huge_means(lam):
+    """Past ``POISSON_NORMAL_ABOVE`` counts follow the normal law (PTRS's
+    float64 acceptance test cancels: the variance was 1.42 lam at 1e16, and
+    at 1e30 the mean was off by 0.16 sd). Shot counts and dark deviations
+    have mean lam (0) and variance lam; the deviations are whole numbers,
+    normal by KS. (A count past 2**53 is rounded to lam's float64 spacing,
+    0.14 sd at 1e30: 1.6e-3 more variance, within the tolerance; the
+    deviations are not.)"""
+    counts = noise.shot_noise(np.full(N, lam), model="poisson", seed=99, index=_idx())
+    deviations = noise.dark_noise(lam, model="poisson", seed=99, index=_idx())
+    assert np.all(deviations == np.round(deviations))
+    for z in ((counts - lam) / np.sqrt(lam), deviations / np.sqrt(lam)):
+        assert abs(z.mean()) < 5 / np.sqrt(N)
+        assert np.var(z) == pytest.approx(1.0, abs=5 * np.sqrt(2 / N))
+    assert stats.kstest(deviations / np.sqrt(lam), "norm").pvalue > 0.01
+
+
 def test_shot_noise_models_have_poisson_moments():
     mean = np.full(N, 400.0)
     for model in ("poisson", "gaussian"):

@@ -49,6 +49,11 @@ class Static:
 
     k: int
     n: int
+    # The core's inputs and outputs, or the matrix's K and N where smaller: a
+    # matrix smaller than the core fills its first rows and outputs, so its
+    # arrays (and noise draws) are not padded to the core's size. (What the
+    # core's size does to the light is in the programmed transmissions; the
+    # counts of passes and conversions come from ``optical.core.schedule``.)
     tile_k: int
     tile_n: int
     k_tiles: int
@@ -95,7 +100,7 @@ def static_of(shape: tuple[int, int], config: OpticalConfig, exact: bool, varied
     low_rank = (not (exact or poisson) and dec.balanced and finite
                 and config.encoding.inputs == "offset")
     return Static(
-        k=k, n=n, tile_k=config.core.inputs, tile_n=config.core.outputs,
+        k=k, n=n, tile_k=min(k, config.core.inputs), tile_n=min(n, config.core.outputs),
         k_tiles=-(-k // config.core.inputs), n_tiles=-(-n // config.core.outputs),
         offset_inputs=config.encoding.inputs == "offset",
         n_in=dec.n_in, n_det=dec.n_det, n_adc=dec.n_adc, balanced=dec.balanced,
@@ -112,7 +117,9 @@ def static_of(shape: tuple[int, int], config: OpticalConfig, exact: bool, varied
 
 
 def _pad_kn(a: np.ndarray, st: Static) -> np.ndarray:
-    """Zero-pad the last two axes (K, N) to whole tiles."""
+    """Zero-pad the last two axes (K, N) to whole tiles: a partial last tile
+    to the core's size (a matrix smaller than the core is a single tile of its
+    own size: ``Static.tile_k``)."""
     pad = [(0, 0)] * (a.ndim - 2) + [(0, st.k_tiles * st.tile_k - a.shape[-2]),
                                       (0, st.n_tiles * st.tile_n - a.shape[-1])]
     return np.pad(a, pad)
@@ -237,6 +244,9 @@ def noise_params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> 
 #: ``round(lam + sqrt(lam) N(0, 1))``: ``jax.random.poisson`` counts in int32
 #: (it saturates at 2**31) and, in float32, overstates the variance from
 #: about 1e6 on (by 3 %); the normal law's skewness error here is 1/256.
+#: (The numpy reference and numba, exact in float64 much further, switch at
+#: ``optical._rng.POISSON_NORMAL_ABOVE``.) Dark counts, whose mean is
+#: subtracted, are drawn as deviations from it (``_token_poisson``).
 POISSON_NORMAL_ABOVE = float(1 << 16)
 
 
@@ -247,18 +257,32 @@ def _token_normals(key, stream: int, t0, tokens: int, shape: tuple[int, ...], dt
     return jax.vmap(lambda t: jax.random.normal(jax.random.fold_in(base, t), shape, dtype))(ids)
 
 
-def _token_poisson(key, stream: int, t0, lam):
+def _token_poisson(key, stream: int, t0, lam, deviation: bool = False):
     """Poisson counts of means ``lam`` (tokens first), each token's from its own
-    key; means above :data:`POISSON_NORMAL_ABOVE` draw ``round(lam + sqrt(lam) N(0, 1))``."""
+    key; means above :data:`POISSON_NORMAL_ABOVE` draw ``round(lam + sqrt(lam) N(0, 1))``.
+
+    ``deviation``: return ``counts - lam`` instead (dark counts, whose mean is
+    subtracted). From 2**24 on in float32 (2**53 in float64) the count is
+    rounded to the mean's spacing (2 or more), so ``counts - lam`` would keep
+    that rounding rather than the noise (none at all once ``sqrt(lam)`` is
+    below half the spacing, from about 1e14). There the mean is a whole
+    number and the deviation is ``round(sqrt(lam) N(0, 1))`` itself; below,
+    exactly ``counts - lam``.
+    """
     base = jax.random.fold_in(key, stream)
     ids = t0 + jnp.arange(lam.shape[0], dtype=jnp.uint32)
+    whole = float(2 ** (jnp.finfo(lam.dtype).nmant + 1))  # every integer below is exact
 
     def draw(t, m):
         token = jax.random.fold_in(base, t)
         counts = jax.random.poisson(token, jnp.minimum(m, POISSON_NORMAL_ABOVE),
                                     dtype=jnp.int32).astype(m.dtype)
         z = jax.random.normal(jax.random.fold_in(token, 1), m.shape, m.dtype)
-        return jnp.where(m > POISSON_NORMAL_ABOVE, jnp.round(m + jnp.sqrt(m) * z), counts)
+        spread = jnp.sqrt(m) * z
+        counts = jnp.where(m > POISSON_NORMAL_ABOVE, jnp.round(m + spread), counts)
+        if not deviation:
+            return counts
+        return jnp.where(m < whole, counts - m, jnp.round(spread))
 
     return jax.vmap(draw)(ids, lam)
 
@@ -387,8 +411,8 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
             det = jnp.where(lit, _token_poisson(key, _rng.STREAMS["shot"], t0, lam) / p,
                             jnp.moveaxis(means, 2, 0))
             dark = _token_poisson(key, _rng.STREAMS["dark"], t0,
-                                  jnp.broadcast_to(params["dark"], lam.shape))
-            det = jnp.moveaxis(det + (dark - params["dark"]) * inv_p, 0, 2).astype(dt)
+                                  jnp.broadcast_to(params["dark"], lam.shape), deviation=True)
+            det = jnp.moveaxis(det + dark * inv_p, 0, 2).astype(dt)
         else:
             dshape = (st.k_tiles, st.n_in, st.n_det, np_)
             zs = _token_normals(key, _rng.STREAMS["shot"], t0, tokens, dshape, dt)

@@ -40,7 +40,7 @@ _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be writ
 #: alone would leave the kernels cached from this file running the old
 #: code. Recording the digests makes such an edit change this file too;
 #: ``tests/test_kernels_numba.py`` fails until they are updated.
-DEPENDENCY_SHA256 = {"_rng_numba.py": "ffd13f2d7a343528"}
+DEPENDENCY_SHA256 = {"_rng_numba.py": "da1b1d5c793eaa70"}
 
 _SERIAL = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
@@ -466,7 +466,7 @@ def _readout_exact_pass(m, row, lo, hi, enob_std, top, seed, keys, p, dark, read
                     counts = e + math.sqrt(e) * rng.normal(keys[0], idx)
                 if dark > 0.0:
                     if poisson:
-                        counts += rng.poisson(seed, np.uint64(2), keys[1], idx, dark) - dark
+                        counts += rng.poisson_deviation(seed, np.uint64(2), keys[1], idx, dark)
                     else:
                         counts += sqrt_dark * rng.normal(keys[1], idx)
                 det[r] = counts / p
@@ -519,7 +519,8 @@ def readout_exact(m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, clipped, seed, 
     m : (n_det, n_in * T, nn) dtype, the mean detector-rail readouts.
     keys : (4,) uint64, stream keys of shot, dark, read and adc noise.
     p : photons per MAC (``inf``: no detector noise); dark, read : electrons.
-    poisson : exact Poisson (True) or Gaussian (False) shot and dark counts.
+    poisson : Poisson (True, as ``optical._rng.poisson``) or Gaussian (False) shot and
+        dark counts.
     balanced : two rails subtracted before one ADC (else one ADC per rail).
     enob_std : (n_adc, nn) float64, ENOB noise of each column (0: none).
     Other arguments as :func:`readout_fast`.

@@ -32,6 +32,8 @@ M1 = np.uint64(0xBF58476D1CE4E5B9)
 M2 = np.uint64(0x94D049BB133111EB)
 LOW32 = np.uint64(0xFFFFFFFF)
 POISSON_INVERSION_MAX = 10.0
+POISSON_NORMAL_ABOVE = float(1 << 32)  # see optical._rng
+_WHOLE_FLOAT64 = float(1 << 52)
 
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
@@ -249,14 +251,35 @@ def _poisson_ptrs(seed, stream, index, lam):
 
 
 @nb.njit(error_model="numpy")
+def _poisson_normal_deviation(key0, index, lam):
+    """``count - lam`` of the normal law's count, as the reference's (whose
+    normals are this module's, ``optical._rng._normal_arithmetic``)."""
+    spread = math.sqrt(lam) * normal(key0, index)
+    if lam < _WHOLE_FLOAT64:
+        return np.rint(lam + spread) - lam
+    return np.rint(spread)
+
+
+@nb.njit(error_model="numpy")
 def poisson(seed, stream, key0, index, lam):
-    """Exact Poisson draw of mean ``lam`` (as float64), as ``optical._rng.poisson``.
+    """Poisson draw of mean ``lam`` (as float64), as ``optical._rng.poisson``.
 
     ``key0`` is ``stream_key(seed, stream, 0)``, passed in to save a hash.
     """
     if lam < POISSON_INVERSION_MAX:
         return _poisson_inversion(key0, index, lam)
+    if lam > POISSON_NORMAL_ABOVE:
+        return lam + _poisson_normal_deviation(key0, index, lam)
     return _poisson_ptrs(seed, stream, index, lam)
+
+
+@nb.njit(error_model="numpy")
+def poisson_deviation(seed, stream, key0, index, lam):
+    """``poisson(...) - lam``, exact at any mean, as ``optical._rng.poisson``
+    with ``deviation=True``."""
+    if lam > POISSON_NORMAL_ABOVE:
+        return _poisson_normal_deviation(key0, index, lam)
+    return poisson(seed, stream, key0, index, lam) - lam
 
 
 # --------------------------------------------------------------------------- #
@@ -352,10 +375,13 @@ def uniform_array(key, index, out):
 
 
 @nb.njit(cache=_CACHE, error_model="numpy")
-def poisson_array(seed, stream, index, lam, out):
+def poisson_array(seed, stream, index, lam, out, deviation=False):
     key0 = stream_key(seed, stream, np.uint64(0))
     for i in range(index.size):
-        out[i] = poisson(seed, stream, key0, index[i], lam[i])
+        if deviation:
+            out[i] = poisson_deviation(seed, stream, key0, index[i], lam[i])
+        else:
+            out[i] = poisson(seed, stream, key0, index[i], lam[i])
 
 
 @nb.njit(cache=_CACHE, error_model="numpy")

@@ -94,7 +94,8 @@ def shot_noise(mean_electrons: np.ndarray, *, model: str, seed: int,
     mean_electrons : ndarray, electrons
         Expected counts, finite and ``>= 0`` (else ValueError).
     model : {"poisson", "gaussian"}
-        Exact Poisson counts, or ``mean + sqrt(mean) * N(0, 1)``.
+        Poisson counts (exact up to a mean of 2**32, rounded normal above:
+        ``optical._rng.poisson``), or ``mean + sqrt(mean) * N(0, 1)``.
     seed : int
     index : ndarray of uint64
         One counter per draw, broadcastable with ``mean_electrons``.
@@ -130,7 +131,7 @@ def dark_noise(dark_electrons: float, *, model: str, seed: int, index: np.ndarra
         return np.zeros(np.shape(index))
     mean = np.full(np.shape(index), float(dark_electrons))
     if model == "poisson":
-        return _rng.poisson(seed, _rng.STREAMS["dark"], index, mean) - mean
+        return _rng.poisson(seed, _rng.STREAMS["dark"], index, mean, deviation=True)
     key = _rng.stream_key(seed, _rng.STREAMS["dark"])
     return math.sqrt(dark_electrons) * _rng.normal(key, index)
 
