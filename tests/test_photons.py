@@ -67,6 +67,22 @@ def test_the_law_holds_when_read_noise_dominates_too():
         assert req.snr_slope_db_per_decade == pytest.approx(19.0, abs=1.0)
 
 
+def test_where_read_and_shot_noise_meet_the_fit_probes_a_quarter_decade_around():
+    """The SNR bends between 10 and 20 dB per decade where read and shot noise
+    are comparable, so the final line is fitted over probes a quarter-decade
+    apart (a half-decade fit missed the target by 0.44 dB here): the SNR at
+    the solution is the target."""
+    cfg = optical.presets.get("ideal").replace({"detector.read_noise_electrons": 30.0})
+    req = photons.required_photons(64, operands="coherent", tokens=32, outputs=64, config=cfg)
+    probes = [q for q, _ in req.points]
+    assert [b / a for a, b in zip(probes, probes[1:], strict=False)] == \
+        pytest.approx([10 ** 0.25] * 2, rel=1e-12)
+    assert 10.5 < req.snr_slope_db_per_decade < 19.5  # neither law alone
+    snr = photons.output_snr_db(64, req.photons_per_mac, operands="coherent", tokens=32,
+                                outputs=64, config=cfg)
+    assert snr == pytest.approx(20.0, abs=0.25)
+
+
 def test_a_converter_floor_is_reported_not_extrapolated():
     cfg = optical.presets.get("ideal").replace({"adc.bits": 3})
     with pytest.raises(ValueError, match="not reachable|not reached"):
