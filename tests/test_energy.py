@@ -456,6 +456,29 @@ def test_activation_masks_share_every_core_when_weights_are_not_resident(cores):
     assert rep.ttft - rep.time["digital"] == approx(optics, rel=1e-12, abs=0)
 
 
+@pytest.mark.parametrize("cores", [1, 64])
+def test_laser_power_is_every_source_lit_at_the_input_rate(cores):
+    """While streaming, each busy core's sources are lit once per input
+    period: Llama-3.1-8B's widths fill whole 1024-row tiles, so one core's
+    lasers draw 1024 x (energy per activation) x input_rate (docs/energy.md:
+    0.40 W a source, 407 W for one iris-like core); 64 cores draw that times
+    the cores busy on average (a matmul's last round of tiles may leave some
+    idle)."""
+    cfg = optical.presets.get("iris-like").replace({"energy.cores": cores})
+    spec = optical.transformer.read_spec("models/llama-3.1-8b")
+    rep = model.prefill(spec, 2048, cfg)
+    per_core = cfg.core.inputs * model.laser_energy_per_activation(cfg) * cfg.energy.input_rate
+    layer = optical.transformer.layer_schedule(spec, 2048, cfg)
+    tile_time = sum(s.passes for s in layer.values())  # core-periods of streaming
+    span = sum(-(-s.weight_loads // cores) * s.passes / s.weight_loads for s in layer.values())
+    assert rep.laser_power == approx(per_core * tile_time / span, rel=1e-9)
+    assert rep.to_dict()["laser_power_w"] == rep.laser_power
+    if cores == 1:
+        assert f"{per_core / 1024:.2f} W" == "0.40 W" and f"{rep.laser_power:.0f}" == "407"
+    else:
+        assert 16 * per_core < rep.laser_power < 64 * per_core  # k_proj: 4 tiles, 4 cores
+
+
 def test_laser_lights_every_output_column_of_a_non_square_core():
     # A 4-input x 6-output core: each source lights its row of 6 columns x 2
     # weight rails (not 4 inputs x 2), even on the N-tile holding 1 of 7 columns.

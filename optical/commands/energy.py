@@ -113,6 +113,7 @@ def _table(report: model.PrefillEnergy) -> list[str]:
     if macs:
         lines.append(f"  per optical MAC: {report.per_mac * 1e12:.4g} pJ (laser "
                      f"{report.components['laser'] / macs * 1e12:.4g} pJ) over {macs:.4g} MACs")
+        lines.append(f"  lasers while streaming: {report.laser_power:.4g} W electrical")
     return lines
 
 

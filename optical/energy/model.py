@@ -308,6 +308,14 @@ class PrefillEnergy:
         return self.total / self.counts["macs"] if self.counts["macs"] else math.inf
 
     @property
+    def laser_power(self) -> float:
+        """Electrical power of the lasers while they stream, all cores
+        together, W: their energy over the streaming time (``time
+        ["streaming"]``); what a thermal or power budget must supply."""
+        streaming = self.time["streaming"]
+        return self.components["laser"] / streaming if streaming > 0 else 0.0
+
+    @property
     def throughput(self) -> float:
         """Prompt tokens per second of one machine, tokens/s."""
         return self.batch * self.tokens / self.ttft if self.ttft > 0 else math.inf
@@ -322,6 +330,7 @@ class PrefillEnergy:
             "ttft_s": self.ttft,
             "time_s": dict(self.time),
             "throughput_tokens_per_s": self.throughput,
+            "laser_power_w": self.laser_power,
             "weights_resident": self.weights_resident,
             "cores": self.cores,
             "counts": dict(self.counts),
