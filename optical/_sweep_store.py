@@ -313,7 +313,8 @@ def _described(definition: Mapping[str, Any]) -> dict[str, str]:
     figure's title: a description, so a manifest of another version (a config
     field this one lacks) still loads, as "custom config"."""
     try:
-        base = presets.describe(OpticalConfig.from_dict(definition["base_config"]))
+        base = presets.describe(OpticalConfig.from_dict(definition["base_config"]),
+                                ignore=set(definition.get("params") or ()))
     except (ValueError, TypeError, KeyError):
         base = None
     workload = definition.get("workload")

@@ -760,7 +760,7 @@ class OpticalConfig:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            if isinstance(text, str) and text.strip()[:1] not in ("{", "["):
+            if isinstance(text, str) and text.strip()[:1] not in ("", "{", "["):
                 raise ValueError(f"text: not JSON ({err}); from_json reads JSON text: for "
                                  f"a file, OpticalConfig.from_file({text.strip()!r})") from None
             raise
@@ -774,6 +774,8 @@ class OpticalConfig:
         ``optical energy --json``); fields it leaves out take
         ``OpticalConfig()``'s values. ValueError names the file and what is
         wrong with it."""
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"path: expected a file path, got {type(path).__name__}")
         try:
             text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as some editors write
         except (OSError, UnicodeDecodeError) as err:

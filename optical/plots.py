@@ -191,6 +191,9 @@ def summary(frame: Any, metric: str, by: Sequence[str] = (), *,
 
     _check_runs(frame)
     _check_metric(frame, metric, "metric")
+    if isinstance(by, str):
+        raise TypeError(f"by: expected a sequence of swept parameters, got the string {by!r} "
+                        f"(one parameter: by=[{by!r}])")
     by = list(by)
     for path in by:
         _check_param(frame, path, "by")

@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from optical.config import (
     ADCConfig,
@@ -34,6 +34,7 @@ from optical.config import (
     OpticsConfig,
     OutliersConfig,
     SourceConfig,
+    check_config,
 )
 from optical.physics.noise import ELEMENTARY_CHARGE, tia_noise_electrons
 
@@ -204,15 +205,24 @@ def name_of(config: OpticalConfig) -> str | None:
     return next((name for name, make in _PRESETS.items() if make() == config), None)
 
 
-def describe(config: OpticalConfig, max_changes: int = 3) -> str:
+def describe(config: OpticalConfig, max_changes: int = 3, *,
+             ignore: Collection[str] = ()) -> str:
     """A short name for ``config``: its preset's (``"iris-like"``), else the
     preset it differs least from with the fields it changes, when they are
     at most ``max_changes`` (``"iris-like with detector.dark_electrons=0.0"``),
-    else ``"custom config"``. Ties go to the preset listed first."""
+    else ``"custom config"``. Ties go to the preset listed first. Paths in
+    ``ignore`` (a sweep's swept parameters, whose base value is never run)
+    are neither counted nor named."""
+    check_config(config)
+    if isinstance(max_changes, bool) or not isinstance(max_changes, int) or max_changes < 0:
+        raise ValueError(f"max_changes: {max_changes!r} must be a non-negative integer")
+    if isinstance(ignore, str):
+        raise TypeError(f"ignore: expected a collection of config paths, got the string "
+                        f"{ignore!r}")
     best: tuple[str, list[str]] | None = None
     for name, make in _PRESETS.items():
         preset = make()
-        changed = preset.diff(config)
+        changed = [path for path in preset.diff(config) if path not in ignore]
         if not changed:
             return name
         if len(changed) <= max_changes and (best is None or len(changed) < len(best[1])):

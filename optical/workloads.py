@@ -29,7 +29,7 @@ import numpy as np
 
 from optical import metrics
 from optical._gemm import cols_matmul
-from optical._validation import check_bool, check_nonnegative_int, check_positive_int
+from optical._validation import check_bool, check_nonnegative_int, check_positive_int, check_seed
 from optical.config import OpticalConfig
 
 __all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
@@ -328,8 +328,7 @@ class LayerWorkload:
                            _positive_int("weights_seed", self.weights_seed, zero=True))
         object.__setattr__(self, "local", check_bool(self.local, "local"))
         if self.data_seed is not None:
-            object.__setattr__(self, "data_seed",
-                               _positive_int("data_seed", self.data_seed, zero=True))
+            object.__setattr__(self, "data_seed", check_seed(self.data_seed, "data_seed"))
 
     @property
     def label(self) -> str:

@@ -117,8 +117,11 @@ def test_from_file_reads_a_config_file_or_a_report_and_from_json_points_to_it(tm
     with pytest.raises(ValueError, match=r"from_json reads JSON text: for a file, "
                                          r"OpticalConfig.from_file\('machine.json'\)"):
         OpticalConfig.from_json("machine.json")
-    with pytest.raises(json.JSONDecodeError):
-        OpticalConfig.from_json('{"adc": ')  # JSON text, broken: json's own error
+    for broken in ('{"adc": ', "", "  "):  # JSON text, broken or empty: json's own error
+        with pytest.raises(json.JSONDecodeError):
+            OpticalConfig.from_json(broken)
+    with pytest.raises(TypeError, match="path: expected a file path, got NoneType"):
+        OpticalConfig.from_file(None)
     (tmp_path / "bad.json").write_text("{oops")
     (tmp_path / "wrong.json").write_text('{"adc": {"bitz": 6}}')
     for name, message in (("none.json", "No such file"), ("bad.json", "not JSON"),

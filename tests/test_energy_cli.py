@@ -37,12 +37,33 @@ def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, 
 
 
 @pytest.mark.parametrize(("value", "text"), [(1.0023, "1.002"), (0.99951, "0.9995"),
-                                           (1.0, "1"), (2.97, "2.97"), (0.00934, "0.00934")])
+                                           (1.0, "1"), (2.97, "2.97"), (0.00934, "0.00934"),
+                                           (1.00004, "1.00004"), (1 + 2**-52, repr(1 + 2**-52))])
 def test_a_ratio_near_one_keeps_the_digit_that_says_which_side_wins(value, text):
     """The disaggregated ratio 1.0023 was printed "1x"."""
     from optical.commands.energy import _ratio
 
     assert _ratio(value) == text
+
+
+@pytest.mark.parametrize(("options", "hardware"), [
+    (["--preset", "iris-like", "--set", "adc.bits=6"], "preset iris-like + adc.bits=6"),
+    (["--config", "{tmp}/m.json"], "config {tmp}/m.json"),
+])
+def test_energy_plot_is_titled_with_the_hardware_priced(tmp_path, monkeypatch, capsys,
+                                                       options, hardware):
+    pytest.importorskip("matplotlib")
+    from optical.energy import plot
+
+    (tmp_path / "m.json").write_text(optical.presets.get("iris-like").to_json())
+    drawn = []
+    real = plot.plot_breakdown
+    monkeypatch.setattr(plot, "plot_breakdown",
+                        lambda *a, **kw: drawn.append(kw["hardware"]) or real(*a, **kw))
+    options = [o.format(tmp=tmp_path) for o in options]
+    assert main(["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "64",
+                 *options, "--plot", str(tmp_path / "e.png")]) == 0
+    assert drawn == [hardware.format(tmp=tmp_path)]
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -59,6 +59,8 @@ def test_the_y_label_says_over_how_many_seeds_each_point_is_a_mean(grid):
     nan = grid.copy()
     nan.loc[(nan["adc.bits"] == 6) & (nan["seed"] == 2), "sqnr_db"] = np.nan
     assert ylabel(nan) == "sqnr_db (dB)\nmean ± std over 2-3 seeds"
+    nan.loc[nan["adc.bits"] == 8, "sqnr_db"] = np.nan  # a point with no seed left: not "0-3"
+    assert ylabel(nan) == "sqnr_db (dB)\nmean ± std over 2-3 seeds"
 
 
 def test_summary_is_the_seed_mean_std_and_count_of_each_point(grid):
@@ -79,6 +81,8 @@ def test_summary_is_the_seed_mean_std_and_count_of_each_point(grid):
                                         "nan_seeds": 0}]
     with pytest.raises(ValueError, match="parameter source.photons_per_mac also varies"):
         plots.summary(frame, "sqnr_db", ["adc.bits"])
+    with pytest.raises(TypeError, match=r"by: expected a sequence .* by=\['adc.bits'\]"):
+        plots.summary(frame, "sqnr_db", "adc.bits")
 
 
 def test_plot_json_data_is_each_kind_s_summary(grid):
@@ -92,6 +96,10 @@ def test_plot_json_data_is_each_kind_s_summary(grid):
         base = {"x": None, "y": None, "z": None, "hue": None, "where": []}
         return argparse.Namespace(**{**base, **kw})
 
+    lines = plotted_data(grid, args(kind="line", x="adc.bits", y="sqnr_db",
+                                    hue="source.photons_per_mac"))
+    assert [(d["source.photons_per_mac"], d["adc.bits"]) for d in lines[:4]] == [
+        (10.0, 4), (10.0, 6), (10.0, 8), (1e3, 4)]  # line by line, as drawn
     cells = plotted_data(grid, args(kind="heatmap", x="adc.bits", y="source.photons_per_mac",
                                     z="sqnr_db"))
     assert len(cells) == 9 and cells[1] == {

@@ -140,3 +140,12 @@ def test_describe_names_the_preset_or_the_nearest_one_and_its_changes():
     assert describe(four) == "custom config"
     assert describe(four, max_changes=4) == ("iris-like with dac.bits=6, mask.bits=6, "
                                              "adc.bits=6, core.inputs=32")
+    # A sweep's swept paths: their base value is never run, so never named.
+    assert describe(four, ignore={"adc.bits", "dac.bits"}) == \
+        "iris-like with mask.bits=6, core.inputs=32"
+    with pytest.raises(TypeError, match="config: expected an OpticalConfig, got str"):
+        describe("iris-like")
+    with pytest.raises(ValueError, match="max_changes: '3' must be a non-negative integer"):
+        describe(iris, "3")
+    with pytest.raises(TypeError, match="ignore: expected a collection of config paths"):
+        describe(iris, ignore="adc.bits")

@@ -545,6 +545,12 @@ def test_a_sweep_s_figure_names_its_workload_base_config_and_unfinished_runs(tmp
     optical.sweep(workload, {"adc.bits": [4]}, seeds=1, out=tmp_path / "c", base=custom,
                   executor="serial", progress=False)
     assert load(tmp_path / "c").attrs["sweep"]["base"] == "iris-like with adc.full_scale='rms'"
+    # A swept path's base value is never run: not named (it said "adc.bits=6" of
+    # a sweep over 4 and 8).
+    six = optical.presets.get("iris-like").replace({"adc.bits": 6})
+    optical.sweep(workload, {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "six", base=six,
+                  executor="serial", progress=False)
+    assert load(tmp_path / "six").attrs["sweep"]["base"] == "iris-like"
 
 
 @pytest.mark.parametrize(("output", "formats", "written"), [

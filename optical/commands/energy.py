@@ -94,10 +94,14 @@ def register(subparsers) -> None:
 
 
 def _ratio(value: float) -> str:
-    """A ratio to 3 significant digits, or 4 where 3 would print a ratio
-    that is not 1 as "1" (1.0023), so that which side wins stays visible."""
-    text = f"{value:.3g}"
-    return f"{value:.4g}" if text == "1" and value != 1 else text
+    """A ratio to 3 significant digits, or as many more as it takes for a
+    ratio that is not 1 not to print as "1" (1.0023: "1.002"), so that which
+    side wins stays visible."""
+    for digits in range(3, 18):
+        text = f"{value:.{digits}g}"
+        if text != "1" or value == 1:
+            return text
+    return repr(value)
 
 
 def _table(report: model.PrefillEnergy) -> list[str]:
@@ -188,7 +192,8 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
           f"{'compute' if ref.compute_bound else 'memory'}-bound: {ref.flops:.4g} FLOP, "
           f"{ref.bytes:.4g} B")
     print(f"  energy {ref.energy:.4g} J ({ref.per_token:.4g} J/token, "
-          f"{ref.per_mac * 1e12:.4g} pJ per MAC of its {ref.flops / 2:.4g}), TTFT {ref.time:.4g} s")
+          f"{ref.per_mac * 1e12:.4g} pJ per MAC over its {ref.flops / 2:.4g} MACs), "
+          f"TTFT {ref.time:.4g} s")
     be_p = comparison["break_even_photons_per_mac"]
     be_b = comparison["break_even_batch"]
     photons = ("none (the rest of the machine alone costs more)" if be_p is None

@@ -256,7 +256,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         Prompts of ``tokens`` tokens, processed together (weights programmed once).
     hidden : ndarray, float32, shape (batch, tokens, hidden), optional
         The layer input ((tokens, hidden) when batch is 1); default:
-        ``model.hidden_states(layer, tokens, seed=data_seed or seed, batch=batch)``.
+        ``model.hidden_states(layer, tokens, seed=seed, batch=batch)``, with
+        ``seed=data_seed`` when that is given.
     dtype : {"float16", "bfloat16", "float32"}
         Reference dtype.
     local : bool
