@@ -465,6 +465,10 @@ def test_cli_validate_weights_seed_reproduces_a_layer_sweep_run(tiny_dir, capsys
     for row in report["products"]:
         assert run[f"sqnr_db.{row['name']}"] == row["sqnr_db"], row["name"]
     assert _cli_report(capsys, *argv, "--seed", "7")["output"]["sqnr_db"] != run["sqnr_db"]
+    # and a run of a sweep with --data-seed 2 is --seed 7 --data-seed 2 --weights-seed 0
+    held = optical.LayerWorkload(str(tiny_dir), layer=1, tokens=6, data_seed=2).run(CFG, 7)
+    report = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2", "--weights-seed", "0")
+    assert held["sqnr_db"] == report["output"]["sqnr_db"] != run["sqnr_db"]
 
 
 #: iris-like on the tiny core, calibrated (ADC windows, outlier channels) but

@@ -44,7 +44,8 @@ def register(subparsers) -> None:
                         help="seed of the noise and, unless --data-seed, of the synthetic "
                              "input and the held-out calibration input; also of the synthetic "
                              "weights unless --weights-seed or --data-seed (default 0; a "
-                             "--model sweep's seed N is --seed N --weights-seed 0)")
+                             "--model sweep's seed N is --seed N --weights-seed 0, and with "
+                             "its --data-seed D, --data-seed D too)")
     parser.add_argument("--data-seed", type=int, metavar="S",
                         help="seed of the synthetic input and the held-out calibration input "
                              "(and of the weights unless --weights-seed), apart from the "
