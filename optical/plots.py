@@ -2,13 +2,15 @@
 
 Each function takes the tidy DataFrame of :func:`optical.sweep` /
 :func:`optical.load_sweep`, averages a metric over seeds (error bars: the
-standard deviation over seeds; NaN seeds left out and named in the title;
+sample standard deviation over seeds; NaN seeds left out and named in the title;
 an infinite mean marked "inf" at the axes' edge), chooses linear or log
 scales from the values (:func:`line`), and returns a ``matplotlib.figure.Figure``;
 :func:`save` writes it as PNG and SVG (or the format a file name's suffix
 names). Swept parameters other than the ones
 plotted must be held fixed with ``where={"path": value}`` (or plotted as the
-hue): a plot never silently averages over a parameter.
+hue): a plot never silently averages over a parameter. :func:`summary` gives
+the numbers a figure draws (each point's mean, sample std and seeds) as a
+DataFrame.
 
 >>> from optical import plots
 >>> fig = plots.line(df, x="adc.bits", y="sqnr_db", hue="source.photons_per_mac")  # doctest: +SKIP
