@@ -1262,6 +1262,14 @@ def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path
     summary = execute(definition, tmp_path / "t", executor=Twice(), progress=False)
     assert summary.ran == 4 and len(load(tmp_path / "t")) == 4
 
+    # ... and counted once where the count is told: a run failing after the
+    # first, twice-yielded, one leaves 1 finished run, not 2.
+    failing = SweepDefinition.build(SignalledRun(WL, None, after="fail"), {"adc.bits": [4, 8]},
+                                    seeds=2, base=BASE)
+    with pytest.raises(SweepError, match=r"ImportError: .* The 1 runs? finished so far"):
+        execute(failing, tmp_path / "u", executor=Twice(), progress=False)
+    assert len(load(tmp_path / "u")) == 1
+
     class Foreign(Executor):  # an outcome for a run it was not given
         def run(self, tasks):
             task, outcome = next(iter(SerialExecutor().run(list(tasks)[:1])))

@@ -694,6 +694,21 @@ def test_model_sweep_validates_the_layer_and_weights_asked_for(tiny_model, tmp_p
     _assert_runs_are(load(out), validate(0, 0), base, [])
 
 
+def test_a_model_sweep_s_defaults_are_its_help_s(tmp_path):
+    """`--model DIR` alone: layer 0, 512 tokens (validate's default is 256),
+    weights seed 0, each run's seed its data seed, one seed, iris-like."""
+    from optical.commands.sweep import _definition
+
+    args = build_parser().parse_args(["sweep", "--model", "models/llama-3.2-1b", "--out",
+                                      str(tmp_path / "s")])
+    definition = _definition(args)
+    workload = definition.workload
+    assert (workload.layer, workload.tokens, workload.weights_seed, workload.local,
+            workload.data_seed) == (0, 512, 0, False, None)
+    assert definition.seeds == (0,) and definition.base == optical.presets.get("iris-like")
+    assert not (tmp_path / "s").exists()  # a definition only: nothing run, nothing written
+
+
 def test_model_sweep_data_seed_gives_every_seed_the_same_input(tiny_model, tmp_path):
     """--data-seed D with --model: the workload validates with data_seed=D,
     so on a machine without noise every seed gives the same figures (each

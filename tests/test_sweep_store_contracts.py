@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import optical
-from optical._sweep_store import content_hash
+from optical._sweep_store import atomic_write, content_hash
 from optical.sweep import Range, SweepDefinition, execute, load, read_manifest, resume
 
 pd = pytest.importorskip("pandas")
@@ -302,3 +302,51 @@ def test_a_narrow_log_range_draws_within_its_bounds(tmp_path):
                                        samples=300)
     values = [p["source.photons_per_mac"] for p in definition.points()]
     assert len(values) > 100 and all(spec.lo <= v <= spec.hi for v in values)
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """Every sweep file is written atomically: a write that fails half-way
+    (a full disk) leaves the old file as it was, no temporary file behind,
+    and an OSError naming the file."""
+    from pathlib import Path
+
+    path = tmp_path / "manifest.json"
+    path.write_text("OLD")
+    real = Path.write_text
+
+    def half(self, text, *args, **kwargs):
+        real(self, text[:len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half)
+    with pytest.raises(OSError, match="manifest.json"):
+        atomic_write(path, "NEW-CONTENT")
+    monkeypatch.undo()
+    assert path.read_text() == "OLD"
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_a_random_point_edited_outside_its_range_is_refused_even_with_its_own_run_id(
+        tmp_path):
+    """A Range's bounds are checked on resume like a list's values: a point
+    of a random sweep moved outside its range, with the run id of the moved
+    point written beside it (so the run-id check passes), would otherwise run
+    a point the sweep does not define."""
+    from optical.sweep import stored_definition
+
+    out = tmp_path / "s"
+    params = {"source.photons_per_mac": Range(1e3, 1e4, log=True)}
+    optical.sweep(WL, params, seeds=1, samples=2, out=out, base=BASE, executor="serial",
+                  progress=False)
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    (out / "runs" / f"{data['run_ids'][1][0]}.json").unlink()  # point 1 still to come
+    data["points"][1]["source.photons_per_mac"] = 1e6
+    definition = stored_definition(out)
+    moved = definition.base.replace({"source.photons_per_mac": 1e6})
+    data["run_ids"][1] = [definition.run_id(moved, 0)]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"'points'\[1\] has source\.photons_per_mac = "
+                                         r"1000000\.0, which the sweep does not define"):
+        resume(out, executor="serial", progress=False)
+    assert len(list((out / "runs").glob("*.json"))) == 1  # nothing run at 1e6

@@ -93,6 +93,47 @@ def test_input_statistics(inputs, distribution):
     np.testing.assert_array_equal(exact, x.astype(np.float64) @ w.astype(np.float64))
 
 
+def test_a_data_seed_s_matrices_are_pinned():
+    """Run ids hash the workload, config and seed, not the data: if the data
+    of a data_seed changed (a new salt, a numpy whose Generator draws
+    otherwise), a resumed sweep would mix runs on old and new matrices under
+    the same ids. These values were recorded from the code that wrote them."""
+    x, w, _ = MatmulWorkload(tokens=2, k=4, n=3, data_seed=0).data()
+    np.testing.assert_array_equal(x[0], np.array(
+        [-0.509369432926178, -0.3995888829231262, 0.030935153365135193, 0.6391938328742981],
+        np.float32))
+    np.testing.assert_array_equal(w[:, 0], np.array(
+        [0.06281916797161102, -0.8228481411933899, 0.21470656991004944, 0.308575838804245],
+        np.float32))
+    spiky, _, _ = MatmulWorkload(tokens=2, k=4, n=3, data_seed=0, inputs="laplace",
+                                 outlier_channels=1).data()
+    np.testing.assert_array_equal(spiky[0], np.array(
+        [-2.124436140060425, 0.2740570604801178, 4.509605407714844, 0.4400872588157654],
+        np.float32))
+
+
+def test_jax_runs_differing_in_noise_alone_share_a_batch():
+    """The vmap executor batches runs of one batch_key: with rule-based ADC
+    windows ("max", "rms") every numeric noise field is traced, so runs at
+    other photon counts share a key; calibrated windows depend on the noise,
+    so only seeds share one. (Splitting batches changes no result, only how
+    many runs one vmap carries.)"""
+    pytest.importorskip("jax")
+    wl = MatmulWorkload(tokens=4, k=16, n=8, backend="jax")
+    iris = optical.presets.get("iris-like")
+    for rule in ("max", "rms"):
+        base = iris.replace({"adc.full_scale": rule})
+        keys = {wl.batch_key(base.replace({path: value}))
+                for path, value in (("source.photons_per_mac", 1e3),
+                                    ("source.photons_per_mac", 1e5),
+                                    ("detector.read_noise_electrons", 10.0))}
+        assert len(keys) == 1, rule
+        assert wl.batch_key(base.replace({"adc.bits": 6})) not in keys  # not a noise field
+    assert wl.batch_key(iris.replace({"source.photons_per_mac": 1e3})) != \
+        wl.batch_key(iris.replace({"source.photons_per_mac": 1e5}))
+    assert MatmulWorkload(tokens=4, k=16, n=8).batch_key(iris) is None  # numba: no batches
+
+
 def test_outlier_channels_are_whole_columns_scaled():
     plain = MatmulWorkload(256, 64, 8, data_seed=1)
     spiky = dataclasses.replace(plain, outlier_channels=3, outlier_scale=50.0)
