@@ -129,10 +129,6 @@ def _canonical(path: str, value: Any) -> Any:
     return check_value(path, value)
 
 
-def _hash(data: Any, length: int = 20) -> str:
-    return content_hash(data, length)
-
-
 @dataclasses.dataclass(frozen=True)
 class SweepDefinition:
     """What a sweep runs: a workload, a base config, values of dotted config
@@ -229,7 +225,7 @@ class SweepDefinition:
         for _ in range(self.samples):
             values = {path: _draw(rng, path, spec) for path, spec in drawn}
             point = {path: values[path] for path in self.paths}
-            key = _hash(point)
+            key = content_hash(point)
             if key not in seen:  # identical draws are one point
                 seen.add(key)
                 points.append(point)
@@ -279,7 +275,7 @@ class SweepDefinition:
 
     @property
     def hash(self) -> str:
-        return _hash(self.to_dict())
+        return content_hash(self.to_dict())
 
     def run_id(self, config: OpticalConfig, seed: int) -> str:
         """Stable identity of one run: a hash of (workload, full config, seed)."""
@@ -289,7 +285,8 @@ class SweepDefinition:
         """:meth:`run_id` of ``config`` at each of ``seeds`` (the workload and
         config serialised once)."""
         workload, data = self.workload.to_dict(), json.loads(config.to_json())
-        return [_hash({"workload": workload, "config": data, "seed": seed}) for seed in seeds]
+        return [content_hash({"workload": workload, "config": data, "seed": seed})
+                for seed in seeds]
 
 
 def _named_seed(value: Any, name: str) -> int:
