@@ -104,6 +104,12 @@ def _ratio(value: float) -> str:
     return repr(value)
 
 
+def _hardware(args: argparse.Namespace) -> str:
+    """The config priced, for the report's heading and the plot's title:
+    ``preset iris-like + adc.bits=6`` or ``config machine.json``."""
+    return ("preset " if args.preset is not None else "config ") + config_label(args)
+
+
 def _table(report: model.PrefillEnergy) -> list[str]:
     tokens = report.batch * report.tokens
     total = report.total
@@ -160,8 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from optical.energy.plot import plot_breakdown
 
-        hardware = ("preset " if args.preset is not None else "config ") + config_label(args)
-        result["plot"] = str(plot_breakdown(opt, ref, args.plot, hardware=hardware))
+        result["plot"] = str(plot_breakdown(opt, ref, args.plot, hardware=_hardware(args)))
         if not json_to_stdout(args):
             print(f"plot: {result['plot']}")
     write_json(args.json_path, result)
@@ -172,8 +177,7 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
                   opt: model.PrefillEnergy, ref: Any, comparison: dict[str, Any],
                   split: dict[str, Any] | None) -> None:
     e = cfg.energy
-    base = ("preset " if args.preset is not None else "config ") + config_label(args)
-    print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, {base}, "
+    print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, {_hardware(args)}, "
           f"{e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
     print("optical prefill")
     for line in _table(opt):
