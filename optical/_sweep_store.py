@@ -28,6 +28,9 @@ MANIFEST = "manifest.json"
 RUNS = "runs"
 #: Columns that describe a run rather than measure it.
 META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
+#: Prefix of a swept path that changes a field of the workload, not of the
+#: config: ``workload.layer``, ``workload.tokens``.
+WORKLOAD_PREFIX = "workload."
 
 
 def library_version() -> str:
@@ -58,7 +61,10 @@ def content_hash(data: Any, length: int = 20) -> str:
 
 
 def decode_value(path: str, value: Any) -> Any:
-    """Inverse of :func:`encode` for the value of a config field."""
+    """Inverse of :func:`encode` for the value of a config field (a workload
+    field's value, ``workload.*``, is stored as it is)."""
+    if path.startswith(WORKLOAD_PREFIX):
+        return value
     if isinstance(value, str) and OpticalConfig.field_spec(path)["kind"] == "real":
         return float(value)
     return value
@@ -204,9 +210,9 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
 
 def check_placement(path: Path, record: Mapping[str, Any], point: Mapping[str, Any],
                     seed: int, out: Path) -> None:
-    """Refuse a run file whose own config and seed contradict where the
-    manifest places its run id (``point``, encoded as the manifest stores it,
-    and ``seed``): a manifest edited by hand (its run ids reordered, say)
+    """Refuse a run file whose own config, workload and seed contradict where
+    the manifest places its run id (``point``, encoded as the manifest stores
+    it, and ``seed``): a manifest edited by hand (its run ids reordered, say)
     would otherwise pass one point's results off as another's. A run
     shared with another sweep is placed by its whole config and seed, which
     its id hashes, so it passes."""
@@ -216,7 +222,10 @@ def check_placement(path: Path, record: Mapping[str, Any], point: Mapping[str, A
     else:
         for name, value in point.items():
             section, _, field = name.partition(".")
-            stored = record["config"].get(section, {})
+            if name.startswith(WORKLOAD_PREFIX) and "workload" not in record:
+                continue  # a run of a version that did not record it: its id hashes it
+            stored = (record["workload"] if name.startswith(WORKLOAD_PREFIX)
+                      else record["config"].get(section, {}))
             stored = stored.get(field, "(none)") if isinstance(stored, Mapping) else "(none)"
             if stored == "(none)" or decode_value(name, stored) != decode_value(name, value):
                 problem = (f"{name} = {stored!r}, where {MANIFEST} places it at the point "
@@ -303,22 +312,26 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "elapsed_s": outcome["elapsed_s"],
         "optical_version": version,
         "config": json.loads(task.config.to_json()),
+        "workload": task.workload.to_dict(),
     }
     atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(encode(record)) + "\n")
 
 
 def _described(definition: Mapping[str, Any]) -> dict[str, str]:
-    """The workload's label and the base config's (:func:`presets.describe`:
-    its preset, or the nearest with the few fields it changes), for a
-    figure's title: a description, so a manifest of another version (a config
-    field this one lacks) still loads, as "custom config"."""
+    """The workload's label (without the fields swept) and the base config's
+    (:func:`presets.describe`: its preset, or the nearest with the few fields
+    it changes), for a figure's title: a description, so a manifest of
+    another version (a config field this one lacks) still loads, as "custom
+    config"."""
+    swept = set(definition.get("params") or ())
     try:
         base = presets.describe(OpticalConfig.from_dict(definition["base_config"]),
-                                ignore=set(definition.get("params") or ()))
+                                ignore=swept)
     except (ValueError, TypeError, KeyError):
         base = None
     workload = definition.get("workload")
-    return {"workload": workload_label(workload) if isinstance(workload, Mapping)
+    fields = {p.removeprefix(WORKLOAD_PREFIX) for p in swept if p.startswith(WORKLOAD_PREFIX)}
+    return {"workload": workload_label(workload, swept=fields) if isinstance(workload, Mapping)
             else "custom workload", "base": base or "custom config"}
 
 

@@ -37,12 +37,16 @@ _META = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
 
 
 def param_columns(frame: Any) -> list[str]:
-    """The swept config paths among ``frame``'s columns."""
+    """The swept parameters among ``frame``'s columns: config paths and
+    workload fields (``workload.layer``)."""
     listed = frame.attrs.get("sweep", {}).get("params")
     if listed is not None:
         return list(listed)
     found = []
     for column in frame.columns:
+        if str(column).startswith("workload."):
+            found.append(str(column))
+            continue
         try:
             OpticalConfig.field_spec(str(column))
         except ValueError:

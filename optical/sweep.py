@@ -66,6 +66,7 @@ from optical._sweep_store import (
     META_COLUMNS,
     RUNS,
     SWEEP_FILES,
+    WORKLOAD_PREFIX,
     _rebuild_advice,
     atomic_write,
     check_placement,
@@ -81,13 +82,13 @@ from optical._sweep_store import (
     write_run,
 )
 from optical._validation import check_bool, check_positive_int, check_seed
-from optical.config import OpticalConfig, check_value
-from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict
+from optical.config import OpticalConfig, check_value, parse_value
+from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict, workload_label
 
 __all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "ProcessExecutor",
            "Range", "SerialExecutor",
            "SweepDefinition", "SweepError", "SweepSummary", "Terminated", "execute", "load",
-           "read_manifest", "resume", "stored_definition", "sweep"]
+           "parse_swept_value", "read_manifest", "resume", "stored_definition", "sweep"]
 
 
 class SweepError(RuntimeError):
@@ -129,10 +130,71 @@ def _canonical(path: str, value: Any) -> Any:
     return check_value(path, value)
 
 
+def parse_swept_value(path: str, text: str) -> Any:
+    """A swept value from the command line: a config path's as
+    :func:`optical.config.parse_value` parses it (ValueError: an unknown path
+    or a bad value); a workload field's (``workload.layer``) as an integer, a
+    float, true / false, none, or else the text itself (the workload checks
+    it when the sweep is built)."""
+    if not path.startswith(WORKLOAD_PREFIX):
+        return parse_value(path, text)
+    text = text.strip()
+    if text.lower() in ("none", "true", "false"):
+        return {"none": None, "true": True, "false": False}[text.lower()]
+    for kind in (int, float):
+        with contextlib.suppress(ValueError):
+            return kind(text)
+    return text
+
+
+def _workload_field(workload: Any, path: str) -> str:
+    """The workload field a ``workload.*`` path names; ValueError if the
+    workload has no such field (or no fields: only a dataclass's are swept)."""
+    name = path.removeprefix(WORKLOAD_PREFIX)
+    if not dataclasses.is_dataclass(workload) or isinstance(workload, type):
+        raise ValueError(f"{path}: {type(workload).__name__} is not a dataclass, so none of its "
+                         "fields can be swept; sweep config paths")
+    names = [field.name for field in dataclasses.fields(workload)]
+    if name not in names:
+        raise ValueError(f"{path}: {type(workload).__name__} has no field {name!r}; its "
+                         f"fields: {', '.join(names)}")
+    return name
+
+
+def _with_fields(workload: Any, changes: Mapping[str, Any]) -> Any:
+    """``workload`` with the ``workload.*`` values of ``changes`` (a copy,
+    validated by its own constructor: its ValueError names the field)."""
+    fields = {path.removeprefix(WORKLOAD_PREFIX): value for path, value in changes.items()}
+    return dataclasses.replace(workload, **fields) if fields else workload
+
+
+def _canonical_field(workload: Any, path: str, value: Any) -> Any:
+    """The value as the workload stores it (a model directory as an absolute
+    path); ValueError names the path and the value."""
+    name = _workload_field(workload, path)
+    if isinstance(value, np.generic):
+        value = value.item()
+    try:
+        stored = getattr(_with_fields(workload, {path: value}), name)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        raise ValueError(f"{path}: {str(err).removeprefix(f'{name}: ')}") from None
+    if stored is not None and not isinstance(stored, bool | int | float | str):
+        raise ValueError(f"{path}: {value!r} is stored as a {type(stored).__name__}; only "
+                         "numbers, strings, booleans and None can be swept")
+    return stored
+
+
+def _split(point: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A point's config values and its workload values."""
+    config = {p: v for p, v in point.items() if not p.startswith(WORKLOAD_PREFIX)}
+    return config, {p: v for p, v in point.items() if p.startswith(WORKLOAD_PREFIX)}
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepDefinition:
     """What a sweep runs: a workload, a base config, values of dotted config
-    paths (a grid, or ``samples`` random points), and seeds.
+    paths and of the workload's fields (``workload.layer``: a grid, or
+    ``samples`` random points), and seeds.
 
     Build it with :meth:`build`, which validates everything before any run.
     """
@@ -158,6 +220,10 @@ class SweepDefinition:
             ValueError for a seed or a point's config it cannot run: checked
             here, before any run)
         params : mapping of dotted path to a sequence of values or a Range
+            A config path (``adc.bits``), or ``workload.<field>`` for a field
+            of a dataclass workload (``workload.layer``,
+            ``workload.tokens``), given a list of values (a Range needs a
+            config field)
         seeds : int (that many seeds, 0, 1, ...) or a sequence of seeds
         base : preset name or OpticalConfig
         samples : int, optional
@@ -186,25 +252,32 @@ class SweepDefinition:
             samples = check_positive_int(samples, "samples")
         canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
         for path, values in params.items():
-            canonical.append((path, _check_param(path, values, random=samples is not None)))
+            if not isinstance(path, str):
+                raise TypeError(f"params: a path must be a string, got {path!r}")
+            canonical.append((path, _check_param(path, values, random=samples is not None,
+                                                 workload=workload)))
         seeds = _check_seeds(seeds)
-        if callable(getattr(workload, "check_seed", None)):
-            for seed in seeds:
-                workload.check_seed(seed)
         definition = cls(workload=workload, base=base, params=tuple(canonical),
                          seeds=seeds, samples=None if samples is None
                          else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
         points = definition.points()
         configs = definition.configs(points)  # every point's config is valid, or ValueError now
-        if check_points and callable(getattr(workload, "check_config", None)):
-            checked: set[OpticalConfig] = set()
-            for point, config in zip(points, configs, strict=True):
-                if config not in checked:
+        workloads = definition.workloads(points)  # and every point's workload
+        distinct = {json.dumps(encode(w.to_dict()), sort_keys=True): w for w in workloads}
+        for each in distinct.values():
+            if callable(getattr(each, "check_seed", None)):
+                for seed in seeds:
+                    each.check_seed(seed)
+        if check_points:
+            checked: set[tuple[str, OpticalConfig]] = set()
+            for point, config, each in zip(points, configs, workloads, strict=True):
+                key = (json.dumps(encode(each.to_dict()), sort_keys=True), config)
+                if key not in checked and callable(getattr(each, "check_config", None)):
                     try:
-                        workload.check_config(config)
+                        each.check_config(config)
                     except ValueError as err:
                         raise ValueError(f"point {_describe_point(point)}: {err}") from None
-                    checked.add(config)
+                    checked.add(key)
         return definition
 
     @property
@@ -237,10 +310,36 @@ class SweepDefinition:
         configs = []
         for point in self.points() if points is None else points:
             try:
-                configs.append(self.base.replace(point))
+                configs.append(self.base.replace(_split(point)[0]))
             except ValueError as err:
                 raise ValueError(f"point {_describe_point(point)}: {err}") from None
         return configs
+
+    def workloads(self, points: Sequence[Mapping[str, Any]] | None = None) -> list[Any]:
+        """The workload of every point: the definition's, with the point's
+        ``workload.*`` values; ValueError names a point that makes an invalid
+        combination (more outlier channels than ``k``, say)."""
+        made: dict[str, Any] = {}
+        workloads = []
+        for point in self.points() if points is None else points:
+            changes = _split(point)[1]
+            key = content_hash(changes)
+            if key not in made:
+                try:
+                    made[key] = _with_fields(self.workload, changes)
+                except (ValueError, TypeError) as err:
+                    raise ValueError(f"point {_describe_point(point)}: {err}") from None
+            workloads.append(made[key])
+        return workloads
+
+    @property
+    def label(self) -> str:
+        """The workload's label, without the fields the sweep sweeps."""
+        swept = {p.removeprefix(WORKLOAD_PREFIX) for p in self.paths
+                 if p.startswith(WORKLOAD_PREFIX)}
+        if swept:
+            return workload_label(self.workload.to_dict(), swept=swept)
+        return getattr(self.workload, "label", type(self.workload).__name__)
 
     def to_dict(self) -> dict[str, Any]:
         params = {path: spec.to_dict() if isinstance(spec, Range) else list(spec)
@@ -277,14 +376,17 @@ class SweepDefinition:
     def hash(self) -> str:
         return content_hash(self.to_dict())
 
-    def run_id(self, config: OpticalConfig, seed: int) -> str:
-        """Stable identity of one run: a hash of (workload, full config, seed)."""
-        return self.run_ids(config, (seed,))[0]
+    def run_id(self, config: OpticalConfig, seed: int, workload: Any = None) -> str:
+        """Stable identity of one run: a hash of (workload, full config, seed);
+        ``workload`` is the point's (default: the definition's)."""
+        return self.run_ids(config, (seed,), workload)[0]
 
-    def run_ids(self, config: OpticalConfig, seeds: Sequence[int]) -> list[str]:
+    def run_ids(self, config: OpticalConfig, seeds: Sequence[int],
+                workload: Any = None) -> list[str]:
         """:meth:`run_id` of ``config`` at each of ``seeds`` (the workload and
         config serialised once)."""
-        workload, data = self.workload.to_dict(), json.loads(config.to_json())
+        workload = (self.workload if workload is None else workload).to_dict()
+        data = json.loads(config.to_json())
         return [content_hash({"workload": workload, "config": data, "seed": seed})
                 for seed in seeds]
 
@@ -316,7 +418,15 @@ def _check_seeds(seeds: Any) -> tuple[int, ...]:
     return checked
 
 
-def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | Range:
+def _check_param(path: str, values: Any, *, random: bool,
+                 workload: Any) -> tuple[Any, ...] | Range:
+    if path.startswith(WORKLOAD_PREFIX):
+        _workload_field(workload, path)
+        if isinstance(values, Range):
+            raise ValueError(f"{path}: a Range needs a config field; give a list of the "
+                             "workload's values (random sampling draws from it)")
+        return _checked_values(path, values,
+                               lambda path, v: _canonical_field(workload, path, v))
     spec = OpticalConfig.field_spec(path)  # ValueError: unknown config path
     if isinstance(values, Range):
         if not random:
@@ -334,11 +444,16 @@ def _check_param(path: str, values: Any, *, random: bool) -> tuple[Any, ...] | R
         if values.log and lo <= 0:
             raise ValueError(f"{path}: a log range needs lo > 0, got {values.lo}")
         return Range(lo, hi, check_bool(values.log, f"{path}: Range log"))
+    return _checked_values(path, values, _canonical)
+
+
+def _checked_values(path: str, values: Any, canonical: Any) -> tuple[Any, ...]:
+    """A grid parameter's values, each ``canonical(path, value)``, none twice."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         values = [values]
     if len(values) == 0:
         raise ValueError(f"{path}: no values given")
-    checked = tuple(_canonical(path, v) for v in values)
+    checked = tuple(canonical(path, v) for v in values)
     for i, value in enumerate(checked):
         if value in checked[:i]:
             raise ValueError(f"{path}: value {value!r} is given twice")
@@ -436,8 +551,9 @@ def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
               if isinstance(values, Mapping) for name in values}
     if fields != set(OpticalConfig().paths()):
         return None
+    workloads = definition.workloads(points)
     for i, config in enumerate(configs):
-        ids = definition.run_ids(config, definition.seeds)
+        ids = definition.run_ids(config, definition.seeds, workloads[i])
         for seed, run_id, expected in zip(definition.seeds, manifest["run_ids"][i], ids,
                                           strict=True):
             if run_id != expected:
@@ -461,12 +577,17 @@ def _prepare(definition: SweepDefinition, out: Path
         manifest = read_manifest(out)
         changed = _changes(manifest["definition"], new)
         if changed:
+            # Runs are shared only by the same workload (unless its fields are swept).
+            shared = (manifest["definition"].get("workload") == new["workload"]
+                      or any(p.startswith(WORKLOAD_PREFIX) for p in new["params"]))
+            keep = (f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json into the "
+                    "new directory first (a run's id is its workload, config and seed, so the "
+                    "new sweep finds them there)" if shared else
+                    "the two share no run (a run's id hashes its workload)")
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
                              ". Use a new --out directory, or delete this one to start over; "
-                             f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json "
-                             "into the new directory first (a run's id is its workload, "
-                             "config and seed, so the new sweep finds them there).")
+                             f"{keep}.")
         points = [{p: decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
         problem = _points_problem(definition, points)
@@ -492,7 +613,8 @@ def _prepare(definition: SweepDefinition, out: Path
                          f"holds {names}: {advice}")
     points = definition.points()
     configs = definition.configs(points)
-    run_ids = [definition.run_ids(config, definition.seeds) for config in configs]
+    run_ids = [definition.run_ids(config, definition.seeds, workload)
+               for config, workload in zip(configs, definition.workloads(points), strict=True)]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": FORMAT,
@@ -564,13 +686,14 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                                     stored_points[index], seed, out)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
+        workloads = definition.workloads(points)
         for index, config in enumerate(configs):
             for seed, run_id in zip(definition.seeds, run_ids[index], strict=True):
                 total += 1
                 if run_id not in done:
-                    tasks.append(Task(run_id, index, seed, definition.workload, config))
+                    tasks.append(Task(run_id, index, seed, workloads[index], config))
         runner, owned = make_executor(executor)
-        label = getattr(definition.workload, "label", type(definition.workload).__name__)
+        label = definition.label
         finished = total - len(tasks)
         bar = progress_bar(total, desc=label, enabled=progress, initial=finished)
         version = library_version()
@@ -660,7 +783,11 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
     params : mapping of str to sequence or Range
         Dotted config paths and their values: ``{"adc.bits": [4, 6, 8]}``
         (a list, tuple or numpy array of values; a single value, a string
-        included, is a one-value list).
+        included, is a one-value list), and ``workload.<field>`` for a field
+        of the workload (a dataclass, as the built-in workloads):
+        ``{"workload.layer": [0, 4, 8]}`` runs each point on the workload
+        with that field, and each run has the id it has in a sweep of that
+        workload alone (a Range needs a config path).
         The grid is their product (the first path varies slowest).
     seeds : int or sequence of int
         Seeds run at every point (an int ``n`` means 0 .. n-1): each is the

@@ -21,7 +21,7 @@ import functools
 import math
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -479,18 +479,29 @@ def _number(value: Any) -> float | int:
 _WORKLOADS: dict[str, type] = {"matmul": MatmulWorkload, "layer": LayerWorkload}
 
 
-def workload_label(data: Mapping[str, Any]) -> str:
+def workload_label(data: Mapping[str, Any], swept: Collection[str] = ()) -> str:
     """A workload's short label from its ``to_dict()`` form, without building
     it (a stored sweep's model directory may be gone): ``"matmul 64x1024x1024"``,
-    ``"llama-3.2-1b layer 0, 64 tokens"``, else its kind."""
+    ``"llama-3.2-1b layer 0, 64 tokens"``, else its kind. Fields in ``swept``
+    (a sweep's ``workload.*`` parameters, whose base value no run uses) are
+    left out: ``"matmul Tx1024x1024"``, ``"llama-3.2-1b, 64 tokens"``."""
     kind = data.get("kind")
+
+    def shown(name: str, text: str) -> str:
+        return "" if name in swept else text
+
     try:
         if kind == "matmul":
-            return f"matmul {data['tokens']}x{data['k']}x{data['n']}"
+            dims = (shown(n, str(data[n])) or n[0].upper() for n in ("tokens", "k", "n"))
+            return "matmul " + "x".join(dims)
         if kind == "layer":
             data_seed = data.get("data_seed")
-            return (f"{Path(data['model_dir']).name} layer {data['layer']}, {data['tokens']} tokens"
-                    + ("" if data_seed is None else f", data seed {data_seed}"))
+            parts = [shown("model_dir", Path(data["model_dir"]).name),
+                     shown("layer", f"layer {data['layer']}"),
+                     shown("tokens", f"{data['tokens']} tokens"),
+                     "" if data_seed is None else shown("data_seed", f"data seed {data_seed}")]
+            head = " ".join(p for p in parts[:2] if p)
+            return ", ".join(p for p in (head, *parts[2:]) if p) or "layer workload"
     except (KeyError, TypeError):  # a field missing, or not a path
         pass
     return f"{kind} workload" if isinstance(kind, str) else "custom workload"

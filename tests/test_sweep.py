@@ -170,6 +170,10 @@ def test_changed_sweep_is_refused_naming_the_change(tmp_path, change, message):
         optical.sweep(kwargs.pop("workload"), kwargs.pop("params"), out=out,
                       executor="serial", progress=False, **kwargs)
     assert info.match(message)
+    # The runs of another workload are not the new sweep's: no advice to copy them.
+    shared = "workload" not in change
+    assert ("copy" in str(info.value)) == shared
+    assert ("the two share no run (a run's id hashes its workload)" in str(info.value)) != shared
     assert sorted(p.name for p in (out / "runs").iterdir()) == files
     assert (out / "manifest.json").read_text() == manifest
 

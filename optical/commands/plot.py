@@ -16,7 +16,6 @@ from optical.commands._common import (
     require,
     write_json,
 )
-from optical.config import parse_value
 
 EXAMPLES = """examples:
   # SQNR against ADC bits, one line per photons-per-MAC value (mean +- std over seeds)
@@ -64,6 +63,8 @@ def register(subparsers) -> None:
 
 
 def _where(items: list[str]) -> dict[str, Any]:
+    from optical.sweep import parse_swept_value
+
     where: dict[str, Any] = {}
     for item in items:
         path, sep, text = item.partition("=")
@@ -73,7 +74,7 @@ def _where(items: list[str]) -> dict[str, Any]:
         if path in where:  # as --set: one value per path, not the last one silently
             raise ValueError(f"--where {path}: given twice; hold each parameter at one value")
         try:
-            where[path] = parse_value(path, text)
+            where[path] = parse_swept_value(path, text)
         except ValueError as err:
             raise ValueError(f"--where {item!r}: {err}") from None
     return where

@@ -18,7 +18,6 @@ from optical.commands._common import (
     require,
     write_json,
 )
-from optical.config import parse_value
 
 EXAMPLES = """examples:
   # ADC bits x photons per MAC on a synthetic 512x4096x4096 matmul, 3 seeds, all cores
@@ -33,6 +32,10 @@ EXAMPLES = """examples:
   # one layer of a model, precision of the converters
   optical sweep --model models/llama-3.1-8b --layer 0 --tokens 512 \\
       --param adc.bits=4,6,8 --param dac.bits=4,6,8 --seeds 2 --out runs/llama
+
+  # SQNR against depth: every 4th layer of a model, noise-only error bars
+  optical sweep --model models/llama-3.2-1b --tokens 64 --param workload.layer=0,4,8,12,15 \
+      --seeds 3 --data-seed 0 --out runs/depth
 
   # 50 random points, photons per MAC log-uniform in [1e3, 1e6]
   optical sweep --matmul 64x1024x1024 --param source.photons_per_mac=1e3:1e6:log \\
@@ -68,8 +71,8 @@ def register(subparsers) -> None:
                        "oracle)")
     which.add_argument("--model", metavar="DIR",
                        help="a model directory (config.json): one layer's validate, "
-                       "calibrated on a held-out input; sweeps config paths only (one sweep "
-                       "per layer or token count)")
+                       "calibrated on a held-out input; sweep its layers or prompt lengths "
+                       "with --param workload.layer=0,4,8 or workload.tokens=64,512")
     # Defaults are None so that an option given is known: it is refused where it
     # would be ignored (a resume from --out alone, the other workload's option).
     what.add_argument("--layer", type=int, help="layer of --model (default 0)")
@@ -102,7 +105,9 @@ def register(subparsers) -> None:
     grid.add_argument("--param", action="append", default=[], metavar="PATH=VALUES",
                       help="a dotted config path and its values, e.g. adc.bits=4,6,8 "
                            "(repeatable; the grid is their product); LO:HI or LO:HI:log "
-                           "draws from a range with --samples")
+                           "draws from a range with --samples; workload.FIELD sweeps a "
+                           "field of the workload: workload.layer=0,1,2 (--model), "
+                           "workload.tokens=16,64 (both)")
     grid.add_argument("--seeds", type=int, metavar="N",
                       help="seeds 0..N-1 at every point (default 1): the noise, and for "
                            "--model also the layer input and held-out calibration input "
@@ -136,7 +141,7 @@ def register(subparsers) -> None:
 def parse_param(item: str) -> tuple[str, Any]:
     """``"adc.bits=4,6,8"`` -> ``("adc.bits", [4, 6, 8])``; ``"p=10:1e5:log"`` ->
     a Range. ValueError names the option, the path and the bad value."""
-    from optical.sweep import Range
+    from optical.sweep import Range, parse_swept_value
 
     path, sep, text = item.partition("=")
     path = path.strip()
@@ -147,9 +152,9 @@ def parse_param(item: str) -> tuple[str, Any]:
             parts = [p.strip() for p in text.split(":")]
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "log"):
                 raise ValueError(f"{path}: range {text!r} must be LO:HI or LO:HI:log")
-            lo, hi = parse_value(path, parts[0]), parse_value(path, parts[1])
+            lo, hi = parse_swept_value(path, parts[0]), parse_swept_value(path, parts[1])
             return path, Range(lo, hi, log=len(parts) == 3)
-        return path, [parse_value(path, v) for v in text.split(",")]
+        return path, [parse_swept_value(path, v) for v in text.split(",")]
     except ValueError as err:
         raise ValueError(f"--param {item!r}: {err}") from None
 
@@ -221,12 +226,20 @@ def _definition(args: argparse.Namespace) -> Any:
                          f"to {alien}, not to {own}")
     if args.sample_seed is not None and args.samples is None:
         raise ValueError("--sample-seed applies only with --samples (random points)")
+    # A workload option given beside --param workload.<its field> would be ignored.
+    given = {attr: option for attr, option, _ in (*MATMUL_OPTIONS, *MODEL_OPTIONS,
+                                                  *WORKLOAD_OPTIONS)
+             if getattr(args, attr) is not None}
     _fill_defaults(args)
     params: dict[str, Any] = {}
     for item in args.param:
         path, values = parse_param(item)
         if path in params:
             raise ValueError(f"--param {item!r}: {path} is given twice")
+        field = path.removeprefix("workload.")
+        if path.startswith("workload.") and field in given:
+            raise ValueError(f"--param {item!r}: {given[field]} sets the {field} this "
+                             f"parameter sweeps; drop {given[field]}")
         params[path] = values
     base = config_from_args(args)
     if args.matmul is not None:

@@ -1,0 +1,242 @@
+"""Sweeping a workload's fields (``workload.layer``, ``workload.tokens``):
+each run is the run of the workload with that field, under the same id as
+the same run in a sweep of that workload alone; the fields are checked,
+stored, resumed, plotted and labelled like config paths."""
+
+import json
+import shutil
+
+import pytest
+
+import optical
+from optical.cli import main
+from optical.sweep import Range, SweepDefinition, execute, load, parse_swept_value, resume
+from optical.workloads import LayerWorkload, MatmulWorkload, workload_label
+
+pd = pytest.importorskip("pandas")
+
+WL = MatmulWorkload(tokens=16, k=64, n=32)
+BASE = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    return write_model(tmp_path_factory.mktemp("tiny"), TINY_LLAMA)
+
+
+def test_each_run_is_its_workloads_run_under_the_id_of_that_workload_alone(tmp_path):
+    """A grid over workload.tokens x workload.k x adc.bits: every row is
+    MatmulWorkload(tokens=t, k=k).run(config, seed), computed here, and the
+    runs of one workload are found, not re-run, by a sweep of that workload
+    alone (a run's id is its workload, config and seed, however it was swept)."""
+    params = {"workload.tokens": [4, 8], "workload.k": [16, 48], "adc.bits": [6, 8]}
+    frame = optical.sweep(WL, params, seeds=2, out=tmp_path / "s", base=BASE,
+                          executor="serial", progress=False)
+    assert len(frame) == 2 * 2 * 2 * 2
+    assert list(frame.columns[:5]) == ["point", "seed", "workload.tokens", "workload.k",
+                                       "adc.bits"]
+    assert frame["workload.tokens"].tolist() == [4] * 8 + [8] * 8
+    for row in frame.to_dict("records"):
+        workload = MatmulWorkload(tokens=row["workload.tokens"], k=row["workload.k"], n=32)
+        config = BASE.replace({"adc.bits": row["adc.bits"]})
+        expected = workload.run(config, int(row["seed"]))
+        assert {name: row[name] for name in expected} == expected
+        assert json.loads(row["config"]) == json.loads(config.to_json())
+    # The sqnr of different shapes differs: the field reached the run.
+    assert frame.groupby(["workload.tokens", "workload.k"])["sqnr_db"].mean().nunique() == 4
+
+    alone = tmp_path / "alone"
+    (alone / "runs").mkdir(parents=True)
+    for path in (tmp_path / "s" / "runs").glob("*.json"):
+        shutil.copy(path, alone / "runs")
+    workload = MatmulWorkload(tokens=8, k=48, n=32)
+    summary = execute(SweepDefinition.build(workload, {"adc.bits": [6, 8]}, seeds=2, base=BASE),
+                      alone, executor="serial", progress=False)
+    assert (summary.ran, summary.already_done) == (0, 4)
+    shared = frame[(frame["workload.tokens"] == 8) & (frame["workload.k"] == 48)]
+    assert load(alone)["run_id"].tolist() == shared["run_id"].tolist()
+
+
+def test_a_layer_sweep_validates_each_layer(tiny_model, tmp_path):
+    """workload.layer on a --model workload: each row is layer_metrics of
+    validate on that layer (another layer gives other figures), and the
+    figure's workload label leaves out the swept layer."""
+    from optical import transformer
+    from optical.workloads import layer_metrics
+
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    workload = LayerWorkload(str(tiny_model), layer=0, tokens=6)
+    frame = optical.sweep(workload, {"workload.layer": [2, 0]}, seeds=1, out=tmp_path / "s",
+                          base=base, executor="serial", progress=False)
+    model = transformer.load(tiny_model)
+    assert frame["workload.layer"].tolist() == [2, 0]
+    for row in frame.to_dict("records"):
+        expected = layer_metrics(transformer.validate(model, layer=row["workload.layer"],
+                                                      tokens=6, config=base, seed=0))
+        assert {name: row[name] for name in expected} == expected
+    assert frame["sqnr_db"].iloc[0] != frame["sqnr_db"].iloc[1]
+    assert frame.attrs["sweep"]["workload"] == f"{tiny_model.name}, 6 tokens"
+
+
+def test_a_stored_sweep_of_workload_fields_resumes_as_it_was_defined(tmp_path):
+    """The manifest keeps the fields' values; resuming from it alone runs the
+    runs left (here: those a first, smaller call did not run) and no other."""
+    out = tmp_path / "s"
+    definition = SweepDefinition.build(WL, {"workload.tokens": [4, 8], "adc.bits": [6]},
+                                       seeds=[0, 1], base=BASE)
+    execute(definition, out, executor="serial", progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["params"] == ["workload.tokens", "adc.bits"]
+    assert manifest["points"] == [{"workload.tokens": 4, "adc.bits": 6},
+                                  {"workload.tokens": 8, "adc.bits": 6}]
+    manifest_ids = manifest["run_ids"]
+    (out / "runs" / f"{manifest_ids[1][0]}.json").unlink()
+    summary = resume(out, executor="serial", progress=False)
+    assert (summary.runs, summary.already_done, summary.ran) == (4, 3, 1)
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == sorted(sum(manifest_ids, []))
+
+
+def test_a_run_file_of_another_workload_is_refused_where_the_manifest_places_it(tmp_path):
+    """A run file whose workload contradicts the point the manifest places its
+    id at is named, not read as that point's."""
+    out = tmp_path / "s"
+    definition = SweepDefinition.build(WL, {"workload.tokens": [4, 8]}, seeds=1, base=BASE)
+    execute(definition, out, executor="serial", progress=False)
+    run_id = json.loads((out / "manifest.json").read_text())["run_ids"][0][0]
+    path = out / "runs" / f"{run_id}.json"
+    record = json.loads(path.read_text())
+    assert record["workload"] == MatmulWorkload(tokens=4, k=64, n=32).to_dict()
+    record["workload"]["tokens"] = 8
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"workload.tokens = 8, where manifest.json places "
+                                         r"it at the point workload.tokens = 4"):
+        load(out)
+
+
+@pytest.mark.parametrize(("params", "kwargs", "message"), [
+    ({"workload.kk": [4]}, {}, r"workload.kk: MatmulWorkload has no field 'kk'; its fields: "
+                               r"tokens, k, n"),
+    ({"workload.kind": [4]}, {}, r"has no field 'kind'"),
+    ({"workload.tokens": [0]}, {}, r"workload.tokens: 0 must be a positive integer"),
+    ({"workload.tokens": [4, 4]}, {}, r"workload.tokens: value 4 is given twice"),
+    ({"workload.tokens": []}, {}, r"workload.tokens: no values given"),
+    ({"workload.tokens": Range(2, 9)}, {"samples": 3}, r"workload.tokens: a Range needs a "
+                                                       r"config field"),
+    ({"workload.outlier_channels": [8, 40], "workload.k": [16, 64]}, {},
+     r"point workload.outlier_channels=40, workload.k=16: outlier_channels: 40 exceeds k = 16"),
+])
+def test_bad_workload_fields_fail_before_any_run(tmp_path, params, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        optical.sweep(WL, params, seeds=1, out=tmp_path / "s", base=BASE, executor="serial",
+                      progress=False, **kwargs)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_workload_without_fields_cannot_sweep_them(tmp_path):
+    class Custom:
+        def run(self, config, seed):
+            return {"x": 1.0}
+
+        def to_dict(self):
+            return {"kind": "custom"}
+
+    with pytest.raises(ValueError, match=r"workload.size: Custom is not a dataclass"):
+        SweepDefinition.build(Custom(), {"workload.size": [1, 2]}, seeds=1)
+
+
+def test_random_points_draw_workload_fields_from_their_list(tmp_path):
+    definition = SweepDefinition.build(WL, {"workload.tokens": [4, 8, 12],
+                                            "adc.bits": Range(4, 8)},
+                                       seeds=1, base=BASE, samples=12, sample_seed=1)
+    points = definition.points()
+    assert {p["workload.tokens"] for p in points} == {4, 8, 12}
+    assert [w.tokens for w in definition.workloads(points)] == \
+        [p["workload.tokens"] for p in points]
+    assert all(c.adc.bits == p["adc.bits"] for c, p in zip(definition.configs(points), points,
+                                                             strict=True))
+
+
+def test_cli_sweeps_plots_and_summarises_a_workload_field(tmp_path, capsys):
+    """--param workload.tokens=4,8 with --matmul; the figure takes it as its x
+    and a --where; an option that sets the swept field is refused."""
+    out = tmp_path / "s"
+    argv = ["sweep", "--matmul", "16x64x32", "--set", "core.inputs=32", "--set",
+            "core.outputs=16", "--param", "workload.tokens=4,8", "--param", "adc.bits=6,8",
+            "--jobs", "1", "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    frame = load(out)
+    expected = optical.sweep(WL, {"workload.tokens": [4, 8], "adc.bits": [6, 8]}, seeds=1,
+                             out=tmp_path / "py", base=BASE, executor="serial", progress=False)
+    assert frame["run_id"].tolist() == expected["run_id"].tolist()
+    assert frame["sqnr_db"].tolist() == expected["sqnr_db"].tolist()
+    capsys.readouterr()
+    assert main(["plot", str(out), "--x", "workload.tokens", "--y", "sqnr_db", "--where",
+                 "adc.bits=8", "--output", str(tmp_path / "f.png"), "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)["data"]
+    assert [(d["workload.tokens"], d["mean"]) for d in data] == \
+        [(t, m) for t, m in frame[frame["adc.bits"] == 8][["workload.tokens", "sqnr_db"]]
+         .itertuples(index=False)]
+    assert main(["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+                 "workload.tokens=4", "--output", str(tmp_path / "g.png")]) == 0
+    assert main(["sweep", "--model", "models/llama-3.2-1b", "--layer", "1", "--param",
+                 "workload.layer=0,1", "--out", str(tmp_path / "m")]) == 2
+    assert "--layer sets the layer this parameter sweeps; drop --layer" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize(("path", "text", "value"), [
+    ("workload.layer", "3", 3), ("workload.outlier_scale", "2.5", 2.5),
+    ("workload.inputs", " laplace", "laplace"), ("workload.data_seed", "None", None),
+    ("workload.local", "true", True), ("adc.bits", "6", 6), ("adc.bits", "none", None),
+])
+def test_command_line_values_parse_by_kind(path, text, value):
+    parsed = parse_swept_value(path, text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+def test_labels_leave_out_the_swept_fields():
+    layer = {"kind": "layer", "model_dir": "/m/llama-3.2-1b", "layer": 3, "tokens": 32,
+             "data_seed": 1}
+    assert workload_label(layer) == "llama-3.2-1b layer 3, 32 tokens, data seed 1"
+    assert workload_label(layer, swept={"layer"}) == "llama-3.2-1b, 32 tokens, data seed 1"
+    assert workload_label(layer, swept={"tokens", "data_seed"}) == "llama-3.2-1b layer 3"
+    assert workload_label(layer, swept={"model_dir"}) == "layer 3, 32 tokens, data seed 1"
+    matmul = {"kind": "matmul", "tokens": 16, "k": 64, "n": 32}
+    assert workload_label(matmul, swept={"tokens", "n"}) == "matmul Tx64xN"
+
+
+def test_a_results_table_read_without_its_sweep_knows_the_workload_fields(tmp_path):
+    """pandas.read_parquet of results.parquet has no attrs: the plots still
+    take workload.* columns as parameters, not metrics."""
+    from optical import plots
+
+    optical.sweep(WL, {"workload.tokens": [4, 8], "adc.bits": [6]}, seeds=1, out=tmp_path / "s",
+                  base=BASE, executor="serial", progress=False)
+    frame = pd.read_parquet(tmp_path / "s" / "results.parquet")
+    assert plots.param_columns(frame) == ["workload.tokens", "adc.bits"]
+    table = plots.summary(frame, "sqnr_db", ["workload.tokens"], where={"adc.bits": 6})
+    assert table["workload.tokens"].tolist() == [4, 8]
+
+
+def test_runs_of_a_version_that_did_not_record_their_workload_are_shared(tmp_path):
+    """Run files written before runs recorded their workload, copied into a
+    sweep of workload fields, are found by their ids and read at their
+    points (their id hashes the workload)."""
+    alone = tmp_path / "alone"
+    optical.sweep(MatmulWorkload(tokens=8, k=64, n=32), {"adc.bits": [6]}, seeds=1, out=alone,
+                  base=BASE, executor="serial", progress=False)
+    out = tmp_path / "s"
+    (out / "runs").mkdir(parents=True)
+    for path in (alone / "runs").glob("*.json"):
+        record = json.loads(path.read_text())
+        del record["workload"]
+        (out / "runs" / path.name).write_text(json.dumps(record))
+    summary = execute(SweepDefinition.build(WL, {"workload.tokens": [4, 8], "adc.bits": [6]},
+                                            seeds=1, base=BASE),
+                      out, executor="serial", progress=False)
+    assert (summary.already_done, summary.ran) == (1, 1)
+    frame = load(out)
+    assert frame["workload.tokens"].tolist() == [4, 8]
+    assert frame["sqnr_db"].iloc[1] == load(alone)["sqnr_db"].iloc[0]
