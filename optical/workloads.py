@@ -292,6 +292,16 @@ class LayerWorkload:
         (validate's ``data_seed``), the same for every run: the runs of a
         point then differ in their noise alone. None (the default): each
         run's seed seeds them too.
+    checkpoint : str or None
+        A fingerprint of the checkpoint in ``model_dir``
+        (:func:`optical.transformer.checkpoint.fingerprint`: its files' names,
+        sizes and headers, and ``config.json``), None for synthetic weights;
+        computed here. Given (as a stored sweep gives it), the directory must
+        still hold that checkpoint: a run's id hashes it, so runs made with
+        other weights are never taken for this one's.
+
+    The directory is opened here (headers, not tensors), so a damaged or
+    incomplete checkpoint is named before a sweep writes anything.
 
     A run's seed is validate's ``seed``: the noise and, unless ``data_seed``,
     the synthetic layer input and the held-out calibration input.
@@ -310,8 +320,10 @@ class LayerWorkload:
     weights_seed: int = 0
     local: bool = False
     data_seed: int | None = None
+    checkpoint: str | None = None
 
     def __post_init__(self) -> None:
+        from optical.transformer.checkpoint import fingerprint
         from optical.transformer.spec import read_spec
 
         path = Path(self.model_dir).expanduser().resolve()
@@ -329,6 +341,15 @@ class LayerWorkload:
         object.__setattr__(self, "local", check_bool(self.local, "local"))
         if self.data_seed is not None:
             object.__setattr__(self, "data_seed", check_seed(self.data_seed, "data_seed"))
+        found = fingerprint(path)
+        _load_model(str(path), self.weights_seed, found)  # a damaged checkpoint is named now
+        if self.checkpoint is not None and self.checkpoint != found:
+            now = "no checkpoint (synthetic weights)" if found is None else f"checkpoint {found}"
+            raise ValueError(f"checkpoint: {path} held checkpoint {self.checkpoint} and now "
+                             f"holds {now} (weights or config.json changed): runs made with "
+                             "the other weights do not belong here; start a new sweep in a new "
+                             "directory")
+        object.__setattr__(self, "checkpoint", found)
 
     @property
     def label(self) -> str:
@@ -353,7 +374,7 @@ class LayerWorkload:
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         from optical import transformer
 
-        model = _load_model(self.model_dir, self.weights_seed)
+        model = _load_model(self.model_dir, self.weights_seed, self.checkpoint)
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
                                       seed=seed, local=self.local, data_seed=self.data_seed)
         return layer_metrics(report)
@@ -365,11 +386,16 @@ class LayerWorkload:
             del out["local"]
         if self.data_seed is None:
             del out["data_seed"]
+        if self.checkpoint is None:  # synthetic weights, as before checkpoints were hashed
+            del out["checkpoint"]
         return out
 
 
 @functools.lru_cache(maxsize=1)
-def _load_model(model_dir: str, weights_seed: int) -> Any:
+def _load_model(model_dir: str, weights_seed: int, checkpoint: str | None) -> Any:
+    """The model a workload runs, kept for its next run; ``checkpoint`` (the
+    directory's fingerprint) is in the key so that weights changed in the
+    directory are read again, not served from the cache."""
     from optical import transformer
 
     return transformer.load(model_dir, seed=weights_seed)

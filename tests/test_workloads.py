@@ -353,3 +353,64 @@ def test_a_local_layer_workload_records_each_products_own_error(tmp_path):
     assert got["local_sqnr_db.down_proj"] > got["sqnr_db.down_proj"]
     with pytest.raises(TypeError, match="local: expected a bool, got str"):
         LayerWorkload(str(model_dir), layer=1, tokens=6, local="yes")
+
+
+def test_a_damaged_checkpoint_is_named_before_a_sweep_claims_its_directory(tmp_path):
+    """LayerWorkload opens the checkpoint (headers): a tensor the index leaves
+    out is named when the workload is made, so `optical sweep --model`
+    exits 2 without writing --out (it wrote a manifest and failed its first
+    run, exit 1)."""
+    import json
+
+    from optical.cli import main
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from tests.transformer_helpers import random_llama_tensors
+
+    directory = write_model(tmp_path / "m", TINY_LLAMA,
+                            random_llama_tensors(TINY_LLAMA, dtype=ml_dtypes.bfloat16), shards=2)
+    index = directory / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    name = "model.layers.2.mlp.up_proj.weight"
+    del data["weight_map"][name]
+    index.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"tensor '{name}' is not listed in"):
+        LayerWorkload(str(directory), layer=0, tokens=4)
+    out = tmp_path / "s"
+    assert main(["sweep", "--model", str(directory), "--tokens", "4", "--quiet", "--out",
+                 str(out)]) == 2
+    assert not out.exists()
+
+
+def test_a_layer_workload_is_identified_by_its_checkpoint(tmp_path):
+    """Synthetic weights keep the stored form of earlier versions; weights
+    added to the directory afterwards change the workload, so the sweep
+    made with the synthetic ones is refused rather than resumed as done, and
+    a stored workload whose checkpoint is gone is named."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical.sweep import resume
+    from optical.transformer.checkpoint import fingerprint
+    from tests.transformer_helpers import random_llama_tensors
+
+    directory = write_model(tmp_path / "m", TINY_LLAMA)
+    synthetic = LayerWorkload(str(directory), layer=0, tokens=4)
+    assert "checkpoint" not in synthetic.to_dict() and synthetic.checkpoint is None
+    base = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40})
+    out = tmp_path / "s"
+    optical.sweep(synthetic, {"adc.bits": [8]}, seeds=1, out=out, base=base, executor="serial",
+                  progress=False)
+    write_model(directory, TINY_LLAMA, random_llama_tensors(TINY_LLAMA,
+                                                            dtype=ml_dtypes.bfloat16))
+    real = LayerWorkload(str(directory), layer=0, tokens=4)
+    assert real.checkpoint == fingerprint(directory) is not None
+    assert real.to_dict() == {**synthetic.to_dict(), "checkpoint": real.checkpoint}
+    for again in (lambda: optical.sweep(real, {"adc.bits": [8]}, seeds=1, out=out, base=base,
+                                        executor="serial", progress=False),
+                  lambda: resume(out, executor="serial", progress=False)):
+        with pytest.raises(ValueError, match=r"holds a different sweep; .*Changed: workload "
+                                             rf"checkpoint: '\(none\)' -> '{real.checkpoint}'"):
+            again()
+    (directory / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=rf"checkpoint: .* held checkpoint {real.checkpoint} "
+                                         r"and now holds no checkpoint \(synthetic weights\)"):
+        workload_from_dict(real.to_dict())

@@ -10,13 +10,14 @@ framework through ``ml_dtypes``; both are in the ``models`` extra.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path, PurePath
 
 import numpy as np
 
-__all__ = ["Checkpoint", "find_checkpoint_files"]
+__all__ = ["Checkpoint", "find_checkpoint_files", "fingerprint"]
 
 INDEX_FILE = "model.safetensors.index.json"
 _FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
@@ -41,6 +42,40 @@ def find_checkpoint_files(directory: Path) -> list[Path]:
                              "only safetensors checkpoints are read (convert the checkpoint "
                              "with transformers' save_pretrained(safe_serialization=True))")
     return files
+
+
+def fingerprint(directory: str | Path) -> str | None:
+    """A short hash of the checkpoint a model directory holds, None when it
+    holds no ``*.safetensors`` (synthetic weights): ``config.json``'s bytes
+    and, for each safetensors file and the index, its name, size, the name
+    it resolves to (in the Hugging Face cache, the blob's content hash) and
+    its header (every tensor's name, dtype, shape and offsets). Weights
+    rewritten in place with the same shapes and no cache blob name are not
+    told apart (hashing every byte of a 70B checkpoint would take minutes).
+
+    Raises
+    ------
+    ValueError
+        If the directory holds PyTorch pickles but no safetensors.
+    """
+    directory = Path(directory)
+    files = find_checkpoint_files(directory)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    config = directory / "config.json"
+    digest.update(config.read_bytes() if config.is_file() else b"")
+    index = directory / INDEX_FILE
+    for path in [*files, *([index] if index.is_file() else [])]:
+        stat = path.stat()
+        digest.update(f"\0{path.name}\0{path.resolve().name}\0{stat.st_size}\0".encode())
+        with open(path, "rb") as handle:
+            if path == index:
+                digest.update(handle.read())
+                continue
+            length = int.from_bytes(handle.read(8), "little")
+            digest.update(handle.read(min(length, _MAX_HEADER)))
+    return digest.hexdigest()[:20]
 
 
 def _safe_open():
@@ -78,14 +113,27 @@ def _truncation(path: Path) -> str | None:
                         "truncated (an interrupted download or copy?)")
             handle.seek(8)
             header = json.loads(handle.read(length))
-        end = max((int(v["data_offsets"][1]) for k, v in header.items()
-                   if k != "__metadata__"), default=0)
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+        for name, entry in tensors.items():  # a header whose entry contradicts itself
+            start, stop = (int(o) for o in entry["data_offsets"])
+            width = _ITEMSIZE.get(entry["dtype"])
+            count = int(np.prod([int(d) for d in entry["shape"]], dtype=np.int64))
+            if width is not None and (stop - start) != count * width:
+                return (f"its header gives tensor {name!r} dtype {entry['dtype']} and shape "
+                        f"{list(entry['shape'])} ({count * width} bytes) but data_offsets "
+                        f"[{start}, {stop}] ({stop - start} bytes): a damaged header")
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None  # damaged otherwise: the reader's own message says how
     if 8 + length + end > size:
         return (f"it is {size} bytes, but its header declares {8 + length + end}: truncated "
                 "(an interrupted download or copy?)")
     return None
+
+
+#: Bytes per element of the safetensors dtypes a header may name.
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 def _unreadable(path: Path, err: Exception) -> str:
@@ -146,6 +194,12 @@ class Checkpoint:
                     raise FileNotFoundError(f"{index}: tensor {name!r} is in {file}, which is "
                                             f"missing from {self.directory}")
                 where[name] = path
+            single = self.directory / "model.safetensors"
+            if single.is_file() and single not in where.values():
+                raise ValueError(f"{self.directory}: holds both model.safetensors and "
+                                 f"{index.name}, which does not list it: two checkpoints "
+                                 "(Hugging Face would load model.safetensors and ignore the "
+                                 "index's shards); remove the one you do not mean")
             # Every shard's header, read once: a truncated or corrupt shard (an
             # interrupted download) is named now, not when a layer first needs it.
             for path in sorted(set(where.values())):

