@@ -6,6 +6,7 @@ every file is written atomically, so a kill never leaves half a file."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -222,10 +223,12 @@ def check_placement(path: Path, record: Mapping[str, Any], point: Mapping[str, A
     else:
         for name, value in point.items():
             section, _, field = name.partition(".")
-            if name.startswith(WORKLOAD_PREFIX) and "workload" not in record:
-                continue  # a run of a version that did not record it: its id hashes it
-            stored = (record["workload"] if name.startswith(WORKLOAD_PREFIX)
-                      else record["config"].get(section, {}))
+            if name.startswith(WORKLOAD_PREFIX):
+                stored = record.get("workload")
+                if not isinstance(stored, Mapping) or field not in stored:
+                    continue  # a run of a version that did not record it: its id hashes it
+            else:
+                stored = record["config"].get(section, {})
             stored = stored.get(field, "(none)") if isinstance(stored, Mapping) else "(none)"
             if stored == "(none)" or decode_value(name, stored) != decode_value(name, value):
                 problem = (f"{name} = {stored!r}, where {MANIFEST} places it at the point "
@@ -300,6 +303,20 @@ def lock(out: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _workload_record(workload: Any) -> dict[str, Any]:
+    """What a run file records of its workload: ``to_dict()``, with the
+    fields it leaves out at their defaults (a dataclass's numbers, strings,
+    booleans and None), so every field a sweep can sweep is there to check
+    the run's placement against."""
+    data = dict(workload.to_dict())
+    if dataclasses.is_dataclass(workload) and not isinstance(workload, type):
+        for field in dataclasses.fields(workload):
+            value = getattr(workload, field.name)
+            if value is None or isinstance(value, bool | int | float | str):
+                data.setdefault(field.name, value)
+    return data
+
+
 def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Mapping[str, Any],
               version: str) -> None:
     """Store one finished run as ``runs/<run_id>.json`` (atomically)."""
@@ -312,7 +329,7 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "elapsed_s": outcome["elapsed_s"],
         "optical_version": version,
         "config": json.loads(task.config.to_json()),
-        "workload": task.workload.to_dict(),
+        "workload": _workload_record(task.workload),
     }
     atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(encode(record)) + "\n")
 

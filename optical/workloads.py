@@ -292,6 +292,11 @@ class LayerWorkload:
         (validate's ``data_seed``), the same for every run: the runs of a
         point then differ in their noise alone. None (the default): each
         run's seed seeds them too.
+    dtype : {"float16", "bfloat16", "float32"}
+        The reference's dtype (validate's ``dtype``; default float16).
+    batch : int
+        Prompts of ``tokens`` tokens prefilled together, the weights
+        programmed once (validate's ``batch``; default 1).
     checkpoint : str or None
         A fingerprint of the checkpoint in ``model_dir``
         (:func:`optical.transformer.checkpoint.fingerprint`: its files' names,
@@ -320,10 +325,13 @@ class LayerWorkload:
     weights_seed: int = 0
     local: bool = False
     data_seed: int | None = None
+    dtype: str = "float16"
+    batch: int = 1
     checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         from optical.transformer.checkpoint import fingerprint
+        from optical.transformer.numerics import check_dtype
         from optical.transformer.spec import read_spec
 
         path = Path(self.model_dir).expanduser().resolve()
@@ -341,6 +349,8 @@ class LayerWorkload:
         object.__setattr__(self, "local", check_bool(self.local, "local"))
         if self.data_seed is not None:
             object.__setattr__(self, "data_seed", check_seed(self.data_seed, "data_seed"))
+        object.__setattr__(self, "dtype", check_dtype(self.dtype))
+        object.__setattr__(self, "batch", _positive_int("batch", self.batch))
         found = fingerprint(path)
         _load_model(str(path), self.weights_seed, found)  # a damaged checkpoint is named now
         if self.checkpoint is not None and self.checkpoint != found:
@@ -376,7 +386,8 @@ class LayerWorkload:
 
         model = _load_model(self.model_dir, self.weights_seed, self.checkpoint)
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
-                                      seed=seed, local=self.local, data_seed=self.data_seed)
+                                      seed=seed, local=self.local, data_seed=self.data_seed,
+                                      dtype=self.dtype, batch=self.batch)
         return layer_metrics(report)
 
     def to_dict(self) -> dict[str, Any]:
@@ -386,6 +397,10 @@ class LayerWorkload:
             del out["local"]
         if self.data_seed is None:
             del out["data_seed"]
+        if self.dtype == "float16":
+            del out["dtype"]
+        if self.batch == 1:
+            del out["batch"]
         if self.checkpoint is None:  # synthetic weights, as before checkpoints were hashed
             del out["checkpoint"]
         return out
@@ -522,10 +537,13 @@ def workload_label(data: Mapping[str, Any], swept: Collection[str] = ()) -> str:
             return "matmul " + "x".join(dims)
         if kind == "layer":
             data_seed = data.get("data_seed")
+            batch, dtype = data.get("batch", 1), data.get("dtype", "float16")
             parts = [shown("model_dir", Path(data["model_dir"]).name),
                      shown("layer", f"layer {data['layer']}"),
                      shown("tokens", f"{data['tokens']} tokens"),
-                     "" if data_seed is None else shown("data_seed", f"data seed {data_seed}")]
+                     "" if batch == 1 else shown("batch", f"batch {batch}"),
+                     "" if data_seed is None else shown("data_seed", f"data seed {data_seed}"),
+                     "" if dtype == "float16" else shown("dtype", f"{dtype} reference")]
             head = " ".join(p for p in parts[:2] if p)
             return ", ".join(p for p in (head, *parts[2:]) if p) or "layer workload"
     except (KeyError, TypeError):  # a field missing, or not a path

@@ -240,3 +240,32 @@ def test_runs_of_a_version_that_did_not_record_their_workload_are_shared(tmp_pat
     frame = load(out)
     assert frame["workload.tokens"].tolist() == [4, 8]
     assert frame["sqnr_db"].iloc[1] == load(alone)["sqnr_db"].iloc[0]
+
+
+def test_a_layer_sweep_sweeps_the_reference_dtype_and_the_batch(tiny_model, tmp_path):
+    """workload.dtype and workload.batch are validate's dtype and batch: each
+    row is layer_metrics of that validate, computed here; the defaults
+    (float16, 1) keep the stored form of workloads without them."""
+    from optical import transformer
+    from optical.workloads import layer_metrics, workload_from_dict
+
+    workload = LayerWorkload(str(tiny_model), layer=1, tokens=5)
+    assert "dtype" not in workload.to_dict() and "batch" not in workload.to_dict()
+    other = LayerWorkload(str(tiny_model), layer=1, tokens=5, dtype="bfloat16", batch=2)
+    assert workload_from_dict(other.to_dict()) == other
+    assert other.label == f"{tiny_model.name} layer 1, 5 tokens, batch 2, bfloat16 reference"
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    frame = optical.sweep(workload, {"workload.dtype": ["float16", "bfloat16", "float32"],
+                                     "workload.batch": [1, 2]}, seeds=1, out=tmp_path / "s",
+                          base=base, executor="serial", progress=False)
+    model = transformer.load(tiny_model)
+    for row in frame.to_dict("records"):
+        expected = layer_metrics(transformer.validate(
+            model, layer=1, tokens=5, config=base, seed=0, dtype=row["workload.dtype"],
+            batch=row["workload.batch"]))
+        assert {name: row[name] for name in expected} == expected
+    assert frame["sqnr_db"].nunique() == 6
+    with pytest.raises(ValueError, match=r"workload.dtype: 'int8' is not a reference dtype"):
+        SweepDefinition.build(workload, {"workload.dtype": ["int8"]}, seeds=1)
+    with pytest.raises(ValueError, match=r"workload.batch: 0 must be a positive integer"):
+        SweepDefinition.build(workload, {"workload.batch": [0]}, seeds=1)

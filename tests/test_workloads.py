@@ -266,7 +266,8 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
         rng = np.random.default_rng(seed)
         return {"w": rng.standard_normal((64, 16)).astype(np.float32)}
 
-    def validate(model, *, layer, tokens, config, seed, local, data_seed):
+    def validate(model, *, layer, tokens, config, seed, local, data_seed, dtype, batch):
+        assert (dtype, batch) == ("float16", 1)
         calls.append(("validate", layer, tokens, config.adc.bits, seed, local, data_seed))
         x = np.random.default_rng(100 + layer).standard_normal((tokens, 64)).astype(np.float32)
         exact = x.astype(np.float64) @ model["w"].astype(np.float64)

@@ -71,8 +71,10 @@ def register(subparsers) -> None:
                        "oracle)")
     which.add_argument("--model", metavar="DIR",
                        help="a model directory (config.json): one layer's validate, "
-                       "calibrated on a held-out input; sweep its layers or prompt lengths "
-                       "with --param workload.layer=0,4,8 or workload.tokens=64,512")
+                       "calibrated on a held-out input; sweep its layers, prompt lengths, "
+                       "reference dtype or batch with --param workload.layer=0,4,8, "
+                       "workload.tokens=64,512, workload.dtype=float16,bfloat16, "
+                       "workload.batch=1,4")
     # Defaults are None so that an option given is known: it is refused where it
     # would be ignored (a resume from --out alone, the other workload's option).
     what.add_argument("--layer", type=int, help="layer of --model (default 0)")
