@@ -458,6 +458,9 @@ def test_break_even_line_says_what_each_figure_holds_fixed(capsys):
             "none (the rest of the machine alone costs more)" if photons is None
             else f"{photons:.3g}") in line
         assert f"break-even batch at these photons: {comparison['break_even_batch']}" in line
+        # the shortest prompt that breaks even, whatever prompt was asked for
+        assert (comparison["break_even_tokens"], comparison["break_even_tokens_tried"]) == (437, 8192)
+        assert line.endswith("break-even prompt tokens at this batch: 437")
 
 
 def test_break_even_batch_none_is_said_in_words(capsys):
@@ -475,7 +478,8 @@ def test_break_even_batch_none_is_said_in_words(capsys):
     assert json.loads(capsys.readouterr().out)["comparison"]["break_even_batch"] is None
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU / optical"))
-    assert line.endswith("break-even batch at these photons: none")
+    assert line.endswith("break-even batch at these photons: none; break-even prompt tokens at "
+                         "this batch: none up to 8192")
 
 
 def test_the_table_says_outlier_channels_are_priced_as_optical(capsys):

@@ -318,3 +318,50 @@ def test_break_even_batch_refuses_a_max_batch_that_is_not_a_positive_integer(lla
     cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
     with pytest.raises(ValueError, match="max_batch"):
         compare.break_even_batch(llama_8b, 256, cfg, h100, max_batch=max_batch)
+
+
+def test_break_even_tokens_is_the_shortest_prompt_where_optics_wins(llama_8b):
+    """Every shorter prompt loses (each computed here from the two models),
+    the break-even prompt wins; docs/energy.md's table: 419 tokens for the
+    8B at batch 1 (between its 128 and 512 rows, which lose and win)."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+
+    def ratio(tokens, batch=1):
+        return (optical.energy.prefill(llama_8b, tokens, cfg, batch=batch).per_token
+                / gpu.prefill(llama_8b, tokens, h100, batch=batch).per_token)
+
+    t = compare.break_even_tokens(llama_8b, cfg, h100)
+    assert t == 419
+    assert ratio(t) <= 1 and all(ratio(tokens) > 1 for tokens in range(1, t))
+    assert compare.break_even_tokens(llama_8b, cfg, h100, max_tokens=t - 1) is None
+    assert compare.break_even_tokens(llama_8b, cfg, h100, max_tokens=t) == t
+
+
+@pytest.mark.parametrize("batch", [2, 4, 8])
+def test_break_even_tokens_is_set_by_rows_per_weight_load(llama_8b, batch):
+    """The mask loads are amortised over batch x tokens rows: batching b
+    prompts divides the break-even prompt by about b (the rows per load
+    within 2 % of batch 1's 419: 422, 424, 424), and the prompt it gives wins
+    at that batch while one token fewer loses."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    t = compare.break_even_tokens(llama_8b, cfg, h100, batch=batch)
+    assert t is not None and 419 <= batch * t <= 1.02 * 419
+    for tokens, wins in ((t, True), (t - 1, False)):
+        opt = optical.energy.prefill(llama_8b, tokens, cfg, batch=batch).per_token
+        assert (opt <= gpu.prefill(llama_8b, tokens, h100, batch=batch).per_token) == wins
+
+
+def test_break_even_tokens_none_and_bad_limits(llama_8b):
+    """At 1e6 photons per MAC (what a Llama layer needs to stay within 1.5 dB
+    of its noise-free accuracy) optics loses at every prompt up to 1024; a
+    limit must be a positive integer within the model's positions."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    bright = cfg.replace({"source.photons_per_mac": 1e6})
+    assert compare.break_even_tokens(llama_8b, bright, h100, max_tokens=1024) is None
+    for bad in (0, -3, True, 2.5):
+        with pytest.raises(ValueError, match="max_tokens"):
+            compare.break_even_tokens(llama_8b, cfg, h100, max_tokens=bad)
+    with pytest.raises(ValueError, match="max_tokens: 200000 exceed max_position_embeddings"):
+        compare.break_even_tokens(llama_8b, cfg, h100, max_tokens=200_000)
+    with pytest.raises(ValueError, match="batch"):
+        compare.break_even_tokens(llama_8b, cfg, h100, batch=0)

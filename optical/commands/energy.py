@@ -37,6 +37,10 @@ reading the report:
   break-even batch at these photons
                    the fewest prompts per weight load at which optics uses no
                    more energy per token than the GPU
+  break-even prompt tokens at this batch
+                   the shortest prompt at which optics uses no more energy per
+                   token than the GPU (every length tried, up to 8192 or the
+                   model's max_position_embeddings)
   disaggregated    optical prefill + GPU decode against all-GPU, per request
                    (ratio: all-GPU over disaggregated)
 The model, its formulas and the source of every default: docs/energy.md.
@@ -200,12 +204,14 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
           f"TTFT {ref.time:.4g} s")
     be_p = comparison["break_even_photons_per_mac"]
     be_b = comparison["break_even_batch"]
+    be_t, limit = comparison["break_even_tokens"], comparison["break_even_tokens_tried"]
     photons = ("none (the rest of the machine alone costs more)" if be_p is None
                else f"{be_p:.3g}")
     print(f"GPU / optical: energy {_ratio(comparison['energy_ratio_gpu_over_optical'])}x, "
           f"TTFT {_ratio(comparison['ttft_ratio_gpu_over_optical'])}x (> 1: optics wins); "
           f"break-even photons/MAC at this batch: {photons}; break-even batch at these photons: "
-          f"{'none' if be_b is None else be_b}")
+          f"{'none' if be_b is None else be_b}; break-even prompt tokens at this batch: "
+          f"{f'none up to {limit}' if be_t is None else be_t}")
     if split is None:
         print(f"disaggregated: none ({name} is an encoder: it generates no "
               "tokens to decode)")

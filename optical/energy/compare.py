@@ -1,10 +1,12 @@
 """Optical prefill against the GPU: ratios and break-even points.
 
-Both break-evens are exact consequences of the model's structure, not fits:
+The break-evens are exact consequences of the model's structure, not fits:
 the laser term is proportional to ``photons_per_mac`` (so the photon count at
-which the two energies are equal is a ratio), and the per-token cost of mask
+which the two energies are equal is a ratio), the per-token cost of mask
 loads falls as ``1 / batch`` (so the batch at which optics wins is found by
-bisection over integers on the full model).
+bisection over integers on the full model), and the prompt length at which
+optics wins is the first of every length tried in order (the ratio is not
+monotone in it: tiles of tokens fill unevenly, and attention grows with it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from optical.energy import gpu as gpu_model
 from optical.energy import model
 from optical.transformer.spec import ModelSpec
 
-__all__ = ["break_even_batch", "break_even_photons", "compare"]
+__all__ = ["break_even_batch", "break_even_photons", "break_even_tokens", "compare"]
+
+#: The longest prompt :func:`break_even_tokens` tries by default (or the
+#: model's ``max_position_embeddings`` when shorter): ~0.3 ms a length.
+MAX_BREAK_EVEN_TOKENS = 8192
 
 
 def break_even_photons(spec: ModelSpec, tokens: int, config: OpticalConfig,
@@ -70,10 +76,39 @@ def break_even_batch(spec: ModelSpec, tokens: int, config: OpticalConfig,
     return hi
 
 
+def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPUSpec, *,
+                      batch: int = 1, max_tokens: int | None = None) -> int | None:
+    """The shortest prompt (tokens, at ``batch`` prompts per weight load) at
+    which the optical prefill's energy per token is at most the GPU's;
+    ``None`` if no length up to ``max_tokens`` breaks even (default: the
+    model's ``max_position_embeddings``, at most
+    :data:`MAX_BREAK_EVEN_TOKENS`). Every length is tried in order, so the
+    answer is the shortest even where the ratio is not monotone (about
+    0.3 ms a length: up to ~3 s where nothing breaks even). Optics may still
+    lose at some longer lengths; on the bundled Llama models under iris-like
+    it does not up to 8192 tokens."""
+    batch = check_positive_int(batch, "batch")
+    limit = _token_limit(spec)
+    if max_tokens is not None:
+        limit = check_positive_int(max_tokens, "max_tokens")
+        spec.check_tokens(limit, "max_tokens")
+    for tokens in range(1, limit + 1):
+        if _ratio(spec, tokens, config, gpu, batch) <= 1:
+            return tokens
+    return None
+
+
+def _token_limit(spec: ModelSpec) -> int:
+    """The longest prompt :func:`break_even_tokens` tries by default."""
+    return min(MAX_BREAK_EVEN_TOKENS, spec.max_positions or MAX_BREAK_EVEN_TOKENS)
+
+
 def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.GPUSpec, *,
             batch: int = 1) -> dict[str, Any]:
-    """Energy and TTFT ratios (GPU over optical: > 1 means optics wins) and
-    the break-even photon count and batch."""
+    """Energy and TTFT ratios (GPU over optical: > 1 means optics wins), the
+    break-even photon count and batch at ``tokens``, and the break-even
+    prompt length at ``batch`` (:func:`break_even_tokens`; None: none up to
+    ``break_even_tokens_tried``, the longest prompt tried)."""
     opt = model.prefill(spec, tokens, config, batch=batch)
     ref = gpu_model.prefill(spec, tokens, gpu, batch=batch)
     return {
@@ -82,4 +117,6 @@ def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.
         "break_even_photons_per_mac": break_even_photons(spec, tokens, config, gpu,
                                                          batch=batch),
         "break_even_batch": break_even_batch(spec, tokens, config, gpu),
+        "break_even_tokens": break_even_tokens(spec, config, gpu, batch=batch),
+        "break_even_tokens_tried": _token_limit(spec),
     }
