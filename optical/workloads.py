@@ -79,7 +79,9 @@ class MatmulWorkload:
         a single run takes the same path and the same noise, but XLA's
         batched GEMMs may round differently, so outputs and accuracy can
         move by float32 rounding with the batch a run was in (~1e-5
-        relative, with or without RIN), as can its detected-photon count.
+        relative, with or without RIN), as can its detected-photon count;
+        under Poisson shot noise a few % of the outputs can be redrawn (see
+        ``jax_backend.matmul``'s ``chunk_tokens``).
     """
 
     kind: ClassVar[str] = "matmul"

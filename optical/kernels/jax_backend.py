@@ -119,7 +119,12 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     chunk_tokens : int, optional
         Tokens per jitted chunk (default 512). Every token draws from its own
         keys, so the noise does not depend on it; XLA's GEMMs of other shapes
-        may round differently (float32 ulps, rarely a moved ADC code). Each
+        may round differently (float32 ulps, rarely a moved ADC code), and
+        under ``shot_noise="poisson"`` with means of 10 or more photons a
+        mean one ulp off can flip ``jax.random.poisson``'s rejection test:
+        that count is drawn anew (a few % of the outputs of one 300 x 160 x
+        100 product at 1e3 photons per MAC moved, each by about one shot-noise
+        standard deviation; the law is the same, the draw is not). Each
         chunk shape (the last chunk holds the remainder) compiles once per
         process and stays compiled, as ``jax.jit`` keeps it.
     exact : bool
