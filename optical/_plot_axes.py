@@ -50,11 +50,14 @@ def log_values(values: Sequence[float], metric: str) -> bool:
 
 def axis_title(name: str) -> str:
     """An axis or legend title: a config field with its unit
-    (``source.wavelength (m)``), a metric in decibels with its
+    (``source.wavelength (m)``), a workload's field by its name
+    (``workload.layer``: ``layer``), a metric in decibels with its
     (``sqnr_db.down_proj (dB)``: a ``*_db`` metric), other metrics and
     unitless fields as named."""
     from optical.config import OpticalConfig
 
+    if name.startswith("workload."):
+        return name.removeprefix("workload.")
     try:
         unit = OpticalConfig.field_unit(name)
     except ValueError:  # a metric (sqnr_db), not a config path

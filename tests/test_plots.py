@@ -823,8 +823,8 @@ def test_string_values_keep_their_order_and_numbers_one_label_style():
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == \
         ["1e3", "1e4", "1e5", "1e6"]
     assert "source.photons_per_mac=1e6, adc.bits=4 (1 of 2)" in fig.axes[0].get_title()
-    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "cosine")] == \
-        ["local_sqnr_db.down_proj (dB)", "cosine"]
+    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "cosine", "workload.layer")] == \
+        ["local_sqnr_db.down_proj (dB)", "cosine", "layer"]
 
 
 def test_matmul_bars_title_names_the_stored_sweep_and_its_unfinished_runs():
