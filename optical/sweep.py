@@ -154,30 +154,43 @@ def _workload_field(workload: Any, path: str) -> str:
     if not dataclasses.is_dataclass(workload) or isinstance(workload, type):
         raise ValueError(f"{path}: {type(workload).__name__} is not a dataclass, so none of its "
                          "fields can be swept; sweep config paths")
-    names = [field.name for field in dataclasses.fields(workload)]
-    if name not in names:
+    fields = {field.name: field for field in dataclasses.fields(workload)}
+    if name not in fields:
         raise ValueError(f"{path}: {type(workload).__name__} has no field {name!r}; its "
-                         f"fields: {', '.join(names)}")
+                         f"fields: {', '.join(fields)}")
+    if fields[name].metadata.get("derived"):
+        raise ValueError(f"{path}: {type(workload).__name__} derives {name} from its other "
+                         "fields (and what they point to); it is not swept")
     return name
 
 
 def _with_fields(workload: Any, changes: Mapping[str, Any]) -> Any:
     """``workload`` with the ``workload.*`` values of ``changes`` (a copy,
-    validated by its own constructor: its ValueError names the field)."""
+    validated by its own constructor: its ValueError names the field). The
+    fields it derives (``metadata={"derived": True}``: a LayerWorkload's
+    checkpoint fingerprint) are derived again, not carried over."""
     fields = {path.removeprefix(WORKLOAD_PREFIX): value for path, value in changes.items()}
-    return dataclasses.replace(workload, **fields) if fields else workload
+    if not fields:
+        return workload
+    for field in dataclasses.fields(workload):
+        if field.metadata.get("derived"):
+            fields[field.name] = field.default
+    return dataclasses.replace(workload, **fields)
 
 
 def _canonical_field(workload: Any, path: str, value: Any) -> Any:
     """The value as the workload stores it (a model directory as an absolute
-    path); ValueError names the path and the value."""
+    path), or as given where the base workload refuses it: a value may be
+    valid only beside the other values of its point (layer 20 with another
+    model_dir), which :meth:`SweepDefinition.workloads` checks point by
+    point. ValueError names the path and a value that cannot be stored."""
     name = _workload_field(workload, path)
     if isinstance(value, np.generic):
         value = value.item()
     try:
         stored = getattr(_with_fields(workload, {path: value}), name)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        raise ValueError(f"{path}: {str(err).removeprefix(f'{name}: ')}") from None
+    except (ValueError, TypeError, OSError):
+        stored = value
     if stored is not None and not isinstance(stored, bool | int | float | str):
         raise ValueError(f"{path}: {value!r} is stored as a {type(stored).__name__}; only "
                          "numbers, strings, booleans and None can be swept")
@@ -327,7 +340,7 @@ class SweepDefinition:
             if key not in made:
                 try:
                     made[key] = _with_fields(self.workload, changes)
-                except (ValueError, TypeError) as err:
+                except (ValueError, TypeError, OSError) as err:
                     raise ValueError(f"point {_describe_point(point)}: {err}") from None
             workloads.append(made[key])
         return workloads
@@ -523,6 +536,21 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _may_share(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two sweep definitions can have runs in common: their
+    workloads agree but for the fields either sweeps (a run's id hashes its
+    workload)."""
+    swept = {p.removeprefix(WORKLOAD_PREFIX) for d in (old, new)
+             for p in d.get("params") or () if p.startswith(WORKLOAD_PREFIX)}
+    a, b = old.get("workload"), new.get("workload")
+    if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+        return a == b
+    if "model_dir" in swept:  # a point's checkpoint is its directory's
+        swept.add("checkpoint")
+    return ({k: v for k, v in a.items() if k not in swept}
+            == {k: v for k, v in b.items() if k not in swept})
+
+
 def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -> str | None:
     """A manifest's point whose value lies outside its parameter's values or
     range (None: every point is the definition's)."""
@@ -557,8 +585,12 @@ def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
         for seed, run_id, expected in zip(definition.seeds, manifest["run_ids"][i], ids,
                                           strict=True):
             if run_id != expected:
+                why = ("edited or damaged, or the checkpoint in the point's model directory "
+                       "changed since: runs made with other weights are not this point's"
+                       if getattr(workloads[i], "checkpoint", None) is not None
+                       or "workload.model_dir" in points[i] else "edited, or damaged")
                 return (f"'run_ids'[{i}] names {run_id}, which is not the run of point {i} "
-                        f"({_describe_point(points[i])}) at seed {seed}")
+                        f"({_describe_point(points[i])}) at seed {seed} ({why})")
     return None
 
 
@@ -577,13 +609,16 @@ def _prepare(definition: SweepDefinition, out: Path
         manifest = read_manifest(out)
         changed = _changes(manifest["definition"], new)
         if changed:
-            # Runs are shared only by the same workload (unless its fields are swept).
-            shared = (manifest["definition"].get("workload") == new["workload"]
-                      or any(p.startswith(WORKLOAD_PREFIX) for p in new["params"]))
+            old = manifest["definition"].get("workload")
             keep = (f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json into the "
                     "new directory first (a run's id is its workload, config and seed, so the "
-                    "new sweep finds them there)" if shared else
-                    "the two share no run (a run's id hashes its workload)")
+                    "new sweep finds them there)" if _may_share(manifest["definition"], new)
+                    else "the two share no run (a run's id hashes its workload)")
+            if (isinstance(old, Mapping) and old.get("kind") == "layer"
+                    and "checkpoint" not in old and new["workload"].get("checkpoint")):
+                keep += (f" ({out} was made with synthetic weights, or by a version of optical "
+                         "that did not record a checkpoint's fingerprint; its model directory "
+                         "now holds a checkpoint, whose runs are not those)")
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
                              ". Use a new --out directory, or delete this one to start over; "
@@ -594,8 +629,10 @@ def _prepare(definition: SweepDefinition, out: Path
         configs = definition.configs(points) if problem is None else []
         problem = problem or _run_ids_problem(definition, points, configs, manifest)
         if problem is not None:
-            raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem} (edited, or "
-                             f"damaged). {_rebuild_advice(out)}")
+            if not problem.endswith(")"):
+                problem += " (edited, or damaged)"
+            raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem}. "
+                             f"{_rebuild_advice(out)}")
         return points, configs, manifest["run_ids"]
     # Without a manifest, only a sweep's own files (its manifest was lost): the
     # new manifest finds the finished runs again by their ids.

