@@ -191,6 +191,9 @@ def _canonical_field(workload: Any, path: str, value: Any) -> Any:
         stored = getattr(_with_fields(workload, {path: value}), name)
     except (ValueError, TypeError, OSError):
         stored = value
+        path_field = next(f for f in dataclasses.fields(workload) if f.name == name)
+        if path_field.metadata.get("path") and isinstance(value, str | os.PathLike):
+            stored = str(Path(value).expanduser().resolve())  # as the workload stores it
     if stored is not None and not isinstance(stored, bool | int | float | str):
         raise ValueError(f"{path}: {value!r} is stored as a {type(stored).__name__}; only "
                          "numbers, strings, booleans and None can be swept")
@@ -616,9 +619,13 @@ def _prepare(definition: SweepDefinition, out: Path
                     else "the two share no run (a run's id hashes its workload)")
             if (isinstance(old, Mapping) and old.get("kind") == "layer"
                     and "checkpoint" not in old and new["workload"].get("checkpoint")):
+                from optical.transformer.model import weights_directory
+
+                where = weights_directory(new["workload"]["model_dir"])
                 keep += (f" ({out} was made with synthetic weights, or by a version of optical "
-                         "that did not record a checkpoint's fingerprint; its model directory "
-                         "now holds a checkpoint, whose runs are not those)")
+                         "that did not record a checkpoint's fingerprint; the model's weights "
+                         f"are now read from the checkpoint in {where}, whose runs are not "
+                         "those)")
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
                              ". Use a new --out directory, or delete this one to start over; "

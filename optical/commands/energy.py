@@ -39,8 +39,9 @@ reading the report:
                    more energy per token than the GPU
   break-even prompt tokens at this batch
                    the shortest prompt at which optics uses no more energy per
-                   token than the GPU (every length tried, up to 8192 or the
-                   model's max_position_embeddings)
+                   token than the GPU (every length tried, up to 8192, the
+                   model's max_position_embeddings if fewer, or
+                   --prompt-tokens if more)
   disaggregated    optical prefill + GPU decode against all-GPU, per request
                    (ratio: all-GPU over disaggregated)
 The model, its formulas and the source of every default: docs/energy.md.

@@ -107,8 +107,9 @@ def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.
             batch: int = 1) -> dict[str, Any]:
     """Energy and TTFT ratios (GPU over optical: > 1 means optics wins), the
     break-even photon count and batch at ``tokens``, and the break-even
-    prompt length at ``batch`` (:func:`break_even_tokens`; None: none up to
-    ``break_even_tokens_tried``, the longest prompt tried)."""
+    prompt length at ``batch`` (:func:`break_even_tokens`, tried up to the
+    default limit or ``tokens``, whichever is longer; None: none up to
+    ``break_even_tokens_tried``)."""
     opt = model.prefill(spec, tokens, config, batch=batch)
     ref = gpu_model.prefill(spec, tokens, gpu, batch=batch)
     return {
@@ -117,6 +118,7 @@ def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.
         "break_even_photons_per_mac": break_even_photons(spec, tokens, config, gpu,
                                                          batch=batch),
         "break_even_batch": break_even_batch(spec, tokens, config, gpu),
-        "break_even_tokens": break_even_tokens(spec, config, gpu, batch=batch),
-        "break_even_tokens_tried": _token_limit(spec),
+        "break_even_tokens": break_even_tokens(spec, config, gpu, batch=batch,
+                                               max_tokens=max(_token_limit(spec), tokens)),
+        "break_even_tokens_tried": max(_token_limit(spec), tokens),
     }
