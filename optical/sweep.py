@@ -566,7 +566,8 @@ def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -
             else:
                 inside = value in spec
             if not inside:
-                return f"'points'[{i}] has {path} = {value!r}, which the sweep does not define"
+                return (f"'points'[{i}] has {path} = {value!r}, which the sweep does not define "
+                        "(edited, or damaged)")
     return None
 
 
@@ -636,8 +637,6 @@ def _prepare(definition: SweepDefinition, out: Path
         configs = definition.configs(points) if problem is None else []
         problem = problem or _run_ids_problem(definition, points, configs, manifest)
         if problem is not None:
-            if not problem.endswith(")"):
-                problem += " (edited, or damaged)"
             raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem}. "
                              f"{_rebuild_advice(out)}")
         return points, configs, manifest["run_ids"]

@@ -34,7 +34,7 @@ EXAMPLES = """examples:
       --param adc.bits=4,6,8 --param dac.bits=4,6,8 --seeds 2 --out runs/llama
 
   # SQNR against depth: every 4th layer of a model, noise-only error bars
-  optical sweep --model models/llama-3.2-1b --tokens 64 --param workload.layer=0,4,8,12,15 \
+  optical sweep --model models/llama-3.2-1b --tokens 64 --param workload.layer=0,4,8,12,15 \\
       --seeds 3 --data-seed 0 --out runs/depth
 
   # 50 random points, photons per MAC log-uniform in [1e3, 1e6]
