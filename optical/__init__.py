@@ -8,7 +8,7 @@
 True
 """
 
-from optical import core, energy, metrics, presets, transformer
+from optical import core, energy, metrics, plots, presets, transformer
 from optical.config import (
     ADCConfig,
     CalibrationConfig,
@@ -60,6 +60,7 @@ __all__ = [
     "load_sweep",
     "matmul",
     "metrics",
+    "plots",
     "presets",
     "program",
     "resume_sweep",
