@@ -510,6 +510,13 @@ def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefi
     (``workload`` for a custom workload the manifest cannot rebuild);
     ValueError names the manifest when it cannot be rebuilt."""
     manifest = read_manifest(out)
+    if workload is None:  # its model directory may have changed since: say so, not "manifest"
+        try:
+            workload = workload_from_dict(manifest["definition"]["workload"])
+        except (ValueError, TypeError, OSError) as err:
+            raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload it stores "
+                             f"({workload_label(manifest['definition']['workload'])}) cannot "
+                             f"be made now: {err}") from None
     try:
         return SweepDefinition.from_dict(manifest["definition"], workload)
     except (ValueError, TypeError, KeyError) as err:

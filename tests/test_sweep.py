@@ -746,13 +746,14 @@ def _damage(manifest, change):
     # Another version's workload kind (that version wrote its own hash).
     (lambda m: (m["definition"]["workload"].update(kind="mystery"),
                 m.update(definition_hash=content_hash(m["definition"]))),
-     "cannot rebuild the sweep's definition from it: workload kind 'mystery'"),
+     r"manifest.json: the sweep's workload it stores \(mystery workload\) cannot be made "
+     r"now: workload kind 'mystery'"),
 ])
 def test_damaged_manifest_is_named_with_what_is_wrong(tmp_path, change, message):
     out = sweep_dir(tmp_path)
     _damage(out / "manifest.json", change)
     calls = [lambda: resume(out, executor="serial", progress=False)]
-    if "rebuild" not in message:  # (only resuming rebuilds the definition)
+    if "mystery" not in message:  # (only resuming rebuilds the definition)
         calls += [lambda: load(out),
                   lambda: execute(definition(), out, executor="serial", progress=False)]
     for call in calls:

