@@ -115,6 +115,11 @@ def test_lens_focus_equals_thin_lens_then_propagation_to_the_focal_plane():
                            wavelength=LAM, pixel_pitch=dx, distance=f)
     np.testing.assert_allclose(np.abs(focal) ** 2, np.abs(propagated) ** 2,
                                atol=1e-6 * np.max(np.abs(focal) ** 2))
+    # The complex fields too: lens_focus leaves out only Fresnel's exp(ikf),
+    # its prefactor is Goodman's 1 / sqrt(i lambda f) (a field added coherently
+    # to another needs the phase, which the intensities above cannot see).
+    np.testing.assert_allclose(focal * np.exp(2j * math.pi / LAM * f), propagated,
+                               atol=1e-6 * np.max(np.abs(focal)))
     # The focused waist is lambda f / (pi w).
     intensity = np.abs(focal) ** 2
     waist = 2 * math.sqrt(np.sum(intensity * x**2) / np.sum(intensity))

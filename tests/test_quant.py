@@ -676,6 +676,7 @@ def test_rms_window_terms_against_their_analytic_variances(inputs):
       uniform on [-1, 1] (split: mean 1/4, E[a^2] = 1/6, variance 5/48);
     - RIN adds h^2 sigma^2 E[a^2] sum c^2 to half^2 (the relative fluctuation
       multiplies the whole level, mean included), sigma^2 = 10^(RIN/10) B;
+    - shot noise adds h^2 E[a] sum t / p over both rails' transmissions;
     - dark current adds h^2 sum g^2 dark / p^2 (electrons over the
       photoelectrons of a full-scale MAC, on each rail);
     - and where the headroom reaches past the noise-free extremes, the window
@@ -706,6 +707,12 @@ def test_rms_window_terms_against_their_analytic_variances(inputs):
     p, dark = 100.0, 1e6
     lit = base.replace({"source.photons_per_mac": p})
     lo_l, hi_l, _ = window(lit)
+    # shot noise adds h^2 E[a] sum_{rails, k} t / p: each rail's photon count
+    # is Poisson, its variance its mean, in full-scale units over p
+    t = optical.program(w, lit).transmissions.astype(np.float64)
+    np.testing.assert_allclose(((hi_l - lo_l) / 2) ** 2 - ((hi - lo) / 2) ** 2,
+                               h ** 2 * mean_a * (t[0].sum(axis=0) + t[1].sum(axis=0)) / p,
+                               rtol=1e-4)
     lo_d, hi_d, _ = window(lit.replace({"detector.dark_electrons": dark}))
     np.testing.assert_allclose(((hi_d - lo_d) / 2) ** 2 - ((hi_l - lo_l) / 2) ** 2,
                                h ** 2 * 2 * dark / p ** 2, rtol=1e-4)

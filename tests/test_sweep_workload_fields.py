@@ -82,7 +82,7 @@ def test_a_layer_sweep_validates_each_layer(tiny_model, tmp_path):
 
 def test_a_stored_sweep_of_workload_fields_resumes_as_it_was_defined(tmp_path):
     """The manifest keeps the fields' values; resuming from it alone runs the
-    runs left (here: those a first, smaller call did not run) and no other."""
+    runs left (here: one whose file was deleted) and no other."""
     out = tmp_path / "s"
     definition = SweepDefinition.build(WL, {"workload.tokens": [4, 8], "adc.bits": [6]},
                                        seeds=[0, 1], base=BASE)
