@@ -8,7 +8,13 @@ import pytest
 
 from optical import transformer
 from optical.transformer import Checkpoint
-from tests.transformer_helpers import TINY_LLAMA, llama_shapes, random_llama_tensors, write_model
+from tests.transformer_helpers import (
+    TINY_LLAMA,
+    drop_from_index,
+    llama_shapes,
+    random_llama_tensors,
+    write_model,
+)
 
 pytest.importorskip("safetensors")
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -327,16 +333,13 @@ def test_a_tensor_the_index_leaves_out_is_named_with_the_index(tmp_path, bf16_te
     it): a tensor a shard holds but the index omits is refused, and the
     message points at the index, not at shards that do hold it."""
     directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors, shards=2)
-    index = directory / "model.safetensors.index.json"
-    data = json.loads(index.read_text())
     name = "model.layers.1.mlp.up_proj.weight"
-    del data["weight_map"][name]
-    index.write_text(json.dumps(data))
+    drop_from_index(directory, name)
     with pytest.raises(ValueError, match=rf"tensor '{name}' is not listed in .*"
                                          r"model\.safetensors\.index\.json$"):
         transformer.load(directory)
-    data["weight_map"] = {}
-    index.write_text(json.dumps(data))
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {}}))
     with pytest.raises(ValueError, match=r"tensor 'model.layers.0.self_attn.q_proj.weight' is "
                                          r"not listed in .*index\.json \(also tried prefixes "
                                          r"'layers.'\)"):

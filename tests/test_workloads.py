@@ -20,7 +20,7 @@ from optical.workloads import (
     layer_metrics,
     workload_from_dict,
 )
-from tests.transformer_helpers import TINY_LLAMA, write_model
+from tests.transformer_helpers import TINY_LLAMA, drop_from_index, write_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -361,7 +361,6 @@ def test_a_damaged_checkpoint_is_named_before_a_sweep_claims_its_directory(tmp_p
     out is named when the workload is made, so `optical sweep --model`
     exits 2 without writing --out (it wrote a manifest and failed its first
     run, exit 1)."""
-    import json
 
     from optical.cli import main
 
@@ -370,11 +369,8 @@ def test_a_damaged_checkpoint_is_named_before_a_sweep_claims_its_directory(tmp_p
 
     directory = write_model(tmp_path / "m", TINY_LLAMA,
                             random_llama_tensors(TINY_LLAMA, dtype=ml_dtypes.bfloat16), shards=2)
-    index = directory / "model.safetensors.index.json"
-    data = json.loads(index.read_text())
     name = "model.layers.2.mlp.up_proj.weight"
-    del data["weight_map"][name]
-    index.write_text(json.dumps(data))
+    drop_from_index(directory, name)
     with pytest.raises(ValueError, match=rf"tensor '{name}' is not listed in"):
         LayerWorkload(str(directory), layer=0, tokens=4)
     out = tmp_path / "s"
@@ -451,7 +447,6 @@ def test_a_checkpoint_damaged_after_a_sweep_is_named_on_resume(tmp_path):
     """Resuming from --out alone rebuilds the workload from the manifest; a
     checkpoint damaged since is named as the workload's problem, not as a
     damaged manifest."""
-    import json
 
     ml_dtypes = pytest.importorskip("ml_dtypes")
     from optical.sweep import resume
@@ -464,11 +459,8 @@ def test_a_checkpoint_damaged_after_a_sweep_is_named_on_resume(tmp_path):
                   out=out, base=optical.presets.get("ideal").replace(
                       {"core.inputs": 48, "core.outputs": 40}),
                   executor="serial", progress=False)
-    index = directory / "model.safetensors.index.json"
-    data = json.loads(index.read_text())
     name = "model.layers.1.mlp.up_proj.weight"
-    del data["weight_map"][name]
-    index.write_text(json.dumps(data))
+    drop_from_index(directory, name)
     with pytest.raises(ValueError, match=rf"{out}/manifest.json: the sweep's workload it stores "
                                          rf"\(m layer 0, 4 tokens\) cannot be made now: "
                                          rf"tensor '{name}' is not listed in"):

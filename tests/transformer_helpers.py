@@ -89,6 +89,15 @@ def write_model(directory: Path, config: dict, tensors: dict[str, np.ndarray] | 
     return directory
 
 
+def drop_from_index(directory: Path, name: str) -> None:
+    """Leave tensor ``name`` out of a sharded checkpoint's index (its shard
+    still holds it), as a damaged or hand-edited index would."""
+    index = directory / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    del data["weight_map"][name]
+    index.write_text(json.dumps(data))
+
+
 # --------------------------------------------------------------------------- #
 # An independent float64 Llama decoder layer
 # --------------------------------------------------------------------------- #
