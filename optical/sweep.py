@@ -147,7 +147,7 @@ def parse_swept_value(path: str, text: str) -> Any:
     return text
 
 
-def _workload_field(workload: Any, path: str) -> str:
+def _workload_field(workload: Any, path: str) -> dataclasses.Field:
     """The workload field a ``workload.*`` path names; ValueError if the
     workload has no such field (or no fields: only a dataclass's are swept)."""
     name = path.removeprefix(WORKLOAD_PREFIX)
@@ -161,7 +161,7 @@ def _workload_field(workload: Any, path: str) -> str:
     if fields[name].metadata.get("derived"):
         raise ValueError(f"{path}: {type(workload).__name__} derives {name} from its other "
                          "fields (and what they point to); it is not swept")
-    return name
+    return fields[name]
 
 
 def _with_fields(workload: Any, changes: Mapping[str, Any]) -> Any:
@@ -184,15 +184,14 @@ def _canonical_field(workload: Any, path: str, value: Any) -> Any:
     valid only beside the other values of its point (layer 20 with another
     model_dir), which :meth:`SweepDefinition.workloads` checks point by
     point. ValueError names the path and a value that cannot be stored."""
-    name = _workload_field(workload, path)
+    field = _workload_field(workload, path)
     if isinstance(value, np.generic):
         value = value.item()
     try:
-        stored = getattr(_with_fields(workload, {path: value}), name)
+        stored = getattr(_with_fields(workload, {path: value}), field.name)
     except (ValueError, TypeError, OSError):
         stored = value
-        path_field = next(f for f in dataclasses.fields(workload) if f.name == name)
-        if path_field.metadata.get("path") and isinstance(value, str | os.PathLike):
+        if field.metadata.get("path") and isinstance(value, str | os.PathLike):
             stored = str(Path(value).expanduser().resolve())  # as the workload stores it
     if stored is not None and not isinstance(stored, bool | int | float | str):
         raise ValueError(f"{path}: {value!r} is stored as a {type(stored).__name__}; only "
@@ -279,15 +278,15 @@ class SweepDefinition:
         points = definition.points()
         configs = definition.configs(points)  # every point's config is valid, or ValueError now
         workloads = definition.workloads(points)  # and every point's workload
-        distinct = {json.dumps(encode(w.to_dict()), sort_keys=True): w for w in workloads}
-        for each in distinct.values():
+        keys = [content_hash(each.to_dict()) for each in workloads]
+        for each in dict(zip(keys, workloads, strict=True)).values():
             if callable(getattr(each, "check_seed", None)):
                 for seed in seeds:
                     each.check_seed(seed)
         if check_points:
             checked: set[tuple[str, OpticalConfig]] = set()
-            for point, config, each in zip(points, configs, workloads, strict=True):
-                key = (json.dumps(encode(each.to_dict()), sort_keys=True), config)
+            for point, config, each, name in zip(points, configs, workloads, keys, strict=True):
+                key = (name, config)
                 if key not in checked and callable(getattr(each, "check_config", None)):
                     try:
                         each.check_config(config)
@@ -579,18 +578,18 @@ def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -
 
 
 def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
-                     configs: list[OpticalConfig], manifest: Mapping[str, Any]) -> str | None:
-    """A manifest's run id that is not the hash of its point's config and seed
-    (None: none). Checked only where the manifest's base config has the
+                     configs: list[OpticalConfig], workloads: list[Any],
+                     manifest: Mapping[str, Any]) -> str | None:
+    """A manifest's run id that is not the hash of its point's workload,
+    config and seed (None: none). Checked only where the manifest's base config has the
     fields this version's has: a version with other fields hashes other
-    JSON, and its ids are taken as written. (The workload is the
-    definition's: _prepare compared the two.)"""
+    JSON, and its ids are taken as written. (``workloads`` are each point's
+    workload of the definition, which _prepare compared with the manifest's.)"""
     fields = {f"{section}.{name}" for section, values
               in manifest["definition"]["base_config"].items()
               if isinstance(values, Mapping) for name in values}
     if fields != set(OpticalConfig().paths()):
         return None
-    workloads = definition.workloads(points)
     for i, config in enumerate(configs):
         ids = definition.run_ids(config, definition.seeds, workloads[i])
         for seed, run_id, expected in zip(definition.seeds, manifest["run_ids"][i], ids,
@@ -606,9 +605,10 @@ def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
 
 
 def _prepare(definition: SweepDefinition, out: Path
-             ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[list[str]]]:
+             ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[Any], list[list[str]]]:
     """Create ``out`` with its manifest, or check the one there; returns the
-    points, their configs and the run ids by point and seed. Points and ids
+    points, their configs and workloads, and the run ids by point and seed.
+    Points and ids
     come from the manifest once
     it exists, so a resumed sweep runs the same points under the same ids even
     if a newer version of the library adds config fields (with defaults that
@@ -641,12 +641,13 @@ def _prepare(definition: SweepDefinition, out: Path
         points = [{p: decode_value(p, v) for p, v in point.items()}
                   for point in manifest["points"]]
         problem = _points_problem(definition, points)
-        configs = definition.configs(points) if problem is None else []
-        problem = problem or _run_ids_problem(definition, points, configs, manifest)
+        if problem is None:
+            configs, workloads = definition.configs(points), definition.workloads(points)
+            problem = _run_ids_problem(definition, points, configs, workloads, manifest)
         if problem is not None:
             raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem}. "
                              f"{_rebuild_advice(out)}")
-        return points, configs, manifest["run_ids"]
+        return points, configs, workloads, manifest["run_ids"]
     # Without a manifest, only a sweep's own files (its manifest was lost): the
     # new manifest finds the finished runs again by their ids.
     foreign = [p.name for p in out.iterdir() if p.name not in SWEEP_FILES
@@ -662,9 +663,9 @@ def _prepare(definition: SweepDefinition, out: Path
         raise ValueError(f"out: {out} is not empty and holds no sweep ({MANIFEST}); it also "
                          f"holds {names}: {advice}")
     points = definition.points()
-    configs = definition.configs(points)
+    configs, workloads = definition.configs(points), definition.workloads(points)
     run_ids = [definition.run_ids(config, definition.seeds, workload)
-               for config, workload in zip(configs, definition.workloads(points), strict=True)]
+               for config, workload in zip(configs, workloads, strict=True)]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": FORMAT,
@@ -678,7 +679,7 @@ def _prepare(definition: SweepDefinition, out: Path
         "run_ids": run_ids,
     }
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-    return points, configs, run_ids
+    return points, configs, workloads, run_ids
 
 
 # --------------------------------------------------------------------------- #
@@ -721,7 +722,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
     except OSError as err:
         raise ValueError(f"out: cannot create {out}: {err.strerror or err}") from None
     with lock(out):
-        points, configs, run_ids = _prepare(definition, out)
+        points, configs, workloads, run_ids = _prepare(definition, out)
         runs_dir = out / RUNS
         runs_dir.mkdir(exist_ok=True)
         for stale in [*runs_dir.glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a kill
@@ -736,7 +737,6 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                                     stored_points[index], seed, out)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
-        workloads = definition.workloads(points)
         for index, config in enumerate(configs):
             for seed, run_id in zip(definition.seeds, run_ids[index], strict=True):
                 total += 1

@@ -112,6 +112,7 @@ def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.
     ``break_even_tokens_tried``)."""
     opt = model.prefill(spec, tokens, config, batch=batch)
     ref = gpu_model.prefill(spec, tokens, gpu, batch=batch)
+    tried = max(_token_limit(spec), tokens)
     return {
         "energy_ratio_gpu_over_optical": ref.energy / opt.total,
         "ttft_ratio_gpu_over_optical": ref.time / opt.ttft,
@@ -119,6 +120,6 @@ def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.
                                                          batch=batch),
         "break_even_batch": break_even_batch(spec, tokens, config, gpu),
         "break_even_tokens": break_even_tokens(spec, config, gpu, batch=batch,
-                                               max_tokens=max(_token_limit(spec), tokens)),
-        "break_even_tokens_tried": max(_token_limit(spec), tokens),
+                                               max_tokens=tried),
+        "break_even_tokens_tried": tried,
     }
