@@ -152,6 +152,14 @@ def test_layer_and_head_work_of_a_tiny_llama_match_a_hand_count():
     assert head["embedding"].dram_bytes == 6 * 8 * 2
     assert head["lm_head"].ops == 2 * (4 * 8 + 2 * 10 * 8)
     assert head["lm_head"].dram_bytes == 10 * 8 * 2
+    # Heads wider than hidden / heads (head_dim 6: q 12, kv 6): the rotated and
+    # attended widths are heads x head_dim, not the hidden size.
+    wide = ModelSpec.from_config({**TINY.raw, "head_dim": 6})
+    work = counts.layer_work(wide, 3, batch=2)
+    assert work["rope"].ops == 3 * 18 * 6 and work["rope"].sram_bytes == 2 * 18 * 6 * 2
+    assert work["attention.products"].ops == 4 * 3 * 12 * 6
+    assert work["attention.products"].sram_bytes == (2 * 12 * 6 + 2 * 6 * 3 * 2) * 2
+    assert work["norms"].ops == 2 * 4 * 8 * 6
 
 
 TINY_BERT = ModelSpec.from_config({
@@ -259,11 +267,16 @@ def test_weights_stay_resident_when_the_cores_hold_every_tile():
 
 
 def test_optical_attention_loads_activation_masks_from_sram():
+    # Two prompts of 3 tokens on a 4 x 4 core: each prompt's K^T (4 x 3) and V
+    # (3 x 4) of its one KV head fill one tile, loaded once per prompt and KV
+    # head in each of the 2 layers, at 2 mJ a load; their bytes come from SRAM.
     cfg = tiny_config(**{"mapping.attention": "optical"})
-    rep = model.prefill(TINY, 3, cfg)
+    rep = model.prefill(TINY, 3, cfg, batch=2)
+    loads = TINY.num_layers * 2 * TINY.num_kv_heads
     for name in ("attention.scores", "attention.values"):
         assert rep.by_matmul[name]["weight_memory"] == 0.0
-        assert rep.by_matmul[name]["mask_load"] > 0
+        assert rep.by_matmul[name]["mask_load"] == approx(loads * 2e-3, rel=1e-12)
+    assert rep.components["mask_load"] == approx(rep.counts["weight_loads"] * 2e-3, rel=1e-12)
     assert "attention.products" not in rep.digital
 
 
@@ -456,15 +469,18 @@ def test_activation_masks_share_every_core_when_weights_are_not_resident(cores):
     assert rep.ttft - rep.time["digital"] == approx(optics, rel=1e-12, abs=0)
 
 
+@pytest.mark.parametrize("inputs", ["offset", "split"])
 @pytest.mark.parametrize("cores", [1, 64])
-def test_laser_power_is_every_source_lit_at_the_input_rate(cores):
+def test_laser_power_is_every_source_lit_at_the_input_rate(cores, inputs):
     """While streaming, each busy core's sources are lit once per input
     period: Llama-3.1-8B's widths fill whole 1024-row tiles, so one core's
     lasers draw 1024 x (energy per activation) x input_rate (docs/energy.md:
     0.40 W a source, 407 W for one iris-like core); 64 cores draw that times
     the cores busy on average (a matmul's last round of tiles may leave some
-    idle)."""
-    cfg = optical.presets.get("iris-like").replace({"energy.cores": cores})
+    idle). Split inputs stream two passes per row, each lighting the sources
+    once: the power is the same, the streaming twice as long."""
+    cfg = optical.presets.get("iris-like").replace({"energy.cores": cores,
+                                                    "encoding.inputs": inputs})
     spec = optical.transformer.read_spec("models/llama-3.1-8b")
     rep = model.prefill(spec, 2048, cfg)
     per_core = cfg.core.inputs * model.laser_energy_per_activation(cfg) * cfg.energy.input_rate
@@ -475,6 +491,11 @@ def test_laser_power_is_every_source_lit_at_the_input_rate(cores):
     assert rep.to_dict()["laser_power_w"] == rep.laser_power
     if cores == 1:
         assert f"{per_core / 1024:.2f} W" == "0.40 W" and f"{rep.laser_power:.0f}" == "407"
+        # One core streams every pass of every layer, one per input period.
+        passes = spec.num_layers * tile_time
+        assert passes == spec.num_layers * 2048 * {"offset": 1, "split": 2}[inputs] * sum(
+            s.k_tiles * s.n_tiles for s in layer.values())
+        assert rep.time["streaming"] == approx(passes / cfg.energy.input_rate, rel=1e-12)
     else:
         assert 16 * per_core < rep.laser_power < 64 * per_core  # k_proj: 4 tiles, 4 cores
 

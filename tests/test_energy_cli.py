@@ -1,5 +1,6 @@
 import json
 import math
+import re
 
 import pytest
 
@@ -509,3 +510,66 @@ def test_prompt_length_defaults_to_what_the_model_holds(capsys):
     assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 2048
     assert main(["energy", "--model", "models/all-minilm-l6-v2", "--prompt-tokens", "513"]) == 2
     assert "--prompt-tokens: 513 exceed max_position_embeddings 512" in capsys.readouterr().err
+
+
+def test_every_printed_figure_is_the_reports(tmp_path, capsys):
+    """The lines after the table, on the 70B (two H100s hold its weights) with a
+    batch of 2: each printed figure, to its 4 significant digits, is the
+    written report's, and the per-token, per-MAC and throughput figures are
+    those totals over every prompt token, GPU MAC and second."""
+    path = tmp_path / "e.json"
+    assert main(["energy", "--model", "models/llama-3.1-70b", "--prompt-tokens", "256",
+                 "--batch", "2", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(path.read_text())
+    opt, ref, cmp, split = data["optical"], data["gpu"], data["comparison"], data["disaggregated"]
+    number = r"([-+0-9.e]+)"
+
+    def figures(pattern):
+        match = re.search(pattern, out)
+        assert match, pattern
+        return [float(v) for v in match.groups()]
+
+    def close(value, expected):
+        return value == pytest.approx(expected, rel=6e-4, abs=0)
+
+    (power,) = figures(rf"lasers while streaming: {number} W electrical")
+    assert close(power, opt["laser_power_w"])
+    assert close(power, opt["energy_j"]["components"]["laser"] / opt["time_s"]["streaming"])
+    loads, streaming, digital, ttft, rate = figures(
+        rf"time: mask loads {number} s \+ streaming {number} s \+ digital {number} s = "
+        rf"TTFT {number} s; {number} tokens/s")
+    for value, key in ((loads, "mask_load"), (streaming, "streaming"), (digital, "digital")):
+        assert close(value, opt["time_s"][key]), key
+    assert close(ttft, opt["ttft_s"]) and close(rate, 2 * 256 / opt["ttft_s"])
+    tiles, rows = figures(rf"weight tiles: {number} \(reloaded every prefill\); "
+                          rf"{number} rows per weight load")
+    assert (tiles, rows) == (opt["counts"]["weight_tiles"], 2 * 256)
+    (gpus,) = figures(r"GPU: H100 SXM x(\d+),")
+    assert gpus == ref["gpus"] == 2
+    flops, traffic = figures(rf"compute-bound: {number} FLOP, {number} B")
+    assert close(flops, ref["flops"]) and close(traffic, ref["bytes"])
+    energy, per_token, per_mac, macs, gpu_ttft = figures(
+        rf"energy {number} J \({number} J/token, {number} pJ per MAC over its {number} MACs\), "
+        rf"TTFT {number} s")
+    assert close(energy, ref["energy_j"]["total"])
+    assert close(per_token, ref["energy_j"]["total"] / (2 * 256))
+    assert close(macs, ref["flops"] / 2)
+    assert close(per_mac, ref["energy_j"]["total"] / (ref["flops"] / 2) * 1e12)
+    assert f"{per_mac:.4g}" == "2.831"  # 700 W / (989 TFLOP/s x 50 %) x 2 FLOP per MAC
+    assert close(gpu_ttft, ref["ttft_s"])
+    e_ratio, t_ratio = figures(rf"GPU / optical: energy {number}x, TTFT {number}x")
+    # Ratios are printed to 3 significant digits.
+    assert e_ratio == pytest.approx(cmp["energy_ratio_gpu_over_optical"], rel=6e-3)
+    assert t_ratio == pytest.approx(cmp["ttft_ratio_gpu_over_optical"], rel=6e-3)
+    assert figures(r"break-even prompt tokens at this batch: (\d+)") == [cmp["break_even_tokens"]]
+    all_gpu, disaggregated, ratio, gpus_all, gpus_split, machines = figures(
+        rf"J/request all-GPU {number}, optical prefill \+ GPU decode {number} "
+        rf"\(all-GPU / this {number}x\); GPUs (\d+) vs (\d+) \+ (\d+) optical machine")
+    per = split["energy_per_request_j"]
+    assert close(all_gpu, per["all_gpu"]["total"])
+    assert close(disaggregated, per["disaggregated"]["total"])
+    assert ratio == pytest.approx(split["ratio"], rel=6e-3)
+    assert [gpus_all, gpus_split, machines] == [split["gpus"]["all_gpu"],
+                                                split["gpus"]["disaggregated"],
+                                                split["optical_machines"]]

@@ -75,6 +75,22 @@ def test_a_model_larger_than_one_gpu_is_split_with_the_same_energy():
     assert split.energy == approx(one.energy)
 
 
+@pytest.mark.parametrize(("model", "published"), [
+    ("llama-3.2-1b", 1_235_814_400), ("llama-3.1-8b", 8_030_261_248),
+    ("llama-3.1-70b", 70_553_706_496)])
+def test_weight_count_is_the_published_parameter_count_less_the_norms(model, published):
+    """Meta's published parameter counts (the checkpoints' safetensors
+    metadata) are the weight matmuls, the embedding, the LM head where it is
+    not tied (Llama-3.2-1B ties it) and 2 RMSNorm weights per layer plus the
+    final one; the GPU holds them all at 2 bytes (the norms aside)."""
+    spec = read_spec(f"models/{model}")
+    w = counts.weight_count(spec)
+    norms = (2 * spec.num_layers + 1) * spec.hidden_size
+    assert sum(w.values()) + norms == published
+    assert (w["lm_head"] == 0) == (model == "llama-3.2-1b")
+    assert gpu.model_bytes(spec) == 2 * (published - norms)
+
+
 def test_the_kv_cache_counts_towards_the_gpus_needed():
     """2624 B of weights fit one 2700 B GPU, but not with the batch's 192 B of
     KV cache beside them: ceil(2816 / 2700) = 2 GPUs; 2816 B holds both."""
