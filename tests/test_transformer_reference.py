@@ -224,6 +224,32 @@ def test_bf16_hf_checkpoint_loads_bit_exactly(hf_llama, tmp_path):
         np.testing.assert_array_equal(layer.weights[short], expected)
 
 
+@pytest.mark.slow
+def test_a_minimal_config_gets_hugging_faces_defaults(tmp_path):
+    """A config.json without the optional keys (rms_norm_eps, rope_theta,
+    rope_scaling, hidden_act, biases) reads as Hugging Face's LlamaConfig
+    fills them in (eps 1e-6, theta 1e4, no scaling). The hidden states are
+    small (mean square 1e-6), so the norm's eps moves the output."""
+    pytest.importorskip("safetensors")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    optional = ("rms_norm_eps", "rope_theta", "rope_scaling", "hidden_act", "attention_bias",
+                "mlp_bias", "torch_dtype")
+    minimal = {k: v for k, v in TINY_LLAMA.items() if k not in optional}
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(**{k: v for k, v in minimal.items()
+                                         if k not in ("architectures", "model_type")},
+                                      attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).float().eval()
+    model.save_pretrained(tmp_path)
+    write_model(tmp_path, minimal)  # HF wrote every default into config.json
+    assert not set(optional) & set(transformer.load(tmp_path).spec.raw)
+    h = 1e-3 * np.random.default_rng(5).standard_normal((1, 40, 64)).astype(np.float32)
+    ours = transformer.load(tmp_path).layer(0).reference(h, dtype="float32")
+    hf = _hf_layer_output(torch, model, 0, h, torch.float32)
+    assert optical.metrics.relative_error(hf, ours) < 1e-4
+
+
 def test_reference_bits_do_not_depend_on_the_blas_thread_count():
     """The references' GEMMs run in fixed single-threaded pieces: with plain
     numpy products the fp32 and fp16 outputs of this layer (synthetic

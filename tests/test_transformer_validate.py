@@ -228,6 +228,16 @@ def test_local_sqnr_of_optical_attention_is_against_its_own_operands(tiny_dir, t
         assert row.optical and row.local_sqnr_db == pytest.approx(
             optical.metrics.sqnr_db(exact, raw), rel=1e-12), name
         assert 0 < row.local_sqnr_db < 60, name  # the noisy machine's own error
+    # The totals count the attention products' passes, conversions and mask
+    # loads (K^T and V of each prompt and KV head) beside the weight matmuls'.
+    schedule = transformer.layer_schedule(spec, 6, cfg, batch=2)
+    assert set(schedule) == {r.name for r in report.products if r.optical}
+    for key in ("passes", "weight_loads", "dac_conversions", "adc_conversions",
+                "detector_readouts", "macs"):
+        assert report.totals[key] == sum(getattr(s, key) for s in schedule.values()), key
+    linear_loads = sum(s.weight_loads for n, s in schedule.items()
+                       if n not in ("attention.scores", "attention.values"))
+    assert report.totals["weight_loads"] == linear_loads + 2 * 2 * kv
     ideal = transformer.validate(model, layer=1, tokens=6, seed=3, batch=2, local=True,
                                  config=optical.presets.get("ideal").replace(
                                      {"mapping.attention": "optical"}))
