@@ -131,6 +131,18 @@ def test_mse_window_of_gaussian_readouts_matches_the_analytic_optimum(rng, bits)
     assert (10.0 - lo[0]) / 3.0 == pytest.approx(a, rel=0.03)
 
 
+@pytest.mark.parametrize("bits", [4, 6])
+@pytest.mark.parametrize("noise", [0.5, 1.0])
+def test_mse_window_of_gaussian_readouts_with_gaussian_noise_is_their_sums(rng, bits, noise):
+    """N(0, 1) readouts plus N(0, noise^2) readout noise are N(0, 1 + noise^2):
+    the window is that Gaussian's optimum. The noise is 5-11 % of the
+    readouts' range, above NEGLIGIBLE_NOISE (2 %), so it must be counted."""
+    samples = rng.standard_normal((100_000, 1))
+    lo, hi = calibration.mse_windows(samples, np.array([noise]), bits)
+    a = np.sqrt(1 + noise**2) * _gaussian_optimal_half_width(bits)
+    assert hi[0] == pytest.approx(a, rel=0.03) and -lo[0] == pytest.approx(a, rel=0.03)
+
+
 @pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, pytest.param(7, marks=pytest.mark.xfail(
     strict=True, reason="the nine-point Hermite rule's window is 11% narrow at 7 bits "
     "(1.1 dB of conversion MSE; calibration._HERMITE_NODES)")), 8, 9, 10])
@@ -555,6 +567,19 @@ def test_calibrated_window_noise_is_the_sum_of_every_readout_noise(monkeypatch, 
                 + rin2 * np.square(t[0] - t[1]).sum(axis=0))
     assert len(seen) == 1
     np.testing.assert_allclose(np.square(seen[0]), expected, rtol=1e-9)
+    # DAC levels that differ by channel: the first 4 channels alternate
+    # +1/-1 (levels 1 and 0: E[a] = E[a^2] = 1/2), the last 4 stay at 0
+    # (level 1/2: E[a] = 1/2, E[a^2] = 1/4). Shot noise follows E[a] and
+    # RIN E[a^2]: sum_k E[a_k] (T+ + T-)[k, n] / p + rin^2 sum_k E[a_k^2] (T+ - T-)[k, n]^2.
+    cal = np.zeros((6, 8))
+    cal[:, :4] = np.where(np.arange(6) % 2, -1.0, 1.0)[:, None]
+    pw = optical.program(w, cfg, calibration=cal)
+    t = pw.transmissions.astype(np.float64)
+    mean, mean_square = np.repeat([0.5, 0.5], 4), np.repeat([0.5, 0.25], 4)
+    expected = (mean @ (t[0] + t[1]) / p + 2 * dark / p**2 + read**2 / p**2
+                + rin2 * mean_square @ np.square(t[0] - t[1]))
+    assert len(seen) == 2
+    np.testing.assert_allclose(np.square(seen[1]), expected, rtol=1e-9)
 
 
 def test_rms_window_of_read_noise_is_read_electrons_over_photons_per_mac():
