@@ -860,6 +860,7 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         sampled uniformly, and :class:`Range` s continuously. Identical draws
         count as one point, so a small list can give fewer rows than
         ``samples`` (three draws over two values: at most two points).
+        ``sample_seed`` applies only with ``samples``.
     progress : bool
         Show a progress bar (tqdm, on stderr).
     results_format : {"parquet", "csv"}
@@ -892,6 +893,10 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
     """
     definition = SweepDefinition.build(workload, params, seeds=seeds, base=base,
                                        samples=samples, sample_seed=sample_seed)
+    if definition.samples is None and definition.sample_seed != 0:
+        raise ValueError(f"sample_seed: applies only with samples (random points); a grid "
+                         f"draws nothing, and sample_seed={definition.sample_seed} would make "
+                         f"the same grid another sweep")
     execute(definition, out, executor=executor, progress=progress,
             results_format=results_format)
     return load(out)

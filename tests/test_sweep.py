@@ -178,6 +178,32 @@ def test_changed_sweep_is_refused_naming_the_change(tmp_path, change, message):
     assert (out / "manifest.json").read_text() == manifest
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"sample_seed": 1}, r"sample_seed: 0 -> 1"), ({"samples": 5}, r"samples: 3 -> 5")])
+def test_other_random_points_are_a_changed_sweep(tmp_path, change, message):
+    """Random points drawn with another seed, or more of them, are another
+    sweep: their first draws must not be answered with the stored ones."""
+    out, params = tmp_path / "s", {"source.photons_per_mac": Range(1e3, 1e5, log=True)}
+    kwargs = {"seeds": 2, "base": BASE, "executor": "serial", "progress": False}
+    optical.sweep(WL, params, out=out, samples=3, sample_seed=0, **kwargs)
+    assert read_manifest(out)["runs"] == 3 * 2 == len(load(out))
+    with pytest.raises(ValueError, match="holds a different sweep") as info:
+        optical.sweep(WL, params, out=out, **({"samples": 3, "sample_seed": 0} | change),
+                      **kwargs)
+    assert info.match(message)
+    assert len(load(out)) == 6
+
+
+def test_a_sample_seed_without_samples_is_refused(tmp_path):
+    """A grid draws nothing: a sample seed beside it would only make the same
+    grid a "different sweep" when it runs again without one (the CLI refuses
+    --sample-seed without --samples alike)."""
+    with pytest.raises(ValueError, match=r"sample_seed: applies only with samples"):
+        optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "s", sample_seed=5,
+                      base=BASE, executor="serial", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_grown_grid_reuses_the_runs_it_shares_as_the_refusal_says(tmp_path):
     """Adding a value is a different sweep: refused, with the way to keep the
     shared runs, which the new sweep then finds (and does not run again)."""

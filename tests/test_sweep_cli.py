@@ -285,6 +285,8 @@ def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     assert main([*argv, "--json", str(tmp_path / "r.json")]) == 0
     summary = json.loads((tmp_path / "r.json").read_text())
     assert (summary["already_done"], summary["ran"]) == (len(kept), total - len(kept))
+    workers = min(2, total - len(kept))  # --jobs 2 ran in worker processes
+    assert summary["executor"] == f"{workers} local worker process{'es' * (workers > 1)}"
     frame = load(out)
     assert len(frame) == total and not frame.duplicated(["point", "seed"]).any()
     assert sorted(frame["run_id"]) == sorted(p.stem for p in runs.glob("*.json"))

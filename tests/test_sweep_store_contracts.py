@@ -6,6 +6,7 @@ run ids rather than recomputing them."""
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,6 +172,34 @@ def test_elapsed_s_is_the_run_time(tmp_path):
                           executor="serial", progress=False)
     assert len(frame) == 4
     assert (frame["elapsed_s"] >= 0.05).all() and (frame["elapsed_s"] < 30).all()
+
+
+@dataclasses.dataclass(frozen=True)
+class Meets:
+    """A custom workload whose run marks that it started in ``directory`` and
+    waits (up to ``patience`` s) for a run of the other seed to start too."""
+
+    directory: str
+    patience: float = 60.0
+
+    def run(self, config, seed):
+        here = Path(self.directory)
+        (here / f"started-{seed}").touch()
+        deadline = time.monotonic() + self.patience
+        while not (here / f"started-{1 - seed}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"met": float((here / f"started-{1 - seed}").exists())}
+
+    def to_dict(self):
+        return {"kind": "meets", "directory": self.directory}
+
+
+def test_two_local_workers_run_two_runs_at_once(tmp_path):
+    """executor=2: both runs are in flight together, each in its own worker
+    (one at a time, each would wait for the other in vain)."""
+    frame = optical.sweep(Meets(str(tmp_path)), {"adc.bits": [6]}, seeds=2, out=tmp_path / "s",
+                          executor=2, progress=False)
+    assert frame["met"].tolist() == [1.0, 1.0]
 
 
 @pytest.mark.parametrize(("path", "spec", "message"), [
