@@ -113,16 +113,20 @@ def check(path: str, value: Any, spec: Mapping[str, Any], unit: str = "") -> Any
     if not isinstance(value, numbers.Real):
         raise ValueError(f"{path}: {value!r} is not a number; valid: {valid}")
     try:
-        value = float(value)
+        number = float(value)
     except OverflowError:  # an int beyond float's range (10**400)
         raise ValueError(f"{path}: an integer of {len(str(abs(value)))} digits is out of "
                          f"range; valid: {valid}") from None
+    if math.isinf(number) and isinstance(value, np.floating) and np.isfinite(value):
+        # A finite long double beyond float64 (1e4000) is not inf: no photon
+        # count or noise figure is turned off by rounding.
+        raise ValueError(f"{path}: {value!r} is beyond float64's range; valid: {valid}")
     lo, hi = spec["lo"], spec["hi"]
-    too_low = value <= lo if spec["lo_open"] else value < lo
-    too_high = value >= hi if spec["hi_open"] else value > hi
-    if math.isnan(value) or too_low or too_high:
-        raise ValueError(f"{path}: {value} is out of range; valid: {valid}")
-    return value
+    too_low = number <= lo if spec["lo_open"] else number < lo
+    too_high = number >= hi if spec["hi_open"] else number > hi
+    if math.isnan(number) or too_low or too_high:
+        raise ValueError(f"{path}: {number} is out of range; valid: {valid}")
+    return number + 0.0  # -0.0 is 0.0: one config, one JSON, one run id
 
 
 

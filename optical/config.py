@@ -695,9 +695,12 @@ class OpticalConfig:
             by_section.setdefault(section, {})[leaf] = check(path, value, spec,
                                                              self.field_unit(path))
         new_sections = dict(kwargs)
-        for name in new_sections:
+        for name, section in new_sections.items():
             if name not in _SECTIONS:
                 raise ValueError(f"unknown config section {name!r}; valid: {', '.join(_SECTIONS)}")
+            if not isinstance(section, _SECTIONS[name]):  # before a dotted change edits it
+                raise TypeError(f"{name}: expected an instance of {_SECTIONS[name].__name__}, "
+                                f"got {type(section).__name__}")
         for section, fields in by_section.items():
             base = new_sections.get(section, getattr(self, section))
             new_sections[section] = dataclasses.replace(base, **fields)

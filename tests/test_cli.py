@@ -22,6 +22,10 @@ COMMANDS_VALIDATE = ["validate", "--model", "models/llama-3.2-1b", "--tokens", "
 @pytest.mark.parametrize(("argv", "message"), [
     (["config", "--set", "adc.bitz=6"], "unknown config path 'adc.bitz'"),
     (["config", "--set", "adc.bits=six"], "adc.bits: cannot parse 'six'"),
+    # --param's comma list given to --set: not its first value.
+    (["config", "--set", "adc.bits=4,6"], "adc.bits: cannot parse '4,6'"),
+    (["config", "--set", "adc.bits=6.9"], "adc.bits: cannot parse '6.9'"),
+    (["config", "--set", "adc.bits="], "adc.bits: cannot parse ''"),
     (["config", "--set", "adc.bits"], "expected PATH=VALUE"),
     (["config", "--preset", "nope"], "unknown preset 'nope'"),
     (["config", "--set", "adc.bits=6", "--set", " adc.bits=8"],
@@ -81,6 +85,10 @@ def test_config_json_to_stdout_is_the_json_alone(capsys):
     data = json.loads(capsys.readouterr().out)
     assert optical.OpticalConfig.from_dict(data) == optical.presets.get("iris-like").replace(
         {"adc.bits": 6})
+    # The whole config, every field written (a section left out would read back
+    # as its defaults: the file to edit would not hold it).
+    written = [f"{section}.{field}" for section, fields in data.items() for field in fields]
+    assert sorted(written) == sorted(optical.OpticalConfig.paths())
 
 
 def test_config_json_writes_infinities_as_strings_that_read_back(tmp_path):

@@ -50,6 +50,10 @@ def test_unknown_path_names_path_and_valid_choices(path):
     ("core.inputs", 0, "core.inputs"),
     ("adc.enob_loss", 8.0, "leaves no effective bits"),
     ("adc.enob_loss", -1.0, "adc.enob_loss"),
+    ("dac.percentile", 0.0, r"dac.percentile: 0.0 is out of range; valid: number in "
+                            r"\(0.0, 100.0\] percent"),
+    ("detector.dark_electrons", -1e-3, "detector.dark_electrons: -0.001 is out of range"),
+    ("mask.compensate", 1, "mask.compensate: 1 is not valid; valid: true or false"),
 ])
 def test_out_of_range_values_are_refused_with_the_range(path, value, expect):
     with pytest.raises(ValueError, match=expect):
@@ -175,8 +179,11 @@ def test_parse_value_from_command_line_text(path, text, value):
     assert parse_value(path, text) == value
 
 
-@pytest.mark.parametrize(("path", "text"), [("adc.bits", "six"), ("adc.bits", "0"),
-                                             ("detector.balanced", "maybe")])
+@pytest.mark.parametrize(("path", "text"), [
+    ("adc.bits", "six"), ("adc.bits", "0"), ("detector.balanced", "maybe"),
+    # An integer field is not rounded (6.9 is no bit count), nor is an empty
+    # value (an unset shell variable) None.
+    ("adc.bits", "6.9"), ("adc.bits", "1e1"), ("adc.bits", ""), ("source.photons_per_mac", "")])
 def test_parse_value_refuses_bad_text(path, text):
     with pytest.raises(ValueError, match=path):
         parse_value(path, text)
@@ -222,6 +229,9 @@ def test_replace_and_schedule_refuse_wrong_container_types():
         cfg.get(3)
     with pytest.raises(TypeError, match="adc: expected an instance of ADCConfig, got dict"):
         cfg.replace(adc={"bits": 3})
+    # Beside a dotted change to that section (which edits the section given).
+    with pytest.raises(TypeError, match="adc: expected an instance of ADCConfig, got NoneType"):
+        cfg.replace({"adc.bits": 6}, adc=None)
     with pytest.raises(TypeError, match="config: expected an OpticalConfig, got NoneType"):
         optical.schedule(4, 8, 8, None)
     # Every entry point taking a config says how to get a preset by its name.
@@ -239,6 +249,9 @@ def test_relative_intensity_noise_above_one_is_refused():
     assert ok.source.rin_sigma == pytest.approx(1.0)  # 10**-9 * 1e9 = 1: the edge
     with pytest.raises(ValueError, match="relative intensity noise of 1e\\+150"):
         cfg.replace({"source.rin_db_per_hz": -1e-9, "source.rin_bandwidth": 1e300})
+    # Just past the edge: -85 dB/Hz over 1 GHz is sigma 10**-4.25 * 10**4.5 = 1.78.
+    with pytest.raises(ValueError, match="relative intensity noise of 1.78"):
+        cfg.replace({"source.rin_db_per_hz": -85.0, "source.rin_bandwidth": 1e9})
 
 
 def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
@@ -249,6 +262,26 @@ def test_photon_counts_near_float_overflow_are_refused_in_favour_of_inf():
     for huge in (1.0000001e30, 1e200, 1.7e308):
         with pytest.raises(ValueError, match=r"source.photons_per_mac: .* use inf for no shot"):
             cfg.replace({"source.photons_per_mac": huge})
+
+
+def test_a_long_double_beyond_float64_is_refused_not_made_inf():
+    # inf photons per MAC turns shot noise off: a finite 1e4000 must not.
+    cfg = optical.presets.get("iris-like")
+    with pytest.raises(ValueError, match=r"source.photons_per_mac: .* beyond float64's range"):
+        cfg.replace({"source.photons_per_mac": np.longdouble("1e4000")})
+    assert cfg.replace({"source.photons_per_mac": np.longdouble("inf")}).source.photons_per_mac \
+        == math.inf
+
+
+def test_negative_zero_is_zero():
+    """-0.0 == 0.0, so the two configs are equal: they must also write the
+    same JSON and so give a sweep the same run id."""
+    cfg = optical.presets.get("iris-like")
+    minus, plus = (cfg.replace({"detector.dark_electrons": v}) for v in (-0.0, 0.0))
+    assert math.copysign(1.0, minus.detector.dark_electrons) == 1.0
+    assert minus.to_json() == plus.to_json()
+    assert optical.config.parse_value("detector.dark_electrons", "-0") == 0.0
+    assert math.copysign(1.0, optical.config.parse_value("detector.dark_electrons", "-0")) == 1.0
 
 
 @pytest.mark.parametrize(("path", "value"), [

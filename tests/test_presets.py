@@ -83,6 +83,11 @@ def test_wang_2022_is_the_low_photon_poisson_regime():
     # 711-wide dot products, 8-bit input display and weight SLM (Nat. Commun. 13, 123).
     assert cfg.core.inputs == cfg.core.outputs == 711
     assert cfg.dac.bits == cfg.mask.bits == 8
+    # The docstring's assumptions: 100:1 SLM contrast, 532 nm light (the
+    # energy model's photon energy), no balanced detection.
+    assert cfg.mask.contrast_ratio == 100.0
+    assert cfg.source.wavelength == 532e-9
+    assert cfg.detector.balanced is False
 
 
 def test_iris_like_matches_its_docstring_and_the_reference_sheet():
@@ -140,6 +145,13 @@ def test_describe_names_the_preset_or_the_nearest_one_and_its_changes():
     assert describe(four) == "custom config"
     assert describe(four, max_changes=4) == ("iris-like with dac.bits=6, mask.bits=6, "
                                              "adc.bits=6, core.inputs=32")
+    # A tie goes to the preset listed first: 4 of wang-2022's 9 changes to the
+    # ideal machine and another wavelength are 5 changes from each.
+    halfway = optical.presets.get("ideal").replace({
+        "dac.bits": 8, "mask.bits": 8, "core.inputs": 711, "core.outputs": 711,
+        "source.wavelength": 1550e-9})
+    assert len(optical.presets.get("wang-2022").diff(halfway)) == 5
+    assert describe(halfway, 5).startswith("ideal with ")
     # A sweep's swept paths: their base value is never run, so never named.
     assert describe(four, ignore={"adc.bits", "dac.bits"}) == \
         "iris-like with mask.bits=6, core.inputs=32"
