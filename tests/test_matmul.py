@@ -269,6 +269,25 @@ def _run(x, w, cfg, seed, backend, exact):
                           return_stats=True)
 
 
+@pytest.mark.parametrize("exact", [False, True], ids=["jax-fast", "jax-exact"])
+@pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
+@pytest.mark.parametrize("balanced", [True, False])
+def test_jax_counts_the_loops_clipped_conversions(rng, exact, inputs, weights, balanced):
+    """As test_clipped_conversions_are_the_loops_count, on the JAX backend's
+    float32 device arrays: the loops run on the same float32-rounded operands,
+    and count exactly the conversions JAX reports clipped."""
+    x = rng.standard_normal((40, 70)).astype(np.float32).astype(np.float64)
+    w = rng.standard_normal((70, 23)).astype(np.float32).astype(np.float64)
+    cfg = ideal(**{"encoding.inputs": inputs, "encoding.weights": weights,
+                   "detector.balanced": balanced, "adc.bits": 6, "adc.headroom": 1.0,
+                   "mask.contrast_ratio": 20.0, "core.inputs": 32, "core.outputs": 10})
+    truth, (below, above) = reference_matmul(x, w, cfg, return_clipped=True)
+    assert below > 0 and above > 0
+    y, st = _run(x, w, cfg, 0, "jax", exact)
+    assert st.clipped_fraction == (below + above) / st.adc_conversions
+    np.testing.assert_allclose(y, truth, rtol=0, atol=1e-5 * np.abs(truth).max())
+
+
 def _assert_noise_law(y, mean, variance):
     """Every column's sample mean and variance against the law, within five
     standard errors (var of a sample variance: 2 var^2 / n, Gaussian noise)."""

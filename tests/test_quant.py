@@ -61,14 +61,16 @@ def test_every_weight_scaling_is_exact_in_the_ideal_limit(rng, dtype, scaling, i
 @pytest.mark.parametrize("scaling", ["per_tile", "per_tile_column"])
 @pytest.mark.parametrize("window", ["per_column", "per_tile"])
 @pytest.mark.parametrize("full_scale", ["max", "rms"])
-def test_tile_scales_and_shared_windows_match_independent_loops(rng, scaling, window, full_scale):
+@pytest.mark.parametrize("backend", ["numpy", "numba"])  # numba: a core below its auto size
+def test_tile_scales_and_shared_windows_match_independent_loops(rng, scaling, window, full_scale,
+                                                                backend):
     x = rng.standard_normal((6, 70))
     w = rng.standard_normal((70, 23))
     w[40:] *= 5
     cfg = ideal(**{"mask.scaling": scaling, "adc.window": window, "adc.full_scale": full_scale,
                    "dac.bits": 5, "mask.bits": 4, "adc.bits": 6, "mask.contrast_ratio": 20.0,
                    "adc.headroom": 2.0, "core.inputs": 32, "core.outputs": 10})
-    y = optical.matmul(x, w, cfg, seed=0)
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend)
     truth = reference_matmul(x, w, cfg)
     close = np.isclose(y, truth, rtol=1e-9, atol=1e-9 * np.abs(truth).max())
     assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} differ"
