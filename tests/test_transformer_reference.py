@@ -127,6 +127,22 @@ def test_reference_outputs_are_dtype_representable(tiny):
         np.testing.assert_array_equal(round_to(out, dtype), out)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_every_half_precision_product_is_rounded_to_its_dtype(tmp_path, dtype):
+    """Hugging Face rounds each op's result to the dtype: so does every
+    product the reference records, the scaled attention scores included. At
+    head_dim 32 the scale 32**-0.5 is not a power of two, so scores left
+    unrounded after scaling would not be representable (at the tiny model's
+    head_dim 16 the scale 1/4 is exact and would hide it)."""
+    config = {**TINY_LLAMA, "head_dim": 32}
+    model = transformer.load(write_model(tmp_path, config, random_llama_tensors(config, seed=4)))
+    h = np.random.default_rng(8).standard_normal((2, 12, 64)).astype(np.float32)
+    trace = model.layer(0).trace(h, dtype=dtype)
+    assert "attention.scores" in trace.products
+    for name, product in trace.products.items():
+        np.testing.assert_array_equal(round_to(product, dtype), product, err_msg=name)
+
+
 def test_bad_layer_inputs_are_named(tiny):
     model, _ = tiny
     layer = model.layer(0)
