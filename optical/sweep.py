@@ -581,9 +581,9 @@ def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
                      configs: list[OpticalConfig], workloads: list[Any],
                      manifest: Mapping[str, Any]) -> str | None:
     """A manifest's run id that is not the hash of its point's workload,
-    config and seed (None: none). Checked only where the manifest's base config has the
-    fields this version's has: a version with other fields hashes other
-    JSON, and its ids are taken as written. (``workloads`` are each point's
+    config and seed (None: none). Checked only where the manifest's base
+    config has the fields this version's has: a version with other fields
+    hashes other JSON, and its ids are taken as written. (``workloads`` are each point's
     workload of the definition, which _prepare compared with the manifest's.)"""
     fields = {f"{section}.{name}" for section, values
               in manifest["definition"]["base_config"].items()
@@ -608,13 +608,12 @@ def _prepare(definition: SweepDefinition, out: Path
              ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[Any], list[list[str]]]:
     """Create ``out`` with its manifest, or check the one there; returns the
     points, their configs and workloads, and the run ids by point and seed.
-    Points and ids
-    come from the manifest once
-    it exists, so a resumed sweep runs the same points under the same ids even
-    if a newer version of the library adds config fields (with defaults that
-    keep the old behaviour). A directory holding only a sweep's files but no
-    manifest (it was lost or deleted) gets a new one: the runs already there
-    that belong to this sweep are found by their ids."""
+    Points and ids come from the manifest once it exists, so a resumed sweep
+    runs the same points under the same ids even if a newer version of the
+    library adds config fields (with defaults that keep the old behaviour).
+    A directory holding only a sweep's files but no manifest (it was lost or
+    deleted) gets a new one: the runs already there that belong to this sweep
+    are found by their ids."""
     new = json.loads(json.dumps(definition.to_dict()))
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
