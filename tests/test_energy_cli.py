@@ -148,6 +148,9 @@ def test_energy_plot_suffix_decides_the_format(tmp_path, capsys):
     assert f"plot: {tmp_path / 'fig.png'}" in out
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "e.json").read_text())["plot"] == str(tmp_path / "fig.png")
+    for suffix, magic in ((".svg", b"<?xml"), (".pdf", b"%PDF-")):  # written as named
+        assert main([*argv, "--plot", str(tmp_path / f"fig{suffix}")]) == 0
+        assert (tmp_path / f"fig{suffix}").read_bytes()[:5] == magic
 
 
 # --------------------------------------------------------------------------- #

@@ -134,6 +134,7 @@ def test_log_axis_for_decades_and_where(grid):
     fig = plots.line(grid, "source.photons_per_mac", "sqnr_db", where={"adc.bits": 6})
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and "adc.bits=6" in ax.get_title()
+    assert ax.get_xlabel() == "source.photons_per_mac (photons)"  # the x axis's unit
     means = grid[grid["adc.bits"] == 6].groupby("source.photons_per_mac")["sqnr_db"].mean()
     np.testing.assert_allclose(data_lines(ax)[0].get_ydata(), means.to_numpy(), rtol=1e-12)
 
@@ -210,6 +211,48 @@ def test_heatmap_cells_are_seed_means_with_blanks(grid):
     assert len(ax.texts) == 8
 
 
+def test_heatmap_cells_sit_under_their_labels_and_read_their_means():
+    """Every cell against the records: the row's and column's tick labels
+    name its point, the image holds the seed mean there, and its text (at
+    column j, row i) reads that mean to three significant figures. An
+    infinite mean is blank and annotated "inf"; y values rise upwards."""
+    rows = [{"seed": s, "adc.bits": b, "dac.bits": d,
+             "sqnr_db": math.inf if (b, d) == (8, 6) else 10.0 * b + 1.7 * d + 0.25 * s}
+            for b in (4, 6, 8) for d in (6, 8) for s in (0, 1)]
+    frame = frame_of(rows, ["adc.bits", "dac.bits"])
+    ax = plots.heatmap(frame, "adc.bits", "dac.bits", "sqnr_db").axes[0]
+    means = frame.groupby(["dac.bits", "adc.bits"])["sqnr_db"].mean()
+    xs = [int(t.get_text()) for t in ax.get_xticklabels()]
+    ys = [int(t.get_text()) for t in ax.get_yticklabels()]
+    assert (xs, ys) == ([4, 6, 8], [6, 8])
+    assert [t.get_position()[0] for t in ax.get_xticklabels()] == [0, 1, 2]
+    assert [t.get_position()[1] for t in ax.get_yticklabels()] == [0, 1]
+    image = ax.get_images()[0].get_array()
+    texts = {tuple(int(round(c)) for c in t.get_position()): t.get_text() for t in ax.texts}
+    assert len(texts) == len(ax.texts) == 6
+    for i, d in enumerate(ys):
+        for j, b in enumerate(xs):
+            mean = means[(d, b)]
+            if math.isinf(mean):
+                assert image.mask[i, j] and texts[(j, i)] == "inf"
+            else:
+                assert image[i, j] == pytest.approx(mean, rel=1e-12)
+                assert texts[(j, i)] == f"{mean:.3g}"  # e.g. 50.3, not 50
+    assert texts[(0, 1)] == "53.7"  # adc 4, dac 8: 40 + 13.6 + 0.125
+    low, high = ax.get_ylim()
+    assert low < high
+
+
+@pytest.mark.parametrize(("nx", "ny", "annotated"), [(12, 12, True), (13, 12, False),
+                                                     (12, 13, False)])
+def test_heatmaps_up_to_12_by_12_are_annotated(nx, ny, annotated):
+    rows = [{"seed": 0, "adc.bits": x, "dac.bits": y, "sqnr_db": x + 0.01 * y}
+            for x in range(1, nx + 1) for y in range(1, ny + 1)]
+    ax = plots.heatmap(frame_of(rows, ["adc.bits", "dac.bits"]),
+                       "adc.bits", "dac.bits", "sqnr_db").axes[0]
+    assert len(ax.texts) == (nx * ny if annotated else 0)
+
+
 def test_matmul_bars():
     rows = []
     for bits in (6, 8):
@@ -251,6 +294,22 @@ def test_plot_command_draws_the_bars_of_the_metric_asked_for():
     assert heights == pytest.approx([0.91, 0.55], rel=1e-12)
     assert bars(None) == ("sqnr_db-per-matmul", "sqnr_db (dB)\nmean ± std over 2 seeds",
                           [30.0, 20.5])
+
+
+def test_plot_command_file_names_hold_no_separator_from_a_held_value():
+    """A value held with --where may be a path with spaces (a swept
+    workload.model_dir): the figure's file name replaces them, so the figure
+    lands in the plots directory, not in a subdirectory named after the path."""
+    from optical.cli import build_parser
+    from optical.commands.plot import make_figure
+
+    rows = [{"seed": 0, "adc.bits": b, "workload.model_dir": m, "sqnr_db": b + len(m)}
+            for b in (4, 6) for m in ("/m/a b", "/m/c")]
+    args = build_parser().parse_args(["plot", "runs", "--x", "adc.bits", "--y", "sqnr_db",
+                                      "--where", "workload.model_dir=/m/a b"])
+    fig, name = make_figure(frame_of(rows, ["adc.bits", "workload.model_dir"]), args)
+    assert name == "sqnr_db-vs-adc.bits-workload.model_dir=_m_a_b"
+    np.testing.assert_array_equal(data_lines(fig.axes[0])[0].get_ydata(), [10, 12])
 
 
 def test_save_png_svg_without_pyplot(grid, tmp_path):
@@ -508,6 +567,8 @@ def test_nan_seeds_are_left_out_of_the_mean_and_named():
     np.testing.assert_array_equal(data_lines(ax)[0].get_ydata(), [1.05, 2.0, math.nan])
     assert ax.get_title().replace("\n", " ") == (
         "NaN seeds left out of the mean: adc.bits=6 (1 of 2); adc.bits=8 (2 of 2, no mean)")
+    low, high = ax.get_xlim()  # the point with no mean stays on the axis
+    assert low < 4 and high > 8
     rows = layer_rows([1e3], 2, seeds=2, value=lambda h, m, s: math.nan if s else 5.0 + m)
     ax = plots.matmul_bars(rows).axes[0]
     assert [p.get_height() for p in ax.patches] == [5.0, 6.0, 7.0]
