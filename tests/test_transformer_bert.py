@@ -90,6 +90,21 @@ def test_tiny_bert_matches_float64_rederivation_with_padding(tiny_bert):
         np.testing.assert_allclose(pooled[row], expected, atol=2e-6)
 
 
+def test_layer_norm_eps_is_the_configs_inside_the_square_root(tmp_path):
+    """With a large layer_norm_eps (0.3, against activations of variance
+    about 1) the eps is visible in every LayerNorm: the embeddings match the
+    float64 re-derivation, (x - mean) / sqrt(var + eps), using the config's
+    eps."""
+    config = {**TINY_BERT, "layer_norm_eps": 0.3}
+    tensors = _bert_tensors(config)
+    model = transformer.load(write_model(tmp_path, config, tensors))
+    ids = np.random.default_rng(5).integers(1, config["vocab_size"], 9)
+    pooled = transformer.bert.mean_pool(model.encode(ids[None]), np.ones((1, 9), dtype=bool))
+    np.testing.assert_allclose(pooled[0], bert_embed64(list(ids), tensors, config), atol=2e-6)
+    default = bert_embed64(list(ids), tensors, TINY_BERT)
+    assert np.max(np.abs(pooled[0] - default)) > 100 * 2e-6  # the eps matters here
+
+
 def test_ideal_optical_encoder_reproduces_the_reference(tiny_bert):
     model, _ = tiny_bert
     ids = np.arange(1, 17).reshape(2, 8)
@@ -333,6 +348,12 @@ def test_embed_names_what_it_expects(tiny_bert, sentences):
     ({"layer_norm_eps": -1}, "key 'layer_norm_eps' must be a positive number, got -1"),
     ({"layer_norm_eps": None}, "key .layer_norm_eps. must be a positive number, got null"),
     ({"max_position_embeddings": "16"}, "key 'max_position_embeddings' must be a positive int"),
+    ({"layer_norm_eps": float("inf")}, "key 'layer_norm_eps' must be a positive number, got inf"),
+    ({"layer_norm_eps": float("nan")}, "key 'layer_norm_eps' must be a positive number, got nan"),
+    # Hugging Face's other GELUs (tanh approximations) and ReLU are other functions.
+    ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported; expected 'gelu'"),
+    ({"hidden_act": "gelu_pytorch_tanh"}, "hidden_act 'gelu_pytorch_tanh' is not supported"),
+    ({"hidden_act": "relu"}, "hidden_act 'relu' is not supported"),
 ])
 def test_bad_bert_configs_name_the_key(tmp_path, change, message):
     from optical import transformer

@@ -113,6 +113,37 @@ def test_integer_and_non_finite_tensors_are_named(tmp_path, bf16_tensors):
             transformer.load(write_model(tmp_path / f"{bad}", TINY_LLAMA, bf16_tensors)).layer(0)
 
 
+@pytest.mark.parametrize(("dtype", "code"), [(np.int8, "I8"), (np.uint8, "U8"),
+                                           (np.bool_, "BOOL"), (np.int64, "I64"),
+                                           ("float8_e4m3fn", "F8_E4M3")])
+def test_quantised_and_boolean_tensors_are_refused_not_converted(tmp_path, bf16_tensors,
+                                                                 dtype, code):
+    """The narrow integer and fp8 exports of quantised checkpoints (and
+    masks stored as bool) are refused with their dtype named, not read back
+    as floats of their codes."""
+    if isinstance(dtype, str):
+        dtype = getattr(ml_dtypes, dtype)
+    name = "model.layers.0.self_attn.k_proj.weight"
+    bf16_tensors[name] = np.ones(bf16_tensors[name].shape, dtype=dtype)
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors))
+    with pytest.raises(TypeError, match=rf"tensor '{name}' has dtype {code}; expected one of "
+                                        r"F32, F16, BF16, F64$"):
+        model.layer(0)
+
+
+def test_any_safetensors_file_name_is_read(tmp_path, bf16_tensors):
+    """A single checkpoint file is found by its suffix (``*.safetensors``),
+    whatever its stem: weights.safetensors is read, not replaced by
+    synthetic weights."""
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors)
+    (directory / "model.safetensors").rename(directory / "weights.safetensors")
+    model = transformer.load(directory)
+    assert model.checkpoint is not None and "checkpoint" in model.weights_source
+    name = "model.layers.1.mlp.down_proj.weight"
+    np.testing.assert_array_equal(model.layer(1).weights["down_proj"].view(np.uint32) >> 16,
+                                  bf16_tensors[name].view(np.uint16).astype(np.uint32))
+
+
 def test_an_integer_checkpoint_is_one_line_and_exit_2_from_the_cli(tmp_path, bf16_tensors,
                                                                    capsys):
     """An int8/GPTQ-style export's integer tensor is a TypeError in the API;
@@ -204,6 +235,15 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     ({"rms_norm_eps": -1.0}, "key 'rms_norm_eps' must be a positive number, got -1.0"),
     ({"rms_norm_eps": float("nan")}, "key 'rms_norm_eps' must be a positive number"),
     ({"rope_theta": 0}, "key 'rope_theta' must be a positive number, got 0"),
+    # json reads Infinity and NaN (and writes them): refused as any other non-number.
+    ({"rope_theta": float("inf")}, "key 'rope_theta' must be a positive number, got inf"),
+    ({"rms_norm_eps": float("inf")}, "key 'rms_norm_eps' must be a positive number, got inf"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+     "rope_scaling.rope_type: 'linear' is not supported; supported: 'default', 'llama3'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+     "rope_scaling.rope_type: 'dynamic' is not supported"),
+    ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
+     "rope_scaling.rope_type: 'longrope' is not supported"),
     ({"rope_scaling": [1]}, "key 'rope_scaling' must be an object"),
     ({"rope_scaling": {**TINY_LLAMA["rope_scaling"], "low_freq_factor": 0}},
      "rope_scaling.low_freq_factor: must be a positive number, got 0"),

@@ -248,6 +248,28 @@ def test_llama3_high_freq_factor_must_exceed_low(high):
                                            "high_freq_factor": high})
 
 
+def test_apply_rope_rotates_each_pair_of_dimensions_by_its_angle():
+    """Rotate-half pairing, as Hugging Face checkpoints use it: dimensions i
+    and i + d/2 form a pair turned by the angle position x inv_freq[i],
+    counter-clockwise (x_i cos - x_{i+d/2} sin, x_{i+d/2} cos + x_i sin);
+    the public function without ``rnd`` and with an identity rounding alike,
+    against that rotation in float64."""
+    from optical.transformer.rope import apply_rope, inverse_frequencies, rope_tables
+
+    head_dim, tokens = 16, 5
+    inv_freq = inverse_frequencies(head_dim, 10000.0)
+    cos, sin = rope_tables(np.arange(tokens), inv_freq)
+    x = np.random.default_rng(3).standard_normal((2, tokens, head_dim)).astype(np.float32)
+    half = head_dim // 2
+    angle = np.arange(tokens)[:, None] * inv_freq.astype(np.float64)[None, :]
+    first, second = x[..., :half].astype(np.float64), x[..., half:].astype(np.float64)
+    expected = np.concatenate([first * np.cos(angle) - second * np.sin(angle),
+                               second * np.cos(angle) + first * np.sin(angle)], axis=-1)
+    for rotated in (apply_rope(x, cos, sin), apply_rope(x, cos, sin, rnd=lambda a: a)):
+        np.testing.assert_allclose(rotated, expected, rtol=0, atol=2e-6)
+    np.testing.assert_array_equal(apply_rope(x, cos, sin)[:, 0], x[:, 0])  # position 0
+
+
 @pytest.mark.parametrize("head_dim", [15, 1])
 def test_odd_head_dim_is_refused_for_rope(head_dim):
     from optical.transformer.rope import inverse_frequencies
