@@ -300,9 +300,11 @@ def test_dtype_is_kept_and_float32_agrees_with_float64():
     ((np.ones((2, 4, 4), dtype=np.int64),), TypeError, "dtype int64"),
     ((-np.ones((2, 4, 4)),), ValueError, "non-negative"),
     ((np.full((2, 4, 4), np.nan),), ValueError, "finite"),
+    ((np.full((2, 4, 4), np.inf),), ValueError, "finite"),
     ([[1.0]], TypeError, "numpy.ndarray"),
     ((np.ones((2, 4, 33)),), ValueError, "do not fit the core's 32 outputs"),
     ((np.ones((2, 40, 4)),), ValueError, "exceed the core's 32 inputs"),
+    ((np.ones((2, 33, 4)),), ValueError, "33 rows exceed the core's 32 inputs"),
 ])
 def test_effective_tile_refuses_bad_input(args, error, match):
     kern = X.kernels(diffraction().replace({"core.inputs": 32, "core.outputs": 32}))

@@ -47,7 +47,9 @@ def test_bad_scheme_and_out_of_range_values():
     with pytest.raises(ValueError, match="unknown encoding 'unary'"):
         encoding.encode(np.zeros(3), "unary")
     for scheme in encoding.SCHEMES:
-        for bad in (1.5, -1.5, np.nan):  # below -1 too: offset would give a negative level
+        # Below -1 too (offset would give a negative level), and the first
+        # float past either bound.
+        for bad in (1.5, -1.5, np.nan, np.nextafter(1.0, 2.0), np.nextafter(-1.0, -2.0)):
             with pytest.raises(ValueError, match=r"\[-1, 1\]"):
                 encoding.encode(np.array([0.0, bad]), scheme)
     with pytest.raises(ValueError, match="expected 2 rails"):

@@ -383,7 +383,10 @@ def effective_tile(transmissions: np.ndarray, kern: Kernels, *,
     Parameters
     ----------
     transmissions : ndarray, shape (rails, k, n), float32 or float64
-        Physical intensity transmissions of the tile's mask rails, in [0, 1].
+        Intensity transmissions of the tile's mask rails: finite and
+        non-negative. A physical mask's lie in [0, 1]; the map is linear, so
+        larger values (an unclipped pre-distortion, say) are accepted, where
+        :func:`optical.physics.fieldsim.simulate_tile` refuses them.
     kern : Kernels
         From :func:`kernels` for the configuration that programs the tile.
     column_offset : int
