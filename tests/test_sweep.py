@@ -1259,6 +1259,31 @@ def test_vmap_batches_of_any_size_run_every_task_once():
         assert (runner.batched, runner.single) == (5, 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Tagged(Batchable):
+    """Batchable workloads that differ (by tag) but share a batch key."""
+
+    tag: int = 0
+
+    def run_batch(self, configs, seeds):
+        return [{"tag": float(self.tag)} for _ in configs]
+
+    def to_dict(self):
+        return {"kind": "tagged", "tag": self.tag}
+
+
+def test_vmap_batches_only_runs_of_one_workload():
+    """One batch runs one workload's data: tasks of two workloads with the
+    same batch key (a swept data_seed or workload.tokens) are batched apart,
+    each run getting its own workload's result, as a serial run gives it."""
+    from optical._executors import SerialExecutor, Task, VmapExecutor
+
+    tasks = [Task(f"r{i}", i, 0, Tagged(tag=i % 2), BASE) for i in range(4)]
+    for runner in (VmapExecutor(), SerialExecutor()):
+        out = {t.run_id: o["metrics"]["tag"] for t, o in runner.run(tasks)}
+        assert out == {"r0": 0.0, "r1": 1.0, "r2": 0.0, "r3": 1.0}, type(runner).__name__
+
+
 def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path):
     """A custom executor that returns fewer outcomes than it was given runs
     must not leave a sweep that looks finished: the sweep fails naming how

@@ -41,10 +41,23 @@ def test_from_shape_and_round_trip():
     ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": math.nan}, "outlier_scale: nan"),
     ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": 0.0}, "outlier_scale: 0.0"),
     ({"tokens": 2, "k": 4, "n": 4, "data_seed": -1}, "data_seed: -1 must be a non-negative"),
+    # Refused when made, not at the first run (after a sweep has taken its directory).
+    ({"tokens": 2, "k": 4, "n": 4, "backend": "jax", "dtype": "float64"},
+     "backend: 'jax' runs float32 workloads; set dtype='float32'"),
 ])
 def test_bad_matmul_workload_is_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MatmulWorkload(**kwargs)
+
+
+@pytest.mark.parametrize("scale", [20, np.float32(20.0), np.int64(20)])
+def test_an_outlier_scale_is_one_workload_however_the_number_is_typed(scale):
+    """20 and 20.0 are one workload: equal, one hash, one stored identity
+    (a float, in the JSON a manifest keeps)."""
+    wl = MatmulWorkload(4, 8, 4, outlier_channels=1, outlier_scale=scale)
+    same = MatmulWorkload(4, 8, 4, outlier_channels=1, outlier_scale=20.0)
+    assert wl == same and hash(wl) == hash(same)
+    assert type(wl.to_dict()["outlier_scale"]) is float and wl.to_dict() == same.to_dict()
 
 
 def test_jax_seeds_are_the_32_bit_keys_and_no_fewer():
@@ -132,6 +145,27 @@ def test_jax_runs_differing_in_noise_alone_share_a_batch():
     assert wl.batch_key(iris.replace({"source.photons_per_mac": 1e3})) != \
         wl.batch_key(iris.replace({"source.photons_per_mac": 1e5}))
     assert MatmulWorkload(tokens=4, k=16, n=8).batch_key(iris) is None  # numba: no batches
+
+
+def test_jax_runs_report_photoelectrons_per_readout_and_clips_per_conversion():
+    """The JAX path assembles its own MatmulStats: mean_photoelectrons is the
+    detected photons per detector readout (two per conversion on balanced
+    rails) and clipped_fraction the clipped share of the ADC conversions, as
+    the numba run reports them (with windows of +-0.5 sigma, ~45 % clip; the
+    noise draws differ, so the shares agree to a few percent)."""
+    pytest.importorskip("jax")
+    cfg = optical.presets.get("iris-like").replace({"adc.full_scale": "rms",
+                                                    "adc.headroom": 0.5})
+    wl = MatmulWorkload(16, 64, 32, backend="jax")
+    jax_run = wl.run(cfg, 0)
+    numba_run = dataclasses.replace(wl, backend="numba").run(cfg, 0)
+    assert jax_run["detector_readouts"] == 2 * jax_run["adc_conversions"]
+    assert jax_run["mean_photoelectrons"] * jax_run["detector_readouts"] == \
+        pytest.approx(jax_run["detected_photons"], rel=1e-12)
+    assert jax_run["mean_photoelectrons"] == pytest.approx(numba_run["mean_photoelectrons"],
+                                                           rel=1e-3)
+    assert 0.3 < numba_run["clipped_fraction"] < 0.6
+    assert jax_run["clipped_fraction"] == pytest.approx(numba_run["clipped_fraction"], abs=0.05)
 
 
 def test_outlier_channels_are_whole_columns_scaled():
