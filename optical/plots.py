@@ -538,7 +538,11 @@ def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
 
 def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list[Path]:
     """The files :func:`save` writes for ``stem`` and ``formats``, without
-    writing them; ValueError for a format that is not valid."""
+    writing them; ValueError for a format that is not valid, TypeError for
+    ``formats`` given as one string (``["png"]``, not ``"png"``)."""
+    if isinstance(formats, str):
+        raise TypeError(f"formats: expected a sequence of formats, got the string {formats!r} "
+                        f"(one format: [{formats!r}])")
     stem = Path(stem)
     suffix = stem.suffix.lower().lstrip(".")
     named = suffix if suffix in FORMATS else None

@@ -312,6 +312,25 @@ def test_plot_command_file_names_hold_no_separator_from_a_held_value():
     np.testing.assert_array_equal(data_lines(fig.axes[0])[0].get_ydata(), [10, 12])
 
 
+def test_save_writes_at_the_dpi_asked_and_needs_a_list_of_formats(grid, tmp_path):
+    """A PNG's pixels are the figure's inches times ``dpi``; no format, or
+    one format given as a string (whose letters are not formats), is refused
+    as such."""
+    from matplotlib.image import imread
+
+    fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
+    width, height = fig.get_size_inches()
+    for dpi in (50, 100):
+        (path,) = plots.save(fig, tmp_path / f"fig{dpi}.png", dpi=dpi)
+        assert imread(path).shape[:2] == (round(height * dpi), round(width * dpi))
+    with pytest.raises(ValueError, match="^formats: no format given$"):
+        plots.save(fig, tmp_path / "none", [])
+    with pytest.raises(TypeError, match=r"^formats: expected a sequence of formats, got the "
+                                        r"string 'png' \(one format: \['png'\]\)$"):
+        plots.output_paths(tmp_path / "one", "png")
+    assert not list(tmp_path.glob("none*")) and not list(tmp_path.glob("one*"))
+
+
 def test_save_png_svg_without_pyplot(grid, tmp_path):
     fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
     paths = plots.save(fig, tmp_path / "sub" / "fig")
@@ -410,6 +429,12 @@ def one_param(path, xs, metric="sqnr_db", values=None, seeds=1):
     # powers of two under two decades: a base-2 log axis spaces them evenly
     ("core.inputs", [8, 16, 32, 64, 128, 256, 512], "log",
      ["8", "16", "32", "64", "128", "256", "512"]),
+    ("core.inputs", [1, 2, 4, 8, 16], "log", ["1", "2", "4", "8", "16"]),  # 1 = 2**0
+    # even integers that are not powers of two, under two decades: linear
+    ("core.inputs", [12, 24, 48, 96, 192], "linear", ["12", "24", "48", "96", "192"]),
+    # a log axis with ticks at the values, and no others (no minor ticks)
+    ("source.photons_per_mac", [10.0, 30.0, 100.0, 300.0, 1000.0], "log",
+     ["10", "30", "100", "300", "1000"]),
     # twelve log-spaced floats: matplotlib's decades, not twelve colliding labels
     ("source.photons_per_mac", list(np.logspace(1, 6, 12)), "log", None),
     # categorical (inf present): values formatted with :g, not str(), in one style:
@@ -434,7 +459,8 @@ def test_x_tick_labels_never_overlap(path, xs, scale, labels):
         assert left.x1 < right.x0, texts
     if labels is not None:
         assert texts == labels
-    if path == "core.inputs":
+        assert len(ax.xaxis.get_minorticklocs()) == 0  # ticks at the values alone
+    if path == "core.inputs" and scale == "log":
         assert ax.xaxis.get_transform().base == 2
     if scale == "symlog":
         assert ax.xaxis.get_transform().linthresh == 10.0
@@ -498,6 +524,39 @@ def layer_rows(hues, matmuls, seeds=1, value=lambda h, m, s: 10.0 + h + m):
                       **{f"sqnr_db.m{m}": value(h, m, s) for m in range(matmuls)},
                       "sqnr_db": value(h, matmuls, s)}
                      for h in hues for s in range(seeds)], ["source.photons_per_mac"])
+
+
+def test_matmul_bars_count_the_seeds_left_after_nan():
+    """The y label counts the seeds each bar averages: a matmul that lost a
+    seed to NaN makes it "2-3 seeds", and its bar is the mean of the two."""
+    rows = [{"seed": s, "sqnr_db.q_proj": [30.0, 31.0, math.nan][s],
+             "sqnr_db.k_proj": 31.0 + s, "sqnr_db": 25.0 + s} for s in range(3)]
+    ax = plots.matmul_bars(frame_of(rows, [])).axes[0]
+    assert [p.get_height() for p in ax.patches] == [30.5, 32.0, 26.0]
+    assert ax.get_ylabel() == "sqnr_db (dB)\nmean ± std over 2-3 seeds"
+
+
+def test_wrapped_matmul_bars_share_one_y_scale_and_label_the_bottom_row():
+    """Rows of wrapped bars share the y axis (bars on two rows compare by
+    height), and "matmul" labels the bottom row's x axis alone."""
+    hues = list(np.logspace(2, 7, 12))
+    rows = layer_rows(hues, 8, value=lambda h, m, s: 10.0 + m if m < 5 else 45.0 + m)
+    fig = plots.matmul_bars(rows, hue="source.photons_per_mac")
+    assert len(fig.axes) == 2
+    assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim()
+    assert fig.axes[0].get_ylim()[1] > 53  # the layer output's 53 on the second row
+    assert [ax.get_xlabel() for ax in fig.axes] == ["", "matmul"]
+
+
+def test_a_hue_of_one_value_draws_one_line():
+    """A hue held at one value (a sweep narrowed by --where) is one line with
+    one legend entry."""
+    frame = one_param("adc.bits", [4, 6, 8])
+    frame["source.photons_per_mac"] = 1e3
+    frame.attrs["sweep"] = {"params": ["adc.bits", "source.photons_per_mac"]}
+    ax = plots.line(frame, "adc.bits", "sqnr_db", hue="source.photons_per_mac").axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["1000"]
+    np.testing.assert_array_equal(data_lines(ax)[0].get_ydata(), [0.0, 1.0, 2.0])
 
 
 def test_matmul_bars_with_many_hues_wrap_rather_than_widen():
@@ -875,6 +934,13 @@ def test_string_values_keep_their_order_and_numbers_one_label_style():
     ax = plots.line(custom, "mirror", "sqnr_db").axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["zinc", "gold"]
     assert ordered([8, 4.5, 2, None], lambda v: v) == [2, 4.5, 8, None]
+    # A missing choice (a table read back from CSV) goes last among the choices too.
+    assert ordered(["static", None, "none"], lambda v: v,
+                   choices=("none", "static", "dynamic")) == ["none", "static", None]
+    from optical._plot_axes import labels
+
+    # One style with exponents: every finite nonzero float in it, zero as "0".
+    assert labels([0.0, 1e4, 1e6]) == ["0", "1e4", "1e6"]
     photons = [1e3, 1e4, 1e5, 1e6]
     rows = [{"seed": s, "adc.bits": b, "source.photons_per_mac": p,
              "sqnr_db": math.nan if (s, p) == (1, 1e6) else 1.0}
@@ -884,6 +950,7 @@ def test_string_values_keep_their_order_and_numbers_one_label_style():
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == \
         ["1e3", "1e4", "1e5", "1e6"]
     assert "source.photons_per_mac=1e6, adc.bits=4 (1 of 2)" in fig.axes[0].get_title()
+    assert axis_title("mask.contrast_ratio") == "mask.contrast_ratio"  # dimensionless: as named
     assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "cosine", "workload.layer")] == \
         ["local_sqnr_db.down_proj (dB)", "cosine", "layer"]
 
