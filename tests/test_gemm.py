@@ -25,6 +25,9 @@ def test_rows_do_not_depend_on_the_other_rows_or_blas_threads(rng, dtype):
     # Nor on how many rows follow in the last block: it is zero-padded to the
     # block, as OpenBLAS's bits change with the number of rows.
     np.testing.assert_array_equal(rows_matmul(a[:530], b, 256), whole[:530])
+    # A padded block is a GEMM of the rows' dtype, as a full one is (a float64
+    # pad made float32 rows' last block another GEMM, with other bits).
+    np.testing.assert_array_equal(rows_matmul(a[:300], b, 256), whole[:300])
     assert whole.dtype == dtype
 
 
@@ -54,6 +57,29 @@ def test_blas_thread_count_is_restored_after_a_call(rng):
         assert before and all(t == 2 for t in before)
         rows_matmul(rng.standard_normal((40, 8)), rng.standard_normal((8, 3)), 16)
         assert blas_threads() == before
+
+
+def test_gemm_tasks_run_on_one_blas_thread_when_called_from_another_thread():
+    """The thread that set a BLAS limit (threadpoolctl's controlling thread
+    for OpenBLAS) is not the one that runs the GEMMs: a sweep's worker
+    thread. Its GEMM tasks still run on one BLAS thread each (the
+    controller's plain setter refuses other threads, silently)."""
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from optical import _gemm
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen: list = []
+    with threadpool_limits(limits=2, user_api="blas"):
+        worker = threading.Thread(target=lambda: _gemm._concurrently(
+            [lambda: seen.append(blas_threads()), lambda: seen.append(blas_threads())]))
+        worker.start()
+        worker.join()
+    assert len(seen) == 2 and all(counts and set(counts) == {1} for counts in seen), seen
 
 
 def test_column_blocks_are_single_threaded_gemms_whatever_the_threads(rng):

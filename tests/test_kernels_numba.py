@@ -464,6 +464,43 @@ def test_fast_and_exact_runs_of_one_programmed_matrix_keep_their_own_plans(rng):
                                   optical.matmul(x, pw, cfg, seed=4, backend="numpy"))
 
 
+def test_kernels_are_cached_where_numba_can_write_and_said_where_it_cannot(tmp_path):
+    """``can_cache``: True for a source file in a writable directory (numba
+    keeps the kernels in its __pycache__); False, with one warning saying how
+    to keep them, where numba finds no cache locator (here a source that is
+    no file), and the kernels then compile in memory."""
+    from optical import _numba_cache
+
+    source = tmp_path / "kernels.py"
+    source.write_text("")
+    assert _numba_cache.can_cache(str(source)) is True
+    with pytest.warns(RuntimeWarning, match=r"numba finds no writable directory to cache the "
+                                            r"kernels of <no file> in.*Set NUMBA_CACHE_DIR"):
+        assert _numba_cache.can_cache("<no file>") is False
+
+
+def test_two_live_programmed_matrices_of_one_shape_keep_their_own_plans(rng):
+    """Two matrices of one shape and config, both programmed and alive: each
+    runs with its own cached plan. The run of one, before and after the
+    other's, is what a fresh copy of it gives, and each is near its own exact
+    product (a plan shared between them gave the second the first's weights,
+    a relative error of 3)."""
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((256, 128)).astype(np.float32) for _ in range(2))
+    cfg = noisy(**{"source.photons_per_mac": 1e5, "core.inputs": 128})  # 2 x 4 tiles
+    fresh = [optical.matmul(x, optical.program(w, cfg), cfg, seed=0, backend="numba")
+             for w in (w1, w2)]
+    p1, p2 = optical.program(w1, cfg), optical.program(w2, cfg)
+    first = optical.matmul(x, p2, cfg, seed=0, backend="numba")
+    y1 = optical.matmul(x, p1, cfg, seed=0, backend="numba")
+    y2 = optical.matmul(x, p2, cfg, seed=0, backend="numba")
+    for y, expected in ((first, fresh[1]), (y1, fresh[0]), (y2, fresh[1])):
+        np.testing.assert_array_equal(y, expected)
+    for y, w in ((y1, w1), (y2, w2)):
+        exact = x.astype(np.float64) @ w.astype(np.float64)
+        assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < 0.2
+
+
 def test_stats_match_the_reference(rng):
     x = rng.standard_normal((2, 5, 100))
     w = rng.standard_normal((100, 70))

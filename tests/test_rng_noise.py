@@ -168,15 +168,23 @@ def test_no_light_gives_no_shot_noise(model):
     np.testing.assert_array_equal(counts, 0.0)
 
 
-def test_shot_dark_read_and_rin_draws_are_independent_at_one_seed_and_index():
+def test_shot_dark_read_rin_and_adc_draws_are_independent_at_one_seed_and_index():
     # Each noise source has its own stream: at one (seed, index) the unit
-    # normals behind shot, dark, read and RIN noise are uncorrelated.
+    # normals behind shot, dark, read, RIN and ADC (ENOB) noise are
+    # uncorrelated (the ADC's index of output (t, j) can equal RIN's of input
+    # channel j, so a shared stream would add their noises coherently); the
+    # numba kernels' combined stream is none of them.
+    from optical.kernels.numba_backend import COMBINED_STREAM
+
+    assert len(set(_rng.STREAMS.values())) == len(_rng.STREAMS)
+    assert COMBINED_STREAM not in _rng.STREAMS.values()
     idx = _idx()
     draws = {
         "shot": noise.shot_noise(np.ones(N), model="gaussian", seed=4, index=idx) - 1.0,
         "dark": noise.dark_noise(1.0, model="gaussian", seed=4, index=idx),
         "read": noise.read_noise(1.0, seed=4, index=idx),
         "rin": noise.rin_factors(1.0, seed=4, index=idx) - 1.0,
+        "adc": _rng.normal(_rng.stream_key(4, _rng.STREAMS["adc"]), idx),  # as core.py draws
     }
     names = list(draws)
     for i, a in enumerate(names):
