@@ -105,6 +105,39 @@ def test_layer_norm_eps_is_the_configs_inside_the_square_root(tmp_path):
     assert np.max(np.abs(pooled[0] - default)) > 100 * 2e-6  # the eps matters here
 
 
+def test_encode_runs_each_layer_as_its_own_optical_call(tiny_bert):
+    """An optical encode is the embeddings followed by each layer's own
+    ``layer(i).optical`` with the call's seed: layer i draws layer i's noise
+    (every product of every layer its own), bit for bit."""
+    model, _ = tiny_bert
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 40, "core.outputs": 32})
+    ids = np.arange(1, 17).reshape(2, 8)
+    mask = np.ones(ids.shape, dtype=bool)
+    h = model.encode(ids, layers=0)
+    for index in range(TINY_BERT["num_hidden_layers"]):
+        h = model.layer(index).optical(h, cfg, seed=5, mask=mask)
+    np.testing.assert_array_equal(model.encode(ids, config=cfg, seed=5), h)
+
+
+def test_bert_hidden_states_draw_their_ids_from_seed_layer_and_tokens(tiny_bert):
+    """The inputs of layers 0 and 1 are the encoder run on different random
+    ids (drawn from seed, layer and tokens): layer 1's input is not layer 0's
+    input run through layer 0 (ids drawn alike made them equal to 1e-6)."""
+    model, _ = tiny_bert
+    h0, h1 = model.hidden_states(0, 6, seed=3), model.hidden_states(1, 6, seed=3)
+    through = model.layer(0).reference(h0)
+    assert np.max(np.abs(through - h1)) > 0.1
+    np.testing.assert_array_equal(model.hidden_states(1, 6, seed=3), h1)
+
+
+def test_embedding_layer_norm_eps_defaults_to_hugging_faces(tmp_path):
+    """The embeddings' LayerNorm, like the layers', uses Hugging Face's
+    BertConfig default 1e-12 when config.json has no layer_norm_eps."""
+    config = {k: v for k, v in TINY_BERT.items() if k != "layer_norm_eps"}
+    model = transformer.load(write_model(tmp_path, config))
+    assert model.eps == 1e-12 and model.layer(0).eps == 1e-12
+
+
 def test_ideal_optical_encoder_reproduces_the_reference(tiny_bert):
     model, _ = tiny_bert
     ids = np.arange(1, 17).reshape(2, 8)

@@ -19,6 +19,25 @@ SMALL = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6,
 # checkpoint files
 # --------------------------------------------------------------------------- #
 
+@pytest.mark.parametrize(("seed", "error", "message"), [
+    (-1, ValueError, r"seed: -1 is out of range; valid: integer in \[0, 2\*\*64\)"),
+    (2**64, ValueError, "seed: 18446744073709551616 is out of range"),
+    (True, TypeError, "seed: expected a non-negative integer, got bool"),
+    (1.5, TypeError, "seed: expected a non-negative integer, got float"),
+])
+def test_load_refuses_a_seed_that_is_not_a_non_negative_integer(tmp_path, seed, error, message):
+    with pytest.raises(error, match=message):
+        transformer.load(write_model(tmp_path, TINY_LLAMA), seed=seed)
+
+
+def test_llama_hidden_states_refuse_more_tokens_than_positions(tmp_path):
+    model = transformer.load(write_model(tmp_path, {**TINY_LLAMA,
+                                                    "max_position_embeddings": 16}))
+    assert model.hidden_states(0, 16).shape == (16, TINY_LLAMA["hidden_size"])
+    with pytest.raises(ValueError, match="tokens: 17 exceed max_position_embeddings 16"):
+        model.hidden_states(0, 17)
+
+
 def test_pt_pickles_without_safetensors_are_refused(tmp_path):
     """find_checkpoint_files' contract names both pickle suffixes (*.bin, *.pt):
     a directory holding only a .pt checkpoint is refused, not silently run on

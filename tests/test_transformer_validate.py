@@ -75,6 +75,10 @@ def test_matmul_inputs_are_the_traced_inputs_without_the_last_product(tiny_dir):
     model = transformer.load(tiny_dir)
     layer = model.layer(1)
     h = model.hidden_states(1, 9, seed=4, batch=2)
+    # The documented default dtype is float32: what a float32 trace records.
+    default, traced32 = layer.matmul_inputs(h), layer.trace(h, dtype="float32").inputs
+    for name in traced32:
+        np.testing.assert_array_equal(default[name], traced32[name], err_msg=name)
     for dtype in ("float32", "float16"):
         inputs = layer.matmul_inputs(h, dtype=dtype)
         traced = layer.trace(h, dtype=dtype).inputs
