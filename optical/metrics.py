@@ -119,7 +119,9 @@ class _Sums:
         one BLAS thread, the main process two). Both are first divided by a
         power of two at or above their largest magnitude: exact, so no figure
         moves, but squares of values near 1e-200 no longer underflow nor
-        those near 1e200 overflow."""
+        those near 1e200 overflow. (Where one array is ~1e-154 of the other,
+        its squares turn subnormal and lose digits: SQNRs near -3000 dB move
+        in their eighth digit.)"""
         shift = -_exponent(ref, out)
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):
@@ -232,6 +234,8 @@ def column_errors(reference: object, test: object) -> ColumnErrors:
     with np.errstate(divide="ignore", invalid="ignore"):
         sqnr = np.where(error == 0, np.inf,
                         np.where(signal == 0, -np.inf, 10.0 * np.log10(signal / error)))
+        # Roots first, as the pair metric takes them: a subnormal signal
+        # (a reference ~1e-154 of the test) would overflow error / signal.
         rel = np.where(error == 0, 0.0,
-                       np.where(signal == 0, np.inf, np.sqrt(error / signal)))
+                       np.where(signal == 0, np.inf, np.sqrt(error) / np.sqrt(signal)))
     return ColumnErrors(sqnr_db=sqnr, relative_error=rel)

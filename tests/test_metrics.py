@@ -25,6 +25,11 @@ def test_pair_metrics_by_hand():
     assert metrics.compare(zero, zero) == (math.inf, 1.0, 0.0)
     with pytest.raises(ValueError, match="shape mismatch"):
         metrics.compare(ref, test[:1])
+    # Same size, other shape: a transposed result, or one with a batch axis.
+    for other in (np.arange(6.0).reshape(3, 2), ref[None]):
+        base = np.arange(6.0).reshape(2, 3) if other.size == 6 else ref
+        with pytest.raises(ValueError, match="shape mismatch"):
+            metrics.sqnr_db(base, other)
     # Empty arrays have no error to measure (not a perfect score).
     for metric in (metrics.sqnr_db, metrics.cosine, metrics.relative_error, metrics.compare,
                    metrics.max_abs_error):
@@ -75,6 +80,20 @@ def test_the_largest_magnitude_sets_the_scale_whatever_its_sign():
     assert metrics.cosine(ref, test) == pytest.approx(1.0, rel=1e-12)
     np.testing.assert_allclose(metrics.column_errors(ref[:, None], test[:, None]).sqnr_db,
                                [20.0], rtol=1e-12)
+
+
+def test_the_scale_comes_from_both_arrays():
+    """A test 1e160 times its reference: the scale is the larger array's,
+    so the reference's squares go subnormal but not to zero. By hand: SQNR
+    10 log10(5 / (5 (1e160 - 1)^2)) = -3200 dB, cosine 1, relative error
+    ~1e160, per column too (not inf: the reference is not zero)."""
+    ref, test = np.array([1.0, 2.0]), np.array([1e160, 2e160])
+    sqnr, cosine, rel = metrics.compare(ref, test)
+    assert sqnr == pytest.approx(-3200.0, rel=1e-6)
+    assert cosine == pytest.approx(1.0, rel=1e-12) and rel == pytest.approx(1e160, rel=1e-6)
+    columns = metrics.column_errors(ref[:, None], test[:, None])
+    np.testing.assert_allclose(columns.relative_error, [1e160], rtol=1e-6)
+    np.testing.assert_allclose(columns.sqnr_db, [-3200.0], rtol=1e-6)
 
 
 def test_column_metrics_and_kl_do_not_depend_on_the_layout(rng):
