@@ -212,10 +212,12 @@ def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama)
     """It ran the whole layer and then said "reference contains NaN or
     infinite values", naming neither the input nor the cause."""
     h = tiny_llama.hidden_states(0, 8)
-    h[0, 3] = 7e4
-    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 70000, beyond float16's "
-                                         r"largest 65504: .*dtype='bfloat16' or 'float32'"):
-        transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h)
+    for bad in (7e4, -7e4):  # a magnitude, either sign
+        h[0, 3] = bad
+        with pytest.raises(ValueError, match=r"hidden: \|values\| reach 70000, beyond "
+                                             r"float16's largest 65504: .*dtype='bfloat16' or "
+                                             r"'float32'"):
+            transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h)
     report = transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h,
                                   dtype="bfloat16")
     assert np.isfinite(report.output.sqnr_db)

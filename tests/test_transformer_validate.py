@@ -300,6 +300,10 @@ def test_validate_errors(tiny_dir):
     with pytest.raises(ValueError, match="hidden: expected shape"):
         transformer.validate(model, layer=0, tokens=4, config=CFG,
                              hidden=np.zeros((1, 5, 64), np.float32))
+    with pytest.raises(ValueError, match=r"hidden: expected shape \(1, 4, hidden\), got "
+                                         r"\(2, 4, 64\)"):  # two prompts where batch is 1
+        transformer.validate(model, layer=0, tokens=4, config=CFG,
+                             hidden=np.zeros((2, 4, 64), np.float32))
     with pytest.raises(ValueError, match="tokens"):
         transformer.validate(model, layer=0, tokens=0, config=CFG)
     for bad in (0, 2.5, True):

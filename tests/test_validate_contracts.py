@@ -90,6 +90,60 @@ def test_every_number_of_the_table_sits_under_its_column(tiny_dir, local):
     assert t["passes"] != t["weight_loads"]
 
 
+def test_heading_footer_and_json_say_what_was_run(tiny_dir):
+    """With outlier channels bypassed and calibrated windows (so the clipped
+    and digital shares are not 0): the heading's tokens, prompts and reference
+    dtype are the call's; the legend says prompt:token for a batch; each row's
+    "clipped" is its own clipped share; the footer's optical MACs are
+    layer_schedule's MACs less the digital ones counted by hand, its digital
+    share theirs, its times the report's; the JSON holds the report's totals
+    and timings."""
+    model = transformer.load(tiny_dir)
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 48, "core.outputs": 40, "outliers.threshold": None, "outliers.top_k": 3})
+    report = transformer.validate(model, layer=2, tokens=12, batch=2, config=cfg, seed=3,
+                                  calibration_tokens=16, dtype="float32")
+    lines = report.table().splitlines()
+    assert lines[0].startswith(f"{model.name} layer 2: 12 tokens x 2 prompt(s), weights ")
+    assert "; reference float32 (Hugging Face numerics); seed 3" in lines[1]
+    assert "the lowest SQNR of one token's row, at that prompt:token" in report.table()
+    header = next(line for line in lines if line.startswith("product"))
+    clipped = _columns(header)["clipped"]
+    rows = [r for r in report.products if r.stats is not None]
+    for row in rows:
+        line = next(line for line in lines if line.startswith(row.name + " "))
+        assert _field(line, clipped) == f"{row.stats.clipped_fraction:.2%}", row.name
+    assert any(f"{r.stats.clipped_fraction:.2%}" != f"{r.stats.digital_mac_fraction:.2%}"
+               for r in rows)
+    shapes = {s.name: s for s in model.spec.linear_shapes()}
+    digital = sum(2 * 12 * r.stats.digital_channels * shapes[r.name].out_features for r in rows)
+    total = sum(s.macs for s in transformer.layer_schedule(model.spec, 12, cfg,
+                                                           batch=2).values())
+    assert digital > 0
+    t = report.timings
+    footer = lines[-1]
+    assert footer.startswith(f"optical MACs {total - digital}; digital (outlier channels) MACs "
+                             f"{digital}, {digital / total:.3%} of these products'; ")
+    assert footer.endswith(f"calibration run {t['calibration_s']:.2f} s, reference "
+                           f"{t['reference_s']:.2f} s, optical {t['optical_s']:.2f} s "
+                           f"(programming the masks {t['program_s']:.2f} s)")
+    data = report.to_dict()
+    assert data["timings"] == t and set(t) == {"calibration_s", "reference_s", "optical_s",
+                                               "program_s"}
+    assert data["totals"] == report.totals and "detected_photons" in data["totals"]
+    assert (data["tokens"], data["batch"], data["reference_dtype"]) == (12, 2, "float32")
+    with pytest.raises(KeyError, match="no product 'down'; products: q_proj"):
+        report.product("down")
+
+
+def test_a_model_directory_is_loaded_with_the_data_seed(tiny_dir):
+    """validate(path, data_seed=...) seeds the directory's synthetic weights
+    with data_seed (as documented), not with the noise seed."""
+    report = transformer.validate(str(tiny_dir), layer=0, tokens=3, seed=7, data_seed=2,
+                                  config=optical.presets.get("ideal"))
+    assert report.weights == "synthetic (seed 2)"
+
+
 def test_a_preset_named_for_the_heading_wins_over_the_one_the_config_equals(tiny_dir):
     """table(preset) names the hardware in the heading; only by default is it
     the preset the config equals."""
