@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import optical
-from optical.cli import main
+from optical.cli import build_parser, main
 
 
 def test_config_command_applies_overrides_and_writes_json(tmp_path, capsys):
@@ -40,6 +40,12 @@ COMMANDS_VALIDATE = ["validate", "--model", "models/llama-3.2-1b", "--tokens", "
     ([*COMMANDS_VALIDATE, "--weights-seed", "-2"],
      "--weights-seed: -2 is out of range; valid: integer in [0, 2**64)"),
     ([*COMMANDS_VALIDATE, "--seed", str(2**64)], f"--seed: {2**64} is out of range"),
+    ([*COMMANDS_VALIDATE, "--layer", "-1"],
+     "--layer: -1 is out of range; the model has 16 layers (0..15)"),
+    ([*COMMANDS_VALIDATE, "--layer", "16"],
+     "--layer: 16 is out of range; the model has 16 layers (0..15)"),
+    (["sweep", "--matmul", "4x8x4", "--samples", "0", "--param", "adc.bits=4:8",
+      "--out", "never-written"], "--samples: 0 must be a positive integer"),
     (["sweep", "--matmul", "4x8x4", "--param", "source.photons_per_mac=10:1e5:log", "--out",
       "never-written"],
      "a Range needs random sampling (samples=N; CLI: --samples N)"),
@@ -48,6 +54,49 @@ def test_bad_options_fail_with_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_top_level_help_is_the_usage_and_exit_0(capsys):
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as done:
+            main([flag])
+        assert done.value.code == 0
+        printed = capsys.readouterr()
+        assert printed.out.startswith("usage: optical") and printed.err == ""
+        assert all(c in printed.out for c in ("validate", "sweep", "energy", "plot", "config"))
+
+
+def test_the_heading_names_the_preset_and_every_override():
+    """Two --set overrides: "ideal + adc.bits=6, dac.bits=6", as the JSON's
+    overrides list them."""
+    from optical.commands._common import config_label, config_source
+
+    args = build_parser().parse_args([*COMMANDS_VALIDATE, "--preset", "ideal",
+                                      "--set", "adc.bits=6", "--set", "dac.bits=6"])
+    assert config_source(args)["overrides"] == ["adc.bits=6", "dac.bits=6"]
+    assert config_label(args) == "ideal + adc.bits=6, dac.bits=6"
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, monkeypatch, capsys,
+                                                            exists):
+    """Where this process may not write (as root, os.access is always true,
+    so it is made to say no here): exit 2 before any work, naming --json and
+    why, not a finished run lost to a failed write."""
+    from optical.commands import _common
+    from optical.commands import config as config_command
+
+    target = tmp_path / "out.json"
+    if exists:
+        target.write_text("{}")
+    monkeypatch.setattr(_common.os, "access", lambda path, mode: False)
+    ran = []
+    monkeypatch.setattr(config_command, "run", lambda args: ran.append(args) or 0)
+    assert main(["config", "--json", str(target)]) == 2
+    err = capsys.readouterr().err
+    why = (f"--json {target}: not writable (permission denied)" if exists else
+           f"--json {target}: cannot create it in {tmp_path} (permission denied)")
+    assert why in err and not ran
 
 
 def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):

@@ -97,6 +97,46 @@ def test_malformed_options_fail_before_any_work(tmp_path, capsys, extra, message
     assert not out.exists()
 
 
+def test_sweep_prints_its_summary_table_and_results_file(tmp_path, capsys):
+    """Without --quiet: the run count on the executor asked for (--jobs 2:
+    worker processes), one row per point with its seed mean, std and count
+    (pandas' over the stored results), and the results file (parquet by
+    default) that --json names. A sweep of one point without --param is
+    still tabled, by point."""
+    from optical.sweep import load
+
+    out = tmp_path / "s"
+    assert main(["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4,6", "--seeds", "2",
+                 "--jobs", "2", "--out", str(out), "--json", str(tmp_path / "s.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["executor"] == "2 local worker processes"
+    assert summary["results_path"] == str(out / "results.parquet")
+    assert (out / "results.parquet").is_file() and lines[-1] == f"results: {out}/results.parquet"
+    assert lines[0] == f"{out}: 4 runs (0 already done, 4 run now on 2 local worker processes)"
+    assert lines[1].split() == ["adc.bits", "sqnr_db", "mean", "std", "n"]
+    by = load(out).groupby("adc.bits")["sqnr_db"]
+    for line, (bits, mean, std) in zip(lines[2:4], zip(by.mean().index, by.mean(), by.std(),
+                                                         strict=True), strict=True):
+        assert line.split() == [str(bits), f"{mean:.3f}", f"{std:.3f}", "2"]
+    one = tmp_path / "one"
+    assert main(["sweep", "--matmul", "4x8x4", "--jobs", "1", "--out", str(one)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    value = load(one)["sqnr_db"].iloc[0]
+    assert lines[1].split() == ["point", "sqnr_db", "mean", "std", "n"]
+    assert lines[2].split() == ["0", f"{value:.3f}", "1"]  # no std of one seed
+
+
+def test_quiet_sweep_prints_nothing(tmp_path, capfd):
+    """--quiet: no progress bar (stderr) and no summary (stdout); the results
+    are written all the same."""
+    out = tmp_path / "q"
+    assert main(["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4,6", "--jobs", "1",
+                 "--quiet", "--out", str(out)]) == 0
+    assert capfd.readouterr() == ("", "")
+    assert (out / "results.parquet").is_file()
+
+
 def test_resume_needs_a_sweep(tmp_path, capsys):
     assert main(["sweep", "--out", str(tmp_path / "none")]) == 2
     assert "no sweep here" in capsys.readouterr().err

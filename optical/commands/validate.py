@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
             check_seed(getattr(args, option), "--" + option.replace("_", "-"))
     weights_seed = next(s for s in (args.weights_seed, args.data_seed, args.seed) if s is not None)
     model = load(args.model, seed=weights_seed)
+    layers = model.spec.num_layers
+    if not 0 <= args.layer < layers:  # named as the option, as --tokens is
+        raise ValueError(f"--layer: {args.layer} is out of range; the model has {layers} "
+                         f"layers (0..{layers - 1})")
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,
                       progress=not args.quiet, data_seed=args.data_seed)
