@@ -146,6 +146,77 @@ def test_gradient_uses_each_k_tiles_weight_scale(rng, weights):
                                atol=1e-4 * np.abs(w_eff).max())
 
 
+def test_params_override_the_config_in_the_stats_too(rng):
+    """A config without shot noise (photons_per_mac inf) given finite photons
+    in params runs as the config holding them, bit for bit, and reports that
+    config's (finite) detected photons, not inf."""
+    x = jnp.asarray(rng.standard_normal((16, 64)).astype(np.float32))
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 16})
+    params = {"source.photons_per_mac": 100.0}
+    y, st = jax_backend.matmul(x, w, cfg.replace({"source.photons_per_mac": math.inf}), seed=0,
+                               return_stats=True, params=params)
+    want, st_want = jax_backend.matmul(x, w, cfg.replace(params), seed=0, return_stats=True,
+                                       params=params)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(want))
+    assert math.isfinite(st.detected_photons) and st.detected_photons == st_want.detected_photons
+    assert st.mean_photoelectrons == st_want.mean_photoelectrons
+
+
+def test_batched_runs_report_each_runs_own_photons_and_clips(rng):
+    """matmul_runs over three photon counts (and seeds): run r's output,
+    detected photons and clipped conversions are matmul's for that run's
+    seed and params, in order (they differ from run to run here)."""
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 16, "adc.headroom": 0.7})
+    pw = optical.program(w, cfg)
+    seeds, values = [1, 2, 3], [10.0, 1e2, 1e4]
+    ys, photons, clipped = jax_backend.matmul_runs(
+        x, pw, cfg, seeds=seeds, params={"source.photons_per_mac": values})
+    assert len(set(clipped.tolist())) > 1
+    for r, (seed, value) in enumerate(zip(seeds, values, strict=True)):
+        y, st = jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=seed, return_stats=True,
+                                   params={"source.photons_per_mac": value})
+        np.testing.assert_array_equal(ys[r], np.asarray(y))
+        assert photons[r] == pytest.approx(st.detected_photons, rel=1e-5)
+        assert clipped[r] == round(st.clipped_fraction * st.adc_conversions)
+
+
+def test_a_static_bypass_takes_params_as_matmul_runs_does(rng):
+    """With outlier channels bypassed, params still set the noise of the
+    optical rest: matmul with params is matmul_runs' run of the same seed and
+    params (not the config's noise levels)."""
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    x[:, 3] *= 50.0
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "outliers.policy": "static",
+                   "outliers.threshold": None, "outliers.top_k": 1,
+                   "source.rin_db_per_hz": -math.inf})
+    pw = optical.program(w, cfg, calibration=x)
+    for value in (1.0, 1e6):
+        params = {"source.photons_per_mac": value}
+        y = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=4, params=params))
+        ys, _, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=[4],
+                                           params={"source.photons_per_mac": [value]})
+        np.testing.assert_allclose(ys[0], y, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"chunk_tokens": 0}, ValueError, "chunk_tokens"),
+    ({"chunk_tokens": -1}, ValueError, "chunk_tokens"),
+    ({"chunk_tokens": 2.5}, ValueError, "chunk_tokens"),
+    ({"params": {"adc.headroom": True}}, TypeError,
+     "params: adc.headroom = True is not a real number"),
+])
+def test_matmul_refuses_bad_chunks_and_params_by_name(rng, kwargs, error, match):
+    x = jnp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    with pytest.raises(error, match=match):
+        jax_backend.matmul(x, w, noisy(**{"core.inputs": 16, "core.outputs": 8}), seed=0,
+                           **kwargs)
+
+
 def _as_configured(rng, base, params):
     """matmul with ``params`` passed (traced through jit) against matmul of the
     config holding those values: the same machine, the same seed. Returns
@@ -222,17 +293,19 @@ def test_rin_gives_the_output_variance_of_per_source_fluctuations(rng):
                                atol=5 * math.sqrt(theory.max() / tokens))
 
 
-def test_poisson_dark_counts_add_no_offset(rng):
+@pytest.mark.parametrize("dark", [200.0, 0.4])
+def test_poisson_dark_counts_add_no_offset(rng, dark):
     """Poisson dark counts on one weight rail (offset weights, where nothing
     subtracts a common offset): their mean is subtracted, so zero tokens
     (dac.scaling per tensor, a lit first token) read 0 on average, with the
-    numpy reference's variance."""
+    numpy reference's variance; a mean that is not a whole count (0.4)
+    included."""
     x = np.zeros((2001, 16), np.float32)
     x[0, 0] = 1.0
     w = rng.uniform(-1, 1, (16, 4)).astype(np.float32)
     cfg = ideal(**{"core.inputs": 16, "core.outputs": 4, "dac.scaling": "per_tensor",
                    "encoding.weights": "offset", "detector.shot_noise": "poisson",
-                   "source.photons_per_mac": 100.0, "detector.dark_electrons": 200.0})
+                   "source.photons_per_mac": 100.0, "detector.dark_electrons": dark})
     got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=1), np.float64)[1:]
     ref = optical.matmul(x, w, cfg, seed=1, backend="numpy").astype(np.float64)[1:]
     n = got.shape[0]

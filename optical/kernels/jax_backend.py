@@ -227,8 +227,11 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         raise ValueError("return_stats: not available under jit/vmap/grad; call eagerly")
     counts = schedule(x2.shape[0], k, n, config)
     readouts, adc = counts.detector_readouts, counts.adc_conversions
+    # The source's photons per MAC as run: params override the config's.
+    per_mac = float((params or {}).get("source.photons_per_mac",
+                                       config.source.photons_per_mac))
     photons = float(np.asarray(photons, dtype=np.float64).sum()) \
-        if math.isfinite(config.source.photons_per_mac) else math.inf
+        if math.isfinite(per_mac) else math.inf
     return y, MatmulStats(
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,
