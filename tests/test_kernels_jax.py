@@ -386,6 +386,19 @@ def test_poisson_deviations_keep_their_law_at_huge_means_in_float32(lam):
     assert abs(z.var() - 1) < 5 * math.sqrt(2 / z.size)
 
 
+@pytest.mark.parametrize("lam", [0.4, 3.7, 250.5])
+def test_poisson_deviations_of_fractional_means_are_centred(lam):
+    # Below a whole-number mean the deviation is counts - lam exactly, not
+    # counts - round(lam), which would leave an offset of (lam - round(lam))
+    # counts on every dark readout (0.4 counts at a mean of 0.4).
+    m = jnp.full((4, 50_000), lam, jnp.float32)
+    dev = np.asarray(_jax_pass._token_poisson(jax.random.PRNGKey(0), 2, 0, m, deviation=True),
+                     np.float64)
+    z = dev / math.sqrt(float(np.float32(lam)))
+    assert abs(z.mean()) < 5 / math.sqrt(z.size)
+    assert abs(z.var() - 1) < 5 * math.sqrt(2 / z.size) * (1 + 1 / math.sqrt(lam))
+
+
 @pytest.mark.parametrize("dark", [1e16, 1e30])
 def test_poisson_dark_noise_keeps_its_variance_in_float32(dark):
     # A balanced pair of rails read out twice (split inputs): dark counts add
