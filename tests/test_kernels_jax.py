@@ -373,15 +373,21 @@ def test_large_poisson_means_have_poisson_moments():
     assert abs(counts.var() / 3e6 - 1) < 0.015
 
 
+def _standard_deviations(lam):
+    """2e5 Poisson deviations (counts - mean) of float32 means ``lam``, in
+    units of sqrt(mean)."""
+    m = jnp.full((4, 50_000), lam, jnp.float32)
+    dev = np.asarray(_jax_pass._token_poisson(jax.random.PRNGKey(0), 2, 0, m, deviation=True),
+                     np.float64)
+    return dev / math.sqrt(float(np.float32(lam)))
+
+
 @pytest.mark.parametrize("lam", [1e14, 1e16, 1e30])
 def test_poisson_deviations_keep_their_law_at_huge_means_in_float32(lam):
     # Dark counts are drawn as deviations from their mean: counts - lam in
     # float32 kept the count's rounding to lam's spacing instead (variance
     # 1.06 lam at 1e14, none at all from 1e16 on).
-    m = jnp.full((4, 50_000), lam, jnp.float32)
-    dev = np.asarray(_jax_pass._token_poisson(jax.random.PRNGKey(0), 2, 0, m, deviation=True),
-                     np.float64)
-    z = dev / math.sqrt(float(np.float32(lam)))
+    z = _standard_deviations(lam)
     assert abs(z.mean()) < 5 / math.sqrt(z.size)
     assert abs(z.var() - 1) < 5 * math.sqrt(2 / z.size)
 
@@ -391,10 +397,7 @@ def test_poisson_deviations_of_fractional_means_are_centred(lam):
     # Below a whole-number mean the deviation is counts - lam exactly, not
     # counts - round(lam), which would leave an offset of (lam - round(lam))
     # counts on every dark readout (0.4 counts at a mean of 0.4).
-    m = jnp.full((4, 50_000), lam, jnp.float32)
-    dev = np.asarray(_jax_pass._token_poisson(jax.random.PRNGKey(0), 2, 0, m, deviation=True),
-                     np.float64)
-    z = dev / math.sqrt(float(np.float32(lam)))
+    z = _standard_deviations(lam)
     assert abs(z.mean()) < 5 / math.sqrt(z.size)
     assert abs(z.var() - 1) < 5 * math.sqrt(2 / z.size) * (1 + 1 / math.sqrt(lam))
 
