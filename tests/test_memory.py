@@ -1,6 +1,9 @@
 """optical._memory: large arrays recycled within the engines' scopes, never
 shared while anything still refers to them, and nothing changes a result."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -65,10 +68,15 @@ def test_a_buffer_is_reused_only_once_nothing_refers_to_it():
     assert _memory.held_bytes() == 2 * n * 4
 
 
-def test_the_smallest_free_buffer_that_fits_is_taken_and_smaller_ones_dropped():
+@pytest.mark.parametrize("small_first", [False, True])
+def test_the_smallest_free_buffer_that_fits_is_taken_and_smaller_ones_dropped(small_first):
+    """Whatever order the pool holds them in (made big first, or small first)."""
     unit = _memory.MIN_BYTES
     with _memory.recycling():
-        big, small = _memory.empty(4 * unit, np.uint8), _memory.empty(unit, np.uint8)
+        if small_first:
+            small, big = _memory.empty(unit, np.uint8), _memory.empty(4 * unit, np.uint8)
+        else:
+            big, small = _memory.empty(4 * unit, np.uint8), _memory.empty(unit, np.uint8)
         small_at = _owner(small)
         del big, small
         a = _memory.empty(unit, np.uint8)
@@ -100,6 +108,43 @@ def test_free_buffers_are_released_once_idle(monkeypatch):
     del kept
     assert _memory.release() == _memory.MIN_BYTES
     assert _memory.held_bytes() == 0
+
+
+def test_the_hold_timer_does_not_keep_a_finished_process_alive():
+    """A process whose last scope closed with free buffers ends at once
+    (the CLI's ``optical validate`` among them), not after the hold time:
+    here an hour, so a timer that kept the interpreter alive would time out."""
+    code = ("import numpy as np\nfrom optical import _memory\n"
+            "_memory.HOLD_SECONDS = 3600.0\n"
+            "with _memory.recycling():\n    _memory.empty(_memory.MIN_BYTES, np.uint8)\n"
+            "assert _memory.held_bytes() == _memory.MIN_BYTES\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork of a threaded process
+def test_a_fork_taken_while_another_thread_holds_the_pool_lock_leaves_it_free():
+    """A child forked while another thread (the hold timer, a worker) holds
+    the pool's lock gets a free lock: otherwise its first pooled array
+    would wait forever for a thread it does not have."""
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with _memory._lock:
+            held.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(30)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if the lock can be taken
+            os._exit(0 if _memory._lock.acquire(timeout=5) else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        done.set()
+        thread.join()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_threads_never_share_a_buffer():

@@ -448,3 +448,24 @@ def test_a_synthetic_bert_without_a_tokenizer_points_at_the_wheel(tmp_path):
     (tmp_path / "m" / "vocab.txt").write_text("[PAD]\n[UNK]\n")
     with pytest.raises(FileNotFoundError, match=r"a vocab.txt alone is not read; its weights"):
         transformer.load(tmp_path / "m").embed(["hello"])
+
+
+def test_padded_attention_operands_are_what_each_prompt_sent(tiny_bert):
+    """LayerTrace.operands holds each attention product's operands as the
+    core received them and its raw output a @ b; with a padding mask only
+    the real tokens go to the core. On the ideal core the raw output is the
+    float64 product of the recorded operands, and a padded query's row of
+    the probabilities (and of the output) is 0 (a mutation audit left the
+    padded probability rows in the recorded ``a``)."""
+    model, _ = tiny_bert
+    ids, mask = _padded_batch(np.random.default_rng(6), [9, 4, 7])
+    h = model.encode(ids, mask, layers=0)
+    cfg = optical.presets.get("ideal").replace(
+        {"core.inputs": 40, "core.outputs": 32, "mapping.attention": "optical"})
+    run = model.layer(0).trace(h, config=cfg, seed=0, mask=mask)
+    for name in ("attention.scores", "attention.values"):
+        a, b, raw = run.operands[name]
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        assert optical.metrics.relative_error(exact, raw) < 1e-5, name
+        for i in range(len(mask)):
+            assert not a[i][:, ~mask[i]].any() and not raw[i][:, ~mask[i]].any(), name

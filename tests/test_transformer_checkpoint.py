@@ -480,3 +480,53 @@ def test_the_fingerprint_tells_hugging_face_cache_revisions_apart(tmp_path, bf16
     plain = [fingerprint(tmp_path / f"copied-{rev}") for rev in ("r1", "r2")]
     assert plain[0] == plain[1]  # same names, sizes and headers: documented as not told apart
     assert fingerprint(snapshots[0]) != fingerprint(snapshots[1])
+
+
+def test_an_index_without_a_weight_map_is_named(tmp_path, bf16_tensors):
+    """An index that is JSON but holds no 'weight_map' is named as such, not
+    a bare KeyError: 'weight_map'."""
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors, shards=2)
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}}))
+    with pytest.raises(ValueError, match="not a safetensors index with a 'weight_map'"):
+        transformer.load(directory)
+
+
+def test_reading_a_tensor_the_checkpoint_lacks_names_it_and_where(tmp_path, bf16_tensors):
+    """Checkpoint.read refuses a missing tensor with a ValueError naming it
+    and where it looked: the directory, or the index of a sharded checkpoint."""
+    single = Checkpoint(write_model(tmp_path / "one", TINY_LLAMA, bf16_tensors))
+    with pytest.raises(ValueError, match=r"^tensor 'no.such.weight' is missing from the "
+                                         rf"checkpoint in {tmp_path / 'one'}$"):
+        single.read("no.such.weight")
+    sharded = Checkpoint(write_model(tmp_path / "two", TINY_LLAMA, bf16_tensors, shards=2))
+    with pytest.raises(ValueError, match=r"^tensor 'no.such.weight' is not listed in .*"
+                                         r"model\.safetensors\.index\.json$"):
+        sharded.read("no.such.weight")
+
+
+def test_a_tensor_stored_transposed_is_named_by_its_shape(tmp_path):
+    """down_proj stored as (intermediate, hidden), not Hugging Face's (out,
+    in) = (hidden, intermediate), holds as many values: it is refused by the
+    shape config.json implies, not handed back transposed."""
+    tensors = random_llama_tensors(TINY_LLAMA)
+    name = "model.layers.0.mlp.down_proj.weight"
+    hidden, inner = TINY_LLAMA["hidden_size"], TINY_LLAMA["intermediate_size"]
+    assert tensors[name].shape == (hidden, inner)
+    tensors[name] = np.ascontiguousarray(tensors[name].T)
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA, tensors))
+    with pytest.raises(ValueError, match=rf"tensor '{name}' has shape \({inner}, {hidden}\) "
+                                         rf"in model.safetensors, but config.json .*implies "
+                                         rf"\({hidden}, {inner}\)"):
+        model.layer(0)
+
+
+def test_without_the_safetensors_package_load_says_what_to_install(tmp_path, monkeypatch,
+                                                                    bf16_tensors):
+    """The package missing is an ImportError with the install hint (the
+    models extra), not "not a readable safetensors file"."""
+    import sys
+
+    directory = write_model(tmp_path, TINY_LLAMA, bf16_tensors)
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors fails
+    with pytest.raises(ImportError, match=r"optical\[models\]"):
+        transformer.load(directory)

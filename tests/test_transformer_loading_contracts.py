@@ -355,3 +355,19 @@ def test_rope_parameters_next_to_an_agreeing_rope_scaling_are_taken():
     assert rope_settings({"rope_parameters": unscaled, "rope_scaling": None,
                           "rope_theta": 500000})[:2] == (5e5, unscaled)
     assert rope_settings({"rope_parameters": params, "rope_theta": 5e5})[0] == 5e5
+
+
+def test_a_bert_tensor_a_sharded_index_leaves_out_is_named_with_the_index(tmp_path):
+    """As for Llama: a sharded checkpoint is read through its index, so a
+    tensor a shard holds but the index omits is named with the index, not
+    called missing from the checkpoint (which holds it)."""
+    pytest.importorskip("safetensors")
+    from tests.test_transformer_bert import _bert_tensors
+    from tests.transformer_helpers import TINY_BERT, drop_from_index
+
+    directory = write_model(tmp_path, TINY_BERT, _bert_tensors(TINY_BERT), shards=2)
+    name = "encoder.layer.1.output.dense.bias"
+    drop_from_index(directory, name)
+    with pytest.raises(ValueError, match=rf"^tensor '{name}' is not listed in .*"
+                                         r"model\.safetensors\.index\.json$"):
+        transformer.load(directory)

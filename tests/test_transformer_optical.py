@@ -347,3 +347,56 @@ def test_derived_seeds_keep_their_labels_apart():
     assert len(set(seeds)) == len(seeds)
     assert all(0 <= s < 2**63 for s in seeds)
     assert derive_seed(3, "attention.scores", 1, 12) == seeds[0]
+
+
+def test_progress_is_called_once_per_product_in_execution_order(tiny):
+    """OpticalEngine's ``progress`` is "called with a product's name each
+    time one has run on the core": once per product, not once per (prompt,
+    KV head) of an attention product (validate's bar counts one step per
+    product: 7 weights and 2 attention products)."""
+    cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": "optical"})
+    names = []
+    tiny.layer(1).trace(tiny.hidden_states(1, 6, batch=2), config=cfg, seed=0,
+                        progress=names.append)
+    assert names == ["q_proj", "k_proj", "v_proj", "attention.scores", "attention.values",
+                     "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def test_sum_stats_takes_the_tile_counts_of_the_first_part():
+    """sum_stats: "tile counts are those of the first matmul" (the prompts of
+    a padded BERT batch have other shapes); parts of three different tile
+    counts tell first from last."""
+    from optical.core import MatmulStats
+    from optical.transformer._engines import sum_stats
+
+    def part(k_tiles, n_tiles):
+        return MatmulStats(tokens=4, k_tiles=k_tiles, n_tiles=n_tiles, input_passes=1,
+                           passes=8, weight_loads=2, dac_conversions=10, adc_conversions=10,
+                           detector_readouts=10, macs=120, detected_photons=5.0,
+                           mean_photoelectrons=0.5, clipped_fraction=0.0, digital_channels=0,
+                           digital_macs=0, digital_mac_fraction=0.0)
+
+    pooled = sum_stats([part(2, 3), part(1, 1), part(5, 7)])
+    assert (pooled.k_tiles, pooled.n_tiles, pooled.passes, pooled.macs) == (2, 3, 24, 360)
+
+
+@pytest.mark.parametrize("attention", ["digital", "optical"])
+def test_each_mask_is_programmed_once(tiny, monkeypatch, attention):
+    """"Each weight programmed once per call", and with optical attention K^T
+    and V of each (prompt, KV head) one mask each, in execution order: the
+    calls to program() counted (programming twice changes no value, only
+    the time, which the clock test reads around all programming at once)."""
+    from optical.transformer import _engines
+
+    calls = []
+    real = _engines.program
+    monkeypatch.setattr(_engines, "program",
+                        lambda w, *a, **k: calls.append(w.shape) or real(w, *a, **k))
+    cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": attention})
+    batch, tokens, spec = 2, 6, tiny.spec
+    tiny.layer(1).trace(tiny.hidden_states(1, tokens, batch=batch), config=cfg, seed=0)
+    weights = [(s.in_features, s.out_features) for s in spec.linear_shapes()]
+    masks = [] if attention == "digital" else (
+        [(spec.head_dim, tokens)] * (batch * spec.num_kv_heads)
+        + [(tokens, spec.head_dim)] * (batch * spec.num_kv_heads))
+    assert calls == weights[:3] + masks + weights[3:]

@@ -155,8 +155,10 @@ def test_bad_layer_inputs_are_named(tiny):
         layer.reference(np.full((4, 64), np.nan, dtype=np.float32))
     with pytest.raises(TypeError, match="h: numpy.ma.MaskedArray, a numpy.ndarray subclass"):
         layer.reference(np.ma.masked_array(h, mask=h == 0))  # the mask was dropped
-    with pytest.raises(ValueError, match="dtype: 'float8'"):
-        layer.reference(h, dtype="float8")
+    for run in (layer.reference, layer.trace):  # refused with the valid choices listed
+        with pytest.raises(ValueError, match=r"^dtype: 'float8' is not a reference dtype; "
+                                             r"valid: 'float32', 'float16', 'bfloat16'"):
+            run(h, dtype="float8")
     with pytest.raises(ValueError, match="exactly one of dtype"):
         layer.trace(h)
     with pytest.raises(ValueError, match="exactly one of dtype"):  # not silently optical

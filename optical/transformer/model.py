@@ -243,8 +243,7 @@ class BertModel(_Model):
                 for tensor in bert.TENSORS.values() for part in ("weight", "bias")]
             for name in expected:
                 if self._prefix + name not in checkpoint:
-                    raise ValueError(f"tensor {self._prefix + name!r} is missing from the "
-                                     f"checkpoint in {checkpoint.directory}")
+                    raise ValueError(checkpoint.missing(self._prefix + name))
         self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
         self._tables: dict[str, np.ndarray] | None = None
 
