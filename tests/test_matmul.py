@@ -961,3 +961,90 @@ def test_memory_mapped_weights_are_accepted_as_arrays(tmp_path, rng):
                                   optical.matmul(x, w, cfg, seed=0))
     np.testing.assert_array_equal(optical.program(mapped, cfg).weights,
                                   optical.program(w, cfg).weights)
+
+
+_BACKENDS = [pytest.param("numpy", False, id="numpy"),
+            pytest.param("numba", False, id="numba-fast"),
+            pytest.param("numba", True, id="numba-exact")]
+
+
+@pytest.mark.parametrize("weights", ["split", "offset"])
+@pytest.mark.parametrize(("backend", "exact"), _BACKENDS)
+def test_each_k_tile_is_rescaled_by_its_own_column_scales(rng, backend, exact, weights):
+    """mask.scaling = "per_tile_column": every K-tile column has its own
+    abs-max scale. The two K-tiles' weights differ by a factor 1000, so a
+    readout rescaled by another K-tile's scale is off by 1000x; the ideal
+    machine must still give x @ w (float64, exact up to rounding)."""
+    x = rng.standard_normal((5, 48))
+    w = rng.standard_normal((48, 12))
+    w[32:] *= 1000.0
+    cfg = ideal(**{"core.inputs": 32, "core.outputs": 8, "mask.scaling": "per_tile_column",
+                   "encoding.weights": weights})
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend, exact=exact)
+    np.testing.assert_allclose(y, x @ w, rtol=0, atol=1e-9 * np.abs(x @ w).max())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_programmed_weights_refuse_another_width_or_dtype(rng, backend):
+    """optical.matmul's Raises: TypeError for x and w of different dtypes,
+    ValueError for shapes that do not chain -- for ProgrammedWeights too."""
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 16})
+    pw = optical.program(rng.standard_normal((20, 8)), cfg)
+    with pytest.raises(TypeError, match="dtype mismatch"):
+        optical.matmul(rng.standard_normal((4, 20)).astype(np.float32), pw, cfg, seed=0,
+                       backend=backend)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        optical.matmul(rng.standard_normal((4, 5)), pw, cfg, seed=0, backend=backend)
+    with pytest.raises(ValueError, match="shape mismatch"):  # 5 * 8 = 40 = 2 * 20 rows
+        optical.matmul(rng.standard_normal((5, 8)), pw, cfg, seed=0, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_raw_weights_calibrate_on_an_x_with_some_zero_entries(rng, backend):
+    """Raw weights with a static input range are calibrated on x; only an
+    x *without a non-zero entry* is refused (core._check_calibrates_on). An
+    x with zeros in it -- a ReLU's output, padding -- must run, and in the
+    ideal limit with a 100th-percentile range give x @ w."""
+    x = rng.standard_normal((6, 32))
+    x[x < 0] = 0.0
+    x[2] = 0.0
+    w = rng.standard_normal((32, 8))
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 16, "dac.scaling": "static",
+                   "dac.percentile": 100.0})
+    y = optical.matmul(x, w, cfg, seed=0, backend=backend)
+    np.testing.assert_allclose(y, x @ w, rtol=0, atol=1e-9 * np.abs(x @ w).max())
+    with pytest.raises(ValueError, match="is all zero"):
+        optical.matmul(np.zeros_like(x), w, cfg, seed=0, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_an_all_zero_or_empty_x_runs_when_nothing_is_calibrated_on_it(rng, backend):
+    """Without a setting that needs calibration inputs, raw weights are not
+    calibrated on x: an all-zero x gives exactly 0 (core.input_scale: "0 for
+    an all-zero row ... such a token's output is exactly 0") and an x
+    without tokens an empty result."""
+    w = rng.standard_normal((32, 8))
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 16})
+    assert not optical.quant.calibration_needs(cfg)
+    y = optical.matmul(np.zeros((3, 32)), w, cfg, seed=0, backend=backend)
+    np.testing.assert_array_equal(y, np.zeros((3, 8)))
+    assert optical.matmul(np.zeros((0, 32)), w, cfg, seed=0, backend=backend).shape == (0, 8)
+
+
+@pytest.mark.parametrize(("k", "n", "want"), [
+    # K = 64 fills exactly two 32-input tiles, N = 48 three 16-output tiles
+    (64, 48, dict(k_tiles=2, n_tiles=3, passes=36, weight_loads=6, dac_conversions=1152,
+                  adc_conversions=1152, detector_readouts=1152, macs=9216)),
+    # K = 50: a partial second K-tile; only the 50 real inputs are converted
+    (50, 40, dict(k_tiles=2, n_tiles=3, passes=36, weight_loads=6, dac_conversions=900,
+                  adc_conversions=960, detector_readouts=960, macs=6000)),
+])
+def test_schedule_counted_by_hand_on_non_square_tiles(k, n, want):
+    """3 tokens, 32-input x 16-output tiles, split inputs (2 passes), split
+    weights on unbalanced rails (2 readouts, 2 ADCs per column):
+    passes = T k_tiles n_tiles 2, loads = k_tiles n_tiles, DAC = T 2 n_tiles K,
+    readouts = ADC = T k_tiles 2 N 2, MACs = T K N."""
+    cfg = ideal(**{"core.inputs": 32, "core.outputs": 16, "encoding.inputs": "split",
+                   "encoding.weights": "split", "detector.balanced": False})
+    got = optical.schedule(3, k, n, cfg).to_dict()
+    assert {key: got[key] for key in want} == want

@@ -11,7 +11,7 @@ import pytest
 import optical
 from optical.kernels import _fastpath, numba_backend
 
-from .configs import ideal
+from .configs import ideal, noisy
 
 
 def _accumulate(x, pw, cfg, gemm):
@@ -223,3 +223,53 @@ def test_a_one_bit_adc_digitises_on_every_path(rng, inputs, weights, balanced):
                                return_stats=True)
         np.testing.assert_allclose(y, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
         assert st.clipped_fraction == ref_stats.clipped_fraction
+
+
+@pytest.mark.parametrize("policy", ["static", "dynamic"])
+def test_exact_mode_reproduces_the_reference_with_outlier_channels(rng, policy):
+    """exact=True: draw for draw the numpy reference (numba_backend's
+    docstring) -- also when outlier channels run digitally and the rest
+    goes through the optical matmul, which must inherit ``exact``."""
+    x = rng.standard_normal((30, 96))
+    x[:, 7] *= 40.0
+    w = rng.standard_normal((96, 40))
+    cfg = noisy(**{"detector.shot_noise": "gaussian", "detector.dark_electrons": 20.0,
+                   "outliers.policy": policy, "outliers.top_k": 1})
+    pw = optical.program(w, cfg, calibration=x if policy == "static" else None)
+    reference = optical.matmul(x, pw, cfg, seed=3, backend="numpy")
+    y = optical.matmul(x, pw, cfg, seed=3, backend="numba", exact=True)
+    np.testing.assert_allclose(y, reference, rtol=1e-9, atol=1e-9 * np.abs(reference).max())
+
+
+def test_exact_mode_after_fast_mode_on_the_same_programmed_weights(rng):
+    """The fast path caches its plan per programmed matrix; a fast call must
+    not leave the plan an exact call then uses: exact=True reproduces the
+    numpy reference whatever ran before on the same ProgrammedWeights."""
+    x = rng.standard_normal((20, 64))
+    cfg = noisy(**{"detector.shot_noise": "gaussian", "core.inputs": 32, "core.outputs": 16})
+    pw = optical.program(rng.standard_normal((64, 24)), cfg)
+    reference = optical.matmul(x, pw, cfg, seed=1, backend="numpy")
+    optical.matmul(x, pw, cfg, seed=1, backend="numba")  # fast mode first
+    y = optical.matmul(x, pw, cfg, seed=1, backend="numba", exact=True)
+    np.testing.assert_allclose(y, reference, rtol=1e-9, atol=1e-9 * np.abs(reference).max())
+
+
+def test_numba_beyond_one_token_block_matches_the_reference(rng):
+    """More tokens than numba_backend.BLOCK_TOKENS: every noise is keyed by
+    the absolute token, so exact mode is still the reference draw for draw,
+    and the clipped conversions of every block are counted."""
+    tokens = numba_backend.BLOCK_TOKENS + 40
+    x = rng.standard_normal((tokens, 40))
+    w = rng.standard_normal((40, 12))
+    cfg = noisy(**{"detector.shot_noise": "gaussian", "core.inputs": 32, "core.outputs": 8,
+                   "adc.headroom": 1.5})
+    pw = optical.program(w, cfg)
+    ref, ref_st = optical.matmul(x, pw, cfg, seed=2, backend="numpy", return_stats=True)
+    y, st = optical.matmul(x, pw, cfg, seed=2, backend="numba", exact=True, return_stats=True)
+    np.testing.assert_allclose(y, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+    assert st.clipped_fraction == ref_st.clipped_fraction > 0
+    assert st.detected_photons == pytest.approx(ref_st.detected_photons, rel=1e-9)
+    # Fast mode: a token repeated one block later gets fresh noise.
+    x2 = np.concatenate([x[:8], x[8:numba_backend.BLOCK_TOKENS], x[:8]])
+    y2 = optical.matmul(x2, pw, cfg, seed=2, backend="numba")
+    assert not np.any(y2[:8] == y2[-8:])
