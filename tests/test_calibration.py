@@ -322,3 +322,149 @@ def test_numba_windows_with_fitted_tails_match_numpy_on_skewed_readouts():
         ref_lo, ref_hi = calibration.mse_windows(samples, sigma, bits, backend="numpy")
         for got, want in ((lo, ref_lo), (hi, ref_hi)):
             assert np.count_nonzero(got != want) <= 2, bits
+
+
+def _capture(monkeypatch):
+    """Record what readout_windows hands to mse_windows: (samples, sigma, enob_loss)."""
+    seen = []
+    real = calibration.mse_windows
+
+    def spy(samples, sigma, bits, enob_loss=0.0, **kwargs):
+        seen.append((np.array(samples), np.array(sigma), enob_loss))
+        return real(samples, sigma, bits, enob_loss, **kwargs)
+
+    monkeypatch.setattr(calibration, "mse_windows", spy)
+    return seen
+
+
+def _offset_levels(xn):
+    """Offset encoding on an exact DAC: (x + 1) / 2."""
+    return (xn + 1) / 2
+
+
+def test_a_calibration_batch_within_the_cap_is_used_whole_each_token_once(monkeypatch):
+    """calibration.max_tokens is a cap ("at most this many", CalibrationConfig):
+    10 tokens under a cap of 16 are all pushed through the readouts, each once
+    (not resampled to 16 evenly spaced rows with repeats)."""
+    rng = np.random.default_rng(1)
+    k, n, tokens = 12, 5, 10
+    cal = rng.standard_normal((tokens, k))
+    w = rng.standard_normal((k, n))
+    cfg = ideal(**{"adc.bits": 6, "adc.full_scale": "calibrated", "encoding.inputs": "offset",
+                   "encoding.weights": "offset", "core.inputs": 16, "core.outputs": 8,
+                   "calibration.max_tokens": 16})
+    seen = _capture(monkeypatch)
+    pw = optical.program(w, cfg, calibration=cal)
+    xn = cal / np.abs(cal).max(axis=1, keepdims=True)
+    expected = _offset_levels(xn) @ pw.transmissions[0].astype(np.float64)
+    assert len(seen) == 1
+    assert seen[0][0].shape == (tokens, n)
+    np.testing.assert_allclose(seen[0][0], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_each_k_tile_is_calibrated_on_its_own_input_channels(monkeypatch):
+    """Three K-tiles (8 + 8 + 4 rows): the readouts behind K-tile i's windows
+    are the inputs of that tile's rows through that tile's transmissions (by
+    hand in float64), not the first tile's inputs."""
+    rng = np.random.default_rng(2)
+    k, n = 20, 3
+    cal = rng.standard_normal((30, k)) * np.linspace(0.2, 3.0, k)  # channels differ
+    w = rng.standard_normal((k, n))
+    cfg = ideal(**{"adc.bits": 6, "adc.full_scale": "calibrated", "encoding.inputs": "offset",
+                   "encoding.weights": "offset", "core.inputs": 8, "core.outputs": 4})
+    seen = _capture(monkeypatch)
+    pw = optical.program(w, cfg, calibration=cal)
+    levels = _offset_levels(cal / np.abs(cal).max(axis=1, keepdims=True))
+    t = pw.transmissions[0].astype(np.float64)
+    assert len(seen) == 3  # one N-tile, one ADC rail
+    for i, (start, stop) in enumerate([(0, 8), (8, 16), (16, 20)]):
+        np.testing.assert_allclose(seen[i][0], levels[:, start:stop] @ t[start:stop],
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_calibrated_noise_of_each_unbalanced_rail_is_that_rails_own(monkeypatch):
+    """Split weights, unbalanced detector: each weight rail has its own ADC
+    and its own noise. Inputs at full scale (offset: every level 1): the
+    variance of rail r, column n, is shot sum_k T_r[k, n] / p + dark D / p**2
+    + read R**2 / p**2 + RIN rin**2 sum_k T_r[k, n]**2."""
+    p, dark, read = 100.0, 400.0, 28.0
+    cfg = ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
+                   "adc.full_scale": "calibrated", "encoding.inputs": "offset",
+                   "encoding.weights": "split", "detector.balanced": False,
+                   "source.photons_per_mac": p, "detector.dark_electrons": dark,
+                   "detector.read_noise_electrons": read,
+                   "source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e8})
+    seen = _capture(monkeypatch)
+    w = np.random.default_rng(3).standard_normal((8, 3))
+    pw = optical.program(w, cfg, calibration=np.ones((5, 8)))
+    t = pw.transmissions.astype(np.float64)  # (2, 8, 3)
+    rin2 = cfg.source.rin_sigma ** 2
+    assert len(seen) == 2
+    for rail in range(2):
+        expected = (t[rail].sum(axis=0) / p + dark / p**2 + read**2 / p**2
+                    + rin2 * np.square(t[rail]).sum(axis=0))
+        np.testing.assert_allclose(np.square(seen[rail][1]), expected, rtol=1e-9)
+        np.testing.assert_allclose(seen[rail][0], np.ones((5, 8)) @ t[rail], rtol=1e-12)
+
+
+def test_calibrated_windows_follow_the_adcs_enob_loss():
+    """An 8-bit ADC with an ENOB loss of 2 bits quantises like a 6-bit one
+    (kappa = 4**enob_loss in mse_windows): its calibrated windows are the
+    6-bit ADC's (to 2 %): narrower than the lossless 8-bit ADC's, as the
+    coarser effective step makes clipping cheaper by comparison."""
+    rng = np.random.default_rng(4)
+    cal = rng.standard_normal((256, 64))
+    w = rng.standard_normal((64, 16))
+    base = ideal(**{"adc.full_scale": "calibrated", "core.inputs": 64, "core.outputs": 16})
+
+    def width(bits, loss):
+        pw = optical.program(w, base.replace({"adc.bits": bits, "adc.enob_loss": loss}),
+                             calibration=cal)
+        return pw.adc_hi - pw.adc_lo
+
+    lossy, six, eight = width(8, 2.0), width(6, 0.0), width(8, 0.0)
+    np.testing.assert_allclose(lossy, six, rtol=0.02)
+    assert np.all(lossy < eight)
+
+
+def test_calibrated_noise_with_split_inputs_averages_both_input_passes(monkeypatch):
+    """Split inputs take two passes per token (positive parts, then negative
+    parts). Every token all +1: the first pass lights every source (level 1),
+    the second none (level 0), so over the readouts E[a] = E[a**2] = 1/2:
+    variance shot sum_k (T+ + T-)[k, n] / (2 p) + dark 2 D / p**2
+    + read R**2 / p**2 + RIN rin**2 sum_k (T+ - T-)[k, n]**2 / 2 (balanced)."""
+    p, dark, read = 100.0, 400.0, 28.0
+    cfg = ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
+                   "adc.full_scale": "calibrated", "encoding.inputs": "split",
+                   "encoding.weights": "split", "detector.balanced": True,
+                   "source.photons_per_mac": p, "detector.dark_electrons": dark,
+                   "detector.read_noise_electrons": read,
+                   "source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e8})
+    seen = _capture(monkeypatch)
+    w = np.random.default_rng(5).standard_normal((8, 3))
+    pw = optical.program(w, cfg, calibration=np.ones((5, 8)))
+    t = pw.transmissions.astype(np.float64)
+    rin2 = cfg.source.rin_sigma ** 2
+    expected = (t.sum(axis=(0, 1)) / (2 * p) + 2 * dark / p**2 + read**2 / p**2
+                + rin2 * np.square(t[0] - t[1]).sum(axis=0) / 2)
+    assert len(seen) == 1
+    np.testing.assert_allclose(np.square(seen[0][1]), expected, rtol=1e-9)
+    # the readouts: five of the full-scale pass, then five dark ones
+    full = np.ones(8) @ (t[0] - t[1])
+    np.testing.assert_allclose(seen[0][0], np.vstack([np.tile(full, (5, 1)), np.zeros((5, 3))]),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_a_noisy_narrow_column_keeps_its_noise_beside_a_very_wide_column():
+    """The noise is left out only where it is below NEGLIGIBLE_NOISE of every
+    column's own range: sigma 2 on constant readouts counts even when the
+    column beside it spans ~600 (2 % of which is 12 > 2). The column gets the
+    window it gets alone: about +-2.5 sigma at 4 bits, not a point."""
+    rng = np.random.default_rng(6)
+    samples = np.column_stack([rng.standard_normal(200) * 100.0, np.full(200, 5.0)])
+    for backend in ("numpy", "numba"):
+        lo, hi = calibration.mse_windows(samples, np.array([0.0, 2.0]), 4, backend=backend)
+        alone = calibration.mse_windows(samples[:, 1:], np.array([2.0]), 4, backend=backend)
+        assert lo[1] == pytest.approx(alone[0][0], rel=1e-12)
+        assert hi[1] == pytest.approx(alone[1][0], rel=1e-12)
+        assert 4.0 < hi[1] - lo[1] < 14.0

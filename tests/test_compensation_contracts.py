@@ -215,3 +215,59 @@ def test_pre_distortion_is_the_inverse_of_a_two_pixel_coupling(scheme):
         assert diff[0] > 0 > diff[1]
         np.testing.assert_allclose(t[0] - t[1], diff, rtol=0, atol=1e-12)
         np.testing.assert_allclose([t[1, 0], t[0, 1]], [t_min, t_min], rtol=0, atol=1e-15)
+
+
+def test_separable_diagonal_is_each_pixels_own_derivative_even_with_a_larger_neighbour_tap():
+    """D[i, m] is the derivative of a pixel's own effective transmission with
+    respect to its transmission (module docstring): for a linear coupling,
+    apply() of a mask with that pixel alone open, read at that pixel. Here
+    the kernels leak more to one neighbour than they keep (centre 0.3 and 0.2,
+    a neighbour 0.5 and 0.6), so the centre taps are not the largest."""
+    from optical.quant import Tiling
+
+    envelope = np.linspace(0.6, 1.0, 5)[None, :] * np.linspace(0.8, 1.0, 4)[:, None]
+    optics = SeparableCoupling(envelope, np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.2, 0.6]))
+    tiling = Tiling(4, 5, 4, 5)
+    diag = np.broadcast_to(optics.diagonal(tiling), (4, 5))
+    for i in range(4):
+        for m in range(5):
+            t = np.zeros((1, 4, 5))
+            t[0, i, m] = 1.0
+            assert diag[i, m] == pytest.approx(optics.apply(t, tiling)[0, i, m], rel=1e-12)
+
+
+def test_an_offset_target_darker_than_its_neighbours_leak_closes_the_pixel():
+    """Two rows, the bright one leaking 0.3 of its light onto the dark one:
+    the dark row's target t_min = 0.1 needs a transmission below t_min, which
+    the mask cannot show; pre_distort's levels stay in [0, 1] (its
+    docstring), the dark pixel fully closed (level 0), not negative."""
+    from optical.compensation import pre_distort
+    from optical.quant import Tiling
+
+    coupling = SeparableCoupling(np.ones((2, 1)), np.array([0.3, 1.0, 0.3]), np.array([1.0]))
+    v = np.array([[1.0], [-1.0]])
+    levels = pre_distort(v, np.ones((2, 1)), coupling, Tiling(2, 1, 2, 1), 0.1, "offset")
+    assert levels.min() >= 0.0 and levels.max() <= 1.0
+    assert levels[0, 1, 0] == 0.0
+
+
+def test_coupling_of_tiles_narrower_than_the_kernels_radius():
+    """Radius-3 kernels on 2 x 2 tiles (a radius past the tile, not just up
+    to it): every pixel takes the light of its one in-tile neighbour, by the
+    documented sum T_eff[i, m] = sum row[h + d] col[h + e] E T[i + d, m - e]
+    written out by hand."""
+    from optical.quant import Tiling
+
+    row = np.array([0.01, 0.02, 0.05, 0.8, 0.07, 0.03, 0.02])
+    col = np.array([0.02, 0.01, 0.04, 0.85, 0.06, 0.01, 0.01])
+    env = np.array([[1.0, 0.9], [0.8, 0.7]])
+    coupling = SeparableCoupling(env, row, col)
+    t = np.random.default_rng(8).uniform(0, 1, (1, 2, 2))
+    want = np.zeros_like(t)
+    for i in range(2):
+        for m in range(2):
+            for j in range(2):  # source row
+                for q in range(2):  # mask column
+                    want[0, i, m] += row[3 + j - i] * col[3 + m - q] * env[j, q] * t[0, j, q]
+    np.testing.assert_allclose(coupling.apply(t, Tiling(2, 2, 2, 2)), want, rtol=1e-12,
+                               atol=1e-15)

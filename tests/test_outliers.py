@@ -282,3 +282,41 @@ def test_dynamic_bypass_calibrates_the_windows_on_the_light_the_mask_will_see(rn
     np.testing.assert_array_equal(dynamic.adc_hi, by_hand.adc_hi)
     lit = optical.program(w, plain, calibration=cal)
     assert np.abs(lit.adc_hi - by_hand.adc_hi).max() > 0.1 * np.abs(by_hand.adc_hi).max()
+
+
+def _rare_outlier_batch():
+    """40 tokens; channel 3 is an outlier (x100) in token 20 alone -- a token
+    neither in the first 8 nor in the 8 evenly spaced ones (0, 6, 11, 17,
+    22, 28, 33, 39) that calibration.max_tokens = 8 pushes through the readouts."""
+    rng = np.random.default_rng(7)
+    cal = rng.standard_normal((40, 16))
+    cal[20, 3] = 100.0
+    return rng, cal
+
+
+def test_static_outlier_channels_come_from_every_calibration_token():
+    """CalibrationConfig.max_tokens: "input ranges and outlier channels use
+    every token" -- only the readouts are capped."""
+    rng, cal = _rare_outlier_batch()
+    cfg = ideal(**{"outliers.policy": "static", "outliers.threshold": 6.0,
+                   "calibration.max_tokens": 8, "adc.bits": 6, "adc.full_scale": "calibrated",
+                   "core.inputs": 16, "core.outputs": 4})
+    pw = optical.program(rng.standard_normal((16, 4)), cfg, calibration=cal)
+    np.testing.assert_array_equal(pw.bypass.channels, [3])
+
+
+def test_dynamic_outlier_channels_are_dark_in_every_calibration_token():
+    """Dynamic policy: the channels chosen over the whole calibration batch
+    are zeroed before the capped readouts, as a call zeroes them: the windows
+    are those of the plain machine calibrated on the batch with channel 3
+    zeroed by hand."""
+    rng, cal = _rare_outlier_batch()
+    w = rng.standard_normal((16, 4))
+    base = ideal(**{"outliers.threshold": 6.0, "calibration.max_tokens": 8, "adc.bits": 6,
+                    "adc.full_scale": "calibrated", "core.inputs": 16, "core.outputs": 4})
+    dynamic = optical.program(w, base.replace({"outliers.policy": "dynamic"}), calibration=cal)
+    dark = cal.copy()
+    dark[:, 3] = 0.0
+    by_hand = optical.program(w, base.replace({"outliers.policy": "none"}), calibration=dark)
+    np.testing.assert_array_equal(dynamic.adc_lo, by_hand.adc_lo)
+    np.testing.assert_array_equal(dynamic.adc_hi, by_hand.adc_hi)

@@ -747,3 +747,35 @@ def test_rms_window_terms_against_their_analytic_variances(inputs):
     lo_w, hi_w, _ = window(base.replace({"adc.headroom": 50.0}))
     np.testing.assert_allclose(lo_w, np.minimum(c, 0).sum(axis=0), rtol=1e-6)
     np.testing.assert_allclose(hi_w, np.maximum(c, 0).sum(axis=0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [25, 64, True])
+def test_mse_windows_refuses_bits_outside_1_to_24(bits):
+    """The refusal names the valid range, integer in [1, 24] (the ADC's):
+    25 and beyond are refused, and so is a bool."""
+    with pytest.raises(ValueError, match=f"bits: {bits!r} is not valid"):
+        calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, bits)
+    lo, hi = calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, 24)
+    assert np.all(lo < hi)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"n_bins": True}, "n_bins: True is not valid"),
+    ({"enob_loss": True}, "enob_loss: True is not valid"),
+    ({"samples": np.ones((3, 0))}, r"samples: shape \(3, 0\) is empty"),
+    # one sigma per *sample* (4 samples, 2 columns) is not one per column
+    ({"sigma": np.full(4, 0.1)}, r"sigma: shape \(4,\) does not match the 2 columns"),
+])
+def test_mse_windows_refuses_more_bad_arguments(kwargs, match):
+    """Bools are not counts or bits (as bits=True is refused), a batch
+    with no columns is empty (S, C >= 1), and sigma is per column."""
+    args = {"samples": np.arange(8.0).reshape(4, 2), "sigma": 0.1, "bits": 4, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        calibration.mse_windows(args.pop("samples"), args.pop("sigma"), args.pop("bits"),
+                                **args)
+
+
+def test_mse_windows_refuses_a_tails_flag_that_is_not_a_bool():
+    """tails: bool; a truthy string is refused, not read as True (mutant C7)."""
+    with pytest.raises(TypeError, match="tails: expected a bool, got str"):
+        calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, 4, tails="no")
