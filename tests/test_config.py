@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import optical
 from optical.config import ADCConfig, OpticalConfig, parse_value
+from optical.physics import noise
 
 
 def test_replace_by_dotted_path_returns_new_config():
@@ -474,3 +475,129 @@ def test_diff_names_exactly_the_path_that_changed_for_every_path(preset):
         changed += 1
     assert changed == len(OpticalConfig.paths()), changed
     assert base.diff(base) == []
+
+
+def _changed(cfg, path):
+    """cfg with ``path`` set to another valid value (None if none is found)."""
+    value = cfg.get(path)
+    if isinstance(value, bool):
+        candidates = [not value]
+    elif isinstance(value, str):
+        candidates = [c for c in OpticalConfig.field_spec(path)["choices"] if c != value]
+    elif value is None:
+        candidates = [8, 0.5, 1, 1e-12]
+    elif isinstance(value, int):
+        candidates = [value + 1, value - 1]
+    else:
+        candidates = [value * 0.99, value * 1.01, 0.5, -1.0, 1e3, -150.0]
+    for candidate in candidates:
+        try:
+            new = cfg.replace({path: candidate})
+        except ValueError:
+            continue
+        if new.get(path) != value:
+            return new
+    return None
+
+
+@pytest.mark.parametrize("path", OpticalConfig.paths())
+def test_a_config_changed_in_any_one_field_round_trips(path):
+    """OpticalConfig's docstring: it "round-trips exactly through to_dict /
+    from_dict and to_json / from_json" -- for every field, not only those the
+    presets and the hypothesis test happen to vary."""
+    cfg = _changed(optical.presets.get("iris-like"), path)
+    assert cfg is not None, path
+    assert OpticalConfig.from_dict(cfg.to_dict()) == cfg, path
+    assert OpticalConfig.from_json(cfg.to_json()) == cfg, path
+    assert path.split(".")[1] in json.loads(cfg.to_json())[path.split(".")[0]]
+
+
+@pytest.mark.parametrize("path", ["core.inputs", "source.wavelength", "adc.headroom",
+                                  "energy.cores", "detector.dark_electrons"])
+def test_none_is_refused_for_a_field_that_is_not_optional(path):
+    with pytest.raises(ValueError, match=rf"{path}: None is not valid"):
+        OpticalConfig().replace({path: None})
+    section, leaf = path.split(".")
+    with pytest.raises(ValueError, match=rf"{path}: None is not valid"):
+        OpticalConfig.from_json(json.dumps({section: {leaf: None}}))
+
+
+@pytest.mark.parametrize(("changes", "path"), [
+    # 0 Hz: no bandwidth to integrate RIN over; noise.rin_sigma refuses it too.
+    ({"source.rin_db_per_hz": -150.0, "source.rin_bandwidth": 0.0}, "source.rin_bandwidth"),
+    # No photoelectron per photon: emitted = detected / QE is undefined.
+    ({"detector.quantum_efficiency": 0.0}, "detector.quantum_efficiency"),
+    # An "rms" window of half-width 0 sigma has no codes.
+    ({"adc.headroom": 0.0}, "adc.headroom"),
+    # No core, no mask load rate, no light: nothing computes.
+    ({"energy.cores": 0}, "energy.cores"),
+    ({"energy.mask_refresh_rate": 0.0}, "energy.mask_refresh_rate"),
+    ({"energy.source_mean_level": 0.0}, "energy.source_mean_level"),
+    # Infinite digital throughput, like an infinite input rate, is refused.
+    ({"energy.digital_ops_per_s": math.inf}, "energy.digital_ops_per_s"),
+    # An outlier exceeds the median: a threshold below 1 is no outlier rule.
+    ({"outliers.threshold": 0.5}, "outliers.threshold"),
+    # 0 dB/Hz: the RIN density's range is open at 0 (over 1 Hz, sigma 1 otherwise passes).
+    ({"source.rin_db_per_hz": 0.0, "source.rin_bandwidth": 1.0}, "source.rin_db_per_hz"),
+])
+def test_degenerate_physical_values_are_refused(changes, path):
+    with pytest.raises(ValueError, match=rf"{path}: .* is out of range"):
+        OpticalConfig().replace(changes)
+
+
+def test_zero_rin_bandwidth_is_refused_as_noise_rin_sigma_refuses_it():
+    with pytest.raises(ValueError, match="bandwidth"):
+        noise.rin_sigma(-150.0, 0.0)
+    with pytest.raises(ValueError, match="source.rin_bandwidth"):
+        OpticalConfig().replace({"source.rin_bandwidth": 0.0})
+
+
+def test_a_dac_energy_typed_in_pj_is_refused():
+    """EnergyConfig: energies are bounded at 1 uJ per conversion "so that a
+    figure typed in pJ or fJ is refused rather than priced"; the table's
+    6.4 pJ per 8-bit DAC conversion typed as 6.4 must be refused."""
+    with pytest.raises(ValueError, match=r"energy.dac_energy: 6.4 is out of range; valid: "
+                                         r"number in \[0.0, 1e-06\] J per conversion or None"):
+        OpticalConfig().replace({"energy.dac_energy": 6.4})
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("optics.kernel_radius", 0), ("optics.kernel_radius", 64), ("core.outputs", 1 << 20),
+    ("outliers.top_k", 0),
+])
+def test_more_closed_integer_ends_are_accepted(path, value):
+    assert OpticalConfig().replace({path: value}).get(path) == value
+
+
+def test_a_section_of_the_wrong_type_is_refused_at_construction():
+    with pytest.raises(TypeError, match="adc: expected an instance of ADCConfig, got dict"):
+        OpticalConfig(adc={"bits": 6})
+
+
+def test_an_unknown_leaf_lists_the_valid_paths_of_its_own_section():
+    with pytest.raises(ValueError) as err:
+        OpticalConfig().replace({"adc.bitz": 6})
+    message = str(err.value)
+    assert "adc.bits" in message and "adc.headroom" in message
+    assert "source." not in message
+
+
+def test_malformed_config_data_is_a_value_error_naming_where(tmp_path):
+    """from_dict: a section that is not a mapping is refused by name;
+    from_file: "ValueError names the file and what is wrong with it", for a
+    JSON list as for anything else."""
+    with pytest.raises(ValueError, match="adc: expected a mapping of fields, got int"):
+        OpticalConfig.from_dict({"adc": 6})
+    bad = tmp_path / "list.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=rf"^{bad}: expected a mapping of sections, got list"):
+        OpticalConfig.from_file(bad)
+    section = tmp_path / "section.json"
+    section.write_text('{"adc": 6}')
+    with pytest.raises(ValueError, match=rf"^{section}: adc: expected a mapping of fields"):
+        OpticalConfig.from_file(section)
+
+
+def test_replace_refuses_text_for_a_number():
+    with pytest.raises(ValueError, match=r"source.photons_per_mac: '1e3' is not a number"):
+        OpticalConfig().replace({"source.photons_per_mac": "1e3"})

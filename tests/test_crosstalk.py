@@ -484,3 +484,17 @@ def test_fast_tile_map_keeps_every_input_tap_of_a_wide_kernel(name):
     t = rng.uniform(0.02, 1, (kern.rails, cfg.core.inputs, cfg.core.outputs))
     np.testing.assert_allclose(X.effective_tile(t, kern), reference_tile(t, kern),
                                rtol=1e-10, atol=1e-15)
+
+
+def test_negative_defocus_is_accepted_and_conjugates_the_kernels():
+    """Defocus is a signed Zernike coefficient. With real, symmetric pupils
+    and no other aberration, W -> -W conjugates the pupil field: the complex
+    mutual coupling is conjugated, intensities (efficiency, throughput,
+    input coupling) are unchanged."""
+    base = optical.presets.get("iris-like").replace({"core.inputs": 64, "core.outputs": 32})
+    plus = X.kernels(base.replace({"optics.defocus_waves": 0.3}))
+    minus = X.kernels(base.replace({"optics.defocus_waves": -0.3}))
+    np.testing.assert_allclose(minus.output_mutual, np.conj(plus.output_mutual), atol=1e-12)
+    np.testing.assert_allclose(minus.input_coupling, plus.input_coupling, atol=1e-12)
+    assert minus.throughput == pytest.approx(plus.throughput, rel=1e-12)
+    assert not np.allclose(minus.output_mutual, plus.output_mutual)  # the sign is seen

@@ -76,6 +76,7 @@ _QUANTISATION_DEFAULTS = {
     "mask.scaling": "per_column",
     "dac.scaling": "per_token",
     "adc.full_scale": "rms",
+    "adc.window": "per_column",
 }
 
 
@@ -98,17 +99,20 @@ def test_docs_quantisation_marks_the_defaults_the_config_has():
     cfg = OpticalConfig()
     found = {}
     for _what, paths, options in rows:
-        first_path = re.findall(r"`([a-z_]+\.[a-z_]+)`", paths)[0]
+        row_paths = re.findall(r"`([a-z_]+\.[a-z_]+)`", paths)
         # "`name` (default)", "`name` abs-max (default)", "`name` (note; default)":
-        # the option named last before the parenthesis that "default)" closes.
+        # the option named last before the parenthesis that "default)" closes,
+        # a choice of one of the row's paths (a row may mark one per path).
         marked = [re.findall(r"`([a-z_]+)`", options[:_opening(options, m.start())])[-1]
                   for m in re.finditer(r"default\)", options)]
+        for option in marked:
+            owners = [path for path in row_paths
+                      if option in OpticalConfig.field_spec(path).get("choices", ())]
+            assert len(owners) == 1 and owners[0] not in found, (option, options)
+            found[owners[0]] = option
         numbers = re.findall(r"\(default (\d+)", options)
-        assert len(marked) <= 1, options
-        if marked:
-            found[first_path] = marked[0]
         if numbers:
-            found[first_path] = int(numbers[0])
+            found[row_paths[0]] = int(numbers[0])
     assert found == {**_QUANTISATION_DEFAULTS, "calibration.max_tokens": 256}
     for path, default in found.items():
         assert _value(cfg, path) == default, path
@@ -169,3 +173,11 @@ def test_docs_energy_table_states_the_defaults_of_the_base_config_and_iris_like(
         else:
             # The table rounds (0.71 pJ is 700 W / 989 TFLOP/s; 0.80 is 0.55 A/W at 850 nm).
             assert actual == pytest.approx(value, rel=0.01, abs=0), (path, scope)
+
+
+def test_docs_quantisation_static_percentile_is_the_default():
+    """docs/quantisation.md measures "a static input range (99.99th
+    percentile)" with dac.percentile left at its default."""
+    text = (DOCS / "quantisation.md").read_text(encoding="utf-8")
+    stated = {float(p) for p in re.findall(r"\(([\d.]+)th percentile", text)}
+    assert stated == {OpticalConfig().dac.percentile}

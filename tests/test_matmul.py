@@ -1048,3 +1048,19 @@ def test_schedule_counted_by_hand_on_non_square_tiles(k, n, want):
                    "encoding.weights": "split", "detector.balanced": False})
     got = optical.schedule(3, k, n, cfg).to_dict()
     assert {key: got[key] for key in want} == want
+
+
+@pytest.mark.parametrize("policy", ["static", "dynamic"])
+def test_top_k_zero_bypasses_no_channel(policy):
+    """"At most this many channels go digital": top_k = 0 is the mapping with
+    no bypass, bit for bit."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 64))
+    x[:, 3] *= 50
+    w = rng.standard_normal((64, 32))
+    base = optical.presets.get("ideal").replace({"core.inputs": 64, "core.outputs": 32,
+                                                 "mask.bits": 4, "adc.bits": 6, "dac.bits": 6})
+    none = optical.matmul(x, w, base, seed=0)
+    zero = base.replace({"outliers.policy": policy, "outliers.threshold": None,
+                         "outliers.top_k": 0})
+    np.testing.assert_array_equal(optical.matmul(x, w, zero, seed=0), none)

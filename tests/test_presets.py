@@ -161,3 +161,31 @@ def test_describe_names_the_preset_or_the_nearest_one_and_its_changes():
         describe(iris, "3")
     with pytest.raises(TypeError, match="ignore: expected a collection of config paths"):
         describe(iris, ignore="adc.bits")
+
+
+def test_iris_like_mapping_and_detection_match_its_docstring():
+    """presets.iris_like: "DAC 8 bits, per-token dynamic scaling"; "mask 8
+    bits, contrast 50:1, per-column scaling"; "Gaussian shot noise ...;
+    balanced detection of split weights"; "each column's ADC window
+    calibrated"; outliers "chosen on the calibration inputs"; "the mask
+    pre-distorted for the lens crosstalk (mask.compensate)"."""
+    cfg = optical.presets.get("iris-like")
+    assert cfg.dac.scaling == "per_token"
+    assert cfg.mask.scaling == "per_column" and cfg.mask.compensate is True
+    assert cfg.detector.shot_noise == "gaussian" and cfg.detector.balanced is True
+    assert (cfg.adc.full_scale, cfg.adc.window) == ("calibrated", "per_column")
+    assert cfg.outliers.policy == "static"
+    assert cfg.source.photons_per_mac == 1e5
+    assert cfg.optics.model == "diffraction" and cfg.optics.kernel_radius == 1
+    assert (cfg.optics.defocus_waves, cfg.optics.spherical_waves) == (0.0, 0.0)
+    assert cfg.energy.static_power == 0.0 and cfg.energy.cores == 1
+
+
+def test_wang_2022_has_only_shot_noise_as_its_docstring_says():
+    """presets.wang_2022: "detector read noise and converter error are
+    negligible next to shot noise at these counts, so they are off here"."""
+    cfg = optical.presets.get("wang-2022")
+    assert cfg.detector.read_noise_electrons == 0.0 and cfg.detector.dark_electrons == 0.0
+    assert cfg.adc.bits is None
+    assert cfg.source.rin_sigma == 0.0
+    assert cfg.optics.model == "ideal" and cfg.mask.compensate is False
