@@ -5,6 +5,7 @@ run ids rather than recomputing them."""
 
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 
@@ -379,3 +380,140 @@ def test_a_random_point_edited_outside_its_range_is_refused_even_with_its_own_ru
                                          r"1000000\.0, which the sweep does not define"):
         resume(out, executor="serial", progress=False)
     assert len(list((out / "runs").glob("*.json"))) == 1  # nothing run at 1e6
+
+
+class _Toy:
+    """A custom workload whose metric is a known function of seed and config."""
+
+    label = "toy"
+
+    def run(self, config, seed):
+        return {"m": float(seed) + config.adc.bits / 100}
+
+    def to_dict(self):
+        return {"kind": "toy"}
+
+
+def _documented_columns(paths, metrics):
+    return ["point", "seed", *paths, *metrics, "run_id", "elapsed_s", "optical_version",
+            "config"]
+
+
+def test_a_file_named_runs_is_not_taken_for_a_sweeps_runs(tmp_path):
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / "runs").write_text("not a directory\n")
+    with pytest.raises(ValueError, match=r"is not empty and holds no sweep .* holds runs"):
+        optical.sweep(_Toy(), {"adc.bits": [6]}, seeds=1, out=out, base=BASE,
+                      executor="serial", progress=False)
+    assert (out / "runs").read_text() == "not a directory\n"
+
+
+# The documented columns of the results table (optical.sweep.sweep, Returns).
+
+
+def test_csv_results_hold_exactly_the_documented_columns(tmp_path):
+    out = tmp_path / "s"
+    summary = execute(SweepDefinition.build(_Toy(), {"adc.bits": [4, 6]}, seeds=2, base=BASE),
+                      out, executor="serial", progress=False, results_format="csv")
+    assert summary.results_path == out / "results.csv"
+    table = pd.read_csv(out / "results.csv")
+    assert list(table.columns) == _documented_columns(["adc.bits"], ["m"])
+    assert len(table) == 2 * 2
+    assert table["m"].tolist() == [s + b / 100 for b in (4, 6) for s in (0, 1)]
+
+
+def test_resume_writes_the_results_format_it_is_given(tmp_path):
+    from optical.sweep import resume
+
+    out = tmp_path / "s"
+    definition = SweepDefinition.build(_Toy(), {"adc.bits": [4, 6]}, seeds=1, base=BASE)
+    execute(definition, out, executor="serial", progress=False, results_format="csv")
+    (out / "results.csv").unlink()
+    summary = resume(out, workload=_Toy(), executor="serial", progress=False,
+                     results_format="csv")
+    assert summary.results_path == out / "results.csv"
+    assert (out / "results.csv").is_file() and not (out / "results.parquet").exists()
+    assert pd.read_csv(out / "results.csv")["adc.bits"].tolist() == [4, 6]
+
+
+def test_an_executor_passed_in_is_not_closed_by_the_sweep(tmp_path):
+    """make_executor: an Executor given is borrowed (owned False); only the
+    executors the sweep makes itself are closed when it is done."""
+    from optical.sweep import SerialExecutor
+
+    class Recording(SerialExecutor):
+        closed = 0
+
+        def close(self):
+            Recording.closed += 1
+
+    runner = Recording()
+    optical.sweep(_Toy(), {"adc.bits": [4, 6]}, seeds=1, out=tmp_path / "a", base=BASE,
+                  executor=runner, progress=False)
+    assert Recording.closed == 0
+
+
+@pytest.mark.parametrize("damaged", ["run", "manifest"])
+def test_a_binary_garbage_file_is_refused_naming_it(tmp_path, damaged):
+    """A corrupt file (here: bytes that are not UTF-8, as a disk error or a
+    truncated copy can leave) is a ValueError naming the file, as invalid
+    JSON is, not a bare UnicodeDecodeError."""
+    out = tmp_path / "s"
+    definition = SweepDefinition.build(_Toy(), {"adc.bits": [4, 6]}, seeds=1, base=BASE)
+    execute(definition, out, executor="serial", progress=False, results_format="csv")
+    path = (sorted((out / "runs").glob("*.json"))[0] if damaged == "run"
+            else out / "manifest.json")
+    path.write_bytes(b"\xff\xfe{\x00\x81garbage")
+    with pytest.raises(ValueError, match="^" + re.escape(f"{path}: not valid JSON")):
+        execute(definition, out, executor="serial", progress=False, results_format="csv")
+
+
+def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path):
+    """replacing(): a failed write raises an OSError naming ``path``."""
+    import os
+    import threading
+
+    from optical._sweep_store import atomic_write
+
+    path = tmp_path / "results.csv"
+    # the temporary file's place is taken by a directory: opening it fails
+    (tmp_path / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp").mkdir()
+    with pytest.raises(OSError) as info:
+        atomic_write(path, "x\n")
+    assert info.value.filename == str(path)
+    assert not path.exists()
+
+
+def test_attrs_list_the_metric_columns_in_the_tables_order(tmp_path):
+    class TwoMetrics(_Toy):
+        def run(self, config, seed):
+            return {"zeta": 1.0, "alpha": 2.0}
+
+    frame = optical.sweep(TwoMetrics(), {"adc.bits": [4]}, seeds=1, out=tmp_path / "s",
+                          base=BASE, executor="serial", progress=False, results_format="csv")
+    assert list(frame.columns) == _documented_columns(["adc.bits"], ["zeta", "alpha"])
+    assert frame.attrs["sweep"]["metrics"] == ["zeta", "alpha"]
+
+
+def test_vmapped_runs_share_their_batchs_time():
+    """elapsed_s is a run's time: the runs of one batch share the batch's
+    time, so their elapsed_s add up to no more than the sweep took."""
+    import time
+
+    from optical._executors import Task, VmapExecutor
+
+    class Slow(_Toy):
+        def batch_key(self, config):
+            return "all"
+
+        def run_batch(self, configs, seeds):
+            time.sleep(0.2)
+            return [{"m": float(s)} for s in seeds]
+
+    tasks = [Task(f"r{i}", 0, i, Slow(), BASE) for i in range(4)]
+    start = time.perf_counter()
+    out = list(VmapExecutor(batch_size=4).run(tasks))
+    wall = time.perf_counter() - start
+    assert len(out) == 4 and wall >= 0.2
+    assert sum(outcome["elapsed_s"] for _, outcome in out) <= wall

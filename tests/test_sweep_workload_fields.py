@@ -3,6 +3,7 @@ each run is the run of the workload with that field, under the same id as
 the same run in a sweep of that workload alone; the fields are checked,
 stored, resumed, plotted and labelled like config paths."""
 
+import dataclasses
 import json
 import shutil
 
@@ -426,3 +427,56 @@ def test_a_run_file_records_every_scalar_field_of_its_workload(tiny_model, tmp_p
     assert "batch" not in workload.to_dict()
     assert record["workload"] == {**workload.to_dict(), "local": False, "data_seed": None,
                                   "dtype": "float16", "batch": 1, "checkpoint": None}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShapeWorkload:
+    """A dataclass workload with a field stored as a tuple."""
+
+    shape: tuple = (2, 2)
+
+    def run(self, config, seed):
+        return {"m": float(seed)}
+
+    def to_dict(self):
+        return {"kind": "shape", "shape": list(self.shape)}
+
+
+def test_a_workload_field_stored_as_a_tuple_is_refused_by_name():
+    """Only numbers, strings, booleans and None can be swept (a tuple would be
+    a list in the manifest and a resume would call it damaged)."""
+    with pytest.raises(ValueError, match=r"workload\.shape: .*only numbers, strings, "
+                                         r"booleans and None can be swept"):
+        SweepDefinition.build(_ShapeWorkload(), {"workload.shape": [(2, 2), (3, 3)]}, seeds=1,
+                              base=BASE)
+
+
+def test_sweeps_of_model_dir_from_other_bases_are_advised_to_copy_their_shared_runs(tmp_path):
+    """Two sweeps of workload.model_dir over the same directory, from base
+    workloads of other directories (other checkpoints): each point's workload,
+    checkpoint included, is its own directory's, so the runs are the same
+    runs (same ids) and the refusal advises copying them."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical.workloads import LayerWorkload
+    from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+    dirs = [write_model(tmp_path / name, TINY_LLAMA,
+                        random_llama_tensors(TINY_LLAMA, seed=seed, dtype=ml_dtypes.bfloat16),
+                        shards=shards)
+            for name, seed, shards in (("a", 1, 1), ("b", 2, 3))]
+    assert (LayerWorkload(str(dirs[0]), layer=0, tokens=4).checkpoint
+            != LayerWorkload(str(dirs[1]), layer=0, tokens=4).checkpoint)
+    base = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40})
+    params = {"workload.model_dir": [str(dirs[0])]}
+    first = SweepDefinition.build(LayerWorkload(str(dirs[0]), layer=0, tokens=4), params,
+                                  seeds=1, base=base)
+    second = SweepDefinition.build(LayerWorkload(str(dirs[1]), layer=0, tokens=4), params,
+                                   seeds=1, base=base)
+    config = first.configs()[0]
+    assert (first.run_ids(config, (0,), first.workloads()[0])
+            == second.run_ids(config, (0,), second.workloads()[0]))  # the same run
+    out = tmp_path / "s"
+    execute(first, out, executor="serial", progress=False, results_format="csv")
+    with pytest.raises(ValueError, match="holds a different sweep") as info:
+        execute(second, out, executor="serial", progress=False, results_format="csv")
+    assert "copy" in str(info.value) and "share no run" not in str(info.value)
