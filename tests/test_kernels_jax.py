@@ -684,3 +684,133 @@ def test_a_static_input_range_is_the_programmed_one_in_matmul_and_matmul_runs(rn
     ys, _, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=[0, 1])
     for y in ys:
         np.testing.assert_allclose(y, expect, rtol=1e-4, atol=atol)
+
+
+@pytest.mark.parametrize("lam", [100.0, 3000.0])
+def test_poisson_counts_below_the_normal_switch_have_poisson_skewness(lam):
+    """Below POISSON_NORMAL_ABOVE (2**16) the counts are Poisson's, whose third
+    central moment is lam (skewness 1 / sqrt(lam)); a rounded normal law has
+    none. 2e6 draws: the skewness's standard error is sqrt(6 / 2e6) = 1.7e-3."""
+    m = jnp.full((4, 500_000), lam, jnp.float32)
+    c = np.asarray(_jax_pass._token_poisson(jax.random.PRNGKey(0), 1, 0, m), np.float64)
+    d = c - lam
+    assert abs(d.mean()) < 5 * math.sqrt(lam / c.size)
+    skew = (d**3).mean() / lam**1.5
+    assert abs(skew - 1 / math.sqrt(lam)) < 5 * math.sqrt(6 / c.size)
+
+
+def test_neighbouring_seeds_draw_different_noise(rng):
+    """Noise is keyed by (seed, noise, token) (jax_backend's docstring): seeds
+    2 and 3 give different outputs almost everywhere."""
+    x = jnp.asarray(rng.standard_normal((4, 40)).astype(np.float32))
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8})
+    pw = optical.program(w, cfg)
+    a, b = (np.asarray(jax_backend.matmul(x, pw, cfg, seed=s)) for s in (2, 3))
+    assert np.mean(a != b) > 0.9
+
+
+@pytest.mark.parametrize("flag", ["exact", "return_stats"])
+def test_matmul_flags_are_bools(rng, flag):
+    """As check_bool's contract everywhere else (and matmul_runs' exact): a
+    flag given as "False" is refused, not read as truthy."""
+    x = jnp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    with pytest.raises(TypeError, match=f"{flag}: expected a bool, got str"):
+        jax_backend.matmul(x, w, noisy(**{"core.inputs": 16, "core.outputs": 8}), seed=0,
+                           **{flag: "False"})
+
+
+def test_a_float_jax_seed_is_refused(rng):
+    """seed: an int or an integer JAX scalar (matmul's docstring); a float
+    JAX scalar is not truncated to one."""
+    x = jnp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    with pytest.raises(TypeError, match="seed: expected an integer scalar"):
+        jax_backend.matmul(x, w, noisy(**{"core.inputs": 16, "core.outputs": 8}),
+                           seed=jnp.float32(2.7))
+
+
+def test_a_traced_one_dimensional_w_is_named(rng):
+    x = jnp.ones((2, 8), jnp.float32)
+    with pytest.raises(ValueError, match=r"w: expected 2 dimensions, got shape \(8,\)"):
+        jax.jit(lambda v: jax_backend.matmul(x, v, noisy(), seed=0))(jnp.ones(8, jnp.float32))
+
+
+def test_zero_tokens_report_zero_photoelectrons_as_the_reference(rng):
+    w = rng.standard_normal((40, 5)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32})
+    pw = optical.program(w, cfg)
+    x = np.zeros((0, 40), np.float32)
+    _, ref = optical.matmul(x, pw, cfg, seed=0, backend="numpy", return_stats=True)
+    _, got = jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0, return_stats=True)
+    assert got.mean_photoelectrons == ref.mean_photoelectrons == 0.0
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 2.5])
+def test_matmul_runs_refuses_bad_chunks_by_name(rng, chunk):
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32})
+    pw = optical.program(rng.standard_normal((40, 5)).astype(np.float32), cfg)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=[0], chunk_tokens=chunk)
+
+
+def test_a_zero_dimensional_x_is_named(rng):
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="x: expected at least 1 dimension"):
+        jax_backend.matmul(jnp.float32(1.0), w, noisy(), seed=0)
+
+
+def test_a_numpy_x_is_checked_for_nan_as_a_jax_x_is(rng):
+    x = np.ones((2, 8), np.float32)
+    x[0, 0] = np.nan
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    pw = optical.program(w, noisy())
+    with pytest.raises(ValueError, match="x: .*NaN"):
+        jax_backend.matmul(x, pw, noisy(), seed=0)
+
+
+def test_raw_weights_under_a_static_range_encode_every_token_on_it(rng):
+    """dac.scaling = 'static' with raw weights: the range R is calibrated on x
+    itself (as optical.matmul does), and every token is encoded on R, not on
+    its own abs-max. Ideal machine, 4-bit offset DAC:
+    y = q(x) @ w with q(x) = (round(15 (clip(x/R) + 1) / 2) / 15 * 2 - 1) R."""
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    x[0] *= 5.0
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    cfg = ideal(**{"dac.bits": 4, "dac.scaling": "static", "core.inputs": 32,
+                   "core.outputs": 8})
+    r = np.float64(optical.program(w, cfg, calibration=x).input_range)
+    expect = ((np.round((np.clip(x / r, -1, 1) + 1) / 2 * 15) / 15 * 2 - 1) * r) \
+        @ w.astype(np.float64)
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0))
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4 * np.abs(expect).max())
+
+
+def test_raw_weights_of_another_width_are_named_before_calibrating(rng):
+    """x of 40 features against raw w of 30 rows under a calibrating config:
+    the mismatch is named (as on the other backends), not reached as a
+    reshape of x into calibration rows of 30."""
+    iris = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 8})
+    x = jnp.asarray(rng.standard_normal((5, 40)).astype(np.float32))
+    w = rng.standard_normal((30, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match="x has 40 features"):
+        jax_backend.matmul(x, w, iris, seed=0)
+
+
+def test_matmul_runs_names_raw_weights(rng):
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 5)).astype(np.float32)
+    with pytest.raises(TypeError, match="pw: expected ProgrammedWeights, got ndarray"):
+        jax_backend.matmul_runs(x, w, noisy(**{"core.inputs": 32}), seeds=[0])
+
+
+def test_a_negative_numpy_seed_is_named_for_the_jax_backend(rng):
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32})
+    pw = optical.program(rng.standard_normal((40, 5)).astype(np.float32), cfg)
+    with pytest.raises(ValueError, match=r"seeds: -1 is negative; valid for the JAX backend"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=np.array([-1]))
+    with pytest.raises(ValueError, match=r"seed: -1 is negative; valid for the JAX backend"):
+        jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=np.int64(-1))

@@ -418,3 +418,101 @@ def test_noise_variances_match_the_reference_backend(changes, exact):
     ref = optical.matmul(x, pw, cfg, seed=3, backend="numpy").astype(np.float64)
     ratio = got.var(axis=0) / ref.var(axis=0)
     assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / n)), ratio
+
+
+def test_zero_width_windows_never_count_a_clip(rng):
+    """An all-zero weight matrix on ideal contrast under "max" windows: every
+    transmission and noise-free readout is 0, so every ADC window has zero
+    width, and a zero-width window returns lo and never clips
+    (optical.physics.converters.adc_quantize), whatever the read noise (here
+    2.5 readout units). The numpy reference reports 0 too."""
+    x = rng.standard_normal((8, 40)).astype(np.float32)
+    w = np.zeros((40, 12), np.float32)
+    cfg = ideal(**{"core.inputs": 32, "core.outputs": 8, "source.photons_per_mac": 40.0,
+                   "detector.shot_noise": "gaussian", "detector.read_noise_electrons": 100.0,
+                   "adc.bits": 6, "adc.full_scale": "max"})
+    _, ref = optical.matmul(x, w, cfg, seed=0, backend="numpy", return_stats=True)
+    assert ref.clipped_fraction == 0.0
+    for exact in (False, True):
+        y, got = jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0, exact=exact,
+                                    return_stats=True)
+        assert got.adc_conversions > 0
+        assert got.clipped_fraction == 0.0
+        assert np.all(np.asarray(y) == 0)
+
+
+def test_padded_columns_of_rederived_windows_are_not_counted_as_clips(rng):
+    """9 columns in tiles of 8: the last tile holds 7 padded columns. Windows
+    re-derived from params ("rms", headroom 1) are also computed for the
+    padding, whose noise then clips about a third of the time; only the 9
+    real columns' conversions count (stats.adc_conversions counts them
+    alone), as for the config holding the value (windows programmed on the
+    host, same seed, same draws)."""
+    x = jnp.asarray(rng.standard_normal((64, 40)).astype(np.float32))
+    w = rng.standard_normal((40, 9)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "adc.bits": 6, "adc.headroom": 1.0})
+    params = {"adc.headroom": 1.0}
+    _, want = jax_backend.matmul(x, w, cfg, seed=0, return_stats=True)
+    _, got = jax_backend.matmul(x, w, cfg, seed=0, params=params, return_stats=True)
+    assert want.clipped_fraction > 0.05
+    assert got.clipped_fraction == pytest.approx(want.clipped_fraction, abs=0.01)
+
+
+def test_fast_path_enob_noise_matches_the_reference_backend():
+    """The fast path (gaussian shot noise, exact=False) draws the readout's
+    noises as one normal whose variance must include the ADC's ENOB noise
+    (4**enob_loss - 1) step**2 / 12: here the only noise besides a read noise
+    as large, so dropping it halves the variance. Truth: the numpy
+    reference's variance (one token repeated 4000 times)."""
+    rng = np.random.default_rng(0)
+    x1 = rng.standard_normal((1, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    cfg = ideal(**{"detector.shot_noise": "gaussian", "source.photons_per_mac": 1e9,
+                   "adc.bits": 6, "adc.enob_loss": 3.0, "adc.full_scale": "max",
+                   "core.inputs": 32})
+    pw = optical.program(w, cfg)
+    step = float(np.median((pw.adc_hi - pw.adc_lo) / 63))
+    enob_sd = step * math.sqrt((4.0**3 - 1) / 12)
+    cfg = cfg.replace({"detector.read_noise_electrons": enob_sd * 1e9})
+    pw = optical.program(w, cfg)
+    n = 4000
+    x = np.repeat(x1, n, axis=0)
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3), np.float64)
+    ref = optical.matmul(x, pw, cfg, seed=3, backend="numpy").astype(np.float64)
+    ratio = got.var(axis=0) / ref.var(axis=0)
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(4 / n)), ratio
+
+
+def test_enob_noise_has_the_reference_variance_to_one_percent():
+    """ENOB noise alone (6-bit ADC, 3 bits lost, "max" windows, no other
+    noise of note): each readout's noise is (4**3 - 1) step**2 / 12 with step
+    = window / (2**6 - 1), as on the numpy reference. 100 000 copies of one
+    token, pooled over 8 outputs: the variance ratio's standard error is
+    sqrt(4 / 8e5) = 0.22 %; a step of window / 2**6 gives 3.1 % less."""
+    rng = np.random.default_rng(0)
+    x1 = rng.standard_normal((1, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    cfg = ideal(**{"detector.shot_noise": "gaussian", "source.photons_per_mac": 1e12,
+                   "adc.bits": 6, "adc.enob_loss": 3.0, "adc.full_scale": "max",
+                   "core.inputs": 32})
+    pw = optical.program(w, cfg)
+    n = 100_000
+    x = np.repeat(x1, n, axis=0)
+    got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3, chunk_tokens=n),
+                     np.float64)
+    ref = optical.matmul(x, pw, cfg, seed=3, backend="numpy").astype(np.float64)
+    ratio = float(np.mean(got.var(axis=0) / ref.var(axis=0)))
+    assert abs(ratio - 1) < 5 * math.sqrt(4 / (8 * n)), ratio
+
+
+def test_matmul_runs_runs_the_exact_path_when_asked(rng):
+    """matmul_runs(exact=True): each run is matmul(exact=True)'s run of that
+    seed, not the fast path's."""
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 8, "detector.shot_noise": "gaussian"})
+    pw = optical.program(rng.standard_normal((40, 8)).astype(np.float32), cfg)
+    ys, _, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=[3], exact=True)
+    exact = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3, exact=True))
+    fast = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3))
+    assert not np.allclose(exact, fast)
+    np.testing.assert_allclose(ys[0], exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())

@@ -1,7 +1,6 @@
 """optical._memory: large arrays recycled within the engines' scopes, never
 shared while anything still refers to them, and nothing changes a result."""
 
-import os
 import subprocess
 import sys
 import threading
@@ -121,30 +120,33 @@ def test_the_hold_timer_does_not_keep_a_finished_process_alive():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork of a threaded process
 def test_a_fork_taken_while_another_thread_holds_the_pool_lock_leaves_it_free():
     """A child forked while another thread (the hold timer, a worker) holds
     the pool's lock gets a free lock: otherwise its first pooled array
-    would wait forever for a thread it does not have."""
-    held, done = threading.Event(), threading.Event()
-
-    def hold():
-        with _memory._lock:
-            held.set()
-            done.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert held.wait(30)
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: exit 0 only if the lock can be taken
-            os._exit(0 if _memory._lock.acquire(timeout=5) else 1)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        done.set()
-        thread.join()
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    would wait forever for a thread it does not have. Run in a fresh
+    interpreter: this one may hold JAX, whose threads make any fork unsafe."""
+    code = """
+import os, threading
+from optical import _memory
+held, done = threading.Event(), threading.Event()
+def hold():
+    with _memory._lock:
+        held.set()
+        done.wait(30)
+thread = threading.Thread(target=hold)
+thread.start()
+assert held.wait(30)
+pid = os.fork()
+if pid == 0:  # the child: exit 0 only if the lock can be taken
+    os._exit(0 if _memory._lock.acquire(timeout=5) else 1)
+_, status = os.waitpid(pid, 0)
+done.set()
+thread.join()
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"""
+    result = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
 
 
 def test_threads_never_share_a_buffer():
