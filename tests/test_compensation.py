@@ -522,3 +522,45 @@ def _assert_offset_patterns_reached(coupling, tiling, t_min, g, *, seed):
         shown = 2 * (coupling.apply(t_min + (1 - t_min) * levels, tiling)[0] - t_min) \
             / (1 - t_min) - 1
         np.testing.assert_allclose(shown, rows * v, rtol=0, atol=1e-10)
+
+
+#: Strong row coupling (as test_program_fast.py's STRONG) on an otherwise ideal machine.
+_STRONG = {"optics.fan_in_aperture": 10e-3, "optics.beam_profile": "gaussian",
+           "optics.beam_waist": 6e-6}
+
+
+@pytest.mark.parametrize("weights", ["split", "offset"])
+@pytest.mark.parametrize("k", [97, 50])  # last K-tile of 1 row, of 2 rows (48-input core)
+def test_compensation_of_a_short_last_k_tile_reaches_the_exact_product(weights, k):
+    """A K-tile of one or two rows has less row leak, so its compensation gain
+    differs from a full tile's (by ~4-8% here); the fused lens kernel must
+    pre-distort each K-tile towards its own gain. On a noise-free machine with
+    a continuous mask, compensated lens optics then give x @ w (float64) up to
+    the Jacobi tolerance (1e-6): truth is the exact product."""
+    changes = {"core.inputs": 48, "core.outputs": 40, "optics.model": "diffraction",
+               "mask.compensate": True, "mask.contrast_ratio": 50.0, **_STRONG}
+    if weights == "offset":
+        changes |= {"encoding.weights": "offset", "detector.balanced": False}
+    cfg = optical.presets.get("ideal").replace(changes)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((k, 60))
+    x = rng.standard_normal((8, k))
+    ref = x @ w
+    y = optical.matmul(x, w, cfg, seed=0, backend="numba")
+    assert np.abs(y - ref).max() <= 1e-6 * np.abs(ref).max()
+
+
+def test_compensation_of_a_single_weight_runs_until_no_pixel_moves():
+    """A 1 x 1 matrix (one pixel, two split rails coupled by the lens): the
+    projected Jacobi must iterate until *no* value moves by the tolerance
+    (compensation.pre_distort: ``max |moved - x| < tol``), not stop while one
+    still does. Truth: the exact product, to well inside the tolerance."""
+    cfg = optical.presets.get("ideal").replace({
+        "core.inputs": 48, "core.outputs": 40, "optics.model": "diffraction",
+        "mask.compensate": True, "mask.contrast_ratio": 50.0, **_STRONG})
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((1, 1))
+    x = rng.standard_normal((4, 1))
+    ref = x @ w
+    y = optical.matmul(x, w, cfg, seed=0, backend="numba")
+    assert np.abs(y - ref).max() <= 1e-6 * np.abs(ref).max()

@@ -1064,3 +1064,10 @@ def test_top_k_zero_bypasses_no_channel(policy):
     zero = base.replace({"outliers.policy": policy, "outliers.threshold": None,
                          "outliers.top_k": 0})
     np.testing.assert_array_equal(optical.matmul(x, w, zero, seed=0), none)
+
+
+@pytest.mark.parametrize("config", ["iris-like", None, {"core": {"inputs": 48}}])
+def test_schedule_refuses_a_config_that_is_not_an_optical_config(config):
+    """optical.schedule's docstring: "TypeError: config is not an OpticalConfig"."""
+    with pytest.raises(TypeError, match="config"):
+        optical.schedule(4, 64, 32, config)

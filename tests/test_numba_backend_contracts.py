@@ -273,3 +273,19 @@ def test_numba_beyond_one_token_block_matches_the_reference(rng):
     x2 = np.concatenate([x[:8], x[8:numba_backend.BLOCK_TOKENS], x[:8]])
     y2 = optical.matmul(x2, pw, cfg, seed=2, backend="numba")
     assert not np.any(y2[:8] == y2[-8:])
+
+
+def test_the_numba_backends_own_matmul_passes_exact_on():
+    """optical.kernels.numba_backend.matmul is documented as
+    ``optical.matmul(..., backend="numba")``: every argument, ``exact``
+    included, must reach it (exact and fast mode draw different noise here)."""
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((64, 50)).astype(np.float32)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    for exact in (False, True):
+        want = optical.matmul(x, w, cfg, seed=3, backend="numba", exact=exact)
+        got = numba_backend.matmul(x, w, cfg, seed=3, exact=exact)
+        np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(optical.matmul(x, w, cfg, seed=3, backend="numba", exact=True),
+                              optical.matmul(x, w, cfg, seed=3, backend="numba"))
