@@ -776,6 +776,6 @@ def test_mse_windows_refuses_more_bad_arguments(kwargs, match):
 
 
 def test_mse_windows_refuses_a_tails_flag_that_is_not_a_bool():
-    """tails: bool; a truthy string is refused, not read as True (mutant C7)."""
+    """tails: bool; a truthy string is refused, not read as True."""
     with pytest.raises(TypeError, match="tails: expected a bool, got str"):
         calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, 4, tails="no")

@@ -455,8 +455,7 @@ def test_padded_attention_operands_are_what_each_prompt_sent(tiny_bert):
     core received them and its raw output a @ b; with a padding mask only
     the real tokens go to the core. On the ideal core the raw output is the
     float64 product of the recorded operands, and a padded query's row of
-    the probabilities (and of the output) is 0 (a mutation audit left the
-    padded probability rows in the recorded ``a``)."""
+    the probabilities (and of the output) is 0."""
     model, _ = tiny_bert
     ids, mask = _padded_batch(np.random.default_rng(6), [9, 4, 7])
     h = model.encode(ids, mask, layers=0)
