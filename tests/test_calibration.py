@@ -382,18 +382,28 @@ def test_each_k_tile_is_calibrated_on_its_own_input_channels(monkeypatch):
                                    rtol=1e-12, atol=1e-12)
 
 
+#: Photons per MAC, dark electrons and read-noise electrons of _noisy_calibrated.
+_P, _DARK, _READ = 100.0, 400.0, 28.0
+
+
+def _noisy_calibrated(*, inputs, balanced):
+    """An 8 x 4 core of split weights, calibrated 6-bit ADC windows and every
+    readout noise (shot, dark, read, RIN) at a strength the windows feel."""
+    return ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
+                    "adc.full_scale": "calibrated", "encoding.inputs": inputs,
+                    "encoding.weights": "split", "detector.balanced": balanced,
+                    "source.photons_per_mac": _P, "detector.dark_electrons": _DARK,
+                    "detector.read_noise_electrons": _READ,
+                    "source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e8})
+
+
 def test_calibrated_noise_of_each_unbalanced_rail_is_that_rails_own(monkeypatch):
     """Split weights, unbalanced detector: each weight rail has its own ADC
     and its own noise. Inputs at full scale (offset: every level 1): the
     variance of rail r, column n, is shot sum_k T_r[k, n] / p + dark D / p**2
     + read R**2 / p**2 + RIN rin**2 sum_k T_r[k, n]**2."""
-    p, dark, read = 100.0, 400.0, 28.0
-    cfg = ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
-                   "adc.full_scale": "calibrated", "encoding.inputs": "offset",
-                   "encoding.weights": "split", "detector.balanced": False,
-                   "source.photons_per_mac": p, "detector.dark_electrons": dark,
-                   "detector.read_noise_electrons": read,
-                   "source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e8})
+    p, dark, read = _P, _DARK, _READ
+    cfg = _noisy_calibrated(inputs="offset", balanced=False)
     seen = _capture(monkeypatch)
     w = np.random.default_rng(3).standard_normal((8, 3))
     pw = optical.program(w, cfg, calibration=np.ones((5, 8)))
@@ -433,13 +443,8 @@ def test_calibrated_noise_with_split_inputs_averages_both_input_passes(monkeypat
     the second none (level 0), so over the readouts E[a] = E[a**2] = 1/2:
     variance shot sum_k (T+ + T-)[k, n] / (2 p) + dark 2 D / p**2
     + read R**2 / p**2 + RIN rin**2 sum_k (T+ - T-)[k, n]**2 / 2 (balanced)."""
-    p, dark, read = 100.0, 400.0, 28.0
-    cfg = ideal(**{"core.inputs": 8, "core.outputs": 4, "adc.bits": 6,
-                   "adc.full_scale": "calibrated", "encoding.inputs": "split",
-                   "encoding.weights": "split", "detector.balanced": True,
-                   "source.photons_per_mac": p, "detector.dark_electrons": dark,
-                   "detector.read_noise_electrons": read,
-                   "source.rin_db_per_hz": -100.0, "source.rin_bandwidth": 1e8})
+    p, dark, read = _P, _DARK, _READ
+    cfg = _noisy_calibrated(inputs="split", balanced=True)
     seen = _capture(monkeypatch)
     w = np.random.default_rng(5).standard_normal((8, 3))
     pw = optical.program(w, cfg, calibration=np.ones((5, 8)))

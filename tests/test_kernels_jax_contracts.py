@@ -458,19 +458,26 @@ def test_padded_columns_of_rederived_windows_are_not_counted_as_clips(rng):
     assert got.clipped_fraction == pytest.approx(want.clipped_fraction, abs=0.01)
 
 
+def _enob_case(photons_per_mac):
+    """One token, a 32 x 8 matrix and a 6-bit ADC losing 3 bits on "max"
+    windows, with Gaussian shot noise at ``photons_per_mac``: the token,
+    the weights, the config and the programmed weights."""
+    rng = np.random.default_rng(0)
+    x1 = rng.standard_normal((1, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    cfg = ideal(**{"detector.shot_noise": "gaussian", "source.photons_per_mac": photons_per_mac,
+                   "adc.bits": 6, "adc.enob_loss": 3.0, "adc.full_scale": "max",
+                   "core.inputs": 32})
+    return x1, w, cfg, optical.program(w, cfg)
+
+
 def test_fast_path_enob_noise_matches_the_reference_backend():
     """The fast path (gaussian shot noise, exact=False) draws the readout's
     noises as one normal whose variance must include the ADC's ENOB noise
     (4**enob_loss - 1) step**2 / 12: here the only noise besides a read noise
     as large, so dropping it halves the variance. Truth: the numpy
     reference's variance (one token repeated 4000 times)."""
-    rng = np.random.default_rng(0)
-    x1 = rng.standard_normal((1, 32)).astype(np.float32)
-    w = rng.standard_normal((32, 8)).astype(np.float32)
-    cfg = ideal(**{"detector.shot_noise": "gaussian", "source.photons_per_mac": 1e9,
-                   "adc.bits": 6, "adc.enob_loss": 3.0, "adc.full_scale": "max",
-                   "core.inputs": 32})
-    pw = optical.program(w, cfg)
+    x1, w, cfg, pw = _enob_case(1e9)
     step = float(np.median((pw.adc_hi - pw.adc_lo) / 63))
     enob_sd = step * math.sqrt((4.0**3 - 1) / 12)
     cfg = cfg.replace({"detector.read_noise_electrons": enob_sd * 1e9})
@@ -489,13 +496,7 @@ def test_enob_noise_has_the_reference_variance_to_one_percent():
     = window / (2**6 - 1), as on the numpy reference. 100 000 copies of one
     token, pooled over 8 outputs: the variance ratio's standard error is
     sqrt(4 / 8e5) = 0.22 %; a step of window / 2**6 gives 3.1 % less."""
-    rng = np.random.default_rng(0)
-    x1 = rng.standard_normal((1, 32)).astype(np.float32)
-    w = rng.standard_normal((32, 8)).astype(np.float32)
-    cfg = ideal(**{"detector.shot_noise": "gaussian", "source.photons_per_mac": 1e12,
-                   "adc.bits": 6, "adc.enob_loss": 3.0, "adc.full_scale": "max",
-                   "core.inputs": 32})
-    pw = optical.program(w, cfg)
+    x1, w, cfg, pw = _enob_case(1e12)
     n = 100_000
     x = np.repeat(x1, n, axis=0)
     got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3, chunk_tokens=n),
