@@ -986,25 +986,14 @@ def test_a_sweep_from_a_config_file_is_the_sweep_of_its_preset(tmp_path):
         assert by_file[column].tolist() == by_preset[column].tolist()
 
 
-class _Where:
-    """A custom workload: its metric is a known function of seed and config."""
-
-    label = "where"
-
-    def run(self, config, seed):
-        return {"m": float(seed) + config.adc.bits / 100}
-
-    def to_dict(self):
-        return {"kind": "where"}
-
-
 def test_plot_where_takes_spaces_around_the_path(tmp_path):
     pytest.importorskip("matplotlib")
     from optical.cli import build_parser
     from optical.commands.plot import make_figure
+    from tests.test_sweep_store_contracts import _Toy
 
     out = tmp_path / "s"
-    optical.sweep(_Where(), {"adc.bits": [4, 6], "adc.headroom": [2.0, 4.0]}, seeds=1, out=out,
+    optical.sweep(_Toy(), {"adc.bits": [4, 6], "adc.headroom": [2.0, 4.0]}, seeds=1, out=out,
                   base=BASE, executor="serial", progress=False, results_format="csv")
     figures = {}
     for where in ("adc.headroom=4", " adc.headroom = 4"):
