@@ -166,6 +166,22 @@ def test_bad_arguments(rng):
         optical.matmul(x, w.view(np.recarray), noisy(), seed=0, backend="jax")
     with pytest.raises(ValueError, match="return_stats: not available under jit"):
         jax.jit(lambda v: jax_backend.matmul(v, w, noisy(), seed=0, return_stats=True))(x)
+    # Flags are bools ("False" is not read as truthy); a float JAX seed is not
+    # truncated; a traced 1-D w and a 0-d x are named.
+    for flag in ("exact", "return_stats"):
+        with pytest.raises(TypeError, match=f"{flag}: expected a bool, got str"):
+            jax_backend.matmul(x, w, noisy(), seed=0, **{flag: "False"})
+    with pytest.raises(TypeError, match="seed: expected an integer scalar"):
+        jax_backend.matmul(x, w, noisy(), seed=jnp.float32(2.7))
+    with pytest.raises(ValueError, match=r"w: expected 2 dimensions, got shape \(4,\)"):
+        jax.jit(lambda v: jax_backend.matmul(x, v, noisy(), seed=0))(jnp.ones(4, jnp.float32))
+    with pytest.raises(ValueError, match="x: expected at least 1 dimension"):
+        jax_backend.matmul(jnp.float32(1.0), w, noisy(), seed=0)
+    # A numpy x against programmed weights is checked as a JAX x is.
+    nan_x = np.ones((2, 4), np.float32)
+    nan_x[0, 0] = np.nan
+    with pytest.raises(ValueError, match="x: .*NaN"):
+        jax_backend.matmul(nan_x, optical.program(w, noisy()), noisy(), seed=0)
 
 
 def test_static_outlier_bypass_is_the_explicit_decomposition(rng):
@@ -222,6 +238,18 @@ def test_matmul_runs_checks_every_argument(rng):
         jax_backend.matmul_runs(x[:, :39], pw, cfg, seeds=[0])
     with pytest.raises(TypeError, match="dtype mismatch: x is float64 but w is float32"):
         jax_backend.matmul_runs(x.astype(np.float64), pw, cfg, seeds=[0])
+    # Raw weights are not programmed ones; chunks are positive ints, named.
+    with pytest.raises(TypeError, match="pw: expected ProgrammedWeights, got ndarray"):
+        jax_backend.matmul_runs(x, rng.standard_normal((40, 5)).astype(np.float32), cfg,
+                                seeds=[0])
+    for chunk in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="chunk_tokens"):
+            jax_backend.matmul_runs(x, pw, cfg, seeds=[0], chunk_tokens=chunk)
+    # A negative numpy seed is named as the argument it came in.
+    with pytest.raises(ValueError, match=r"seeds: -1 is negative; valid for the JAX backend"):
+        jax_backend.matmul_runs(x, pw, cfg, seeds=np.array([-1]))
+    with pytest.raises(ValueError, match=r"seed: -1 is negative; valid for the JAX backend"):
+        jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=np.int64(-1))
     # Numpy integer seeds are fine, and give the runs of matmul itself.
     ys, _, _ = jax_backend.matmul_runs(x, pw, cfg, seeds=np.array([4, 9]))
     for i, s in enumerate((4, 9)):
@@ -710,33 +738,6 @@ def test_neighbouring_seeds_draw_different_noise(rng):
     assert np.mean(a != b) > 0.9
 
 
-@pytest.mark.parametrize("flag", ["exact", "return_stats"])
-def test_matmul_flags_are_bools(rng, flag):
-    """As check_bool's contract everywhere else (and matmul_runs' exact): a
-    flag given as "False" is refused, not read as truthy."""
-    x = jnp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
-    w = rng.standard_normal((16, 8)).astype(np.float32)
-    with pytest.raises(TypeError, match=f"{flag}: expected a bool, got str"):
-        jax_backend.matmul(x, w, noisy(**{"core.inputs": 16, "core.outputs": 8}), seed=0,
-                           **{flag: "False"})
-
-
-def test_a_float_jax_seed_is_refused(rng):
-    """seed: an int or an integer JAX scalar (matmul's docstring); a float
-    JAX scalar is not truncated to one."""
-    x = jnp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
-    w = rng.standard_normal((16, 8)).astype(np.float32)
-    with pytest.raises(TypeError, match="seed: expected an integer scalar"):
-        jax_backend.matmul(x, w, noisy(**{"core.inputs": 16, "core.outputs": 8}),
-                           seed=jnp.float32(2.7))
-
-
-def test_a_traced_one_dimensional_w_is_named(rng):
-    x = jnp.ones((2, 8), jnp.float32)
-    with pytest.raises(ValueError, match=r"w: expected 2 dimensions, got shape \(8,\)"):
-        jax.jit(lambda v: jax_backend.matmul(x, v, noisy(), seed=0))(jnp.ones(8, jnp.float32))
-
-
 def test_zero_tokens_report_zero_photoelectrons_as_the_reference(rng):
     w = rng.standard_normal((40, 5)).astype(np.float32)
     cfg = noisy(**{"core.inputs": 32})
@@ -745,30 +746,6 @@ def test_zero_tokens_report_zero_photoelectrons_as_the_reference(rng):
     _, ref = optical.matmul(x, pw, cfg, seed=0, backend="numpy", return_stats=True)
     _, got = jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=0, return_stats=True)
     assert got.mean_photoelectrons == ref.mean_photoelectrons == 0.0
-
-
-@pytest.mark.parametrize("chunk", [0, -1, 2.5])
-def test_matmul_runs_refuses_bad_chunks_by_name(rng, chunk):
-    x = rng.standard_normal((3, 40)).astype(np.float32)
-    cfg = noisy(**{"core.inputs": 32})
-    pw = optical.program(rng.standard_normal((40, 5)).astype(np.float32), cfg)
-    with pytest.raises(ValueError, match="chunk_tokens"):
-        jax_backend.matmul_runs(x, pw, cfg, seeds=[0], chunk_tokens=chunk)
-
-
-def test_a_zero_dimensional_x_is_named(rng):
-    w = rng.standard_normal((8, 4)).astype(np.float32)
-    with pytest.raises(ValueError, match="x: expected at least 1 dimension"):
-        jax_backend.matmul(jnp.float32(1.0), w, noisy(), seed=0)
-
-
-def test_a_numpy_x_is_checked_for_nan_as_a_jax_x_is(rng):
-    x = np.ones((2, 8), np.float32)
-    x[0, 0] = np.nan
-    w = rng.standard_normal((8, 4)).astype(np.float32)
-    pw = optical.program(w, noisy())
-    with pytest.raises(ValueError, match="x: .*NaN"):
-        jax_backend.matmul(x, pw, noisy(), seed=0)
 
 
 def test_raw_weights_under_a_static_range_encode_every_token_on_it(rng):
@@ -797,20 +774,3 @@ def test_raw_weights_of_another_width_are_named_before_calibrating(rng):
     w = rng.standard_normal((30, 8)).astype(np.float32)
     with pytest.raises(ValueError, match="x has 40 features"):
         jax_backend.matmul(x, w, iris, seed=0)
-
-
-def test_matmul_runs_names_raw_weights(rng):
-    x = rng.standard_normal((3, 40)).astype(np.float32)
-    w = rng.standard_normal((40, 5)).astype(np.float32)
-    with pytest.raises(TypeError, match="pw: expected ProgrammedWeights, got ndarray"):
-        jax_backend.matmul_runs(x, w, noisy(**{"core.inputs": 32}), seeds=[0])
-
-
-def test_a_negative_numpy_seed_is_named_for_the_jax_backend(rng):
-    x = rng.standard_normal((3, 40)).astype(np.float32)
-    cfg = noisy(**{"core.inputs": 32})
-    pw = optical.program(rng.standard_normal((40, 5)).astype(np.float32), cfg)
-    with pytest.raises(ValueError, match=r"seeds: -1 is negative; valid for the JAX backend"):
-        jax_backend.matmul_runs(x, pw, cfg, seeds=np.array([-1]))
-    with pytest.raises(ValueError, match=r"seed: -1 is negative; valid for the JAX backend"):
-        jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=np.int64(-1))
