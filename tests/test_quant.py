@@ -496,6 +496,19 @@ def test_mapping_choices_at_6_bits_on_activations_with_outlier_channels(rng):
      r"samples: numpy.ma.MaskedArray, a numpy.ndarray subclass.*\.filled"),
     ({"samples": np.ones((4, 3)), "groups": np.array([0, 2, 2])}, ValueError,
      r"groups: ids must be 0..2, .* no column has id\(s\) \[1\]"),
+    # The ADC's bits, integer in [1, 24]; a bool is not a count, and a string is
+    # not a flag ("no" is not read as True).
+    ({"bits": 25}, ValueError, "bits: 25 is not valid"),
+    ({"bits": 64}, ValueError, "bits: 64 is not valid"),
+    ({"bits": True}, ValueError, "bits: True is not valid"),
+    ({"n_bins": True}, ValueError, "n_bins: True is not valid"),
+    ({"enob_loss": True}, ValueError, "enob_loss: True is not valid"),
+    ({"tails": "no"}, TypeError, "tails: expected a bool, got str"),
+    # A batch with no columns is empty (S, C >= 1); sigma is one per column, not
+    # one per sample (4 samples, 2 columns).
+    ({"samples": np.ones((3, 0))}, ValueError, r"samples: shape \(3, 0\) is empty"),
+    ({"sigma": np.full(4, 0.1)}, ValueError,
+     r"sigma: shape \(4,\) does not match the 2 columns"),
 ])
 def test_mse_windows_refuses_bad_arguments(kwargs, error, match):
     args = {"samples": np.arange(8.0).reshape(4, 2), "sigma": 0.1, "bits": 4, **kwargs}
@@ -749,33 +762,7 @@ def test_rms_window_terms_against_their_analytic_variances(inputs):
     np.testing.assert_allclose(hi_w, np.maximum(c, 0).sum(axis=0), rtol=1e-6)
 
 
-@pytest.mark.parametrize("bits", [25, 64, True])
-def test_mse_windows_refuses_bits_outside_1_to_24(bits):
-    """The refusal names the valid range, integer in [1, 24] (the ADC's):
-    25 and beyond are refused, and so is a bool."""
-    with pytest.raises(ValueError, match=f"bits: {bits!r} is not valid"):
-        calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, bits)
+def test_mse_windows_takes_up_to_24_bits():
+    """The ADC's range, integer in [1, 24]: 24 bits run (25 are refused)."""
     lo, hi = calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, 24)
     assert np.all(lo < hi)
-
-
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"n_bins": True}, "n_bins: True is not valid"),
-    ({"enob_loss": True}, "enob_loss: True is not valid"),
-    ({"samples": np.ones((3, 0))}, r"samples: shape \(3, 0\) is empty"),
-    # one sigma per *sample* (4 samples, 2 columns) is not one per column
-    ({"sigma": np.full(4, 0.1)}, r"sigma: shape \(4,\) does not match the 2 columns"),
-])
-def test_mse_windows_refuses_more_bad_arguments(kwargs, match):
-    """Bools are not counts or bits (as bits=True is refused), a batch
-    with no columns is empty (S, C >= 1), and sigma is per column."""
-    args = {"samples": np.arange(8.0).reshape(4, 2), "sigma": 0.1, "bits": 4, **kwargs}
-    with pytest.raises(ValueError, match=match):
-        calibration.mse_windows(args.pop("samples"), args.pop("sigma"), args.pop("bits"),
-                                **args)
-
-
-def test_mse_windows_refuses_a_tails_flag_that_is_not_a_bool():
-    """tails: bool; a truthy string is refused, not read as True."""
-    with pytest.raises(TypeError, match="tails: expected a bool, got str"):
-        calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, 4, tails="no")
