@@ -187,6 +187,10 @@ def tiny_llama(tmp_path_factory):
      r"matmul_options: 'return_stats' is set by the layer itself"),
     ({"matmul_options": [1]}, TypeError, r"matmul_options: expected a mapping of str keys"),
     ({"program_options": "numba"}, TypeError, r"program_options: expected a mapping"),
+    # The keys too: an int key is named, not met as "keywords must be strings".
+    ({"matmul_options": {1: "x"}}, TypeError, r"^matmul_options: expected a mapping of str keys"),
+    ({"program_options": {1: "x"}}, TypeError,
+     r"^program_options: expected a mapping of str keys"),
     ({"calibration": [np.zeros((4, 64))]}, TypeError, r"calibration: expected a mapping"),
 ])
 def test_layer_options_that_are_not_mappings_or_clash_are_named(tiny_llama, options, error,
@@ -384,12 +388,3 @@ def test_range_log_and_plot_errorbars_are_bools(tmp_path):
 
     with pytest.raises(TypeError, match="errorbars: expected a bool, got str"):
         plots.line(frame, x="adc.bits", y="sqnr_db", errorbars="no")
-
-
-@pytest.mark.parametrize("option", ["matmul_options", "program_options"])
-def test_layer_options_with_keys_that_are_not_str_are_named(tiny_llama, option):
-    """The options are "a mapping of str keys": an int key is refused by the
-    option's name, not met as Python's bare "keywords must be strings"."""
-    h = tiny_llama.hidden_states(0, 4)
-    with pytest.raises(TypeError, match=rf"^{option}: expected a mapping of str keys"):
-        tiny_llama.layer(0).optical(h, ideal(), seed=0, **{option: {1: "x"}})
