@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -968,6 +969,16 @@ def test_plot_refuses_a_json_path_that_is_its_figure_and_writes_each_format_once
                  "--json", str(tmp_path / "p.json")]) == 0
     files = json.loads((tmp_path / "p.json").read_text())["files"]
     assert files == [str(tmp_path / "two.png"), str(tmp_path / "two.svg")]
+    # Without --output the figure goes to DIR/plots/<name>.png and .svg: a
+    # --json naming either is refused too, before it replaces the figure.
+    assert main([*base, "--json", str(tmp_path / "d.json")]) == 0
+    default = [Path(f) for f in json.loads((tmp_path / "d.json").read_text())["files"]]
+    assert [f.parent for f in default] == [out / "plots"] * 2
+    assert [f.suffix for f in default] == [".png", ".svg"]
+    for figure in default:
+        figure.unlink()
+        assert main([*base, "--json", str(figure)]) == 2
+        assert "is also the figure" in capsys.readouterr().err and not figure.exists()
 
 
 def test_a_sweep_from_a_config_file_is_the_sweep_of_its_preset(tmp_path):

@@ -155,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
               "the rest)", file=sys.stderr)
     fig, name = make_figure(frame, args)
     if args.output is None:
-        paths = plots.save(fig, args.sweep_dir / "plots" / name, formats or ["png", "svg"])
+        stem, formats = args.sweep_dir / "plots" / name, formats or ["png", "svg"]
+        check_not_json(args, plots.output_paths(stem, formats), "the default --output")
+        paths = plots.save(fig, stem, formats)
     else:
         paths = plots.save(fig, args.output, formats)
     if not json_to_stdout(args):  # '-': stdout is the JSON
