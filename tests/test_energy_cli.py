@@ -1,5 +1,7 @@
+import itertools
 import json
 import math
+import pathlib
 import re
 
 import pytest
@@ -8,6 +10,8 @@ import optical
 from optical.cli import main
 from optical.energy import gpu
 from optical.transformer import read_spec
+
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 
 
 def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, capsys):
@@ -576,3 +580,37 @@ def test_every_printed_figure_is_the_reports(tmp_path, capsys):
     assert [gpus_all, gpus_split, machines] == [split["gpus"]["all_gpu"],
                                                 split["gpus"]["disaggregated"],
                                                 split["optical_machines"]]
+
+
+def test_docs_energy_worked_example_is_what_the_command_prints(capsys, monkeypatch):
+    """docs/energy.md's "Worked example" block is the output of the command it
+    shows, line for line (the page's prose reads its figures off it)."""
+    text = (DOCS / "energy.md").read_text(encoding="utf-8")
+    lines = text.split("## Worked example", 1)[1].split("```", 2)[1].strip("\n").splitlines()
+    command = lines[0].removeprefix("$ ").split()
+    assert command[0] == "optical"
+    monkeypatch.chdir(DOCS.parent)
+    assert main(command[1:]) == 0
+    assert capsys.readouterr().out.splitlines() == lines[1:]
+
+
+def test_docs_energy_break_even_table_is_what_the_model_gives():
+    """docs/energy.md's break-even table (iris-like, H100, one core, batch 1),
+    row by row from the energy model."""
+    from optical.energy import compare, model
+
+    text = (DOCS / "energy.md").read_text(encoding="utf-8")
+    lines = text[text.index("| model | prompt tokens | GPU / optical energy"):].splitlines()
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in itertools.takewhile(lambda line: line.startswith("|"), lines[2:])]
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+    assert len(rows) == 12
+    for name, tokens, ratio, photons, batch, mask, laser, digital in rows:
+        spec, n = read_spec(DOCS.parent / "models" / name), int(tokens)
+        opt, ref = model.prefill(spec, n, cfg), gpu.prefill(spec, n, h100)
+        share = {k: f"{100 * v / opt.total:.0f}%" for k, v in opt.components.items()}
+        be_photons = compare.break_even_photons(spec, n, cfg, h100)
+        assert f"{ref.energy / opt.total:.2f}" == ratio, (name, tokens)
+        assert ("none" if be_photons is None else f"{be_photons:.2e}") == photons, (name, tokens)
+        assert str(compare.break_even_batch(spec, n, cfg, h100)) == batch, (name, tokens)
+        assert (share["mask_load"], share["laser"], share["digital"]) == (mask, laser, digital)

