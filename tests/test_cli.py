@@ -99,6 +99,28 @@ def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, monkeypatc
     assert why in err and not ran
 
 
+@pytest.mark.parametrize("command", [
+    ["validate", "--tokens", "4", "--quiet", "--preset", "ideal"],
+    ["energy", "--prompt-tokens", "8"],
+    ["sweep", "--tokens", "4", "--param", "adc.bits=4,6", "--jobs", "1", "--quiet"]])
+@pytest.mark.parametrize("target", ["config.json", "model.safetensors"])
+def test_json_onto_a_file_of_the_model_is_refused(command, target, tmp_path, capsys):
+    # The report would replace the config or the weights, and the model is gone.
+    from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+    model = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    out = ["--out", str(tmp_path / "s")] if command[0] == "sweep" else []
+    argv = [command[0], "--model", str(model), *command[1:], *out]
+    assert main([*argv, "--json", str(model / target)]) == 2
+    err = capsys.readouterr().err
+    assert f"--json {model / target}: a file of the model in {model}" in err
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    assert not (tmp_path / "s").exists()  # refused before anything ran
+    if target == "config.json":  # another file of the directory is fine
+        assert main([*argv, "--json", str(model / "report.json")]) == 0
+
+
 def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
     # `optical energy ... | head -3`: once the reader has gone, a write fails
     # with EPIPE; no error line, exit 1 (Python's "Note on SIGPIPE").

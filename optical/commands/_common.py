@@ -122,14 +122,26 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
 
 
+# The files of a model directory that optical.transformer.load reads.
+MODEL_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer.json")
+
+
 def check_json_path(args: argparse.Namespace) -> None:
     """:func:`check_output_path` of ``--json``: ``optical.cli.main`` calls it
     before it runs any command. Also refused: one of the files of the sweep
-    the command runs or reads (``--out`` / ``DIR``), which it would overwrite."""
+    the command runs or reads (``--out`` / ``DIR``), or of the ``--model``
+    directory (:data:`MODEL_FILES`), which it would overwrite."""
     path = getattr(args, "json_path", None)
     check_output_path(path, "--json")
+    if path is None or str(path) == "-":
+        return
+    model = getattr(args, "model", None)
+    if model is not None and Path(path).resolve() in {
+            f.resolve() for pattern in MODEL_FILES for f in Path(model).glob(pattern)}:
+        raise ValueError(f"--json {path}: a file of the model in {model} (--model), which "
+                         "it would overwrite; write the JSON elsewhere")
     sweep = getattr(args, "out", None) or getattr(args, "sweep_dir", None)
-    if path is None or str(path) == "-" or sweep is None:
+    if sweep is None:
         return
     from optical._sweep_store import writes
 
