@@ -517,3 +517,15 @@ def test_matmul_runs_runs_the_exact_path_when_asked(rng):
     fast = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3))
     assert not np.allclose(exact, fast)
     np.testing.assert_allclose(ys[0], exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("magnitude", [1e38, 1e-30])
+def test_inputs_near_the_ends_of_float32_are_scaled_not_zeroed(rng, magnitude):
+    """Each token is divided by its abs-max: past 1 / tiny (~8.5e37) the
+    reciprocal XLA multiplies by is subnormal and was flushed, zeroing the
+    token. The ideal preset keeps x @ w at both ends of float32's range."""
+    x = (rng.standard_normal((4, 16)) * magnitude).astype(np.float32)
+    w = (rng.standard_normal((16, 8)) * 1e-2).astype(np.float32)
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    y = np.asarray(jax_backend.matmul(jnp.asarray(x), w, ideal(), seed=0))
+    assert np.abs(y - exact).max() <= 1e-5 * np.abs(exact).max()

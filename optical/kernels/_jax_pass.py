@@ -352,7 +352,11 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
     tokens = x.shape[0]
     kp = st.k_tiles * st.tile_k
     key = jax.random.key(seed)
-    xn = jnp.clip(x / jnp.where(scale > 0, scale, 1)[:, None], -1, 1)  # zero tokens: 0
+    # x / scale, through the scale's mantissa after an exact power-of-two shift:
+    # XLA computes a division as a multiplication by the reciprocal, which
+    # flushes to zero for a scale past 1 / tiny (~8.5e37) and zeroed the token.
+    mant, expo = jnp.frexp(jnp.where(scale > 0, scale, 1))  # zero tokens: 0
+    xn = jnp.clip(jnp.ldexp(x, -expo[:, None]) / mant[:, None], -1, 1)
     if st.offset_inputs:
         a = ((xn + 1) / 2)[None]
     else:
