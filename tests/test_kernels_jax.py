@@ -296,6 +296,20 @@ def test_programmed_weights_survive_a_jit_trace(rng):
     assert np.isfinite(np.asarray(again)).all()
 
 
+def test_a_traced_seed_keeps_every_bit_behind_an_adc(rng):
+    """docs/ARCHITECTURE.md (Reproducibility): an outer jit or a traced seed
+    keeps every bit behind an ADC (wang-2022 with adc.bits=8), also with x and
+    the weights closed over, constants of the jit that XLA must not fold
+    (folded, 135 of these 720 outputs moved)."""
+    cfg = optical.presets.get("wang-2022").replace({"adc.bits": 8})
+    x = rng.standard_normal((16, 150)).astype(np.float32)
+    pw = optical.program(rng.standard_normal((150, 45)).astype(np.float32), cfg)
+    eager = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=9))
+    traced = jax.jit(lambda s: jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=s))(
+        jnp.uint32(9))
+    np.testing.assert_array_equal(np.asarray(traced), eager)
+
+
 def _assert_rederived_windows_are_programmed(rng, base, params):
     """``matmul`` with ``params`` passed through (the ADC windows re-derived
     from the rule in the trace) equals ``matmul`` of the config holding those

@@ -347,6 +347,10 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
     conversions of a chunk of tokens. (Photons per token: the host adds them
     in float64, so that the total depends on the batching only through
     the float32 rounding of XLA's GEMMs.)"""
+    # Where x and the weights are constants of an outer jit (closed over, the
+    # seed traced), XLA would fold the noise-free part of the pass while
+    # compiling, rounded otherwise than at run time: the barrier keeps every bit.
+    x, scale, prog = jax.lax.optimization_barrier((x, scale, prog))
     dt = x.dtype
     hp = jax.lax.Precision.HIGHEST
     tokens = x.shape[0]
