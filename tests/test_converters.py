@@ -39,8 +39,9 @@ def test_level_quantiser_is_idempotent_and_monotone(u, bits):
 def test_transmission_spans_min_to_one():
     t = converters.transmission(np.array([0.0, 0.5, 1.0]), 0.02)
     np.testing.assert_allclose(t, [0.02, 0.51, 1.0])
-    with pytest.raises(ValueError, match="min_transmission"):
-        converters.transmission(np.zeros(2), 1.0)
+    for closed in (1.0, -0.1):  # no contrast, or negative light
+        with pytest.raises(ValueError, match="min_transmission"):
+            converters.transmission(np.zeros(2), closed)
 
 
 @pytest.mark.parametrize("bits", [1, 3, 6, 8])
@@ -69,6 +70,8 @@ def test_adc_inverted_window_is_refused():
     # It returned lo everywhere with nothing flagged as clipped.
     with pytest.raises(ValueError, match=r"lo, hi: .* lo = 1.0 > hi = 0.0"):
         converters.adc_quantize(np.array([0.0, 0.5, 1.0]), 1.0, 0.0, 4)
+    with pytest.raises(ValueError, match=r"lo, hi: .* lo = 1.0 > hi"):  # by one ulp
+        converters.adc_quantize(np.zeros(3), 1.0, np.nextafter(1.0, 0.0), 4)
     lo, hi = np.array([0.0, 2.0, 0.0]), np.array([1.0, 1.0, 0.0])
     with pytest.raises(ValueError, match=r"lo = 2.0 > hi = 1.0 \(in 1 window"):
         converters.adc_quantize(np.zeros((5, 3)), lo, hi, 4)
@@ -96,9 +99,11 @@ def test_enob_noise_gives_the_error_variance_of_an_ideal_enob_converter(bits, en
     assert np.var(q - r) == pytest.approx(expected, rel=0.02)
 
 
-def test_enob_equal_to_bits_adds_no_noise():
-    assert converters.enob_noise_std(0.0, 1.0, 8, 8.0) == 0.0
-    assert converters.enob_noise_std(0.0, 1.0, 8, None) == 0.0
+def test_enob_equal_to_or_above_the_bits_adds_no_noise():
+    # No converter beats its own quantisation: an ENOB at or above the bits
+    # is an ideal converter (no added noise, and no NaN).
+    for enob in (8.0, 8.25, 12.0, None):
+        assert converters.enob_noise_std(0.0, 1.0, 8, enob) == 0.0
 
 
 def test_quantisers_keep_dtype():

@@ -218,6 +218,17 @@ def test_truncation_counts_the_input_side_too(radius):
     assert 0 < moved <= narrow.truncation
 
 
+def test_truncation_counts_every_input_row_out_to_sixteen_pixels():
+    # Kernels.truncation is assessed out to max(16, 2 * radius) pixels: at
+    # radius 1 it holds at least the light of a source that lands 2..16 rows
+    # away relative to what the kernel keeps, read off a radius-16 kernel's
+    # input coupling (a ratio of its entries: the normalisation cancels).
+    cut = diffraction(kernel_radius=1, fan_in_aperture=25.4e-3, fan_out_aperture=3e-3)
+    wide = X.kernels(cut.replace({"optics.kernel_radius": 16})).input_coupling
+    kept = wide[15:18].sum()
+    assert X.kernels(cut).truncation >= (wide.sum() - kept) / kept
+
+
 # --------------------------------------------------------------------------- #
 # The fast tile map
 # --------------------------------------------------------------------------- #
@@ -337,9 +348,12 @@ def test_bad_optics_config_is_refused(changes, match):
         BASE.replace(changes)
 
 
-def test_pixels_below_the_wavelength_are_refused_when_kernels_are_computed():
+@pytest.mark.parametrize("pitch", [0.5e-6, 850e-9])  # below, and exactly at, 850 nm
+def test_pixels_not_wider_than_the_wavelength_are_refused_when_kernels_are_computed(pitch):
+    cfg = diffraction(pixel_pitch=pitch)
+    assert cfg.source.wavelength == 850e-9
     with pytest.raises(ValueError, match="optics.pixel_pitch.*source.wavelength"):
-        X.kernels(diffraction(pixel_pitch=0.5e-6))
+        X.kernels(cfg)
 
 
 # --------------------------------------------------------------------------- #

@@ -52,8 +52,11 @@ def test_bad_scheme_and_out_of_range_values():
         for bad in (1.5, -1.5, np.nan, np.nextafter(1.0, 2.0), np.nextafter(-1.0, -2.0)):
             with pytest.raises(ValueError, match=r"\[-1, 1\]"):
                 encoding.encode(np.array([0.0, bad]), scheme)
-    with pytest.raises(ValueError, match="expected 2 rails"):
-        encoding.decode(np.zeros((1, 3)), "split")
+    for scheme, rails in (("split", 1), ("split", 3), ("offset", 2)):
+        expected = encoding.n_rails(scheme)
+        with pytest.raises(ValueError, match=f"expected {expected} rails on axis 0 for "
+                                             f"'{scheme}'"):
+            encoding.decode(np.zeros((rails, 3)), scheme)
 
 
 def test_encoding_keeps_dtype():

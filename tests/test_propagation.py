@@ -315,6 +315,24 @@ def test_spherical_lens_focus_conserves_power_on_its_own_pitch():
     assert P.power(focal, pitch) == pytest.approx(P.power(field, dx), rel=1e-9)
 
 
+def test_slit_relay_gives_a_passed_plane_wave_the_legendre_defocus_phase():
+    # The 1-D relay's defocus is W rms waves of sqrt(5) P2(rho) =
+    # sqrt(5) (3 rho**2 - 1) / 2 over the slit, with the sign of the circular
+    # stop's Zernike sqrt(3) (2 rho**2 - 1) (below): a passed plane wave takes
+    # it at its pupil coordinate rho = lambda f |fx| / (D / 2).
+    n, dx, f, d = 256, 1e-6, 2e-3, 1.3e-3
+    x = P.coordinates(n, dx)
+    for m in (0, 30, 60, 90):  # the cut-off is at m = 97.9
+        fx = m / (n * dx)
+        wave = np.exp(2j * math.pi * fx * x)
+        rho = LAM * f * fx / (d / 2)
+        defocused = P.imaging_relay(wave, wavelength=LAM, pixel_pitch=dx, focal_length=f,
+                                    aperture=d, defocus=0.1)
+        legendre = 0.1 * math.sqrt(5) * (3 * rho**2 - 1) / 2
+        np.testing.assert_allclose(defocused, wave * np.exp(2j * math.pi * legendre),
+                                   atol=1e-12)
+
+
 def test_circular_relay_passes_plane_waves_inside_the_coherent_cut_off_only():
     # On a non-square grid, plane waves along y, along x and diagonally: the
     # 4f relay with a circular stop passes those with lambda f |f_xy| inside

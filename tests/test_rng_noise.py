@@ -193,6 +193,17 @@ def test_shot_dark_read_rin_and_adc_draws_are_independent_at_one_seed_and_index(
             assert abs(np.corrcoef(draws[a], draws[b])[0, 1]) < 5 / np.sqrt(N), (a, b)
 
 
+def test_poisson_shot_and_dark_counts_are_independent_at_one_seed_and_index():
+    # Poisson shot counts and dark counts at one (seed, index) come from their
+    # own streams: uncorrelated, so their variances add (one shared stream
+    # would correlate them fully at equal means: variance 4 x the mean).
+    idx = _idx()
+    shot = noise.shot_noise(np.full(N, 5.0), model="poisson", seed=4, index=idx) - 5.0
+    dark = noise.dark_noise(5.0, model="poisson", seed=4, index=idx)
+    assert abs(np.corrcoef(shot, dark)[0, 1]) < 5 / np.sqrt(N)
+    assert np.var(shot + dark) == pytest.approx(10.0, rel=0.02)
+
+
 def test_the_parallel_reference_normals_are_those_of_their_counters():
     """numba's normal_range(key, start, out) is the reference's normals of
     counters start, start + 1, ... across its parallel blocks (blocks that
