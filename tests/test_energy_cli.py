@@ -80,6 +80,12 @@ def test_energy_plot_is_titled_with_the_hardware_priced(tmp_path, monkeypatch, c
     (["energy", "--model", "models/llama-3.2-1b", "--gpu-utilization", "2"],
      "--gpu-utilization: 2.0 is out of range"),
     (["energy", "--model", "models/llama-3.2-1b", "--set", "energy.cores=0"], "energy.cores"),
+    (["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "2048",
+      "--output-tokens", "129025"], "--output-tokens: 2048 prompt + 129025 output tokens "
+     "exceed max_position_embeddings 131072"),
+    (["energy", "--model", "models/llama-3.2-1b", "--requests-per-s", "1e308"],
+     "--requests-per-s x --output-tokens: 1e+308 requests/s of 256 output tokens need inf "
+     "decode instances"),
 ])
 def test_energy_command_errors_are_one_clear_line(argv, message, capsys, tmp_path):
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
@@ -507,7 +513,7 @@ def test_the_table_says_outlier_channels_are_priced_as_optical(capsys):
     assert "outlier channels" not in capsys.readouterr().out
 
 
-def test_prompt_length_defaults_to_what_the_model_holds(capsys):
+def test_prompt_length_defaults_to_what_the_model_holds(capsys, tmp_path):
     """The default prompt (2048 tokens) is cut to a model's
     max_position_embeddings (all-MiniLM-L6-v2: 512), which refused it before;
     a prompt given explicitly is still checked against it."""
@@ -517,6 +523,14 @@ def test_prompt_length_defaults_to_what_the_model_holds(capsys):
     assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 2048
     assert main(["energy", "--model", "models/all-minilm-l6-v2", "--prompt-tokens", "513"]) == 2
     assert "--prompt-tokens: 513 exceed max_position_embeddings 512" in capsys.readouterr().err
+    # A decoder's context also holds the tokens it generates: a Llama of
+    # 2100 positions defaults to 2100 - 256 output tokens of prompt.
+    config = json.loads(pathlib.Path("models/llama-3.2-1b/config.json").read_text())
+    short = tmp_path / "short"
+    short.mkdir()
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2100}))
+    assert main(["energy", "--model", str(short), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 2100 - 256
 
 
 def test_every_printed_figure_is_the_reports(tmp_path, capsys):

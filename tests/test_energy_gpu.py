@@ -2,6 +2,7 @@
 
 import functools
 import math
+import re
 
 import pytest
 
@@ -13,10 +14,11 @@ from optical.transformer import ModelSpec, read_spec
 #: energies in joules (a laser term of 5.6e-13 J would pass for any value).
 approx = functools.partial(pytest.approx, rel=1e-6, abs=0)
 
-TINY = ModelSpec.from_config({
+TINY_CONFIG = {
     "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-    "head_dim": 4, "vocab_size": 10, "tie_word_embeddings": False})
+    "head_dim": 4, "vocab_size": 10, "tie_word_embeddings": False}
+TINY = ModelSpec.from_config(TINY_CONFIG)
 
 SLOW_GPU = gpu.GPUSpec(name="toy", peak_flops=1e4, memory_bandwidth=1e3, power=100.0,
                        memory=1e6, compute_utilization=0.5, bandwidth_utilization=0.8)
@@ -213,6 +215,34 @@ def test_all_gpu_adds_whole_prefill_instances_for_batches_per_second(llama_8b):
 def test_bad_workloads_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         workload.Workload(*args)
+
+
+def test_a_request_longer_than_the_model_s_context_is_refused():
+    """A request's decode runs at positions up to prompt + output tokens: past
+    max_position_embeddings the model cannot hold it, so it is not priced."""
+    spec = ModelSpec.from_config({**TINY_CONFIG, "max_position_embeddings": 10})
+    cfg = optical.presets.get("iris-like")
+    assert workload.disaggregated(spec, workload.Workload(6, 4, 0.01), cfg, SMALL_GPU)
+    with pytest.raises(ValueError, match=r"output_tokens: 6 prompt \+ 5 output tokens exceed "
+                                         "max_position_embeddings 10"):
+        workload.disaggregated(spec, workload.Workload(6, 5, 0.01), cfg, SMALL_GPU)
+
+
+def test_decode_instances_grow_in_proportion_to_a_huge_load(llama_8b):
+    """Each instance decodes at most a fixed load, so a thousand times the
+    requests need a thousand times the instances (to their rounding); past
+    what a float counts (or past float range) the load is refused by name."""
+    cfg, h100 = optical.presets.get("iris-like"), gpu.get_gpu("h100")
+
+    def instances(rate):
+        work = workload.Workload(2048, 256, rate)
+        return workload.disaggregated(llama_8b, work, cfg, h100)["decode"]["instances"]
+
+    assert instances(1e12) / instances(1e9) == approx(1000, rel=1e-6)
+    for rate in (1e19, 1e308):
+        with pytest.raises(ValueError, match=re.escape(f"requests_per_s: {rate:g} requests/s "
+                                                       "of 256 output tokens need ")):
+            instances(rate)
 
 
 def test_break_even_photons_equalises_the_energies(llama_8b):

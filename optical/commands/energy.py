@@ -79,7 +79,8 @@ def register(subparsers) -> None:
                         help="tokens per prompt (default 2048, a long prompt: the mask "
                              "loads are amortised over it; or the model's "
                              "max_position_embeddings if smaller, e.g. 512 for "
-                             "all-MiniLM-L6-v2; validate defaults to 256)")
+                             "all-MiniLM-L6-v2, less --output-tokens for a decoder; "
+                             "validate defaults to 256)")
     parser.add_argument("--batch", type=_positive_int, default=1,
                         help="prompts prefilled together, i.e. per weight load (default 1)")
     parser.add_argument("--gpu", default="h100", choices=sorted(gpu_model.GPUS),
@@ -143,22 +144,28 @@ def run(args: argparse.Namespace) -> int:
         require("matplotlib", "plot", "--plot")
     cfg = config_from_args(args)
     spec = read_spec(args.model)
-    if args.prompt_tokens is None:
-        args.prompt_tokens = min(2048, spec.max_positions or 2048)
+    decoder = spec.architecture == "llama"  # an encoder decodes nothing
+    if args.prompt_tokens is None:  # leave a decoder's context room for the output
+        room = (spec.max_positions or 2048) - (args.output_tokens if decoder else 0)
+        args.prompt_tokens = min(2048, max(1, room))
     spec.check_tokens(args.prompt_tokens, "--prompt-tokens")
+    if decoder:
+        workload.check_context(spec, args.prompt_tokens, args.output_tokens, "--output-tokens")
     gpu = gpu_model.get_gpu(args.gpu)
     if args.gpu_utilization is not None:
         if args.gpu_utilization > 1:
             raise ValueError(f"--gpu-utilization: {args.gpu_utilization} is out of range; "
                              "valid: (0, 1]")
         gpu = gpu.replace(compute_utilization=args.gpu_utilization)
+    work = workload.Workload(args.prompt_tokens, args.output_tokens, args.requests_per_s)
+    if decoder:  # before the work: a load past what is counted
+        workload.check_load(spec, work, gpu, "--requests-per-s x --output-tokens")
     name = Path(args.model).name
     opt = model.prefill(spec, args.prompt_tokens, cfg, batch=args.batch, model=name)
     ref = gpu_model.prefill(spec, args.prompt_tokens, gpu, batch=args.batch)
     comparison = compare.compare(spec, args.prompt_tokens, cfg, gpu, batch=args.batch)
-    work = workload.Workload(args.prompt_tokens, args.output_tokens, args.requests_per_s)
     split = (workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
-             if spec.architecture == "llama" else None)  # an encoder decodes nothing
+             if decoder else None)
     if not json_to_stdout(args):  # '-': stdout is the JSON
         _print_report(args, name, cfg, gpu, opt, ref, comparison, split)
 

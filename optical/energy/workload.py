@@ -61,14 +61,32 @@ class Workload:
             raise ValueError(f"requests_per_s: {rate!r} must be a positive finite number")
 
 
-def _decode(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec) -> dict[str, Any]:
-    """Decode instances, concurrency and energy per output token.
+def check_context(spec: ModelSpec, prompt_tokens: int, output_tokens: int,
+                  name: str = "output_tokens") -> None:
+    """ValueError, naming ``name``, when a request's context (its prompt and
+    the tokens it generates) exceeds the model's ``max_position_embeddings``."""
+    limit = spec.max_positions
+    if limit is not None and prompt_tokens + output_tokens > limit:
+        raise ValueError(f"{name}: {prompt_tokens} prompt + {output_tokens} output tokens "
+                         f"exceed max_position_embeddings {limit} of config.json (a "
+                         "request's context holds both)")
 
-    With step time ``t(b) = max(A b, B0 + C b)`` (compute; weights + KV
-    reads) and per-instance load ``r = rate * output_tokens``, the least
-    fixed point of ``b = r t(b)`` is ``b = r B0 / (1 - r C)``; it exists
-    when ``r A < 1`` and ``r C < 1``.
-    """
+
+#: Most decode instances counted: past 2**53 a float no longer counts them.
+MAX_INSTANCES = 2**53
+
+
+def check_load(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec,
+               name: str = "requests_per_s") -> None:
+    """ValueError, naming ``name``, when the workload's decode needs more than
+    :data:`MAX_INSTANCES` instances (or a load past float range)."""
+    _decode_terms(spec, work, gpu, name)
+
+
+def _decode_terms(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec,
+                  name: str = "requests_per_s") -> tuple[Any, ...]:
+    """``(gpus, max_sequences, a, b0, c, load, first)`` of :func:`_decode`:
+    ``first`` is a lower bound of the instances it needs."""
     context = work.prompt_tokens + max(1, work.output_tokens // 2)
     kv_full = gpu_model.kv_cache_bytes(spec, work.prompt_tokens + work.output_tokens)
     gpus = max(1, math.ceil((gpu_model.model_bytes(spec) + kv_full) / gpu.memory))
@@ -80,13 +98,33 @@ def _decode(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec) -> dict[str
     c = (two.bytes - one.bytes) / scale
     b0 = (2 * one.bytes - two.bytes) / scale
     load = work.requests_per_s * work.output_tokens
-    # Fewest instances for which the fixed point exists and its KV caches fit.
-    instances = max(1, math.floor(load * max(a, c)) + 1, math.ceil(load * b0 / max_sequences))
+    # A fixed point needs r max(a, c) < 1, and b <= max_sequences needs
+    # r (b0 + max_sequences c) <= max_sequences, with r = load / instances.
+    need = max(load * max(a, c), load * (b0 + max_sequences * c) / max_sequences)
+    if not need <= MAX_INSTANCES:
+        raise ValueError(f"{name}: {work.requests_per_s:g} requests/s of "
+                         f"{work.output_tokens} output tokens need {need:.3g} decode "
+                         f"instances, more than are counted ({MAX_INSTANCES:.3g})")
+    return gpus, max_sequences, a, b0, c, load, max(1, math.floor(need))
+
+
+def _decode(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec) -> dict[str, Any]:
+    """Decode instances, concurrency and energy per output token.
+
+    With step time ``t(b) = max(A b, B0 + C b)`` (compute; weights + KV
+    reads) and per-instance load ``r = rate * output_tokens``, the least
+    fixed point of ``b = r t(b)`` is ``b = r B0 / (1 - r C)``; it exists
+    when ``r A < 1`` and ``r C < 1``.
+    """
+    gpus, max_sequences, a, b0, c, load, instances = _decode_terms(spec, work, gpu)
+    # Fewest instances for which the fixed point exists and its KV caches fit
+    # (from a lower bound: a step or two at most).
     while True:
         r = load / instances
-        b = r * b0 / (1 - r * c)
-        if r * max(a, c) < 1 and b <= max_sequences:
-            break
+        if r * max(a, c) < 1:
+            b = r * b0 / (1 - r * c)
+            if b <= max_sequences:
+                break
         instances += 1
     if b < 1:  # mostly one sequence at a time: each occupies output_tokens steps of one
         b = r * max(a, b0 + c)
@@ -124,6 +162,7 @@ def disaggregated(spec: ModelSpec, work: Workload, config: OpticalConfig,
         raise ValueError(f"spec: a {spec.architecture} model is an encoder and generates no "
                          "tokens; the disaggregated estimate (optical prefill + GPU decode) "
                          "needs a decoder (llama)")
+    check_context(spec, work.prompt_tokens, work.output_tokens)
     decode = _decode(spec, work, gpu)
     decode_energy = work.output_tokens * decode["energy_per_output_token_j"]
     opt = optical_model.prefill(spec, work.prompt_tokens, config, batch=prefill_batch)
