@@ -232,6 +232,9 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
      "rope_scaling.low_freq_factor: missing"),
     ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads 3"),
+    # More heads than features and no head_dim: heads of 0 features.
+    ({"num_attention_heads": 128, "num_key_value_heads": 2, "head_dim": None},
+     "hidden_size 64 // num_attention_heads 128 is a head of 0 features; set head_dim"),
     ({"rms_norm_eps": -1.0}, "key 'rms_norm_eps' must be a positive number, got -1.0"),
     ({"rms_norm_eps": float("nan")}, "key 'rms_norm_eps' must be a positive number"),
     ({"rope_theta": 0}, "key 'rope_theta' must be a positive number, got 0"),

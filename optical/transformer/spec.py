@@ -115,6 +115,9 @@ class ModelSpec:
         else:
             head_dim = (need("head_dim") if config.get("head_dim") is not None
                         else hidden // heads)  # Hugging Face's LlamaAttention likewise
+            if head_dim < 1:
+                raise ValueError(f"{source}: hidden_size {hidden} // num_attention_heads "
+                                 f"{heads} is a head of 0 features; set head_dim")
         if heads % kv_heads:
             raise ValueError(f"{source}: num_attention_heads {heads} is not a multiple of "
                              f"num_key_value_heads {kv_heads}")
