@@ -12,6 +12,8 @@ import json
 import math
 import numbers
 import os
+import reprlib
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ import numpy as np
 
 from optical import presets
 from optical._executors import Task
+from optical._validation import parse_json
 from optical.config import OpticalConfig
 from optical.workloads import workload_label
 
@@ -126,7 +129,7 @@ def _rebuild_advice(out: Path) -> str:
 
 def _read_json(path: Path, advice: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        return parse_json(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
 
@@ -250,7 +253,9 @@ def _stored_number(value: Any) -> bool:
     before the checks stored for custom workloads, are read as 0 / 1)."""
     if isinstance(value, str):
         return value in ("inf", "-inf", "nan")
-    return value is None or isinstance(value, int | float)
+    if isinstance(value, int):  # JSON's integers have no bound; a float column has
+        return abs(value) <= sys.float_info.max
+    return value is None or isinstance(value, float)
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -276,7 +281,7 @@ def read_record(path: Path) -> dict[str, Any]:
             if record["run_id"] != path.stem:
                 problem = f"'run_id' {record['run_id']!r} is not the file's name"
             else:
-                problem = next((f"metric {name!r} is {value!r}, not a number"
+                problem = next((f"metric {name!r} is {reprlib.repr(value)}, not a number"
                                 for name, value in record["metrics"].items()
                                 if not _stored_number(value)), None)
     if problem is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import numbers
+from typing import Any
 
 import numpy as np
 
@@ -10,6 +12,15 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 #: Elements per step of the finiteness check of a large contiguous array.
 _FINITE_CHUNK = 1 << 20
+
+
+def parse_json(text: str | bytes, **kwargs: Any) -> Any:
+    """``json.loads(text, **kwargs)``, with text nested too deeply for the
+    parser (a RecursionError) raised as the JSONDecodeError it is."""
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
 
 
 def all_finite(a: np.ndarray) -> bool:

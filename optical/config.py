@@ -36,6 +36,7 @@ from optical._config_fields import (
     parse,
     real,
 )
+from optical._validation import parse_json
 
 __all__ = [
     "ADCConfig",
@@ -761,7 +762,7 @@ class OpticalConfig:
     def from_json(cls, text: str) -> OpticalConfig:
         """Inverse of :meth:`to_json` (JSON text; a file: :meth:`from_file`)."""
         try:
-            data = json.loads(text)
+            data = parse_json(text, parse_float=_json_number)
         except json.JSONDecodeError as err:
             if isinstance(text, str) and text.strip()[:1] not in ("", "{", "["):
                 raise ValueError(f"text: not JSON ({err}); from_json reads JSON text: for "
@@ -786,7 +787,7 @@ class OpticalConfig:
                 else f"not text ({err})"
             raise ValueError(f"{path}: {reason}") from None
         try:
-            data = json.loads(text)
+            data = parse_json(text, parse_float=_json_number)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not JSON ({err})") from None
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
@@ -795,6 +796,17 @@ class OpticalConfig:
             return cls.from_dict(data)
         except (ValueError, TypeError) as err:
             raise ValueError(f"{path}: {err}") from None
+
+
+def _json_number(text: str) -> float | str:
+    """A JSON number of a config; one past float range (inf), or underflowing
+    to 0, is kept as its text, which ``from_dict`` refuses naming the field,
+    as ``--set`` refuses it (infinity is written out: "inf")."""
+    value = float(text)
+    mantissa = text.lower().partition("e")[0]
+    if math.isinf(value) or (value == 0 and mantissa.strip("-+0.") != ""):
+        return text
+    return value
 
 
 def check_config(config: object, name: str = "config") -> OpticalConfig:

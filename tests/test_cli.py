@@ -288,6 +288,7 @@ def test_a_config_file_leaves_unset_fields_at_the_base_config(tmp_path):
 @pytest.mark.parametrize(("content", "message"), [
     (None, "--config {path}: No such file or directory"),
     ("{", "--config {path}: not JSON (Expecting property name"),
+    ("[" * 100_000 + "]" * 100_000, "--config {path}: not JSON (nested too deeply"),
     ('{"adc.bits": 6}', '--config {path}: unknown config section \'adc.bits\' (fields nest in '
                         'their section: {{"adc": {{"bits": ...}}}})'),
     ('{"mask": {"compensate": "true"}}', "--config {path}: mask.compensate: 'true' is text, "

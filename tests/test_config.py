@@ -275,6 +275,19 @@ def test_a_long_double_beyond_float64_is_refused_not_made_inf():
         == math.inf
 
 
+def test_a_json_number_beyond_float_range_is_refused_as_set_refuses_it():
+    # json reads 1e999 as inf (noise-free light) and 1e-400 as 0: a config
+    # file refuses them by path, as --set does; infinity is written "inf".
+    for text, why in (("1e999", "overflows a float"), ("2E999", "overflows a float"),
+                      ("1e-400", "underflows to 0")):
+        with pytest.raises(ValueError, match=f"source.photons_per_mac: '{text}' {why}"):
+            optical.OpticalConfig.from_json(f'{{"source": {{"photons_per_mac": {text}}}}}')
+    read = optical.OpticalConfig.from_json('{"source": {"photons_per_mac": "inf"}, '
+                                           '"optics": {"defocus_waves": 0.0e5}}')
+    assert read == optical.OpticalConfig().replace({"source.photons_per_mac": math.inf,
+                                                    "optics.defocus_waves": 0.0})
+
+
 def test_negative_zero_is_zero():
     """-0.0 == 0.0, so the two configs are equal: they must also write the
     same JSON and so give a sweep the same run id."""

@@ -34,9 +34,10 @@ def test_bad_model_directories(tmp_path):
     # directory ..."), as transformer.load names it.
     with pytest.raises(FileNotFoundError, match=r"nowhere: no such model directory"):
         read_spec(tmp_path / "nowhere")
-    (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        read_spec(tmp_path)
+    for text in ("{not json", "[" * 100_000 + "]" * 100_000):  # (a RecursionError)
+        (tmp_path / "config.json").write_text(text)
+        with pytest.raises(ValueError, match="not valid JSON"):
+            read_spec(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ValueError, match="unknown architecture model_type='gpt2'"):
         read_spec(tmp_path)

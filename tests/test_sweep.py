@@ -805,6 +805,8 @@ def test_a_manifest_not_of_this_version_or_not_a_sweeps_is_not_to_be_deleted(tmp
     (lambda r: r.update(seed=True), "'seed' is True, not an integer"),  # JSON true: no seed
     (lambda r: r.update(metrics=[1.0]), "'metrics' is \\[1.0\\], not a JSON object"),
     (lambda r: r["metrics"].update(sqnr_db="high"), "metric 'sqnr_db' is 'high', not a number"),
+    (lambda r: r["metrics"].update(sqnr_db=10**400),  # past what a float column holds
+     "metric 'sqnr_db' is 100000000000000000...0000000000000000000, not a number"),
     (lambda r: r.update(params=[4]), "'params' is \\[4\\], not a JSON object"),
     (lambda r: r.update(run_id="0123"), "'run_id' '0123' is not the file's name"),
 ])

@@ -454,17 +454,20 @@ def test_an_executor_passed_in_is_not_closed_by_the_sweep(tmp_path):
     assert Recording.closed == 0
 
 
+@pytest.mark.parametrize("content", [b"\xff\xfe{\x00\x81garbage",
+                                     b"[" * 100_000 + b"]" * 100_000])
 @pytest.mark.parametrize("damaged", ["run", "manifest"])
-def test_a_binary_garbage_file_is_refused_naming_it(tmp_path, damaged):
-    """A corrupt file (here: bytes that are not UTF-8, as a disk error or a
-    truncated copy can leave) is a ValueError naming the file, as invalid
-    JSON is, not a bare UnicodeDecodeError."""
+def test_a_binary_garbage_file_is_refused_naming_it(tmp_path, damaged, content):
+    """A corrupt file (bytes that are not UTF-8, as a disk error or a
+    truncated copy can leave, or JSON nested too deeply to parse) is a
+    ValueError naming the file, as invalid JSON is, not a bare
+    UnicodeDecodeError or RecursionError."""
     out = tmp_path / "s"
     definition = SweepDefinition.build(_Toy(), {"adc.bits": [4, 6]}, seeds=1, base=BASE)
     execute(definition, out, executor="serial", progress=False, results_format="csv")
     path = (sorted((out / "runs").glob("*.json"))[0] if damaged == "run"
             else out / "manifest.json")
-    path.write_bytes(b"\xff\xfe{\x00\x81garbage")
+    path.write_bytes(content)
     with pytest.raises(ValueError, match="^" + re.escape(f"{path}: not valid JSON")):
         execute(definition, out, executor="serial", progress=False, results_format="csv")
 

@@ -17,6 +17,8 @@ from pathlib import Path, PurePath
 
 import numpy as np
 
+from optical._validation import parse_json
+
 __all__ = ["Checkpoint", "find_checkpoint_files", "fingerprint"]
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -173,7 +175,7 @@ class Checkpoint:
         index = self.index
         if index is not None:
             try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                weight_map = parse_json(index.read_text(encoding="utf-8"))["weight_map"]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
                 raise ValueError(f"{index}: not a safetensors index with a 'weight_map' "
                                  f"({err})") from None

@@ -13,14 +13,13 @@ directory's ``config.json`` is that model's.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from optical._validation import check_positive_int, check_seed
+from optical._validation import check_positive_int, check_seed, parse_json
 from optical.config import OpticalConfig
 from optical.transformer import bert, llama, synthetic
 from optical.transformer._engines import ReferenceEngine, engine_for
@@ -106,7 +105,7 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
 
 def _same_config(a: Path, b: Path) -> bool:
     def read(d: Path) -> dict:
-        return json.loads((d / "config.json").read_text(encoding="utf-8"))
+        return parse_json((d / "config.json").read_text(encoding="utf-8"))
     drop = ("_name_or_path", "transformers_version")
     return {k: v for k, v in read(a).items() if k not in drop} == \
         {k: v for k, v in read(b).items() if k not in drop}
