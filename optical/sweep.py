@@ -91,6 +91,10 @@ __all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "Proce
            "parse_swept_value", "read_manifest", "resume", "stored_definition", "sweep"]
 
 
+#: Most runs (points x seeds) of one sweep: each run is a file of its own.
+MAX_RUNS = 10**6
+
+
 class SweepError(RuntimeError):
     """A run of the sweep failed; the runs finished before it are kept."""
 
@@ -265,6 +269,7 @@ class SweepDefinition:
                             f"{type(params).__name__}")
         if samples is not None:
             samples = check_positive_int(samples, "samples")
+            _check_runs(samples, "samples", "random points")
         canonical: list[tuple[str, tuple[Any, ...] | Range]] = []
         for path, values in params.items():
             if not isinstance(path, str):
@@ -272,6 +277,11 @@ class SweepDefinition:
             canonical.append((path, _check_param(path, values, random=samples is not None,
                                                  workload=workload)))
         seeds = _check_seeds(seeds)
+        if samples is None:
+            _check_runs(math.prod(len(values) for _, values in canonical) * len(seeds),
+                        "params, seeds", "runs (grid points x seeds)")
+        else:
+            _check_runs(samples * len(seeds), "samples, seeds", "runs (points x seeds)")
         definition = cls(workload=workload, base=base, params=tuple(canonical),
                          seeds=seeds, samples=None if samples is None
                          else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
@@ -414,10 +424,17 @@ def _named_seed(value: Any, name: str) -> int:
         raise type(err)(f"{name}: {str(err).removeprefix('seed: ')}") from None
 
 
+def _check_runs(runs: int, name: str, what: str) -> None:
+    if runs > MAX_RUNS:
+        raise ValueError(f"{name}: {runs} {what} are more than a sweep holds (at most "
+                         f"{MAX_RUNS} runs, a file each); split it into several sweeps")
+
+
 def _check_seeds(seeds: Any) -> tuple[int, ...]:
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ValueError(f"seeds: {seeds} must be a positive number of seeds")
+        _check_runs(seeds, "seeds", "seeds")
         return tuple(range(int(seeds)))
     if isinstance(seeds, np.ndarray):
         if seeds.ndim != 1 or (seeds.size and seeds.dtype.kind not in "iu"):

@@ -273,6 +273,14 @@ def test_runs_copied_into_a_sweep_of_more_paths_are_reused(tmp_path):
     ({"adc.bits": [4]}, {"seeds": np.zeros((1, 2), int)}, "must be 1-D"),
     ({"adc.bits": [4]}, {"seeds": np.array([], int)}, "non-empty sequence of seeds"),
     ({"adc.bits": [4]}, {"samples": 2, "sample_seed": -1}, r"sample_seed: -1 is out of range"),
+    # Past a million runs (a file each): refused at once, not after building
+    # (a MemoryError) or drawing (hours) them.
+    ({"adc.bits": [4]}, {"seeds": 10**11}, r"seeds: 100000000000 seeds are more than a sweep "
+                                           r"holds \(at most 1000000 runs"),
+    ({"adc.bits": Range(2, 8)}, {"samples": 10**11}, "samples: 100000000000 random points"),
+    ({"adc.bits": Range(2, 8)}, {"samples": 1000, "seeds": 1001},
+     r"samples, seeds: 1001000 runs \(points x seeds\)"),
+    ({"adc.bits": [4, 6]}, {"seeds": 500_001}, r"params, seeds: 1000002 runs \(grid points"),
 ])
 def test_bad_definition_fails_before_any_work(tmp_path, params, kwargs, message):
     out = tmp_path / "never"
