@@ -330,6 +330,19 @@ def test_an_unknown_option_is_named_by_its_command(capsys):
     assert "usage: optical validate" in err
 
 
+@pytest.mark.parametrize("argv", [
+    ["config", "--json", ""], ["config", "--config", " "], ["energy", "--model", ""],
+    ["plot", "", "--x", "adc.bits", "--y", "sqnr_db"], ["sweep", "--matmul", "4x8x4", "--out", ""],
+    ["energy", "--model", "models/llama-3.2-1b", "--plot", ""]])
+def test_an_empty_path_is_named_as_such(capsys, argv):
+    # Path("") is ".": the refusal named "." (a directory) instead.
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    empty = next(a for a in argv if not a.strip())
+    assert f"{empty!r} is an empty path" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("argv", "option", "command"), [
     (["--quiet", "sweep", "--out", "never-written"], "--quiet", "sweep"),
     # an option with its value: argparse took the value for the command

@@ -21,7 +21,7 @@ def add_config_options(parser: argparse.ArgumentParser, *,
     parser.add_argument("--preset", default=None,
                         help=f"hardware preset (default {default_preset}; one of "
                              f"{', '.join(presets.names())})")
-    parser.add_argument("--config", dest="config_file", type=Path, metavar="FILE",
+    parser.add_argument("--config", dest="config_file", type=path_argument, metavar="FILE",
                         help="the hardware config from a JSON file instead of a preset: what "
                              "'optical config --json' writes, or a JSON that 'optical "
                              "validate' or 'optical energy' wrote (its config); fields the "
@@ -88,7 +88,7 @@ def config_source(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", dest="json_path", metavar="PATH", type=Path,
+    parser.add_argument("--json", dest="json_path", metavar="PATH", type=path_argument,
                         help="also write the result as JSON to PATH ('-' for stdout)")
 
 
@@ -96,6 +96,14 @@ def json_to_stdout(args: argparse.Namespace) -> bool:
     """Whether ``--json -`` was given: stdout then holds the JSON alone, so the
     command prints no table or summary."""
     return str(getattr(args, "json_path", None)) == "-"
+
+
+def path_argument(text: str) -> Path:
+    """argparse ``type`` of a path option: an empty one is refused (``Path("")``
+    is ".", which the option's error would name instead)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path")
+    return Path(text)
 
 
 def check_output_path(path: Path | None, option: str) -> None:

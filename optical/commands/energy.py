@@ -16,6 +16,7 @@ from optical.commands._common import (
     config_label,
     config_source,
     json_to_stdout,
+    path_argument,
     require,
     write_json,
 )
@@ -73,7 +74,7 @@ def register(subparsers) -> None:
         "energy", help="energy and time to first token of a prefill, optical vs GPU",
         description=__doc__.split("\n\n")[0].replace("\n", " ").split(": ", 1)[1], epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, type=Path, metavar="DIR",
+    parser.add_argument("--model", required=True, type=path_argument, metavar="DIR",
                         help="model directory with a config.json")
     parser.add_argument("--prompt-tokens", type=_positive_int, default=None, metavar="N",
                         help="tokens per prompt (default 2048, a long prompt: the mask "
@@ -92,7 +93,7 @@ def register(subparsers) -> None:
                              "(default 256)")
     parser.add_argument("--requests-per-s", type=_positive_float, default=1.0, metavar="R",
                         help="request rate of the disaggregated estimate (default 1)")
-    parser.add_argument("--plot", type=Path, metavar="PATH",
+    parser.add_argument("--plot", type=path_argument, metavar="PATH",
                         help="write a stacked-bar figure (needs matplotlib)")
     add_config_options(parser)
     add_json_option(parser)

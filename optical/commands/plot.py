@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from optical.commands._common import (
@@ -13,6 +12,7 @@ from optical.commands._common import (
     check_not_json,
     check_output_path,
     json_to_stdout,
+    path_argument,
     require,
     write_json,
 )
@@ -40,7 +40,8 @@ def register(subparsers) -> None:
         "plot", help="plot a sweep (PNG and SVG)",
         description=__doc__.split("\n")[0].split(": ", 1)[1], epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path, metavar="DIR", help="a sweep's --out directory")
+    parser.add_argument("sweep_dir", type=path_argument, metavar="DIR",
+                        help="a sweep's --out directory")
     parser.add_argument("--kind", choices=("line", "heatmap", "bars"), default="line",
                         help="line (default): --y against --x; heatmap: --z over --x and "
                              "--y; bars: per-matmul --y of a layer sweep")
@@ -52,7 +53,7 @@ def register(subparsers) -> None:
                         "lines or bar groups")
     parser.add_argument("--where", action="append", default=[], metavar="PATH=VALUE",
                         help="hold a swept parameter at one value (repeatable)")
-    parser.add_argument("--output", type=Path, metavar="STEM",
+    parser.add_argument("--output", type=path_argument, metavar="STEM",
                         help="write STEM.png, STEM.svg (default DIR/plots/<name>); "
                              "STEM.png alone if STEM ends in .png (or .svg, .pdf)")
     parser.add_argument("--formats", metavar="LIST",

@@ -15,6 +15,7 @@ from optical.commands._common import (
     add_json_option,
     describe_os_error,
     json_to_stdout,
+    path_argument,
     require,
     write_json,
 )
@@ -122,7 +123,7 @@ def register(subparsers) -> None:
     add_config_options(parser)  # --preset None: not given (resume), iris-like when starting
 
     run = parser.add_argument_group("execution")
-    run.add_argument("--out", type=Path, required=True, metavar="DIR",
+    run.add_argument("--out", type=path_argument, required=True, metavar="DIR",
                      help="directory of the sweep (created; resumed if it holds this sweep)")
     where = run.add_mutually_exclusive_group()
     where.add_argument("--jobs", type=int, metavar="N",
