@@ -291,19 +291,27 @@ def read_record(path: Path) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def lock(out: Path) -> Iterator[None]:
-    """Refuse a second sweep process on the same directory (Unix)."""
+    """Refuse a second sweep process on the same directory (Unix). A lock
+    file made here is removed again if the sweep fails before it wrote its
+    manifest (a directory refused as holding no sweep keeps nothing of it)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    with open(out / ".lock", "w") as handle:
+    path = out / ".lock"
+    made = not path.exists()
+    with open(path, "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ValueError(f"{out}: another sweep is running on this directory") from None
         try:
             yield
+        except BaseException:
+            if made and not (out / MANIFEST).exists():
+                path.unlink(missing_ok=True)
+            raise
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

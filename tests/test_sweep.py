@@ -300,6 +300,7 @@ def test_out_must_be_a_sweep_or_empty(tmp_path):
     with pytest.raises(ValueError, match="not empty and holds no sweep"):
         optical.sweep(WL, {}, seeds=1, out=tmp_path / "other", executor="serial",
                       progress=False)
+    assert [p.name for p in (tmp_path / "other").iterdir()] == ["notes.txt"]  # no .lock left
     with pytest.raises(FileNotFoundError, match="no sweep here"):
         load(tmp_path / "missing")
 
