@@ -145,7 +145,8 @@ class _Sums:
         norm = math.sqrt(self.signal) * math.sqrt(self.test)
         if norm == 0.0:
             return 1.0 if self.signal == 0.0 and self.test == 0.0 else 0.0
-        return self.cross / norm
+        # Cauchy-Schwarz bounds it by 1; the roundings of the three sums do not.
+        return min(max(self.cross / norm, -1.0), 1.0)
 
     def relative_error(self) -> float:
         if self.error == 0.0:

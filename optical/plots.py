@@ -99,10 +99,16 @@ def _check_metric(frame: Any, name: str, option: str) -> None:
                 "LayerWorkload(local=True))" if str(name).startswith("local_") else "")
         raise ValueError(f"{option} {name!r} is not a metric of this sweep{hint}; metrics: "
                          f"{', '.join(_metric_columns(frame))}")
+    if frame[name].dtype.kind not in "biuf":
+        raise TypeError(f"{option} {name!r}: the column holds {frame[name].dtype} values, not "
+                        "real numbers")
 
 
 def _select(frame: Any, where: Mapping[str, Any] | None, used: Sequence[str]) -> Any:
     """Rows matching ``where``; ValueError if another parameter still varies."""
+    if where is not None and not isinstance(where, Mapping):
+        raise TypeError(f"where: expected a mapping of parameter paths to values, got "
+                        f"{type(where).__name__}")
     where = dict(where or {})
     mask = np.ones(len(frame), dtype=bool)
     for path, value in where.items():
@@ -543,9 +549,10 @@ def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list
     if isinstance(formats, str):
         raise TypeError(f"formats: expected a sequence of formats, got the string {formats!r} "
                         f"(one format: [{formats!r}])")
-    stem = Path(stem)
+    stem = given = Path(stem)
     suffix = stem.suffix.lower().lstrip(".")
     named = suffix if suffix in FORMATS else None
+    alone = formats is None and named  # written to the stem itself, suffix as given
     if formats is None:
         formats = [named] if named else ["png", "svg"]
     formats = list(dict.fromkeys(str(f).lower() for f in formats))  # each written once
@@ -560,4 +567,4 @@ def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list
                              f"{', '.join(formats)}: give a name without a suffix, or "
                              "include that format")
         stem = stem.with_suffix("")
-    return [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
+    return [given] if alone else [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]

@@ -241,6 +241,9 @@ def get(name: str) -> OpticalConfig:
     ValueError
         For an unknown name, listing the valid ones.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name: a preset's name is a string, got {type(name).__name__}; "
+                        f"valid: {', '.join(_PRESETS)}")
     if name not in _PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid: {', '.join(_PRESETS)}")
     return _PRESETS[name]()

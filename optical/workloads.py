@@ -115,6 +115,10 @@ class MatmulWorkload:
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or \
                 not math.isfinite(scale) or scale <= 0:
             raise ValueError(f"outlier_scale: {scale!r} must be a positive finite number")
+        limit = float(np.finfo(self.dtype).max) / 1e6  # room for the draws it scales, the sums
+        if scale > limit:
+            raise ValueError(f"outlier_scale: {scale!r} would overflow {self.dtype} inputs; at "
+                             f"most {limit:.3g} (its largest value / 1e6)")
         object.__setattr__(self, "outlier_scale", float(scale))
         object.__setattr__(self, "data_seed", _positive_int("data_seed", self.data_seed,
                                                             zero=True))

@@ -126,8 +126,12 @@ def test_energy_functions_check_their_arguments_as_the_cli_does(tmp_path):
         energy.gpu.prefill("models/llama-3.2-1b", 64, gpu)
     with pytest.raises(TypeError, match=r"spec: expected a ModelSpec"):
         energy.gpu.decode_step("models/llama-3.2-1b", 64, 1, gpu)
-    # numpy numbers are numbers.
-    assert energy.Workload(64, 8, np.float32(2.0)).requests_per_s == 2.0
+    with pytest.raises(TypeError, match=r"spec: expected a ModelSpec .* got str"):
+        transformer.layer_schedule("models/llama-3.2-1b", 8, cfg)
+    # numpy numbers are numbers, kept as plain floats: the report is JSON.
+    numpy_rate = energy.Workload(32, 8, np.float32(2.0))
+    assert numpy_rate.requests_per_s == 2.0 and type(numpy_rate.requests_per_s) is float
+    json.dumps(energy.disaggregated(spec, numpy_rate, cfg, gpu))
     energy.Workload(64, 8, np.int64(1))
     with pytest.raises(ValueError, match=r"requests_per_s: .* must be a positive finite"):
         energy.Workload(64, 8, np.float64("nan"))
@@ -178,6 +182,21 @@ def test_config_values_beyond_float_range_or_of_the_wrong_kind_name_their_path()
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
     return transformer.load(write_model(tmp_path_factory.mktemp("tiny-llama"), TINY_LLAMA))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_layer_reference_names_an_input_beyond_its_dtype(tiny_llama, dtype):
+    """validate refuses it by name; the layer's own reference returned all NaN
+    (fp16's largest is 65504, bf16's 3.39e38)."""
+    h = tiny_llama.hidden_states(0, 8)
+    h[0, 3] = 7e4 if dtype == "float16" else 3.4e38
+    layer = tiny_llama.layer(0)
+    for call in (lambda: layer.reference(h, dtype=dtype),
+                 lambda: layer.matmul_inputs(h, dtype=dtype)):
+        with pytest.raises(ValueError, match=rf"h: \|values\| reach .* beyond {dtype}'s largest"):
+            call()
+    if dtype == "float16":  # float32 holds it, and an optical run is float32
+        assert np.isfinite(layer.reference(h, dtype="float32")).all()
 
 
 @pytest.mark.parametrize(("options", "error", "message"), [

@@ -39,6 +39,18 @@ def test_pair_metrics_by_hand():
         metrics.compare(ref, np.full_like(test, np.nan))
 
 
+def test_cosine_stays_within_minus_one_and_one(rng):
+    """Cauchy-Schwarz: |cos| <= 1, and a or -a against a is exactly +-1. The
+    roundings of the three sums gave 1.0000000000000002 for np.ones(3) against
+    itself (and for 14 of these 49 lengths), whose arccos is NaN."""
+    for n in range(1, 50):
+        for a in (np.ones(n), rng.standard_normal(n)):
+            for b, sign in ((a, 1.0), (-a, -1.0)):
+                for c in (metrics.cosine(a, b), metrics.compare(a, b)[1]):
+                    assert -1.0 <= c <= 1.0
+                    assert c == pytest.approx(sign, abs=1e-15)
+
+
 def test_pair_metrics_hold_at_extreme_magnitudes(rng):
     # Scale-free metrics: the sums' squares must neither underflow (a claimed
     # exact match) nor overflow (NaN) at float64's extremes. A power-of-two

@@ -6,6 +6,8 @@ fall as 1/d (Anderson et al., Optical Transformers, 2024); with zero-mean
 operands the signal grows ~ sqrt(d) and the photon count is flat.
 """
 
+import math
+
 import pytest
 
 import optical
@@ -116,7 +118,9 @@ def test_power_law_exponent_by_hand():
     assert photons.power_law_exponent([1, 10, 100], [3.0, 300.0, 30000.0]) == pytest.approx(
         2.0, rel=1e-12)
     for x, y in (([1.0], [1.0]), ([1, 2], [1.0, -1.0]), ([1, 2], [1.0, 0.0]),
-                 ([0, 2], [1.0, 2.0]), ([1, 2, 3], [1.0, 2.0])):
+                 ([0, 2], [1.0, 2.0]), ([1, 2, 3], [1.0, 2.0]),
+                 # one x twice (no slope), and points that are not finite
+                 ([8, 8], [1.0, 3.0]), ([1, 2], [math.nan, 2.0]), ([1, math.inf], [1.0, 2.0])):
         with pytest.raises(ValueError, match="at least two positive"):
             photons.power_law_exponent(x, y)
 
@@ -130,6 +134,10 @@ def test_photon_scaling_runs_each_width_with_the_arguments_given():
     at_20 = photons.photon_scaling((32, 64), target_snr_db=20.0, **kwargs)
     for hi, lo in zip(at_30.requirements, at_20.requirements, strict=True):
         assert hi.photons_per_mac / lo.photons_per_mac == pytest.approx(10.0, rel=0.05)
+    # One width (or one twice) has no exponent: refused before any search.
+    for widths in ((32,), (32, 32), "32"):
+        with pytest.raises(ValueError, match="need at least two different widths"):
+            photons.photon_scaling(widths, **kwargs)
 
 
 

@@ -364,19 +364,34 @@ def test_no_finished_runs_is_said_before_any_column_check(grid):
                    where={"source.photons_per_mac": 10.0})
 
 
+def test_a_metric_that_is_not_numbers_and_a_where_that_is_not_a_mapping_are_named(grid):
+    # pandas' "could not convert string to float: 'a'" named no column, and
+    # where= as (path, value) pairs got as far as the title.
+    notes = grid.assign(note="a")
+    with pytest.raises(TypeError, match=r"^y 'note': the column holds \w+ values, not real"):
+        plots.line(notes.drop(columns="sqnr_db"), "adc.bits", "note",
+                   where={"source.photons_per_mac": 10.0})
+    with pytest.raises(TypeError, match="^where: expected a mapping of parameter paths"):
+        plots.line(grid, "adc.bits", "sqnr_db", where=[("source.photons_per_mac", 10.0)])
+
+
 def test_save_takes_the_format_from_a_suffix(grid, tmp_path):
     fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
     assert plots.save(fig, tmp_path / "a.pdf") == [tmp_path / "a.pdf"]
     assert (tmp_path / "a.pdf").read_bytes()[:4] == b"%PDF"
     assert plots.save(fig, tmp_path / "b.PNG", ["png", "svg"]) == [tmp_path / "b.png",
                                                                   tmp_path / "b.svg"]
+    # Alone, the format its suffix names is written to the stem itself (on a
+    # case-sensitive file system f.PNG is not f.png).
+    assert plots.save(fig, tmp_path / "f.PNG") == [tmp_path / "f.PNG"]
+    assert (tmp_path / "f.PNG").read_bytes()[:4] == b"\x89PNG"
     assert plots.save(fig, tmp_path / "c.v2") == [tmp_path / "c.v2.png", tmp_path / "c.v2.svg"]
     with pytest.raises(ValueError, match="d.png names the format png, but the formats are svg"):
         plots.save(fig, tmp_path / "d.png", ["svg"])
     with pytest.raises(ValueError, match="formats: 'gif' is not valid"):
         plots.save(fig, tmp_path / "e", ["gif"])
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "a.pdf", "b.png", "b.svg", "c.v2.png", "c.v2.svg"]
+        "a.pdf", "b.png", "b.svg", "c.v2.png", "c.v2.svg", "f.PNG"]
 
 
 def test_missing_matplotlib_names_the_install_command(grid, monkeypatch):

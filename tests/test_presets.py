@@ -11,6 +11,10 @@ def test_names_and_unknown_preset():
     assert {"ideal", "iris-like", "wang-2022"} <= set(optical.presets.names())
     with pytest.raises(ValueError, match=r"unknown preset 'iris'; valid: ideal, iris-like"):
         optical.presets.get("iris")
+    for name in (["ideal"], {"ideal": 1}, None):  # not an unhashable-type TypeError
+        with pytest.raises(TypeError, match=r"name: a preset's name is a string, got \w+; "
+                                            "valid: ideal, iris-like"):
+            optical.presets.get(name)
 
 
 def test_name_of_finds_the_preset_a_config_equals():

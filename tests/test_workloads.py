@@ -40,6 +40,9 @@ def test_from_shape_and_round_trip():
     ({"tokens": 2, "k": 4, "n": 4, "outlier_channels": 5}, "outlier_channels: 5 exceeds k"),
     ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": math.nan}, "outlier_scale: nan"),
     ({"tokens": 2, "k": 4, "n": 4, "outlier_scale": 0.0}, "outlier_scale: 0.0"),
+    # Finite, but its inputs would overflow float32 (a run then named x).
+    ({"tokens": 2, "k": 4, "n": 4, "outlier_channels": 1, "outlier_scale": 1e39},
+     r"outlier_scale: 1e\+39 would overflow float32 inputs; at most 3.4e\+32"),
     ({"tokens": 2, "k": 4, "n": 4, "data_seed": -1}, "data_seed: -1 must be a non-negative"),
     # Refused when made, not at the first run (after a sweep has taken its directory).
     ({"tokens": 2, "k": 4, "n": 4, "backend": "jax", "dtype": "float64"},

@@ -213,8 +213,10 @@ class PhotonScaling:
 def power_law_exponent(x: Sequence[float], y: Sequence[float]) -> float:
     """Least-squares slope of ``log y`` against ``log x``."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.size < 2 or x.shape != y.shape or np.any(x <= 0) or np.any(y <= 0):
-        raise ValueError("power_law_exponent: need at least two positive (x, y) pairs")
+    if x.ndim != 1 or x.shape != y.shape or not (np.isfinite(x).all() and np.isfinite(y).all()) \
+            or np.any(x <= 0) or np.any(y <= 0) or np.unique(x).size < 2:
+        raise ValueError("power_law_exponent: need at least two positive, finite (x, y) pairs "
+                         "at two different x or more")
     return float(np.polyfit(np.log(x), np.log(y), 1)[0])
 
 
@@ -222,6 +224,10 @@ def photon_scaling(widths: Sequence[int], *, target_snr_db: float = 20.0,
                    operands: str = "coherent", tokens: int = 64, outputs: int = 64,
                    config: OpticalConfig | None = None, seed: int = 0) -> PhotonScaling:
     """:func:`required_photons` for each width and the power-law exponents."""
+    if isinstance(widths, str | bytes) or not isinstance(widths, Sequence) or \
+            len(set(widths)) < 2:
+        raise ValueError(f"widths: {widths!r}: need at least two different widths for the "
+                         "exponents")
     reqs = tuple(required_photons(d, target_snr_db=target_snr_db, operands=operands,
                                   tokens=tokens, outputs=outputs, config=config, seed=seed)
                  for d in widths)

@@ -59,6 +59,7 @@ class Workload:
         rate = self.requests_per_s
         if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 < rate < math.inf:
             raise ValueError(f"requests_per_s: {rate!r} must be a positive finite number")
+        object.__setattr__(self, "requests_per_s", float(rate))  # a plain float in JSON
 
 
 def check_context(spec: ModelSpec, prompt_tokens: int, output_tokens: int,

@@ -38,7 +38,7 @@ from optical._validation import check_plain_array, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
-from optical.transformer.numerics import check_dtype, round_to
+from optical.transformer.numerics import check_dtype, largest, round_to
 
 __all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden",
            "derive_seed", "engine_for", "matmul_inputs", "sum_stats", "weight_matmuls"]
@@ -52,10 +52,12 @@ def derive_seed(seed: int, *labels: object, bits: int = 63) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> (64 - bits)
 
 
-def check_hidden(h: object, hidden: int) -> np.ndarray:
+def check_hidden(h: object, hidden: int, dtype: str | None = None) -> np.ndarray:
     """A layer input as (batch, tokens, hidden): float32, finite, right width,
-    C-contiguous (a reduction along a strided axis sums in another order, so
-    the layout alone would move the last bits)."""
+    within the range of the reference ``dtype`` if one is given (fp16: 65504;
+    beyond it the reference is inf and NaN), C-contiguous (a reduction along a
+    strided axis sums in another order, so the layout alone would move the
+    last bits)."""
     if not isinstance(h, np.ndarray):
         raise TypeError(f"h: expected a numpy.ndarray, got {type(h).__name__}")
     check_plain_array(h, "h")
@@ -67,6 +69,10 @@ def check_hidden(h: object, hidden: int) -> np.ndarray:
                          f"got {h.shape}")
     if not np.isfinite(h).all():
         raise ValueError("h: contains NaN or infinite values")
+    if dtype is not None and float(np.max(np.abs(h))) > largest(dtype):
+        raise ValueError(f"h: |values| reach {float(np.max(np.abs(h))):.8g}, beyond {dtype}'s "
+                         f"largest {largest(dtype):.8g}: the {dtype} reference would be inf "
+                         "and NaN")
     h = np.ascontiguousarray(h)
     return h if h.ndim == 3 else h[None]
 

@@ -156,7 +156,7 @@ class BertLayer:
         engine = engine_for(dtype, config, seed, self.index, program_options=program_options,
                             matmul_options=matmul_options, calibration=calibration,
                             weights=self.weights, progress=progress)
-        h3 = check_hidden(h, self.spec.hidden_size)
+        h3 = check_hidden(h, self.spec.hidden_size, dtype if config is None else None)
         mask = check_mask(mask, h3.shape[:2])
         out = self.forward(h3, mask, engine)
         return engine.trace(out.reshape(h.shape))
@@ -165,7 +165,7 @@ class BertLayer:
                       mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The input rows of every weight matmul in a reference run; see
         :meth:`optical.transformer.LlamaLayer.matmul_inputs`."""
-        h3 = check_hidden(h, self.spec.hidden_size)
+        h3 = check_hidden(h, self.spec.hidden_size, dtype)
         mask = check_mask(mask, h3.shape[:2])
         return matmul_inputs(lambda engine: self.forward(h3, mask, engine),
                              weight_matmuls(self.weights), dtype)

@@ -186,7 +186,7 @@ class LlamaLayer:
         engine = engine_for(dtype, config, seed, self.index, program_options=program_options,
                             matmul_options=matmul_options, calibration=calibration,
                             weights=self.weights, progress=progress)
-        h3 = check_hidden(h, self.spec.hidden_size)
+        h3 = check_hidden(h, self.spec.hidden_size, dtype if config is None else None)
         self.spec.check_tokens(h3.shape[1])
         out = self._forward(h3, engine)
         return engine.trace(out.reshape(h.shape))
@@ -196,7 +196,7 @@ class LlamaLayer:
         (what :meth:`trace` records as ``inputs``, bit for bit), without
         computing the last matmul or anything after it: the calibration run
         of :func:`optical.transformer.validate`."""
-        h3 = check_hidden(h, self.spec.hidden_size)
+        h3 = check_hidden(h, self.spec.hidden_size, dtype)
         self.spec.check_tokens(h3.shape[1])
         return matmul_inputs(lambda engine: self._forward(h3, engine),
                              weight_matmuls(self.weights), dtype)

@@ -34,6 +34,9 @@ def layer_schedule(spec: ModelSpec, tokens: int, config: OpticalConfig, *,
         (with ``mapping.attention = "optical"``) the two attention products,
         which run between the value and the output projections.
     """
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec: expected a ModelSpec (optical.transformer.read_spec(path) or "
+                        f"a loaded model's .spec), got {type(spec).__name__}")
     tokens = check_positive_int(tokens, "tokens")
     batch = check_positive_int(batch, "batch")
     rows = batch * tokens
