@@ -142,7 +142,7 @@ class SourceConfig(Section):
             raise ValueError(f"source.photons_per_mac: {self.photons_per_mac} is out of range; "
                              f"finite values must be at most {MAX_FINITE_PHOTONS_PER_MAC:g}: "
                              "use inf for no shot noise")
-        # Gaussian RIN multiplies the intensity by (1 + sigma z): beyond sigma = 1
+        # Gaussian RIN multiplies the intensity by max(1 + sigma z, 0): beyond sigma = 1
         # the model is meaningless (and at 1e150 it overflows float32 to NaN).
         if not self.rin_sigma <= 1.0:
             raise ValueError(f"source.rin_db_per_hz = {self.rin_db_per_hz} dB/Hz over "

@@ -310,6 +310,23 @@ def test_a_traced_seed_keeps_every_bit_behind_an_adc(rng):
     np.testing.assert_array_equal(np.asarray(traced), eager)
 
 
+@pytest.mark.parametrize("exact", [False, True])
+def test_rin_never_makes_light_negative(exact):
+    """As on numpy and numba (test_matmul.py): under RIN of sigma = 1 a lone
+    source detects max(1 + z, 0) of its light, y of mean Phi(1) + phi(1)
+    (negative light gave 1.0, y down to -2.6), and photons of that mean."""
+    from .test_matmul import DARKENED_MEAN, lone_source_under_full_rin
+
+    p, tokens = 1e6, 8000
+    cfg = lone_source_under_full_rin(p, **{"detector.shot_noise": "gaussian"})
+    y, st = jax_backend.matmul(jnp.ones((tokens, 1), jnp.float32), np.ones((1, 1), np.float32),
+                               cfg, seed=1, exact=exact, return_stats=True)
+    y = np.asarray(y, dtype=np.float64)
+    assert y.min() > -0.01
+    assert y.mean() == pytest.approx(DARKENED_MEAN, abs=0.04)
+    assert st.detected_photons / (p * tokens) == pytest.approx(DARKENED_MEAN, abs=0.04)
+
+
 def _assert_rederived_windows_are_programmed(rng, base, params):
     """``matmul`` with ``params`` passed through (the ADC windows re-derived
     from the rule in the trace) equals ``matmul`` of the config holding those

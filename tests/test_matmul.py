@@ -1071,3 +1071,39 @@ def test_schedule_refuses_a_config_that_is_not_an_optical_config(config):
     """optical.schedule's docstring: "TypeError: config is not an OpticalConfig"."""
     with pytest.raises(TypeError, match="config"):
         optical.schedule(4, 64, 32, config)
+
+
+#: The mean of max(1 + z, 0) for a standard normal z: Phi(1) + phi(1).
+DARKENED_MEAN = 0.5 * (1 + math.erf(1 / math.sqrt(2))) + math.exp(-0.5) / math.sqrt(2 * math.pi)
+
+
+def lone_source_under_full_rin(photons, **changes):
+    """One source at full scale on one open pixel (split rails, x = w = 1)
+    under RIN of sigma = 1, the model's limit: its light is max(1 + z, 0)."""
+    return ideal(**{"source.photons_per_mac": photons, "source.rin_bandwidth": 1e9,
+                    "source.rin_db_per_hz": 10 * math.log10(1.0 / 1e9),
+                    "encoding.inputs": "split", "encoding.weights": "split",
+                    "core.inputs": 1, "core.outputs": 1, **changes})
+
+
+@pytest.mark.parametrize("photons", [1e6, math.inf])
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_rin_never_makes_light_negative(backend, exact, photons):
+    """A RIN fluctuation below -1 leaves the source dark (16 % of passes at
+    sigma = 1): y = max(1 + z, 0), up to Gaussian shot noise of sd
+    sqrt(y / p) < 3e-3, so never below -0.01 and of mean Phi(1) + phi(1) =
+    1.0833 (se 0.01 over 8000 tokens; negative light gave 1.0, y down to
+    -2.7), on every path and with or without shot noise; the photons
+    detected are never negative, token by token."""
+    cfg = lone_source_under_full_rin(photons, **{"detector.shot_noise": "gaussian"})
+    tokens, w = 8000, np.ones((1, 1))
+    y, st = optical.matmul(np.ones((tokens, 1)), w, cfg, seed=1, backend=backend, exact=exact,
+                           return_stats=True)
+    assert y.min() > -0.01
+    assert y.mean() == pytest.approx(DARKENED_MEAN, abs=0.04)
+    if math.isfinite(photons):
+        assert st.detected_photons / (photons * tokens) == pytest.approx(DARKENED_MEAN, abs=0.04)
+        for seed in range(30):  # one token: several seeds draw z < -1
+            _, one = optical.matmul(np.ones((1, 1)), w, cfg, seed=seed, backend=backend,
+                                    exact=exact, return_stats=True)
+            assert one.detected_photons >= 0, seed

@@ -105,6 +105,13 @@ def test_dark_read_and_rin_noise_moments():
         assert np.std(noise.rin_factors(sigma, seed=1, index=_idx()) - 1.0) == \
             pytest.approx(sigma, rel=0.01)
     assert np.all(noise.rin_factors(0.0, seed=1, index=_idx(10)) == 1.0)
+    # At the model's limit, sigma = 1, a source is dark where 1 + z < 0: the
+    # factors are max(1 + z, 0), zero with probability Phi(-1), of mean
+    # Phi(1) + phi(1) (light is never negative).
+    full = noise.rin_factors(1.0, seed=1, index=_idx())
+    assert full.min() == 0.0
+    assert np.mean(full == 0.0) == pytest.approx(stats.norm.cdf(-1.0), abs=5e-3)
+    assert full.mean() == pytest.approx(stats.norm.cdf(1.0) + stats.norm.pdf(1.0), abs=5e-3)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
@@ -183,7 +190,8 @@ def test_shot_dark_read_rin_and_adc_draws_are_independent_at_one_seed_and_index(
         "shot": noise.shot_noise(np.ones(N), model="gaussian", seed=4, index=idx) - 1.0,
         "dark": noise.dark_noise(1.0, model="gaussian", seed=4, index=idx),
         "read": noise.read_noise(1.0, seed=4, index=idx),
-        "rin": noise.rin_factors(1.0, seed=4, index=idx) - 1.0,
+        # (1 + sigma z, at a sigma that never darkens a source: z again)
+        "rin": (noise.rin_factors(1e-3, seed=4, index=idx) - 1.0) / 1e-3,
         "adc": _rng.normal(_rng.stream_key(4, _rng.STREAMS["adc"]), idx),  # as core.py draws
     }
     names = list(draws)

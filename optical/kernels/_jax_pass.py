@@ -373,8 +373,8 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
     if st.rin:
         z = _token_normals(key, _rng.STREAMS["rin"], t0, tokens,
                            (st.k_tiles, st.n_in, st.n_tiles, st.tile_k), dt)
-        light = a[:, :, :, None, :] * (1 + params["rin_sigma"].astype(dt)
-                                       * jnp.moveaxis(z, 2, 0))
+        light = a[:, :, :, None, :] * jnp.maximum(  # light is never negative
+            1 + params["rin_sigma"].astype(dt) * jnp.moveaxis(z, 2, 0), 0)
         means = jnp.einsum("stkmj,kmrjn->rstkmn", light, prog["sig"], precision=hp)
         photons = jnp.einsum("stkmj,kmj->t", light, prog["rowsum"], precision=hp)
     else:

@@ -170,25 +170,26 @@ def encode_levels(x, k0, scale, offset, top, levels, a_sum, left_t, p_low):
 
 @nb.njit(**_SERIAL)
 def _rin_exact(a, out, key, sigma, base):
-    """out = a * (1 + sigma e), e the reference's normal of index base + row."""
+    """out = a * max(1 + sigma e, 0), e the reference's normal of index base + row."""
     for j in range(a.size):
-        f = 1.0 + sigma * rng.normal_inline(key, base + np.uint64(j))
+        f = max(1.0 + sigma * rng.normal_inline(key, base + np.uint64(j)), 0.0)
         out[j] = a[j] * out.dtype.type(f)
 
 
 @nb.njit(**_SERIAL)
 def _rin_fast(a, out, key, sigma, pair_base):
-    """out = a * (1 + sigma e), rows 2i and 2i + 1 from the pair of counter pair_base + i."""
+    """out = a * max(1 + sigma e, 0), rows 2i and 2i + 1 from the pair of counter
+    pair_base + i."""
     kk = a.size
     sig = np.float32(sigma)
-    one = np.float32(1.0)
+    one, zero = np.float32(1.0), np.float32(0.0)
     for jp in range(kk // 2):
         c, s = rng.normal_pair32(key, pair_base + np.uint64(jp))
-        out[2 * jp] = a[2 * jp] * out.dtype.type(one + sig * c)
-        out[2 * jp + 1] = a[2 * jp + 1] * out.dtype.type(one + sig * s)
+        out[2 * jp] = a[2 * jp] * out.dtype.type(max(one + sig * c, zero))
+        out[2 * jp + 1] = a[2 * jp + 1] * out.dtype.type(max(one + sig * s, zero))
     if kk % 2:
         c, s = rng.normal_pair32(key, pair_base + np.uint64(kk // 2))
-        out[kk - 1] = a[kk - 1] * out.dtype.type(one + sig * c)
+        out[kk - 1] = a[kk - 1] * out.dtype.type(max(one + sig * c, zero))
 
 
 @nb.njit(**_SERIAL)

@@ -146,11 +146,14 @@ def read_noise(sigma_electrons: float, *, seed: int, index: np.ndarray) -> np.nd
 
 
 def rin_factors(sigma: float, *, seed: int, index: np.ndarray) -> np.ndarray:
-    """Multiplicative intensity factors ``1 + sigma * N(0, 1)``, one per source
-    per pass: the same factor scales that source's light on every output of
-    the pass, so RIN is correlated across outputs. ``sigma`` is finite, >= 0."""
+    """Multiplicative intensity factors ``max(1 + sigma * N(0, 1), 0)``, one
+    per source per pass: the same factor scales that source's light on every
+    output of the pass, so RIN is correlated across outputs. A fluctuation
+    that would make the light negative leaves the source dark (reached only
+    near the model's limit, sigma = 1). ``sigma`` is finite, >= 0."""
     if not 0 <= sigma < math.inf:
         raise ValueError(f"sigma: {sigma} must be finite and >= 0")
     if sigma == 0:
         return np.ones(np.shape(index))
-    return 1.0 + sigma * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["rin"]), index)
+    return np.maximum(1.0 + sigma * _rng.normal(_rng.stream_key(seed, _rng.STREAMS["rin"]), index),
+                      0.0)
