@@ -16,11 +16,16 @@ _FINITE_CHUNK = 1 << 20
 
 def parse_json(text: str | bytes, **kwargs: Any) -> Any:
     """``json.loads(text, **kwargs)``, with text nested too deeply for the
-    parser (a RecursionError) raised as the JSONDecodeError it is."""
+    parser (a RecursionError) or an integer too long to read (a plain
+    ValueError) raised as the JSONDecodeError it is."""
     try:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as err:  # an integer literal longer than int() reads (4300 digits)
+        raise json.JSONDecodeError(str(err), "", 0) from None
 
 
 def all_finite(a: np.ndarray) -> bool:

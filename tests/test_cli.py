@@ -103,7 +103,9 @@ def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, monkeypatc
     ["validate", "--tokens", "4", "--quiet", "--preset", "ideal"],
     ["energy", "--prompt-tokens", "8"],
     ["sweep", "--tokens", "4", "--param", "adc.bits=4,6", "--jobs", "1", "--quiet"]])
-@pytest.mark.parametrize("target", ["config.json", "model.safetensors"])
+@pytest.mark.parametrize("target", ["config.json", "model.safetensors",
+                                    # not there yet: written, they would be read (or named)
+                                    "model-00002-of-00002.safetensors", "pytorch_model.bin"])
 def test_json_onto_a_file_of_the_model_is_refused(command, target, tmp_path, capsys):
     # The report would replace the config or the weights, and the model is gone.
     from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
@@ -119,6 +121,23 @@ def test_json_onto_a_file_of_the_model_is_refused(command, target, tmp_path, cap
     assert not (tmp_path / "s").exists()  # refused before anything ran
     if target == "config.json":  # another file of the directory is fine
         assert main([*argv, "--json", str(model / "report.json")]) == 0
+
+
+def test_json_onto_the_model_of_a_resumed_sweep_is_refused(tmp_path, capsys):
+    # `optical sweep --out DIR` alone resumes the sweep of its manifest's
+    # --model: that model's files are as much refused.
+    from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+    model = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
+    out = tmp_path / "s"
+    assert main(["sweep", "--model", str(model), "--tokens", "4", "--param", "adc.bits=4,6",
+                 "--jobs", "1", "--quiet", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    assert main(["sweep", "--out", str(out), "--jobs", "1", "--quiet",
+                 "--json", str(model / "config.json")]) == 2
+    assert (f"--json {model / 'config.json'}: a file of the model in {model} (the model of "
+            f"the sweep in {out})") in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
 
 
 def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
@@ -289,6 +308,7 @@ def test_a_config_file_leaves_unset_fields_at_the_base_config(tmp_path):
     (None, "--config {path}: No such file or directory"),
     ("{", "--config {path}: not JSON (Expecting property name"),
     ("[" * 100_000 + "]" * 100_000, "--config {path}: not JSON (nested too deeply"),
+    ('{"adc": {"headroom": %s}}' % ("1" * 5000), "--config {path}: not JSON (Exceeds the limit"),
     ('{"adc.bits": 6}', '--config {path}: unknown config section \'adc.bits\' (fields nest in '
                         'their section: {{"adc": {{"bits": ...}}}})'),
     ('{"mask": {"compensate": "true"}}', "--config {path}: mask.compensate: 'true' is text, "

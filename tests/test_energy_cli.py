@@ -531,6 +531,13 @@ def test_prompt_length_defaults_to_what_the_model_holds(capsys, tmp_path):
     (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2100}))
     assert main(["energy", "--model", str(short), "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 2100 - 256
+    # Without the key there is no limit: 2048 whatever the output.
+    del config["max_position_embeddings"]
+    (short / "config.json").write_text(json.dumps(config))
+    for output in ("256", "4096"):
+        assert main(["energy", "--model", str(short), "--output-tokens", output,
+                     "--json", "-"]) == 0
+        assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 2048
 
 
 def test_every_printed_figure_is_the_reports(tmp_path, capsys):

@@ -523,7 +523,8 @@ def test_matmul_runs_runs_the_exact_path_when_asked(rng):
 def test_inputs_near_the_ends_of_float32_are_scaled_not_zeroed(rng, magnitude):
     """Each token is divided by its abs-max: past 1 / tiny (~8.5e37) the
     reciprocal XLA multiplies by is subnormal and was flushed, zeroing the
-    token. The ideal preset keeps x @ w at both ends of float32's range."""
+    token. The ideal preset keeps x @ w there, as at small magnitudes whose
+    normalised values stay normal (1e-30; tinier ones flush, as documented)."""
     x = (rng.standard_normal((4, 16)) * magnitude).astype(np.float32)
     w = (rng.standard_normal((16, 8)) * 1e-2).astype(np.float32)
     exact = x.astype(np.float64) @ w.astype(np.float64)

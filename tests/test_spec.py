@@ -34,7 +34,8 @@ def test_bad_model_directories(tmp_path):
     # directory ..."), as transformer.load names it.
     with pytest.raises(FileNotFoundError, match=r"nowhere: no such model directory"):
         read_spec(tmp_path / "nowhere")
-    for text in ("{not json", "[" * 100_000 + "]" * 100_000):  # (a RecursionError)
+    for text in ("{not json", "[" * 100_000 + "]" * 100_000,  # (a RecursionError)
+                 '{"x": %s}' % ("1" * 5000)):  # (past int()'s 4300 digits: a ValueError)
         (tmp_path / "config.json").write_text(text)
         with pytest.raises(ValueError, match="not valid JSON"):
             read_spec(tmp_path)

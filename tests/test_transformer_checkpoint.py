@@ -311,8 +311,10 @@ def test_a_damaged_shard_is_named_at_load(tmp_path, bf16_tensors):
     # Damage of another kind keeps the reader's own reason: a garbled header,
     # and a file that is no safetensors at all (an HTML error page), whose
     # first 8 bytes read as a header length of exabytes.
+    nested = b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}"  # past the recursion limit
     for other in (data[:8] + b"{" * (length - 8) + data[length:],
-                  b"<!DOCTYPE html><html><body>Not found</body></html>"):
+                  b"<!DOCTYPE html><html><body>Not found</body></html>",
+                  len(nested).to_bytes(8, "little") + nested + data[length:]):
         shard.write_bytes(other)
         with pytest.raises(ValueError, match=r"not a readable safetensors file") as err:
             transformer.load(directory)

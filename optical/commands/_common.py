@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib
 import json
 import math
@@ -130,8 +131,25 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
 
 
-# The files of a model directory that optical.transformer.load reads.
-MODEL_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer.json")
+# The files of a model directory that optical.transformer.load reads (or, for
+# PyTorch pickles, finds and names).
+MODEL_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer.json",
+               "*.bin", "*.pt")
+
+
+def check_json_model(path: Path | None, model: str | Path | None, option: str = "--model") -> None:
+    """Refuse a ``--json`` ``path`` that is, or would become, one of the
+    :data:`MODEL_FILES` of the model directory ``model``: the report would
+    replace the config or the weights."""
+    if path is None or str(path) == "-" or model is None:
+        return
+    target, directory = Path(path).resolve(), Path(model).resolve()
+    named = target.parent == directory and any(
+        fnmatch.fnmatch(target.name, pattern) for pattern in MODEL_FILES)
+    if named or target in {f.resolve() for pattern in MODEL_FILES
+                           for f in directory.glob(pattern)}:  # through a symlink too
+        raise ValueError(f"--json {path}: a file of the model in {model} ({option}), which "
+                         "it would overwrite; write the JSON elsewhere")
 
 
 def check_json_path(args: argparse.Namespace) -> None:
@@ -143,11 +161,7 @@ def check_json_path(args: argparse.Namespace) -> None:
     check_output_path(path, "--json")
     if path is None or str(path) == "-":
         return
-    model = getattr(args, "model", None)
-    if model is not None and Path(path).resolve() in {
-            f.resolve() for pattern in MODEL_FILES for f in Path(model).glob(pattern)}:
-        raise ValueError(f"--json {path}: a file of the model in {model} (--model), which "
-                         "it would overwrite; write the JSON elsewhere")
+    check_json_model(path, getattr(args, "model", None))
     sweep = getattr(args, "out", None) or getattr(args, "sweep_dir", None)
     if sweep is None:
         return

@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     spec = read_spec(args.model)
     decoder = spec.architecture == "llama"  # an encoder decodes nothing
     if args.prompt_tokens is None:  # leave a decoder's context room for the output
-        room = (spec.max_positions or 2048) - (args.output_tokens if decoder else 0)
+        limit = spec.max_positions  # None: a Llama config without the key, no limit
+        room = 2048 if limit is None else limit - (args.output_tokens if decoder else 0)
         args.prompt_tokens = min(2048, max(1, room))
     spec.check_tokens(args.prompt_tokens, "--prompt-tokens")
     if decoder:

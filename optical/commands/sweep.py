@@ -13,6 +13,7 @@ from typing import Any
 from optical.commands._common import (
     add_config_options,
     add_json_option,
+    check_json_model,
     describe_os_error,
     json_to_stdout,
     path_argument,
@@ -301,8 +302,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
     definition = _definition(args)
-    if definition is None:
+    if definition is None:  # resumed: its model is the stored workload's
         definition = stored_definition(args.out)
+        check_json_model(args.json_path, getattr(definition.workload, "model_dir", None),
+                         f"the model of the sweep in {args.out}")
     if args.vmap and not _vmappable(definition):
         raise ValueError("--vmap: none of this sweep's runs can be vmapped (only a --matmul "
                          "sweep with --backend jax batches its runs); drop --vmap")

@@ -36,7 +36,7 @@ from optical.energy import gpu as gpu_model
 from optical.energy import model as optical_model
 from optical.transformer.spec import ModelSpec
 
-__all__ = ["Workload", "disaggregated"]
+__all__ = ["MAX_INSTANCES", "Workload", "check_context", "check_load", "disaggregated"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +106,8 @@ def _decode_terms(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec,
         raise ValueError(f"{name}: {work.requests_per_s:g} requests/s of "
                          f"{work.output_tokens} output tokens need {need:.3g} decode "
                          f"instances, more than are counted ({MAX_INSTANCES:.3g})")
-    return gpus, max_sequences, a, b0, c, load, max(1, math.floor(need))
+    # (less a few ulps: need is rounded, and the search only ever steps up)
+    return gpus, max_sequences, a, b0, c, load, max(1, math.floor(need * (1 - 1e-15)))
 
 
 def _decode(spec: ModelSpec, work: Workload, gpu: gpu_model.GPUSpec) -> dict[str, Any]:
@@ -153,7 +154,10 @@ def disaggregated(spec: ModelSpec, work: Workload, config: OpticalConfig,
     ------
     ValueError
         ``spec`` is an encoder (BERT): it generates no tokens, so there is no
-        decode to disaggregate.
+        decode to disaggregate; a request's prompt and output tokens exceed
+        the model's ``max_position_embeddings`` (:func:`check_context`); the
+        decode needs more than :data:`MAX_INSTANCES` instances
+        (:func:`check_load`).
     """
     if not isinstance(work, Workload):
         raise TypeError(f"work: expected a Workload, got {type(work).__name__}")

@@ -114,7 +114,7 @@ def _truncation(path: Path) -> str | None:
                 return (f"it is {size} bytes, but its header alone declares {8 + length}: "
                         "truncated (an interrupted download or copy?)")
             handle.seek(8)
-            header = json.loads(handle.read(length))
+            header = parse_json(handle.read(length))
         tensors = {k: v for k, v in header.items() if k != "__metadata__"}
         end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
         for name, entry in tensors.items():  # a header whose entry contradicts itself
