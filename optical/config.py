@@ -418,8 +418,9 @@ class MappingConfig(Section):
     ----------
     attention : {"digital", "optical"}
         Where the attention products ``Q K^T`` and ``P V`` run. Their operands
-        are activations, so running them optically loads a new mask for every
-        request and head group (counted in the schedule's weight loads).
+        are activations, so running them optically loads new masks (K^T and V,
+        one per core-sized tile of each) for every layer, request and head
+        group (counted in the schedule's weight loads).
         The causal mask's zeros in ``P`` go through the DAC like any input.
         With offset inputs (``encoding.inputs = "offset"``) an even number of
         DAC levels cannot show 0: from 2 bits on each zero reads as half a

@@ -53,6 +53,23 @@ def test_prefill_flops_bytes_time_and_energy_by_hand():
     assert rep.per_token == approx(rep.energy / 6)
 
 
+def test_bert_prefill_bytes_by_hand_include_the_embedding_layernorm():
+    # 1 prompt x 4 tokens, H = 8, I = 16; weights 4 x 8 x 8 + 2 x 8 x 16 = 512,
+    # x 2 B. The layer's unfused activations: two LayerNorms read and write H
+    # (4 x 8 x 4 x 2 B = 256), Q read and O written, K and V read once (256),
+    # GELU reads and writes I (256), residuals read two and write one, twice
+    # (384); linear inputs and outputs 112 per row x 4 rows x 2 B. From DRAM:
+    # 4 word, 4 position and 1 token-type rows (9 x 8 x 2 B). The embedding
+    # LayerNorm reads and writes H per row (2 x 8 x 4 x 2 B), HBM traffic on a
+    # GPU like every element-wise kernel's (it was left out). No KV cache.
+    bert = ModelSpec.from_config({"model_type": "bert", "hidden_size": 8,
+                                  "intermediate_size": 16, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "vocab_size": 10})
+    rep = gpu.prefill(bert, 4, SLOW_GPU)
+    layer = 256 + 256 + 256 + 384 + 112 * 4 * 2
+    assert rep.bytes == 512 * 2 + layer + 9 * 8 * 2 + 2 * 8 * 4 * 2
+
+
 def test_gpu_energy_per_mac_of_a_compute_bound_prefill_is_power_over_mac_rate(llama_8b):
     """Compute-bound, the GPU spends its power for flops / (peak x utilisation)
     seconds: per MAC (2 FLOP), 2 x power / (peak x utilisation), whatever the

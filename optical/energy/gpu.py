@@ -195,7 +195,8 @@ def _forward(spec: ModelSpec, gpu: GPUSpec, tokens: int, batch: int, context: in
     flops = 2 * rows * weights["linear"] + spec.num_layers * layer.ops + head.ops
     nbytes = (weights["linear"] * counts.WEIGHT_BYTES
               + spec.num_layers * (off_chip + linear_io)
-              + head.dram_bytes + batch * kv_cache_bytes(spec, tokens))
+              + head.dram_bytes + head.sram_bytes  # BERT's embedding LayerNorm
+              + batch * kv_cache_bytes(spec, tokens))
     if gpus is None:
         gpus = max(1, math.ceil((model_bytes(spec) + kv_held) / gpu.memory))
     time = max(flops / (gpu.peak_flops * gpu.compute_utilization),
