@@ -300,12 +300,21 @@ def lock(out: Path) -> Iterator[None]:
         yield
         return
     path = out / ".lock"
-    made = not path.exists()
-    with open(path, "w") as handle:
+    while True:
+        made = not path.exists()
+        handle = open(path, "w")  # closed below, or held until the sweep ends
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            handle.close()
             raise ValueError(f"{out}: another sweep is running on this directory") from None
+        try:  # a lock file a failed sweep removed meanwhile locks nothing: again
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    with handle:
         try:
             yield
         except BaseException:

@@ -119,7 +119,9 @@ class SourceConfig(Section):
         Relative intensity noise of each source; ``-inf`` for none.
     rin_bandwidth : float, Hz
         Detection bandwidth over which the RIN density is integrated: the
-        relative intensity fluctuation has variance ``10**(rin/10) * bandwidth``.
+        relative intensity fluctuation has variance ``10**(rin/10) * bandwidth``
+        (sigma**2; a fluctuation below -1 leaves the source dark, so near the
+        limit sigma = 1 the light's spread is a little less).
     """
 
     _name: ClassVar[str] = "source"

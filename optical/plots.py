@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,10 @@ def _check_metric(frame: Any, name: str, option: str) -> None:
                 "LayerWorkload(local=True))" if str(name).startswith("local_") else "")
         raise ValueError(f"{option} {name!r} is not a metric of this sweep{hint}; metrics: "
                          f"{', '.join(_metric_columns(frame))}")
-    if frame[name].dtype.kind not in "biuf":
-        raise TypeError(f"{option} {name!r}: the column holds {frame[name].dtype} values, not "
+    column = frame[name]
+    if column.dtype.kind not in "biuf" and not all(  # None: a run that gave no value
+            v is None or isinstance(v, numbers.Real) for v in column):
+        raise TypeError(f"{option} {name!r}: the column holds {column.dtype} values, not "
                         "real numbers")
 
 

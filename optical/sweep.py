@@ -85,8 +85,8 @@ from optical._validation import check_bool, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_value, parse_value
 from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict, workload_label
 
-__all__ = ["DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload", "ProcessExecutor",
-           "Range", "SerialExecutor",
+__all__ = ["MAX_RUNS", "DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload",
+           "ProcessExecutor", "Range", "SerialExecutor",
            "SweepDefinition", "SweepError", "SweepSummary", "Terminated", "execute", "load",
            "parse_swept_value", "read_manifest", "resume", "stored_definition", "sweep"]
 
@@ -440,10 +440,12 @@ def _check_seeds(seeds: Any) -> tuple[int, ...]:
         if seeds.ndim != 1 or (seeds.size and seeds.dtype.kind not in "iu"):
             raise ValueError(f"seeds: an array of seeds must be 1-D and of integers, got "
                              f"shape {seeds.shape} and dtype {seeds.dtype}")
+        _check_runs(seeds.size, "seeds", "seeds")
         seeds = seeds.tolist()
     if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence) or len(seeds) == 0:
         raise ValueError(f"seeds: {seeds!r} must be a positive count or a non-empty "
                          "sequence of seeds")
+    _check_runs(len(seeds), "seeds", "seeds")  # before each is checked (range(10**11))
     checked = tuple(_named_seed(s, "seeds") for s in seeds)
     if len(set(checked)) != len(checked):
         raise ValueError(f"seeds: {list(checked)} repeats a seed")
@@ -485,10 +487,16 @@ def _checked_values(path: str, values: Any, canonical: Any) -> tuple[Any, ...]:
         values = [values]
     if len(values) == 0:
         raise ValueError(f"{path}: no values given")
+    _check_runs(len(values), path, "values")  # before each is checked
     checked = tuple(canonical(path, v) for v in values)
-    for i, value in enumerate(checked):
-        if value in checked[:i]:
-            raise ValueError(f"{path}: value {value!r} is given twice")
+    try:
+        seen = set(checked)
+    except TypeError:  # values that do not hash: compared pairwise
+        seen = None
+    if seen is None or len(seen) != len(checked):
+        for i, value in enumerate(checked):
+            if value in checked[:i]:
+                raise ValueError(f"{path}: value {value!r} is given twice")
     return checked
 
 

@@ -353,7 +353,8 @@ def test_an_unknown_option_is_named_by_its_command(capsys):
 @pytest.mark.parametrize("argv", [
     ["config", "--json", ""], ["config", "--config", " "], ["energy", "--model", ""],
     ["plot", "", "--x", "adc.bits", "--y", "sqnr_db"], ["sweep", "--matmul", "4x8x4", "--out", ""],
-    ["energy", "--model", "models/llama-3.2-1b", "--plot", ""]])
+    ["energy", "--model", "models/llama-3.2-1b", "--plot", ""], ["validate", "--model", ""],
+    ["sweep", "--model", " ", "--tokens", "4", "--out", "never-written"]])
 def test_an_empty_path_is_named_as_such(capsys, argv):
     # Path("") is ".": the refusal named "." (a directory) instead.
     with pytest.raises(SystemExit) as exit_:

@@ -8,6 +8,7 @@ operands the signal grows ~ sqrt(d) and the photon count is flat.
 
 import math
 
+import numpy as np
 import pytest
 
 import optical
@@ -134,6 +135,7 @@ def test_photon_scaling_runs_each_width_with_the_arguments_given():
     at_20 = photons.photon_scaling((32, 64), target_snr_db=20.0, **kwargs)
     for hi, lo in zip(at_30.requirements, at_20.requirements, strict=True):
         assert hi.photons_per_mac / lo.photons_per_mac == pytest.approx(10.0, rel=0.05)
+    assert photons.photon_scaling(np.array([32, 64]), target_snr_db=20.0, **kwargs) == at_20
     # One width (or one twice) has no exponent: refused before any search.
     for widths in ((32,), (32, 32), "32"):
         with pytest.raises(ValueError, match="need at least two different widths"):

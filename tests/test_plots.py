@@ -373,6 +373,10 @@ def test_a_metric_that_is_not_numbers_and_a_where_that_is_not_a_mapping_are_name
                    where={"source.photons_per_mac": 10.0})
     with pytest.raises(TypeError, match="^where: expected a mapping of parameter paths"):
         plots.line(grid, "adc.bits", "sqnr_db", where=[("source.photons_per_mac", 10.0)])
+    # A metric no finished run gave a value (None: an object column) is still
+    # numbers, missing ones: plotted, not refused.
+    assert plots.line(grid.assign(empty=None), "adc.bits", "empty",
+                      where={"source.photons_per_mac": 10.0}) is not None
 
 
 def test_save_takes_the_format_from_a_suffix(grid, tmp_path):

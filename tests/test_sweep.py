@@ -281,6 +281,10 @@ def test_runs_copied_into_a_sweep_of_more_paths_are_reused(tmp_path):
     ({"adc.bits": Range(2, 8)}, {"samples": 1000, "seeds": 1001},
      r"samples, seeds: 1001000 runs \(points x seeds\)"),
     ({"adc.bits": [4, 6]}, {"seeds": 500_001}, r"params, seeds: 1000002 runs \(grid points"),
+    # A sequence of seeds or of values too: before each entry is checked.
+    ({"adc.bits": [4]}, {"seeds": range(10**11)}, "seeds: 100000000000 seeds are more"),
+    ({"source.photons_per_mac": range(1, 10**6 + 2)}, {},
+     "source.photons_per_mac: 1000001 values are more than a sweep holds"),
 ])
 def test_bad_definition_fails_before_any_work(tmp_path, params, kwargs, message):
     out = tmp_path / "never"
@@ -310,6 +314,29 @@ def test_second_sweep_on_the_same_directory_is_refused(tmp_path):
     out.mkdir()
     with lock(out), pytest.raises(ValueError, match="another sweep is running"):
         optical.sweep(WL, {}, seeds=1, out=out, executor="serial", progress=False)
+
+
+def test_a_lock_file_a_failed_sweep_removed_is_never_held_twice(tmp_path, monkeypatch):
+    """Sweep A made .lock and failed before its manifest (the file is removed);
+    B had opened .lock just before and locks it just after: B must not hold
+    the removed file, or a third sweep C makes a new .lock and runs beside B."""
+    import fcntl
+
+    a = lock(tmp_path)
+    a.__enter__()
+    real, pending = fcntl.flock, [True]
+
+    def flock(handle, op):
+        if pending and op & fcntl.LOCK_EX:  # between B's open and B's lock
+            pending.clear()
+            assert not a.__exit__(RuntimeError, RuntimeError("A fails"), None)  # re-raised
+        return real(handle, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with lock(tmp_path):  # B
+        assert (tmp_path / ".lock").exists()
+        with pytest.raises(ValueError, match="another sweep is running"), lock(tmp_path):  # C
+            pass
 
 
 def test_corrupt_run_file_is_named(tmp_path):

@@ -107,6 +107,13 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+def path_text(text: str) -> str:
+    """:func:`path_argument` of an option kept as the text given (a model
+    directory, which a sweep stores as written)."""
+    path_argument(text)
+    return text
+
+
 def check_output_path(path: Path | None, option: str) -> None:
     """Refuse, before any work, an output file that cannot be written:
     ValueError naming ``option`` if ``path`` is a directory, lies under a

@@ -17,6 +17,7 @@ from optical.commands._common import (
     describe_os_error,
     json_to_stdout,
     path_argument,
+    path_text,
     require,
     write_json,
 )
@@ -71,7 +72,7 @@ def register(subparsers) -> None:
                        help="a synthetic (T, K) @ (K, N) matmul, e.g. 512x4096x4096; a "
                        "calibrated preset calibrates on the inputs it scores (an optimistic "
                        "oracle)")
-    which.add_argument("--model", metavar="DIR",
+    which.add_argument("--model", metavar="DIR", type=path_text,
                        help="a model directory (config.json): one layer's validate, "
                        "calibrated on a held-out input; sweep its layers, prompt lengths, "
                        "reference dtype or batch with --param workload.layer=0,4,8, "

@@ -11,6 +11,7 @@ from optical.commands._common import (
     config_label,
     config_source,
     json_to_stdout,
+    path_text,
     write_json,
 )
 
@@ -35,7 +36,7 @@ def register(subparsers) -> None:
                     "the fp16 reference: SQNR, cosine and relative error of every product, and "
                     "the passes, mask loads and conversions each took.", epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, metavar="DIR",
+    parser.add_argument("--model", required=True, metavar="DIR", type=path_text,
                         help="model directory with config.json (and optionally *.safetensors)")
     parser.add_argument("--layer", type=int, default=0, help="layer index (default 0)")
     parser.add_argument("--tokens", type=int, default=256,

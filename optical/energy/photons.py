@@ -224,6 +224,8 @@ def photon_scaling(widths: Sequence[int], *, target_snr_db: float = 20.0,
                    operands: str = "coherent", tokens: int = 64, outputs: int = 64,
                    config: OpticalConfig | None = None, seed: int = 0) -> PhotonScaling:
     """:func:`required_photons` for each width and the power-law exponents."""
+    if isinstance(widths, np.ndarray):
+        widths = widths.tolist()
     if isinstance(widths, str | bytes) or not isinstance(widths, Sequence) or \
             len(set(widths)) < 2:
         raise ValueError(f"widths: {widths!r}: need at least two different widths for the "

@@ -329,7 +329,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
             hidden = hidden[None]
         if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
-        _check_hidden_fits(hidden, dtype)
+    _check_hidden_fits(hidden, dtype)  # the model's own states too (with its advice)
 
     needs_calibration = bool(calibration_needs(config))
     on_core = len(weight_matmuls(block.weights))
