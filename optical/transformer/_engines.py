@@ -38,7 +38,7 @@ from optical._validation import check_plain_array, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
-from optical.transformer.numerics import check_dtype, largest, round_to
+from optical.transformer.numerics import check_dtype, range_problem, round_to
 
 __all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden",
            "derive_seed", "engine_for", "matmul_inputs", "sum_stats", "weight_matmuls"]
@@ -69,10 +69,9 @@ def check_hidden(h: object, hidden: int, dtype: str | None = None) -> np.ndarray
                          f"got {h.shape}")
     if not np.isfinite(h).all():
         raise ValueError("h: contains NaN or infinite values")
-    if dtype is not None and float(np.max(np.abs(h))) > largest(dtype):
-        raise ValueError(f"h: |values| reach {float(np.max(np.abs(h))):.8g}, beyond {dtype}'s "
-                         f"largest {largest(dtype):.8g}: the {dtype} reference would be inf "
-                         "and NaN")
+    problem = None if dtype is None else range_problem(h, dtype, "h")
+    if problem is not None:
+        raise ValueError(problem)
     h = np.ascontiguousarray(h)
     return h if h.ndim == 3 else h[None]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DTYPES", "check_dtype", "largest", "round_to", "softmax"]
+__all__ = ["DTYPES", "check_dtype", "largest", "range_problem", "round_to", "softmax"]
 
 #: Reference dtypes, by the names torch and Hugging Face use.
 DTYPES = ("float32", "float16", "bfloat16")
@@ -29,6 +29,17 @@ def largest(dtype: str) -> float:
     if check_dtype(dtype) == "bfloat16":
         return 3.3895313892515355e38  # (2 - 2**-7) * 2**127: float32's exponents, 8 bits
     return float(np.finfo(dtype).max)
+
+
+def range_problem(x: np.ndarray, dtype: str, name: str) -> str | None:
+    """Why the ``dtype`` reference cannot take ``x`` (a non-empty float
+    array, named ``name``): its values reach past the dtype's largest (fp16:
+    65504), so the reference would be inf and NaN; None where it can."""
+    peak, limit = float(np.max(np.abs(x))), largest(dtype)
+    if peak <= limit:
+        return None
+    return (f"{name}: |values| reach {peak:.8g}, beyond {dtype}'s largest {limit:.8g}: "
+            f"the {dtype} reference would be inf and NaN")
 
 
 def _round_bfloat16(x: np.ndarray) -> np.ndarray:

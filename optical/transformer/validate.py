@@ -29,7 +29,7 @@ from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
 from optical.transformer._engines import derive_seed, sum_stats, weight_matmuls
-from optical.transformer.numerics import check_dtype, largest
+from optical.transformer.numerics import check_dtype, largest, range_problem
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
 
@@ -404,11 +404,9 @@ def _check_hidden_fits(hidden: Any, dtype: str) -> None:
     above 65504): the reference would be inf and NaN, nothing to score."""
     if not (isinstance(hidden, np.ndarray) and hidden.dtype.kind == "f" and hidden.size):
         return  # the layer's own checks name what is wrong with it
-    peak, limit = float(np.max(np.abs(hidden))), largest(dtype)
-    if peak > limit:
-        raise ValueError(f"hidden: |values| reach {peak:.8g}, beyond {dtype}'s largest "
-                         f"{limit:.8g}: the {dtype} reference would be inf and NaN; "
-                         f"{_wider(dtype)}")
+    problem = range_problem(hidden, dtype, "hidden")
+    if problem is not None:
+        raise ValueError(f"{problem}; {_wider(dtype)}")
 
 
 def _check_reference_finite(reference: Any, dtype: str) -> None:
