@@ -199,6 +199,28 @@ def test_a_layer_reference_names_an_input_beyond_its_dtype(tiny_llama, dtype):
         assert np.isfinite(layer.reference(h, dtype="float32")).all()
 
 
+@pytest.mark.parametrize(("dtype", "taken", "refused"), [
+    # fp16 rounds |x| < 65520 to at most 65504 (its largest) and from 65520 to
+    # inf, as torch's cast does; bf16's midpoint is (2 - 2**-8) * 2**127.
+    ("float16", np.float32(65519.996), np.float32(65520.0)),
+    ("bfloat16", np.float32(3.3961774e38), np.float32(3.3961776e38)),
+])
+def test_a_layer_reference_takes_what_its_dtype_rounds_to_a_finite_value(
+        tiny_llama, dtype, taken, refused):
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.float16
+    with np.errstate(over="ignore"):  # the truth the boundary is set from
+        assert np.isfinite(taken.astype(bf16)) and np.isinf(refused.astype(bf16))
+    h = tiny_llama.hidden_states(0, 8) * np.float32(1e-3)
+    h[0, 3] = taken
+    with np.errstate(over="ignore", invalid="ignore"):  # bf16's: RMSNorm's square overflows
+        tiny_llama.layer(0).matmul_inputs(h, dtype=dtype)  # was refused as beyond the dtype
+    h[0, 3] = refused
+    with pytest.raises(ValueError, match=r"h: \|values\| reach .* \(they round to inf\)"):
+        tiny_llama.layer(0).matmul_inputs(h, dtype=dtype)
+
+
 @pytest.mark.parametrize(("options", "error", "message"), [
     ({"matmul_options": {"seed": 1}}, ValueError,
      r"matmul_options: 'seed' is set by the layer itself"),

@@ -33,13 +33,17 @@ def largest(dtype: str) -> float:
 
 def range_problem(x: np.ndarray, dtype: str, name: str) -> str | None:
     """Why the ``dtype`` reference cannot take ``x`` (a non-empty float
-    array, named ``name``): its values reach past the dtype's largest (fp16:
-    65504), so the reference would be inf and NaN; None where it can."""
-    peak, limit = float(np.max(np.abs(x))), largest(dtype)
-    if peak <= limit:
+    array, named ``name``): its values reach far enough past the dtype's
+    largest that rounding makes them inf (fp16: 65520 and up; 65504 < |x| <
+    65520 rounds to 65504, as a cast in torch does), so the reference would
+    be inf and NaN; None where it can."""
+    peak = float(np.max(np.abs(x)))
+    if peak <= float(np.finfo(np.float32).max) and np.isfinite(
+            round_to(np.array([peak], dtype=np.float32), dtype)[0]):
         return None
-    return (f"{name}: |values| reach {peak:.8g}, beyond {dtype}'s largest {limit:.8g}: "
-            f"the {dtype} reference would be inf and NaN")
+    return (f"{name}: |values| reach {peak:.8g}, beyond {dtype}'s largest "
+            f"{largest(dtype):.8g} (they round to inf): the {dtype} reference would be "
+            "inf and NaN")
 
 
 def _round_bfloat16(x: np.ndarray) -> np.ndarray:

@@ -297,7 +297,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     ------
     ValueError
         Besides bad arguments: a ``hidden`` beyond the reference dtype's range
-        (fp16: 65504), before anything runs, or a reference that overflows
+        (one it rounds to inf: fp16 from 65520), before anything runs, or a reference that overflows
         inside the layer (named by its first non-finite product), before the
         optical run: there is nothing finite to score against.
     """
@@ -401,7 +401,8 @@ ATTENTION_PRODUCTS = ("attention.scores", "attention.values")
 
 def _check_hidden_fits(hidden: Any, dtype: str) -> None:
     """ValueError where the input exceeds the reference dtype's range (fp16
-    above 65504): the reference would be inf and NaN, nothing to score."""
+    from 65520, which rounds to inf): the reference would be inf and NaN,
+    nothing to score."""
     if not (isinstance(hidden, np.ndarray) and hidden.dtype.kind == "f" and hidden.size):
         return  # the layer's own checks name what is wrong with it
     problem = range_problem(hidden, dtype, "hidden")
