@@ -241,6 +241,14 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     # json reads Infinity and NaN (and writes them): refused as any other non-number.
     ({"rope_theta": float("inf")}, "key 'rope_theta' must be a positive number, got inf"),
     ({"rms_norm_eps": float("inf")}, "key 'rms_norm_eps' must be a positive number, got inf"),
+    # Finite in float64, inf in the float32 layers (an eps of inf zeroed the norm).
+    ({"rms_norm_eps": 1e39}, "key 'rms_norm_eps' must be within float32's range"),
+    ({"rope_theta": 1e39}, "key 'rope_theta' must be within float32's range"),
+    # theta <= 1: wavelengths that do not grow (1e-300: inf frequencies, NaN tables).
+    ({"rope_theta": 1e-300}, r"config.json: rope_theta must exceed 1 .* got 1e-300"),
+    ({"rope_theta": 1}, r"config.json: rope_theta must exceed 1 .* got 1$"),
+    ({"rope_parameters": {**TINY_LLAMA["rope_scaling"], "rope_theta": 0.5}, "rope_theta": None},
+     r"rope_parameters: rope_theta must exceed 1 .* got 0.5"),
     ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
      "rope_scaling.rope_type: 'linear' is not supported; supported: 'default', 'llama3'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},

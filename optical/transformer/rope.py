@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from optical.transformer.spec import is_positive_number
+from optical.transformer.spec import FLOAT32_MAX, is_positive_number
 
 __all__ = ["apply_rope", "inverse_frequencies", "rope_settings", "rope_tables", "rotate_half"]
 
@@ -55,9 +55,12 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     else:
         theta, scaling, key = config.get("rope_theta", 10000.0), config.get("rope_scaling"), \
             "rope_scaling"
+    where = key if key == "rope_parameters" else "config.json"
     if not is_positive_number(theta):
-        raise ValueError(f"{key if key == 'rope_parameters' else 'config.json'}: rope_theta "
-                         f"must be a positive number, got {theta!r}")
+        raise ValueError(f"{where}: rope_theta must be a positive number, got {theta!r}")
+    if not 1 < theta <= FLOAT32_MAX:  # else the wavelengths do not grow, or overflow
+        raise ValueError(f"{where}: rope_theta must exceed 1 (RoPE's wavelengths grow as "
+                         f"its powers) and be within float32's range, got {theta!r}")
     if scaling is not None and not isinstance(scaling, Mapping):
         raise ValueError(f"{key}: must be an object (or null), got {scaling!r}")
     return float(theta), scaling, key

@@ -20,6 +20,10 @@ __all__ = ["LinearShape", "ModelSpec", "read_spec"]
 _ARCHITECTURES = {"llama": "llama", "bert": "bert"}
 
 
+#: float32's largest value: a config number beyond it is inf in the layers.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def is_positive_number(value: Any) -> bool:
     """Whether a config.json value is a finite number above zero (not a bool)."""
     return not isinstance(value, bool) and isinstance(value, int | float) \
@@ -83,6 +87,9 @@ class ModelSpec:
             if value is not None and not is_positive_number(value):
                 raise ValueError(f"{source}: key {key!r} must be a positive number, "
                                  f"got {value!r}")
+            if value is not None and value > FLOAT32_MAX:  # would be inf in the layers
+                raise ValueError(f"{source}: key {key!r} must be within float32's range "
+                                 f"(the layers compute in float32), got {value!r}")
 
         positive("rms_norm_eps", null=False)
         positive("layer_norm_eps", null=False)
