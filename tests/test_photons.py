@@ -102,6 +102,15 @@ def test_bad_arguments_are_refused(kwargs, message):
         photons.required_photons(16, **kwargs)
 
 
+def test_a_target_past_the_photon_range_names_the_target_not_a_config_field():
+    """Shot noise alone gains 10 dB a decade: 300 dB needs ~1e30 x more
+    photons than 20 dB does, past the 1e30 per MAC a config takes (the search
+    stopped at a config refusal naming source.photons_per_mac)."""
+    with pytest.raises(ValueError, match=r"target_snr_db: 300.0 dB needs more than 1e\+30 "
+                                         r"photons per MAC"):
+        photons.required_photons(16, target_snr_db=300.0, tokens=8, outputs=16)
+
+
 H_C = 6.62607015e-34 * 299792458.0  # J m, exact SI constants
 
 

@@ -27,7 +27,12 @@ import numpy as np
 from optical import metrics, presets
 from optical._gemm import cols_matmul
 from optical._validation import check_nonnegative_int, check_positive_int, check_seed
-from optical.config import OpticalConfig, check_config
+from optical.config import (
+    MAX_FINITE_PHOTONS_PER_MAC,
+    MIN_PHOTONS_PER_MAC,
+    OpticalConfig,
+    check_config,
+)
 from optical.core import matmul, schedule
 from optical.energy import model
 
@@ -143,20 +148,30 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     ------
     ValueError
         If the SNR does not rise with photons (a floor set by other noise or
-        the converters) or the target is not reached within ``max_steps``.
+        the converters), the target is not reached within ``max_steps``, or
+        it needs photon counts beyond a config's range (1e-30 to 1e30 per MAC).
     """
     if isinstance(target_snr_db, bool) or not isinstance(target_snr_db, numbers.Real) \
             or not math.isfinite(target_snr_db):
         raise ValueError(f"target_snr_db: {target_snr_db!r} must be a finite number")
     check_nonnegative_int(max_steps, "max_steps")
 
+    start = 100.0
+
     def snr(p: float) -> float:
+        if not MIN_PHOTONS_PER_MAC <= p <= MAX_FINITE_PHOTONS_PER_MAC:  # what a config takes
+            side = "more" if p > 1 else "fewer"
+            bound = MAX_FINITE_PHOTONS_PER_MAC if p > 1 else MIN_PHOTONS_PER_MAC
+            raise ValueError(f"target_snr_db: {target_snr_db} dB needs {side} than {bound:g} "
+                             f"photons per MAC, beyond the range a config takes (searching "
+                             f"from {start:g} photons per MAC at {first:.2f} dB)")
         return output_snr_db(width, p, operands=operands, tokens=tokens, outputs=outputs,
                              config=config, seed=seed)
 
     # Secant steps in (log10 p, SNR dB), starting from the shot-noise slope of
     # 10 dB per decade (read noise alone gives 20).
-    p, value, slope = 100.0, snr(100.0), 10.0
+    first = snr(start)
+    p, value, slope = start, first, 10.0
     for _ in range(max_steps):
         if abs(value - target_snr_db) < 0.5:
             break
