@@ -127,6 +127,9 @@ class MatmulWorkload:
     def from_shape(cls, shape: str, **kwargs: Any) -> MatmulWorkload:
         """From a ``"TxKxN"`` string, e.g. ``"512x4096x4096"`` (``x`` or ``X``,
         spaces allowed around the numbers)."""
+        if not isinstance(shape, str):
+            raise TypeError(f"matmul shape: expected a 'TxKxN' string, e.g. '16x64x32', got "
+                            f"{type(shape).__name__}")
         match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*", shape)
         if not match:
             raise ValueError(f"matmul shape {shape!r}: expected TxKxN, e.g. 16x64x32")

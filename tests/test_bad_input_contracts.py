@@ -88,6 +88,8 @@ def test_embed_refuses_a_set_and_text_that_is_not_unicode(tmp_path):
         model.token_ids({"a", "b"})
     with pytest.raises(TypeError, match=r"got frozenset"):
         model.token_ids(frozenset({"a"}))
+    with pytest.raises(TypeError, match=r"sentences: expected a sequence .* got dict"):
+        model.embed({"a": 1})  # embedded the keys
     with pytest.raises(ValueError, match=r"sentences: item 1 is not valid Unicode text "
                                          r"\(surrogates not allowed at character 1\)"):
         model.token_ids(["fine", "a\ud800b"])

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from optical import transformer
 from optical.transformer import read_spec
 from optical.transformer.spec import ModelSpec
 
@@ -34,6 +35,9 @@ def test_bad_model_directories(tmp_path):
     # directory ..."), as transformer.load names it.
     with pytest.raises(FileNotFoundError, match=r"nowhere: no such model directory"):
         read_spec(tmp_path / "nowhere")
+    with pytest.raises(TypeError, match=r"^path: expected a model directory \(str or "
+                                        r"os.PathLike\), got NoneType$"):
+        transformer.load(None)  # was pathlib's message, naming no argument
     for text in ("{not json", "[" * 100_000 + "]" * 100_000,  # (a RecursionError)
                  '{"x": %s}' % ("1" * 5000)):  # (past int()'s 4300 digits: a ValueError)
         (tmp_path / "config.json").write_text(text)

@@ -93,6 +93,8 @@ def test_a_stored_workload_s_label_needs_neither_its_model_nor_every_field():
 def test_bad_shape_string_is_named():
     with pytest.raises(ValueError, match="matmul shape '16x64': expected TxKxN"):
         MatmulWorkload.from_shape("16x64")
+    with pytest.raises(TypeError, match="matmul shape: expected a 'TxKxN' string.* got NoneType"):
+        MatmulWorkload.from_shape(None)  # was re's "expected string or bytes-like object"
 
 
 @pytest.mark.parametrize(("inputs", "distribution"), [

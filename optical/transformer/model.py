@@ -13,6 +13,7 @@ directory's ``config.json`` is that model's.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,8 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
 
     Raises
     ------
+    TypeError
+        A ``path`` that is not a str or os.PathLike.
     FileNotFoundError
         No such directory or no config.json.
     ValueError
@@ -83,6 +86,9 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         quantized checkpoint (``quantization_config``), or PyTorch pickles
         without safetensors.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path: expected a model directory (str or os.PathLike), got "
+                        f"{type(path).__name__}")
     directory = Path(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such model directory")
@@ -329,9 +335,10 @@ class BertModel(_Model):
         """(ids, mask), each (batch, longest), padded with ``pad_token_id`` (0
         where config.json has none; the mask hides the padding)."""
         expected = "sentences: expected a sequence (list, tuple, array) of str"
-        if isinstance(sentences, str | bytes | set | frozenset) \
+        if isinstance(sentences, str | bytes | set | frozenset | Mapping) \
                 or not hasattr(sentences, "__len__"):
-            # A set's order (hence the rows') changes from one process to the next.
+            # A set's order (hence the rows') changes from one process to the next;
+            # a mapping iterates over its keys.
             raise TypeError(f"{expected}, got {type(sentences).__name__}")
         sentences = list(sentences)
         if not all(isinstance(s, str) for s in sentences):
