@@ -125,6 +125,14 @@ class BertLayer:
         dtype : {"float32", "float16", "bfloat16"}
         mask : ndarray of bool, shape (batch, tokens), optional
             True for real tokens; padded keys get no attention. Default: all real.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`optical.transformer.LlamaLayer.reference` (but with no
+            prompt length limit: positions enter BERT in its embeddings), and
+            for a ``mask`` of the wrong shape or dtype, or one without a real
+            token in a prompt.
         """
         return self.trace(h, dtype=dtype, mask=mask).output
 

@@ -124,6 +124,17 @@ class LlamaLayer:
         Returns
         -------
         ndarray, float32 holding ``dtype`` values, shaped like ``h``
+
+        Raises
+        ------
+        TypeError
+            ``h`` not a float32 numpy array (nothing is cast silently).
+        ValueError
+            ``h`` of the wrong shape, holding NaN or inf, with values ``dtype``
+            rounds to inf (fp16: from 65520), or longer than the config's
+            ``max_position_embeddings``. An overflow inside the layer is not
+            refused: numpy warns and the output holds inf or NaN
+            (:func:`optical.transformer.validate` names the product).
         """
         return self.trace(h, dtype=dtype).output
 
@@ -195,7 +206,8 @@ class LlamaLayer:
         """The input rows of every weight matmul in a reference run in ``dtype``
         (what :meth:`trace` records as ``inputs``, bit for bit), without
         computing the last matmul or anything after it: the calibration run
-        of :func:`optical.transformer.validate`."""
+        of :func:`optical.transformer.validate`. Refuses what :meth:`reference`
+        refuses."""
         h3 = check_hidden(h, self.spec.hidden_size, dtype)
         self.spec.check_tokens(h3.shape[1])
         return matmul_inputs(lambda engine: self._forward(h3, engine),
