@@ -867,8 +867,8 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         Seeds run at every point (an int ``n`` means 0 .. n-1): each is the
         workload's ``seed`` -- the noise, and for a :class:`LayerWorkload`
         also the layer input and the held-out calibration input (its weights
-        stay at ``weights_seed``; ``optical validate --seed N --weights-seed
-        0`` is the same run).
+        stay at ``weights_seed``; ``optical validate --seed N`` is the same
+        run).
     out : path
         Directory of the sweep. Re-running the same sweep resumes it: runs
         already there are skipped. A different sweep there is refused.

@@ -450,18 +450,19 @@ def test_cli_validate_defaults_to_the_first_layer(tiny_dir, capsys):
     assert data == _cli_report(capsys, *argv, "--layer", "0")
 
 
-def test_cli_validate_seed_seeds_weights_input_and_noise(tiny_dir, capsys):
-    """--seed S: the model loaded with seed S and validate(seed=S); the same
-    seed twice gives the same report, another seed another one."""
+def test_cli_validate_seed_seeds_input_and_noise_not_the_weights(tiny_dir, capsys):
+    """--seed S: validate(seed=S) on the model load() gives (synthetic
+    weights of seed 0, as a checkpoint's weights take no seed); the same seed
+    twice gives the same report, another seed another one."""
     argv = ["--model", str(tiny_dir), "--layer", "1", "--tokens", "6", *_sets(CORE_SETS)]
     seven = _cli_report(capsys, *argv, "--seed", "7")
     assert _cli_report(capsys, *argv, "--seed", "7") == seven
-    expected = transformer.validate(transformer.load(tiny_dir, seed=7), layer=1, tokens=6,
+    expected = transformer.validate(transformer.load(tiny_dir), layer=1, tokens=6,
                                     config=CFG, seed=7)
     assert seven == _api_report(expected, "iris-like", CORE_SETS)
-    assert (seven["seed"], seven["weights"]) == (7, "synthetic (seed 7)")
+    assert (seven["seed"], seven["weights"]) == (7, "synthetic (seed 0)")
     eight = _cli_report(capsys, *argv, "--seed", "8")
-    assert eight["weights"] == "synthetic (seed 8)"
+    assert eight["weights"] == "synthetic (seed 0)"
     for a, b in zip(seven["products"], eight["products"], strict=True):
         assert a["sqnr_db"] != b["sqnr_db"], a["name"]
     # the default is seed 0
@@ -472,20 +473,25 @@ def test_cli_validate_seed_seeds_weights_input_and_noise(tiny_dir, capsys):
     assert default["seed"] == 0
 
 
-def test_cli_validate_weights_seed_reproduces_a_layer_sweep_run(tiny_dir, capsys):
-    """A --model sweep's run at seed 7 (weights at --weights-seed 0) is
-    `optical validate --seed 7 --weights-seed 0`, figure for figure."""
+def test_cli_validate_reproduces_a_layer_sweep_run(tiny_dir, capsys):
+    """A --model sweep's run at seed 7 is `optical validate --seed 7`, figure
+    for figure (both keep the synthetic weights at seed 0: the CLI seeded
+    them with --seed, so a seed spread mixed models); with --weights-seed W
+    it is the sweep's --weights-seed W run."""
     argv = ["--model", str(tiny_dir), "--layer", "1", "--tokens", "6", *_sets(CORE_SETS)]
-    report = _cli_report(capsys, *argv, "--seed", "7", "--weights-seed", "0")
+    report = _cli_report(capsys, *argv, "--seed", "7")
     assert report["weights"] == "synthetic (seed 0)" and report["seed"] == 7
     run = optical.LayerWorkload(str(tiny_dir), layer=1, tokens=6).run(CFG, 7)
     assert run["sqnr_db"] == report["output"]["sqnr_db"]
     for row in report["products"]:
         assert run[f"sqnr_db.{row['name']}"] == row["sqnr_db"], row["name"]
-    assert _cli_report(capsys, *argv, "--seed", "7")["output"]["sqnr_db"] != run["sqnr_db"]
-    # and a run of a sweep with --data-seed 2 is --seed 7 --data-seed 2 --weights-seed 0
+    other = _cli_report(capsys, *argv, "--seed", "7", "--weights-seed", "5")
+    assert other["weights"] == "synthetic (seed 5)"
+    assert other["output"]["sqnr_db"] == optical.LayerWorkload(
+        str(tiny_dir), layer=1, tokens=6, weights_seed=5).run(CFG, 7)["sqnr_db"] != run["sqnr_db"]
+    # and a run of a sweep with --data-seed 2 is --seed 7 --data-seed 2
     held = optical.LayerWorkload(str(tiny_dir), layer=1, tokens=6, data_seed=2).run(CFG, 7)
-    report = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2", "--weights-seed", "0")
+    report = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2")
     assert held["sqnr_db"] == report["output"]["sqnr_db"] != run["sqnr_db"]
 
 
@@ -526,17 +532,20 @@ def test_data_seed_holds_the_input_and_calibration_so_seeds_differ_in_noise_alon
         transformer.validate(model, layer=1, tokens=6, config=CFG, data_seed=-1)
 
 
-def test_cli_validate_data_seed_is_validate_s_and_seeds_the_weights(tiny_dir, capsys):
-    """--data-seed D: validate(data_seed=D) on weights loaded with seed D
-    (unless --weights-seed), as the JSON records."""
+def test_cli_validate_data_seed_is_validate_s_not_the_weights(tiny_dir, capsys):
+    """--data-seed D: validate(data_seed=D) on the weights load() gives (seed
+    0), as the JSON records; --weights-seed W: on load(seed=W)'s."""
     argv = ["--model", str(tiny_dir), "--layer", "1", "--tokens", "6", *_sets(CORE_SETS)]
     data = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2")
-    expected = transformer.validate(transformer.load(tiny_dir, seed=2), layer=1, tokens=6,
+    expected = transformer.validate(transformer.load(tiny_dir), layer=1, tokens=6,
                                     config=CFG, seed=7, data_seed=2)
     assert data == _api_report(expected, "iris-like", CORE_SETS)
-    assert (data["seed"], data["data_seed"], data["weights"]) == (7, 2, "synthetic (seed 2)")
-    weights = _cli_report(capsys, *argv, "--data-seed", "2", "--weights-seed", "0")
-    assert weights["weights"] == "synthetic (seed 0)"
+    assert (data["seed"], data["data_seed"], data["weights"]) == (7, 2, "synthetic (seed 0)")
+    weights = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2", "--weights-seed", "3")
+    assert weights == _api_report(transformer.validate(
+        transformer.load(tiny_dir, seed=3), layer=1, tokens=6, config=CFG, seed=7, data_seed=2),
+        "iris-like", CORE_SETS)
+    assert weights["weights"] == "synthetic (seed 3)"
     assert _cli_report(capsys, *argv)["data_seed"] is None
 
 
@@ -579,7 +588,7 @@ def test_cli_validate_local_is_each_matmul_against_its_own_exact_product(
                                      for row in local["products"]]}
     assert without == plain
 
-    model = transformer.load(directory, seed=3)
+    model = transformer.load(directory)  # weights of seed 0, whatever --seed
     layer = model.layer(1)
     run = layer.trace(model.hidden_states(1, 6, seed=3, batch=1), config=NAIVE, seed=3)
     checked = 0

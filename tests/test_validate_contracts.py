@@ -136,12 +136,18 @@ def test_heading_footer_and_json_say_what_was_run(tiny_dir):
         report.product("down")
 
 
-def test_a_model_directory_is_loaded_with_the_data_seed(tiny_dir):
-    """validate(path, data_seed=...) seeds the directory's synthetic weights
-    with data_seed (as documented), not with the noise seed."""
-    report = transformer.validate(str(tiny_dir), layer=0, tokens=3, seed=7, data_seed=2,
-                                  config=optical.presets.get("ideal"))
-    assert report.weights == "synthetic (seed 2)"
+def test_a_model_directory_is_loaded_as_load_loads_it(tiny_dir):
+    """validate(path, seed=..., data_seed=...) keeps the directory's
+    synthetic weights at load()'s seed 0: neither seed moves the model, as
+    neither moves a checkpoint's weights."""
+    cfg = optical.presets.get("ideal")
+    for seed, data_seed in ((7, 2), (7, None)):
+        report = transformer.validate(str(tiny_dir), layer=0, tokens=3, seed=seed,
+                                      data_seed=data_seed, config=cfg)
+        assert report.weights == "synthetic (seed 0)"
+        loaded = transformer.validate(transformer.load(tiny_dir), layer=0, tokens=3, seed=seed,
+                                      data_seed=data_seed, config=cfg)
+        assert (report.products, report.output) == (loaded.products, loaded.output)
 
 
 def test_a_preset_named_for_the_heading_wins_over_the_one_the_config_equals(tiny_dir):

@@ -45,16 +45,17 @@ def register(subparsers) -> None:
     parser.add_argument("--batch", type=int, default=1, help="prompts per run (default 1)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the noise and, unless --data-seed, of the synthetic "
-                             "input and the held-out calibration input; also of the synthetic "
-                             "weights unless --weights-seed or --data-seed (default 0; a "
-                             "--model sweep's seed N is --seed N --weights-seed 0, and with "
-                             "its --data-seed D, --data-seed D too)")
+                             "input and the held-out calibration input (default 0; not of "
+                             "the weights: see --weights-seed). A --model sweep's seed N is "
+                             "--seed N, and with its --data-seed D, --data-seed D too")
     parser.add_argument("--data-seed", type=int, metavar="S",
-                        help="seed of the synthetic input and the held-out calibration input "
-                             "(and of the weights unless --weights-seed), apart from the "
-                             "noise's --seed: runs of other --seed then differ in noise alone")
+                        help="seed of the synthetic input and the held-out calibration input, "
+                             "apart from the noise's --seed: runs of other --seed then differ "
+                             "in noise alone")
     parser.add_argument("--weights-seed", type=int, metavar="S",
-                        help="seed of the synthetic weights (default: --data-seed, else --seed)")
+                        help="seed of the synthetic weights of a directory without a "
+                             "checkpoint (default 0, as in a sweep: like a checkpoint's, they "
+                             "do not change with --seed or --data-seed)")
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"),
                         help="reference dtype (default float16)")
     parser.add_argument("--local", action="store_true",
@@ -78,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     for option in ("data_seed", "weights_seed"):
         if getattr(args, option) is not None:
             check_seed(getattr(args, option), "--" + option.replace("_", "-"))
-    weights_seed = next(s for s in (args.weights_seed, args.data_seed, args.seed) if s is not None)
-    model = load(args.model, seed=weights_seed)
+    model = load(args.model, seed=0 if args.weights_seed is None else args.weights_seed)
     layers = model.spec.num_layers
     if not 0 <= args.layer < layers:  # named as the option, as --tokens is
         raise ValueError(f"--layer: {args.layer} is out of range; the model has {layers} "

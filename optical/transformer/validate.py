@@ -250,8 +250,10 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     config : OpticalConfig
     seed : int
         Seed of the optical noise and, unless ``data_seed`` is given, of the
-        synthetic input, the held-out calibration input and (when ``model``
-        is a path) the synthetic weights it loads.
+        synthetic input and the held-out calibration input. Not of the
+        weights: a path is loaded as ``transformer.load(path)`` loads it
+        (synthetic weights of seed 0 without a checkpoint; pass a model
+        loaded with another ``seed`` for other ones).
     batch : int
         Prompts of ``tokens`` tokens, processed together (weights programmed once).
     hidden : ndarray, float32, shape (batch, tokens, hidden), optional
@@ -284,8 +286,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         Show a progress bar (tqdm, on stderr): the calibration run, the
         reference run, then each product on the optical core.
     data_seed : int, optional
-        Seed of the data alone (the synthetic input, the held-out
-        calibration input and a path's synthetic weights), so that runs of
+        Seed of the data alone (the synthetic input and the held-out
+        calibration input), so that runs of
         different ``seed`` differ in their noise only: error bars of the
         hardware's noise, without the luck of the input.
 
@@ -306,7 +308,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     seed = check_seed(seed)
     data = seed if data_seed is None else check_seed(data_seed, "data_seed")
     if isinstance(model, str | Path):
-        model = load(model, seed=data)
+        model = load(model)
     elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
         raise TypeError("model: expected a model from optical.transformer.load or a model "
                         f"directory, got {type(model).__name__}")
