@@ -805,3 +805,21 @@ def test_raw_weights_of_another_width_are_named_before_calibrating(rng):
     w = rng.standard_normal((30, 8)).astype(np.float32)
     with pytest.raises(ValueError, match="x has 40 features"):
         jax_backend.matmul(x, w, iris, seed=0)
+
+
+def test_a_jax_seed_with_a_numpy_x_says_to_run_on_the_jax_backend(rng):
+    """backend='auto' runs a numpy x on numba, which takes int seeds only: a
+    seed traced by vmap (or a concrete JAX integer) was refused as 'got
+    BatchTracer' with no word of the JAX backend, which takes it."""
+    x = rng.standard_normal((3, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 8)).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32})
+    hint = r"seed: expected a non-negative integer, got .*: pass backend='jax'"
+    with pytest.raises(TypeError, match=hint):
+        jax.vmap(lambda s: optical.matmul(x, w, cfg, seed=s))(jnp.arange(2))
+    with pytest.raises(TypeError, match=hint):
+        optical.matmul(x, w, cfg, seed=jnp.int32(1))
+    with pytest.raises(TypeError, match=r"got float$"):  # no JAX hint where JAX is not involved
+        optical.matmul(x, w, cfg, seed=1.5)
+    ys = jax.vmap(lambda s: optical.matmul(x, w, cfg, seed=s, backend="jax"))(jnp.arange(2))
+    np.testing.assert_array_equal(ys[1], optical.matmul(x, w, cfg, seed=1, backend="jax"))
