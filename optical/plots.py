@@ -96,8 +96,10 @@ def _check_runs(frame: Any) -> None:
 
 def _check_metric(frame: Any, name: str, option: str) -> None:
     if name not in _metric_columns(frame):
+        local = any(str(c).startswith("local_") for c in _metric_columns(frame))
         hint = (" (local_* metrics are recorded by a layer sweep run with --local, "
-                "LayerWorkload(local=True))" if str(name).startswith("local_") else "")
+                "LayerWorkload(local=True))" if str(name).startswith("local_") and not local
+                else "")
         raise ValueError(f"{option} {name!r} is not a metric of this sweep{hint}; metrics: "
                          f"{', '.join(_metric_columns(frame))}")
     column = frame[name]

@@ -362,6 +362,11 @@ def test_no_finished_runs_is_said_before_any_column_check(grid):
                                          r"layer sweep run with --local, .*\); metrics: sqnr_db$"):
         plots.line(grid, "adc.bits", "local_sqnr_db.down_proj",
                    where={"source.photons_per_mac": 10.0})
+    # A sweep that has local_* metrics gets no --local hint for a misspelt one.
+    local = grid.assign(**{"local_sqnr_db.down_proj": grid["sqnr_db"]})
+    with pytest.raises(ValueError, match=r"^y 'local_sqnr_db.down' is not a metric of this "
+                                         r"sweep; metrics: sqnr_db, local_sqnr_db.down_proj$"):
+        plots.line(local, "adc.bits", "local_sqnr_db.down", where={"source.photons_per_mac": 10.0})
 
 
 def test_a_metric_that_is_not_numbers_and_a_where_that_is_not_a_mapping_are_named(grid):
