@@ -14,7 +14,6 @@ import numbers
 import os
 import reprlib
 import sys
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 
 from optical import presets
 from optical._executors import Task
+from optical._files import atomic_write
 from optical._validation import parse_json
 from optical.config import OpticalConfig
 from optical.workloads import workload_label
@@ -72,32 +72,6 @@ def decode_value(path: str, value: Any) -> Any:
     if isinstance(value, str) and OpticalConfig.field_spec(path)["kind"] == "real":
         return float(value)
     return value
-
-
-@contextlib.contextmanager
-def replacing(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write its new content to, which
-    replaces ``path`` when the block ends: a reader (or a kill) never sees
-    half a file. A failed write (a full disk) leaves ``path`` as it was,
-    removes the temporary file and raises an OSError naming ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        # A write names no file, a rename or an open the temporary one: name path.
-        if isinstance(err, OSError) and err.filename in (None, str(tmp)):
-            raise OSError(err.errno, f"{err.strerror or err} while writing it",
-                          str(path)) from err
-        raise
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader (or a kill) never sees half a file."""
-    with replacing(path) as tmp:
-        tmp.write_text(text)
 
 
 #: What a sweep directory may hold besides its manifest: a directory with

@@ -59,6 +59,7 @@ from optical._executors import (
     check_not_bootstrapping,
     make_executor,
 )
+from optical._files import atomic_write, replacing
 from optical._progress import progress_bar
 from optical._sweep_store import (
     FORMAT,
@@ -68,7 +69,6 @@ from optical._sweep_store import (
     SWEEP_FILES,
     WORKLOAD_PREFIX,
     _rebuild_advice,
-    atomic_write,
     check_placement,
     content_hash,
     decode_value,
@@ -78,7 +78,6 @@ from optical._sweep_store import (
     read_frame,
     read_manifest,
     read_record,
-    replacing,
     write_run,
 )
 from optical._validation import check_bool, check_positive_int, check_seed

@@ -257,6 +257,63 @@ def test_json_of_numpy_scalars_is_standard_json(tmp_path):
         "sqnr_db": 12.5, "passes": 3, "clipped": True, "worst": ["-inf", 7]}
 
 
+def _fail_after_part(monkeypatch, path_class):
+    """Make Path.write_text write the first 10 characters, then fail as a
+    full disk does."""
+    import errno
+
+    real = path_class.write_text
+
+    def part(self, text, *args, **kwargs):
+        real(self, text[:10], *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(path_class, "write_text", part)
+
+
+def test_a_json_report_that_cannot_be_written_whole_keeps_the_previous_one(tmp_path,
+                                                                           monkeypatch):
+    """A kill or a full disk mid-write left a truncated (or empty) report
+    where the previous good one was, and the error named no file: the report
+    now goes to a temporary file renamed over it, as the sweep's files do."""
+    from pathlib import Path
+
+    from optical.commands._common import write_json
+
+    out = tmp_path / "report.json"
+    out.write_text('{"sqnr_db": 31.5}\n')
+    _fail_after_part(monkeypatch, Path)
+    with pytest.raises(OSError, match=r"No space left on device while writing it.*report\.json"):
+        write_json(out, {"values": list(range(100))})
+    monkeypatch.undo()
+    assert json.loads(out.read_text()) == {"sqnr_db": 31.5}
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
+    # Through a symlink the file it names is replaced and the link kept.
+    link = tmp_path / "link.json"
+    link.symlink_to(out)
+    write_json(link, {"sqnr_db": 12.0})
+    assert link.is_symlink() and json.loads(out.read_text()) == {"sqnr_db": 12.0}
+
+
+def test_outputs_that_are_not_files_are_written_in_place(tmp_path):
+    """--json /dev/stdout (a pipe, or a file the shell holds open) and a FIFO
+    cannot be replaced by a renamed file: they are written in place."""
+    import os
+    from pathlib import Path
+
+    from optical._files import replacing_target
+
+    assert replacing_target(Path("/dev/stdout")) is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert replacing_target(fifo) is None
+    plain, absent = tmp_path / "a.json", tmp_path / "new" / "b.json"
+    plain.write_text("{}")
+    assert replacing_target(plain) == plain and replacing_target(absent) == absent
+    (tmp_path / "l.json").symlink_to(plain)
+    assert replacing_target(tmp_path / "l.json") == plain
+
+
 def _validate_json(argv, tmp_path, name):
     out = tmp_path / name
     assert main([*argv, "--quiet", "--json", str(out)]) == 0

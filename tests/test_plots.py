@@ -1,6 +1,7 @@
 """Plots of sweep tables: what is drawn equals the seed averages computed here."""
 
 import math
+import pathlib
 import subprocess
 import sys
 
@@ -401,6 +402,29 @@ def test_save_takes_the_format_from_a_suffix(grid, tmp_path):
         plots.save(fig, tmp_path / "e", ["gif"])
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a.pdf", "b.png", "b.svg", "c.v2.png", "c.v2.svg", "f.PNG"]
+
+
+def test_a_figure_that_cannot_be_written_whole_keeps_the_previous_one(grid, tmp_path,
+                                                                      monkeypatch):
+    """savefig wrote onto the figure itself: a kill or a full disk mid-write
+    left a truncated PNG where the previous one was."""
+    import errno
+
+    fig = plots.line(grid, "adc.bits", "sqnr_db", where={"source.photons_per_mac": 10.0})
+    [path] = plots.save(fig, tmp_path / "f.png")
+    before = path.read_bytes()
+    real = type(fig).savefig
+
+    def part(self, fname, **kwargs):  # a few bytes, then a full disk
+        pathlib.Path(fname).write_bytes(b"\x89PNG\r\n")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(fig), "savefig", part)
+    with pytest.raises(OSError, match=r"No space left on device while writing it.*f\.png"):
+        plots.save(fig, path)
+    monkeypatch.setattr(type(fig), "savefig", real)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["f.png"]  # no temporary file left
 
 
 def test_missing_matplotlib_names_the_install_command(grid, monkeypatch):

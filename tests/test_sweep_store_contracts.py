@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import optical
-from optical._sweep_store import atomic_write, content_hash
+from optical._files import atomic_write
+from optical._sweep_store import content_hash
 from optical.sweep import Range, SweepDefinition, execute, load, read_manifest, resume
 
 pd = pytest.importorskip("pandas")
@@ -477,7 +478,7 @@ def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path):
     import os
     import threading
 
-    from optical._sweep_store import atomic_write
+    from optical._files import atomic_write
 
     path = tmp_path / "results.csv"
     # the temporary file's place is taken by a directory: opening it fails

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optical import presets
+from optical._files import atomic_write, replacing_target
 from optical.config import OpticalConfig, parse_value
 
 
@@ -221,12 +222,18 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_json(path: Path | None, data: Any) -> None:
-    """Write ``data`` as standard JSON (non-finite floats as strings)."""
+    """Write ``data`` as standard JSON (non-finite floats as strings), whole or
+    not at all: a kill or a full disk keeps the previous file (an OSError
+    names ``path``)."""
     if path is None:
         return
     text = json.dumps(_jsonable(data), indent=2)
     if str(path) == "-":
         print(text)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target = replacing_target(path)
+    if target is None:  # /dev/stdout, a FIFO: only in place
         path.write_text(text + "\n")
+        return
+    atomic_write(target, text + "\n")
