@@ -912,6 +912,34 @@ def test_a_full_disk_names_the_file_keeps_finished_runs_and_resumes(tmp_path, ca
     pd.testing.assert_frame_equal(_table(out), _table(tmp_path / "whole"))
 
 
+def test_a_full_disk_before_the_manifest_advises_the_whole_command(tmp_path, capsys,
+                                                                   monkeypatch):
+    """The disk filling as the manifest is written: the error said to run
+    `optical sweep --out DIR`, which finds no sweep there to resume (exit
+    2); it now says to run the whole command again, which completes it."""
+    import errno
+    from pathlib import Path
+
+    real_write = Path.write_text
+
+    def full(self, text, *args, **kwargs):
+        if self.name.startswith(".manifest.json."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, text, *args, **kwargs)
+
+    out = tmp_path / "s"
+    monkeypatch.setattr(Path, "write_text", full)
+    assert main([*SWEEP, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "manifest.json: No space left on device while writing it" in err
+    assert "run the same `optical sweep` command (workload, --param, ... and --out) again " \
+           "to resume" in err and f"--out {out}`" not in err
+    monkeypatch.setattr(Path, "write_text", real_write)
+    assert main(["sweep", "--out", str(out)]) == 2  # what the old advice ran
+    assert "no sweep manifest" in capsys.readouterr().err
+    assert main([*SWEEP, "--out", str(out)]) == 0  # what the advice says now
+
+
 def test_a_reader_that_left_while_the_table_prints_is_not_a_failed_sweep(tmp_path, capsys,
                                                                           monkeypatch):
     """`optical sweep ... | head`: the broken pipe is the CLI's quiet exit 1,

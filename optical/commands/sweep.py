@@ -329,7 +329,7 @@ def run_command(args: argparse.Namespace) -> int:
                 # A full disk, say: what finished is on disk; the sweep goes on from there.
                 print(f"optical sweep: error: {describe_os_error(err)}; finished runs are kept "
                       f"in {args.out}; "
-                      f"run `{_resume_command(args.out)}` to resume once that is mended",
+                      f"run {_resume_command(args.out)} to resume once that is mended",
                       file=sys.stderr)
                 return 1
             if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
@@ -345,7 +345,7 @@ def run_command(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Terminated) as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         print(f"optical sweep: {how}; finished runs are kept in {args.out}; run "
-              f"`{_resume_command(args.out)}` to resume", file=sys.stderr)
+              f"{_resume_command(args.out)} to resume", file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
     except SweepError as err:
         print(f"optical sweep: error: {err}", file=sys.stderr)
@@ -362,8 +362,15 @@ def _shown(value: Any) -> str:
 
 
 def _resume_command(out: str) -> str:
-    """The command that resumes the sweep in ``out``, quoted for a POSIX shell."""
-    return f"optical sweep --out {shlex.quote(str(out))}"
+    """The command that resumes the sweep in ``out``, in backquotes and quoted
+    for a POSIX shell: ``optical sweep --out DIR`` once the manifest is
+    written; before it (a full disk or a kill as it was written) only the
+    whole command can, as ``--out`` alone finds no sweep to rebuild."""
+    from optical._sweep_store import MANIFEST
+
+    if not (Path(out) / MANIFEST).is_file():
+        return "the same `optical sweep` command (workload, --param, ... and --out) again"
+    return f"`optical sweep --out {shlex.quote(str(out))}`"
 
 
 def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:
