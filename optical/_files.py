@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "replacing", "replacing_target"]
+__all__ = ["atomic_write", "replacing", "replacing_target", "write_output"]
 
 
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write its new content to, which
     replaces ``path`` when the block ends: a reader (or a kill) never sees
-    half a file. A failed write (a full disk) leaves ``path`` as it was,
+    half a file. The new file keeps the permission bits of the one it
+    replaces. A failed write (a full disk) leaves ``path`` as it was,
     removes the temporary file and raises an OSError naming ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    # (a name of 255 bytes, the most most file systems take, still leaves room)
+    tmp = path.with_name(f".{path.name[:120]}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         yield tmp
+        with contextlib.suppress(FileNotFoundError):  # a new file keeps the umask's mode
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
@@ -40,14 +45,41 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def replacing_target(path: Path) -> Path | None:
-    """Where :func:`replacing` should write a user's output ``path``: the file a
-    symlink names (the link is kept), or None for a target that must be
-    written in place: one that is not a regular file (a FIFO) or a file
-    descriptor's name (``/dev/stdout`` redirected to a file: a new file there
-    would leave the shell's open one behind)."""
+    """Where :func:`replacing` should write a user's output ``path``: the file
+    its symlinks name (the links are kept), or None for a target that must
+    be written in place: one that is not a regular file (a FIFO), one with
+    other hard links, or a file descriptor's name, ``/dev/stdout`` or a link
+    to it (redirected to a file, a new file there would leave the shell's
+    open one behind, and what the command prints with it)."""
+    hop = Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's own limit on links followed
+        if str(hop).startswith(("/dev/", "/proc/")):
+            return None
+        if not hop.is_symlink():
+            break
+        hop = Path(os.path.abspath(hop.parent / os.readlink(hop)))
     target = Path(os.path.realpath(path))
-    if any(str(p).startswith(("/dev/", "/proc/")) for p in (Path(os.path.abspath(path)), target)):
+    if str(target).startswith(("/dev/", "/proc/")):
         return None
-    if path.exists() and not path.is_file():  # (follows symlinks)
+    if target.exists() and (not target.is_file() or target.stat().st_nlink > 1):
         return None
     return target
+
+
+def write_output(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a user's output file (a report, a figure) by calling ``write``
+    on a path: through :func:`replacing` where :func:`replacing_target`
+    allows, else in place; and in place too where the file may be written
+    but not replaced (a directory the user cannot write to, another user's
+    file in a sticky one), as a plain write would."""
+    target = replacing_target(path)
+    if target is None:
+        write(path)
+        return
+    try:
+        with replacing(target) as tmp:
+            write(tmp)
+    except PermissionError:
+        if not (target.is_file() and os.access(target, os.W_OK)):
+            raise
+        write(target)

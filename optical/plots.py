@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from optical import _plot_axes
-from optical._files import replacing, replacing_target
+from optical._files import write_output
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 
@@ -543,13 +543,8 @@ def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
     """
     paths = output_paths(stem, formats)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
-    for path in paths:
-        target = replacing_target(path)
-        if target is None:  # a FIFO, say: only in place
-            fig.savefig(path, format=path.suffix[1:], dpi=dpi)
-            continue
-        with replacing(target) as tmp:  # a kill keeps the previous figure whole
-            fig.savefig(tmp, format=path.suffix[1:], dpi=dpi)
+    for path in paths:  # whole or not at all: a kill keeps the previous figure
+        write_output(path, lambda p, f=path.suffix[1:]: fig.savefig(p, format=f, dpi=dpi))
     return paths
 
 

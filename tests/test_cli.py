@@ -304,6 +304,8 @@ def test_outputs_that_are_not_files_are_written_in_place(tmp_path):
     from optical._files import replacing_target
 
     assert replacing_target(Path("/dev/stdout")) is None
+    (tmp_path / "out.json").symlink_to("/dev/stdout")  # realpath reaches the shell's file
+    assert replacing_target(tmp_path / "out.json") is None
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert replacing_target(fifo) is None
@@ -312,6 +314,46 @@ def test_outputs_that_are_not_files_are_written_in_place(tmp_path):
     assert replacing_target(plain) == plain and replacing_target(absent) == absent
     (tmp_path / "l.json").symlink_to(plain)
     assert replacing_target(tmp_path / "l.json") == plain
+
+
+def test_a_replaced_report_keeps_what_the_in_place_write_kept(tmp_path, monkeypatch):
+    """The atomic write must not lose what writing in place kept: the
+    file's permission bits (a private report became world-readable), a hard
+    link's sharing, a long name's legality, and a file the user may write
+    but not replace (a directory not theirs: refused after the whole run)."""
+    import errno
+    import os
+    import stat
+    from pathlib import Path
+
+    from optical.commands._common import write_json
+
+    private = tmp_path / "private.json"
+    private.write_text("{}")
+    private.chmod(0o600)
+    write_json(private, {"a": 1})
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert json.loads(private.read_text()) == {"a": 1}
+    linked = tmp_path / "linked.json"
+    os.link(private, linked)
+    write_json(private, {"a": 2})
+    assert json.loads(linked.read_text()) == {"a": 2}
+    long = tmp_path / ("r" * 250 + ".json")  # 255 bytes: the most a name may have
+    write_json(long, {"a": 3})
+    assert json.loads(long.read_text()) == {"a": 3}
+    shared = tmp_path / "shared.json"
+    shared.write_text("{}")
+
+    def not_ours(src, dst):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "replace", not_ours)
+    write_json(shared, {"a": 4})
+    assert json.loads(shared.read_text()) == {"a": 4}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(PermissionError, match="while writing it"):  # a new file: nothing to fall back on
+        write_json(tmp_path / "new.json", {"a": 5})
+    assert not Path(tmp_path / "new.json").exists()
 
 
 def _validate_json(argv, tmp_path, name):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optical import presets
-from optical._files import atomic_write, replacing_target
+from optical._files import write_output
 from optical.config import OpticalConfig, parse_value
 
 
@@ -232,8 +232,4 @@ def write_json(path: Path | None, data: Any) -> None:
         print(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    target = replacing_target(path)
-    if target is None:  # /dev/stdout, a FIFO: only in place
-        path.write_text(text + "\n")
-        return
-    atomic_write(target, text + "\n")
+    write_output(path, lambda p: p.write_text(text + "\n"))

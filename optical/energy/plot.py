@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from optical._files import write_output
 from optical.energy.gpu import GPUReport
 from optical.energy.model import COMPONENTS, PrefillEnergy
 
@@ -109,5 +110,6 @@ def plot_breakdown(optical: PrefillEnergy, gpu: GPUReport, path: str | Path, *,
     path = figure_path(path)
     fig = breakdown_figure(optical, gpu, hardware=hardware)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fmt = path.suffix[1:].lower()  # (the temporary file's suffix is .tmp)
+    write_output(path, lambda p: fig.savefig(p, format=fmt, dpi=120))
     return path
