@@ -132,16 +132,15 @@ def check_nonnegative_int(value: object, name: str) -> int:
     return int(value)
 
 
+def is_jax_value(value: object) -> bool:
+    """Whether ``value`` is a JAX array or tracer (without importing JAX)."""
+    return any(c.__module__.split(".")[0] in ("jax", "jaxlib") for c in type(value).__mro__)
+
+
 def check_seed(seed: object, name: str = "seed") -> int:
     """A seed is a non-negative integer below 2**64 (errors name it ``name``)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        hint = ""
-        if any(c.__module__.split(".")[0] in ("jax", "jaxlib") for c in type(seed).__mro__):
-            # (under vmap/jit: a tracer) Only the JAX backend takes a JAX seed.
-            hint = ("; a JAX seed (traced under vmap or jit) runs on the JAX backend "
-                    "alone: pass backend='jax' (or a JAX x, which backend='auto' runs there)")
-        raise TypeError(f"{name}: expected a non-negative integer, got "
-                        f"{type(seed).__name__}{hint}")
+        raise TypeError(f"{name}: expected a non-negative integer, got {type(seed).__name__}")
     seed = int(seed)
     if not 0 <= seed < 2**64:
         raise ValueError(f"{name}: {seed} is out of range; valid: integer in [0, 2**64)")

@@ -39,6 +39,7 @@ from optical._validation import (
     check_operands,
     check_positive_int,
     check_seed,
+    is_jax_value,
 )
 from optical.config import OpticalConfig, check_config
 from optical.physics import converters, encoding, noise
@@ -277,6 +278,10 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         from optical.kernels import jax_backend
         return jax_backend.matmul(x, w, config, seed=seed, return_stats=return_stats,
                                   chunk_tokens=chunk_tokens, exact=exact)
+    if is_jax_value(seed):  # (under vmap or jit: a tracer) numpy and numba take ints
+        raise TypeError(f"seed: a JAX {type(seed).__name__} runs on the JAX backend alone, "
+                        f"not {backend!r}: pass backend='jax' (or a JAX x, which "
+                        "backend='auto' runs there)")
     seed = check_seed(seed)
     x = check_float_array(x, "x", min_ndim=1)
     if isinstance(w, ProgrammedWeights):

@@ -3,6 +3,7 @@ its noise in distribution, vmap over seeds and noise levels, and
 straight-through gradients."""
 
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -223,8 +224,11 @@ def test_matmul_runs_checks_every_argument(rng):
     with pytest.raises(ValueError, match="params: 'adc.bits' cannot be varied"):
         jax_backend.matmul_runs(x, pw, cfg, seeds=[0], params={"adc.bits": [6]})
     # Seeds: integers in [0, 2**32), not truncated floats or wrapped negatives.
-    with pytest.raises(TypeError, match="seed: expected a non-negative integer, got float"):
+    with pytest.raises(TypeError, match="^seeds: expected a non-negative integer, got float$"):
         jax_backend.matmul_runs(x, pw, cfg, seeds=[1.7, 2.2])
+    # A concrete JAX array of seeds is its ints (it was refused, as 'seed').
+    np.testing.assert_array_equal(jax_backend.matmul_runs(x, pw, cfg, seeds=jnp.arange(2))[0],
+                                  jax_backend.matmul_runs(x, pw, cfg, seeds=[0, 1])[0])
     with pytest.raises(ValueError, match=r"seeds: -1 is negative; valid for the JAX backend"):
         jax_backend.matmul_runs(x, pw, cfg, seeds=[-1])
     with pytest.raises(ValueError, match=r"seeds: 4294967296 is out of range"):
@@ -814,12 +818,18 @@ def test_a_jax_seed_with_a_numpy_x_says_to_run_on_the_jax_backend(rng):
     x = rng.standard_normal((3, 40)).astype(np.float32)
     w = rng.standard_normal((40, 8)).astype(np.float32)
     cfg = noisy(**{"core.inputs": 32})
-    hint = r"seed: expected a non-negative integer, got .*: pass backend='jax'"
+    hint = r"seed: a JAX \w+ runs on the JAX backend alone, not 'numba': pass backend='jax'"
     with pytest.raises(TypeError, match=hint):
         jax.vmap(lambda s: optical.matmul(x, w, cfg, seed=s))(jnp.arange(2))
     with pytest.raises(TypeError, match=hint):
         optical.matmul(x, w, cfg, seed=jnp.int32(1))
     with pytest.raises(TypeError, match=r"got float$"):  # no JAX hint where JAX is not involved
         optical.matmul(x, w, cfg, seed=1.5)
+    # Elsewhere a JAX seed is refused without the advice (no backend to pass).
+    from optical import transformer
+
+    with pytest.raises(TypeError, match=r"^seed: expected a non-negative integer, got \w+$"):
+        transformer.load(pathlib.Path(__file__).parents[1] / "models" / "llama-3.2-1b",
+                         seed=jnp.int32(1))
     ys = jax.vmap(lambda s: optical.matmul(x, w, cfg, seed=s, backend="jax"))(jnp.arange(2))
     np.testing.assert_array_equal(ys[1], optical.matmul(x, w, cfg, seed=1, backend="jax"))

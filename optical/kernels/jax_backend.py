@@ -347,9 +347,12 @@ def _check_seeds(seeds) -> np.ndarray:
 
 def _jax_seed(seed: object, name: str = "seed") -> int:
     """:func:`optical._validation.check_seed`, below the JAX keys' 2**32."""
+    if isinstance(seed, jax.Array) and not isinstance(seed, jax.core.Tracer) \
+            and jnp.issubdtype(seed.dtype, jnp.integer) and seed.ndim == 0:
+        seed = int(seed)  # a concrete JAX integer (an item of jnp.arange(n))
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool) and seed < 0:
         raise ValueError(f"{name}: {seed} is negative; valid for the JAX backend: [0, 2**32)")
-    seed = check_seed(seed)
+    seed = check_seed(seed, name)
     if seed >= 2**32:
         raise ValueError(f"{name}: {seed} is out of range for the JAX backend; "
                          "valid: [0, 2**32)")
