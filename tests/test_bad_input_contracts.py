@@ -262,21 +262,28 @@ def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama)
     for bad in (7e4, -7e4):  # a magnitude, either sign
         h[0, 3] = bad
         with pytest.raises(ValueError, match=r"hidden: \|values\| reach 70000, beyond "
-                                             r"float16's largest 65504: .*dtype='bfloat16' or "
-                                             r"'float32'"):
+                                             r"float16's largest 65504 \(they round to inf\): "
+                                             r".*dtype='bfloat16' or 'float32'"):
             transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h)
     report = transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=h,
                                   dtype="bfloat16")
     assert np.isfinite(report.output.sqnr_db)
-    # The edge: 65504 is float16's own largest value, one float32 ulp above it is not.
+    # The edge: float16 rounds up to 65520 (exclusive) to its largest, 65504, and
+    # from 65520 to inf (as torch's cast does).
     from optical.transformer.validate import _check_hidden_fits
 
-    h[0, 3] = 65504.0
+    h[0, 3] = np.nextafter(np.float32(65520.0), np.float32(0))
     _check_hidden_fits(h, "float16")
-    h[0, 3] = np.nextafter(np.float32(65504.0), np.float32(np.inf))
-    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 65504\.004, beyond "
-                                         r"float16's largest 65504:"):
+    h[0, 3] = 65520.0
+    with pytest.raises(ValueError, match=r"hidden: \|values\| reach 65520, beyond "
+                                         r"float16's largest 65504 \(they round to inf\):"):
         _check_hidden_fits(h, "float16")
+    # NaN, or float64, is the layer's to name: no range advice that cannot help.
+    for bad, message in ((np.where(h == 65520.0, np.float32(np.nan), h),
+                          "h: contains NaN or infinite values"),
+                         (h.astype(np.float64) / 2, "h: dtype float64 is not supported")):
+        with pytest.raises((ValueError, TypeError), match=message):
+            transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=bad)
 
 
 def test_validate_names_the_product_where_the_fp16_reference_overflows(tmp_path):

@@ -244,6 +244,11 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     # Finite in float64, inf in the float32 layers (an eps of inf zeroed the norm).
     ({"rms_norm_eps": 1e39}, "key 'rms_norm_eps' must be within float32's range"),
     ({"rope_theta": 1e39}, "key 'rope_theta' must be within float32's range"),
+    # An int past float range (JSON has no limit): OverflowError tracebacks.
+    ({"rms_norm_eps": 10**400}, "key 'rms_norm_eps' must be within float32's range"),
+    ({"rope_theta": 10**400}, "key 'rope_theta' must be within float32's range"),
+    ({"rope_scaling": {**TINY_LLAMA["rope_scaling"], "factor": 10**400}},
+     "rope_scaling.factor: must be within float32's range"),
     # theta <= 1: wavelengths that do not grow (1e-300: inf frequencies, NaN tables).
     ({"rope_theta": 1e-300}, r"config.json: rope_theta must exceed 1 .* got 1e-300"),
     ({"rope_theta": 1}, r"config.json: rope_theta must exceed 1 .* got 1$"),

@@ -107,6 +107,9 @@ def inverse_frequencies(head_dim: int, theta: float,
         if not is_positive_number(scaling[field]):
             raise ValueError(f"{key}.{field}: must be a positive number, got "
                              f"{scaling[field]!r}")
+        if scaling[field] > FLOAT32_MAX:  # (an int past float range has no float value)
+            raise ValueError(f"{key}.{field}: must be within float32's range (the tables "
+                             f"are float32), got {scaling[field]!r}")
     factor = float(scaling["factor"])
     low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
     old_context = float(scaling["original_max_position_embeddings"])

@@ -26,8 +26,10 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 def is_positive_number(value: Any) -> bool:
     """Whether a config.json value is a finite number above zero (not a bool)."""
-    return not isinstance(value, bool) and isinstance(value, int | float) \
-        and math.isfinite(value) and value > 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    # (an int past float range has no float value: compared as it is)
+    return value > 0 if isinstance(value, int) else math.isfinite(value) and value > 0
 
 
 @dataclasses.dataclass(frozen=True)

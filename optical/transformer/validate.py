@@ -298,10 +298,11 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     Raises
     ------
     ValueError
-        Besides bad arguments: a ``hidden`` beyond the reference dtype's range
-        (one it rounds to inf: fp16 from 65520), before anything runs, or a reference that overflows
-        inside the layer (named by its first non-finite product), before the
-        optical run: there is nothing finite to score against.
+        Besides bad arguments: a ``hidden`` beyond the reference dtype's
+        range (one it rounds to inf: fp16 from 65520), before anything runs,
+        or a reference that overflows inside the layer (named by its first
+        non-finite product), before the optical run: there is nothing finite
+        to score against.
     """
     from optical.transformer.model import load
 
@@ -405,8 +406,9 @@ def _check_hidden_fits(hidden: Any, dtype: str) -> None:
     """ValueError where the input exceeds the reference dtype's range (fp16
     from 65520, which rounds to inf): the reference would be inf and NaN,
     nothing to score."""
-    if not (isinstance(hidden, np.ndarray) and hidden.dtype.kind == "f" and hidden.size):
-        return  # the layer's own checks name what is wrong with it
+    if not (isinstance(hidden, np.ndarray) and hidden.dtype == np.float32 and hidden.size
+            and np.isfinite(hidden).all()):
+        return  # the layer's own checks name what is wrong with it (NaN, float64, ...)
     problem = range_problem(hidden, dtype, "hidden")
     if problem is not None:
         raise ValueError(f"{problem}; {_wider(dtype)}")
