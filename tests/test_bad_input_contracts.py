@@ -415,7 +415,12 @@ def test_a_partial_rotary_factor_is_refused(tmp_path, where):
                                                     "rope_theta": TINY_LLAMA["rope_theta"],
                                                     "partial_rotary_factor": 0.5}}
     write_model(tmp_path, config)
-    with pytest.raises(ValueError, match=r"partial_rotary_factor=0.5 is not supported"):
+    key = "partial_rotary_factor" if where == "top" else "rope_parameters.partial_rotary_factor"
+    with pytest.raises(ValueError, match=rf"config.json: {key}=0.5 is not supported"):
+        transformer.load(tmp_path)
+    # A string shows as one ('1.0' read as 1.0 contradicted "1 or absent").
+    write_model(tmp_path, {**TINY_LLAMA, "partial_rotary_factor": "1.0"})
+    with pytest.raises(ValueError, match=r'partial_rotary_factor="1.0" is not supported'):
         transformer.load(tmp_path)
     write_model(tmp_path, {**TINY_LLAMA, "partial_rotary_factor": 1.0})
     transformer.load(tmp_path)

@@ -548,3 +548,97 @@ def test_without_the_safetensors_package_load_says_what_to_install(tmp_path, mon
     monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors fails
     with pytest.raises(ImportError, match=r"optical\[models\]"):
         transformer.load(directory)
+
+
+# --------------------------------------------------------------------------- #
+# Entries that are not files, and tensors no layer reads (a checkpoint audit)
+# --------------------------------------------------------------------------- #
+
+def test_a_safetensors_name_that_is_not_a_file_is_named_without_blocking(tmp_path):
+    """A FIFO named *.safetensors blocked load() forever (the reader opens it
+    with the GIL held: no Ctrl-C); a directory or a dangling link read as
+    "No such device" or "No such file", and fingerprint() raised
+    IsADirectoryError. A macOS sidecar (._model.safetensors) is not weights:
+    skipped, as Hugging Face skips it."""
+    import os
+    import subprocess
+    import sys
+
+    from optical.transformer.checkpoint import fingerprint
+
+    d = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
+    (d / "._model.safetensors").write_bytes(b"\0\5\26\7" + b"\0" * 64)
+    assert transformer.load(d).checkpoint is not None
+    (d / "dir.safetensors").mkdir()
+    for call in (lambda: transformer.load(d), lambda: fingerprint(d)):
+        with pytest.raises(ValueError, match=r"dir.safetensors: not a safetensors file: it is "
+                                             r"a directory, not a file"):
+            call()
+    (d / "dir.safetensors").rmdir()
+    (d / "gone.safetensors").symlink_to(d / "nowhere.safetensors")
+    with pytest.raises(ValueError, match=r"gone.safetensors: not a safetensors file: it cannot "
+                                         r"be opened \(No such file or directory, a symlink to "
+                                         r".*nowhere.safetensors\)"):
+        transformer.load(d)
+    (d / "gone.safetensors").unlink()
+    os.mkfifo(d / "zz.safetensors")
+    script = "import sys; from optical import transformer; transformer.load(sys.argv[1])"
+    run = subprocess.run([sys.executable, "-c", script, str(d)], capture_output=True, text=True,
+                         timeout=60)  # it blocked: this timeout was the test's failure
+    assert "zz.safetensors: not a safetensors file: it is a FIFO, not a file" in run.stderr
+
+
+def test_an_index_shard_that_is_not_a_file_is_named(tmp_path, bf16_tensors):
+    """A shard that is a directory was 'missing from' the directory that
+    shows it; a shard name too long for the file system raised a raw
+    OSError naming neither the index nor the tensor."""
+    d = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
+    names = list(random_llama_tensors(TINY_LLAMA))
+    (d / "model.safetensors").rename(d / "shard-1.safetensors")
+    (d / "shard-2").mkdir()  # (a *.safetensors directory is named before the index is read)
+    index = {"weight_map": {n: "shard-1.safetensors" for n in names}}
+    index["weight_map"][names[0]] = "shard-2"
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match=rf"index.json: tensor '{names[0]}' is in .*shard-2: "
+                                         r"it is a directory, not a file"):
+        transformer.load(d)
+    (d / "shard-2").rmdir()
+    index["weight_map"][names[0]] = "a" * 5000 + ".safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match=rf"index.json: tensor '{names[0]}' is in 'a+', which "
+                                         r"cannot be a file of .* \(File name too long\)"):
+        transformer.load(d)
+
+
+@pytest.mark.parametrize("extra", [
+    "model.layers.0.self_attn.q_proj.bias",  # a biased checkpoint, attention_bias left out
+    "model.layers.1.mlp.down_proj.bias",
+    "model.layers.0.self_attn.q_norm.weight",  # another architecture's (Qwen3, OLMo 2)
+])
+def test_a_layer_tensor_the_llama_layer_does_not_read_is_refused(tmp_path, extra):
+    """It loaded and validated without a word, the tensor dropped (a config
+    with attention_bias true is refused, so one set to false loaded a biased
+    checkpoint's layers without their biases)."""
+    tensors = random_llama_tensors(TINY_LLAMA)
+    tensors[extra] = np.full(TINY_LLAMA["hidden_size"], 5.0, np.float32)
+    d = write_model(tmp_path / "m", TINY_LLAMA, tensors)
+    with pytest.raises(ValueError, match=rf"tensor '{extra}' is not part of a Llama layer as "
+                                         r"this library runs it \(it would be dropped"):
+        transformer.load(d)
+
+
+def test_a_checkpoint_with_more_layers_than_the_config_is_refused(tmp_path):
+    tensors = random_llama_tensors(TINY_LLAMA)
+    count = TINY_LLAMA["num_hidden_layers"]
+    tensors.update({k.replace("layers.0.", f"layers.{count}."): v for k, v in tensors.items()
+                    if k.startswith("model.layers.0.")})
+    # Stored RoPE frequencies (older checkpoints) are recomputed, not refused.
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(
+        TINY_LLAMA["hidden_size"] // TINY_LLAMA["num_attention_heads"] // 2, np.float32)
+    d = write_model(tmp_path / "m", TINY_LLAMA, tensors)
+    with pytest.raises(ValueError, match=rf"the checkpoint has a layer '{count}', beyond "
+                                         rf"config.json's num_hidden_layers {count}"):
+        transformer.load(d)
+    for k in [k for k in tensors if k.startswith(f"model.layers.{count}.")]:
+        del tensors[k]
+    transformer.load(write_model(tmp_path / "ok", TINY_LLAMA, tensors))

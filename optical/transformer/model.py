@@ -171,6 +171,27 @@ class _Model:
         raise ValueError(f"{self.checkpoint.missing(candidates[0] + probe)} (also tried "
                          f"prefixes {', '.join(repr(c) for c in candidates[1:])})")
 
+    def _check_layer_tensors(self, layers: str, allowed: set[str], kind: str) -> None:
+        """ValueError for a tensor under ``layers`` (``model.layers.``) that no
+        layer of this kind reads: a bias, a q_norm (another architecture's
+        checkpoint, or a config that left out what enables it) would be dropped
+        silently; likewise a layer beyond ``num_hidden_layers``."""
+        assert self.checkpoint is not None
+        count = self.spec.num_layers
+        for name in self.checkpoint.names():
+            if not name.startswith(layers):
+                continue
+            index, _, rest = name[len(layers):].partition(".")
+            if not index.isdigit() or int(index) >= count:
+                raise ValueError(f"tensor {name!r}: the checkpoint has a layer {index!r}, "
+                                 f"beyond config.json's num_hidden_layers {count} (layers "
+                                 f"0..{count - 1})")
+            if rest not in allowed:
+                raise ValueError(f"tensor {name!r} is not part of a {kind} layer as this "
+                                 "library runs it (it would be dropped silently): a "
+                                 "checkpoint of another architecture, or a config.json "
+                                 "without the key that enables it")
+
 
 class LlamaModel(_Model):
     """A Llama model directory (real checkpoint or synthetic weights).
@@ -199,6 +220,9 @@ class LlamaModel(_Model):
                     name = f"{self._prefix}{index}.{tensor}"
                     if name not in checkpoint:
                         raise ValueError(checkpoint.missing(name))
+            # (older checkpoints store RoPE's inverse frequencies: recomputed, as HF does)
+            self._check_layer_tensors(self._prefix, {*llama.TENSORS.values(),
+                                                     "self_attn.rotary_emb.inv_freq"}, "Llama")
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         shapes: dict[str, tuple[int, ...]] = {s.name: (s.out_features, s.in_features)
@@ -249,6 +273,9 @@ class BertModel(_Model):
             for name in expected:
                 if self._prefix + name not in checkpoint:
                     raise ValueError(checkpoint.missing(self._prefix + name))
+            self._check_layer_tensors(self._prefix + "encoder.layer.", {
+                f"{tensor}.{part}" for tensor in bert.TENSORS.values()
+                for part in ("weight", "bias")}, "BERT")
         self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
         self._tables: dict[str, np.ndarray] | None = None
 
