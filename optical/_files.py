@@ -5,6 +5,7 @@ the end. Used by the sweep store and by every ``--json`` report and figure."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import threading
@@ -21,8 +22,9 @@ def replacing(path: Path) -> Iterator[Path]:
     half a file. The new file keeps the permission bits of the one it
     replaces. A failed write (a full disk) leaves ``path`` as it was,
     removes the temporary file and raises an OSError naming ``path``."""
-    # (a name of 255 bytes, the most most file systems take, still leaves room)
-    tmp = path.with_name(f".{path.name[:120]}.{os.getpid()}.{threading.get_ident()}.tmp")
+    # At most 100 bytes of the name (255 bytes is the most most file systems take).
+    short = os.fsencode(path.name)[:100].decode(errors="ignore")
+    tmp = path.with_name(f".{short}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         yield tmp
         with contextlib.suppress(FileNotFoundError):  # a new file keeps the umask's mode
@@ -76,6 +78,9 @@ def write_output(path: Path, write: Callable[[Path], None]) -> None:
     if target is None:
         write(path)
         return
+    if target.exists() and not os.access(target, os.W_OK):  # a rename would not ask
+        raise PermissionError(errno.EACCES, "Permission denied (the file is read-only)",
+                              str(path))
     try:
         with replacing(target) as tmp:
             write(tmp)

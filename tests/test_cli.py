@@ -338,9 +338,20 @@ def test_a_replaced_report_keeps_what_the_in_place_write_kept(tmp_path, monkeypa
     os.link(private, linked)
     write_json(private, {"a": 2})
     assert json.loads(linked.read_text()) == {"a": 2}
-    long = tmp_path / ("r" * 250 + ".json")  # 255 bytes: the most a name may have
-    write_json(long, {"a": 3})
-    assert json.loads(long.read_text()) == {"a": 3}
+    for long in (tmp_path / ("r" * 250 + ".json"), tmp_path / ("é" * 125 + ".json")):
+        write_json(long, {"a": 3})  # 255 bytes: the most a name may have
+        assert json.loads(long.read_text()) == {"a": 3}
+    # A file the user may not write is refused, as a plain write refuses it (a
+    # rename needs only the directory). os.access stands in for a non-root user.
+    read_only = tmp_path / "read-only.json"
+    read_only.write_text("{}")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == read_only
+                        else real_access(p, mode))
+    with pytest.raises(PermissionError, match="read-only.*read-only.json"):
+        write_json(read_only, {"a": 6})
+    assert read_only.read_text() == "{}"
+    monkeypatch.undo()
     shared = tmp_path / "shared.json"
     shared.write_text("{}")
 

@@ -623,8 +623,35 @@ def test_a_layer_tensor_the_llama_layer_does_not_read_is_refused(tmp_path, extra
     tensors[extra] = np.full(TINY_LLAMA["hidden_size"], 5.0, np.float32)
     d = write_model(tmp_path / "m", TINY_LLAMA, tensors)
     with pytest.raises(ValueError, match=rf"tensor '{extra}' is not part of a Llama layer as "
-                                         r"this library runs it \(it would be dropped"):
+                                         r"this library runs it, and would be dropped"):
         transformer.load(d)
+
+
+def test_a_bert_layer_tensor_no_layer_reads_is_refused(tmp_path):
+    """As for Llama (the helper is shared; BERT's allowed names are its own).
+    Heads beside the encoder (a pooler, an MLM head) are not layer tensors."""
+    from tests.test_transformer_bert import _bert_tensors
+    from tests.transformer_helpers import TINY_BERT
+
+    tensors = _bert_tensors(TINY_BERT)
+    tensors["pooler.dense.weight"] = np.zeros((TINY_BERT["hidden_size"],) * 2, np.float32)
+    transformer.load(write_model(tmp_path / "ok", TINY_BERT, tensors))
+    tensors["encoder.layer.0.attention.self.q_norm.weight"] = np.ones(
+        TINY_BERT["hidden_size"], np.float32)
+    with pytest.raises(ValueError, match=r"tensor 'encoder.layer.0.attention.self.q_norm.weight'"
+                                         r" is not part of a BERT layer"):
+        transformer.load(write_model(tmp_path / "m", TINY_BERT, tensors))
+
+
+def test_a_file_the_reader_cannot_open_gives_the_os_reason(tmp_path):
+    """The reader calls every failed open "No such file or directory"."""
+    d = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
+    model = transformer.load(d)
+    (d / "model.safetensors").unlink()
+    (d / "model.safetensors").mkdir()  # after load: only the layer's read meets it
+    with pytest.raises(ValueError, match=r"not a readable safetensors file \(it cannot be "
+                                         r"read: Is a directory\)"):
+        model.layer(0)
 
 
 def test_a_checkpoint_with_more_layers_than_the_config_is_refused(tmp_path):
@@ -636,8 +663,9 @@ def test_a_checkpoint_with_more_layers_than_the_config_is_refused(tmp_path):
     tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(
         TINY_LLAMA["hidden_size"] // TINY_LLAMA["num_attention_heads"] // 2, np.float32)
     d = write_model(tmp_path / "m", TINY_LLAMA, tensors)
-    with pytest.raises(ValueError, match=rf"the checkpoint has a layer '{count}', beyond "
-                                         rf"config.json's num_hidden_layers {count}"):
+    with pytest.raises(ValueError, match=rf"the checkpoint has a layer {count}, beyond "
+                                         rf"config.json's num_hidden_layers {count} \(a config "
+                                         r"shortened"):
         transformer.load(d)
     for k in [k for k in tensors if k.startswith(f"model.layers.{count}.")]:
         del tensors[k]

@@ -220,14 +220,14 @@ class Checkpoint:
                                      f"a file of {self.directory}")
                 path = self.directory / file
                 try:
-                    found = path.exists()
+                    path.lstat()
+                except FileNotFoundError:
+                    raise FileNotFoundError(f"{index}: tensor {name!r} is in {file}, which is "
+                                            f"missing from {self.directory}") from None
                 except OSError as err:  # a name too long for the file system, say
                     raise ValueError(f"{index}: tensor {name!r} is in {file[:80]!r}, which "
                                      f"cannot be a file of {self.directory} "
                                      f"({err.strerror})") from None
-                if not found and not path.is_symlink():
-                    raise FileNotFoundError(f"{index}: tensor {name!r} is in {file}, which is "
-                                            f"missing from {self.directory}")
                 problem = not_a_file(path)
                 if problem is not None:
                     raise ValueError(f"{index}: tensor {name!r} is in {path}: {problem}")

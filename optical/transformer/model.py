@@ -182,15 +182,18 @@ class _Model:
             if not name.startswith(layers):
                 continue
             index, _, rest = name[len(layers):].partition(".")
-            if not index.isdigit() or int(index) >= count:
-                raise ValueError(f"tensor {name!r}: the checkpoint has a layer {index!r}, "
-                                 f"beyond config.json's num_hidden_layers {count} (layers "
-                                 f"0..{count - 1})")
+            if not index.isdigit():
+                raise ValueError(f"tensor {name!r}: {index!r} is not a layer index (a "
+                                 f"checkpoint of another layout than {kind}'s)")
+            if int(index) >= count:
+                raise ValueError(f"tensor {name!r}: the checkpoint has a layer {index}, "
+                                 f"beyond config.json's num_hidden_layers {count} (a config "
+                                 "shortened to load fewer layers is refused: keep the "
+                                 "checkpoint's, model.layer(i) reads one layer at a time)")
             if rest not in allowed:
                 raise ValueError(f"tensor {name!r} is not part of a {kind} layer as this "
-                                 "library runs it (it would be dropped silently): a "
-                                 "checkpoint of another architecture, or a config.json "
-                                 "without the key that enables it")
+                                 "library runs it, and would be dropped silently: a "
+                                 "checkpoint of another architecture (biases, q/k norms)")
 
 
 class LlamaModel(_Model):
