@@ -71,9 +71,11 @@ def replacing_target(path: Path) -> Path | None:
 def write_output(path: Path, write: Callable[[Path], None]) -> None:
     """Write a user's output file (a report, a figure) by calling ``write``
     on a path: through :func:`replacing` where :func:`replacing_target`
-    allows, else in place; and in place too where the file may be written
-    but not replaced (a directory the user cannot write to, another user's
-    file in a sticky one), as a plain write would."""
+    allows, else in place; in place too where the file may be written but
+    not replaced (a directory the user cannot write to, another user's file
+    in a sticky one). A file the user may not write is refused
+    (PermissionError naming ``path``), as a plain write refuses it, though
+    a rename would replace it."""
     target = replacing_target(path)
     if target is None:
         write(path)

@@ -138,12 +138,12 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
         ``config``'s noise: ``params`` then model a machine run at noise other
         than it was calibrated at (a 64 x 512 x 256 Gaussian product on
         iris-like programmed at 1e5 photons per MAC and run at ``params``
-        1e2 scores -12 dB, against -26 dB calibrated at 1e2); to recalibrate at each level, program
-        ``config.replace(...)`` per level instead, as ``optical.matmul``
-        requires (the sweep's vmap executor batches only the seeds of such
-        configs). They can be traced (``vmap`` over noise levels) but not differentiated:
-        the backward pass treats the noise as a constant, so ``jax.grad``
-        with respect to them is 0.
+        1e2 scores -12 dB, against -26 dB calibrated at 1e2); to recalibrate
+        at each level, program ``config.replace(...)`` per level instead, as
+        ``optical.matmul`` requires (the sweep's vmap executor batches only
+        the seeds of such configs). They can be traced (``vmap`` over noise
+        levels) but not differentiated: the backward pass treats the noise
+        as a constant, so ``jax.grad`` with respect to them is 0.
 
     Returns
     -------
