@@ -82,7 +82,9 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         No such directory or no config.json.
     ValueError
         Unknown architecture or unsupported variant (naming the config key), a
-        checkpoint that lacks a tensor the config implies (naming it), a
+        checkpoint that lacks a tensor the config implies or holds a layer
+        tensor no layer reads, or a layer beyond ``num_hidden_layers``
+        (naming it), a ``*.safetensors`` that is not a regular file, a
         quantized checkpoint (``quantization_config``), or PyTorch pickles
         without safetensors.
     """
@@ -173,9 +175,9 @@ class _Model:
 
     def _check_layer_tensors(self, layers: str, allowed: set[str], kind: str) -> None:
         """ValueError for a tensor under ``layers`` (``model.layers.``) that no
-        layer of this kind reads: a bias, a q_norm (another architecture's
-        checkpoint, or a config that left out what enables it) would be dropped
-        silently; likewise a layer beyond ``num_hidden_layers``."""
+        layer of this kind reads (a bias, a q_norm: another architecture's
+        checkpoint), which would be dropped silently, and for a layer beyond
+        ``num_hidden_layers``."""
         assert self.checkpoint is not None
         count = self.spec.num_layers
         for name in self.checkpoint.names():
