@@ -20,15 +20,24 @@ def replacing(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write its new content to, which
     replaces ``path`` when the block ends: a reader (or a kill) never sees
     half a file. The new file keeps the permission bits of the one it
-    replaces. A failed write (a full disk) leaves ``path`` as it was,
+    replaces (a new one gets the umask's, as ``open`` gives), and is private
+    until then. A failed write (a full disk) leaves ``path`` as it was,
     removes the temporary file and raises an OSError naming ``path``."""
     # At most 100 bytes of the name (255 bytes is the most most file systems take).
     short = os.fsencode(path.name)[:100].decode(errors="ignore")
     tmp = path.with_name(f".{short}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
+        # Created private, so that a private file's new content is never
+        # readable by others; given the mode it replaces (or a new file's) last.
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a kill's leftover of a process of the same id
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         yield tmp
-        with contextlib.suppress(FileNotFoundError):  # a new file keeps the umask's mode
-            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
@@ -38,6 +47,18 @@ def replacing(path: Path) -> Iterator[Path]:
             raise OSError(err.errno, f"{err.strerror or err} while writing it",
                           str(path)) from err
         raise
+
+
+def _umask() -> int:
+    """The process's umask (from /proc on Linux: setting it to read it back
+    would race with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -334,6 +334,21 @@ def test_a_replaced_report_keeps_what_the_in_place_write_kept(tmp_path, monkeypa
     write_json(private, {"a": 1})
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert json.loads(private.read_text()) == {"a": 1}
+    # The new content is private while it is written, whatever the final mode;
+    # a new file gets the mode a plain write gives it.
+    from optical._files import write_output
+
+    public = tmp_path / "public.json"
+    public.write_text("{}")
+    public.chmod(0o644)
+    seen = []
+    write_output(public, lambda p: (seen.append(stat.S_IMODE(p.stat().st_mode)),
+                                    p.write_text("[]")))
+    assert seen == [0o600] and stat.S_IMODE(public.stat().st_mode) == 0o644
+    plain, fresh = tmp_path / "plain.json", tmp_path / "fresh.json"
+    plain.write_text("{}")
+    write_json(fresh, {})
+    assert stat.S_IMODE(fresh.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
     linked = tmp_path / "linked.json"
     os.link(private, linked)
     write_json(private, {"a": 2})
