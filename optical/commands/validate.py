@@ -52,7 +52,7 @@ def register(subparsers) -> None:
                         help="seed of the synthetic input and the held-out calibration input, "
                              "apart from the noise's --seed: runs of other --seed then differ "
                              "in noise alone")
-    parser.add_argument("--weights-seed", type=int, metavar="S",
+    parser.add_argument("--weights-seed", type=int, default=0, metavar="S",
                         help="seed of the synthetic weights of a directory without a "
                              "checkpoint (default 0, as in a sweep: like a checkpoint's, they "
                              "do not change with --seed or --data-seed)")
@@ -76,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name}: {getattr(args, name)} must be a positive integer")
     check_seed(args.seed, "--seed")
-    for option in ("data_seed", "weights_seed"):
-        if getattr(args, option) is not None:
-            check_seed(getattr(args, option), "--" + option.replace("_", "-"))
-    model = load(args.model, seed=0 if args.weights_seed is None else args.weights_seed)
+    if args.data_seed is not None:
+        check_seed(args.data_seed, "--data-seed")
+    check_seed(args.weights_seed, "--weights-seed")
+    model = load(args.model, seed=args.weights_seed)
     layers = model.spec.num_layers
     if not 0 <= args.layer < layers:  # named as the option, as --tokens is
         raise ValueError(f"--layer: {args.layer} is out of range; the model has {layers} "

@@ -55,9 +55,9 @@ def derive_seed(seed: int, *labels: object, bits: int = 63) -> int:
 def check_hidden(h: object, hidden: int, dtype: str | None = None) -> np.ndarray:
     """A layer input as (batch, tokens, hidden): float32, finite, right width,
     within the range of the reference ``dtype`` if one is given (fp16 rounds
-    65520 and up to inf, and the reference would be inf and NaN), C-contiguous (a reduction along a
-    strided axis sums in another order, so the layout alone would move the
-    last bits)."""
+    65520 and up to inf, and the reference would be inf and NaN),
+    C-contiguous (a reduction along a strided axis sums in another order, so
+    the layout alone would move the last bits)."""
     if not isinstance(h, np.ndarray):
         raise TypeError(f"h: expected a numpy.ndarray, got {type(h).__name__}")
     check_plain_array(h, "h")

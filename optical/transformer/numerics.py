@@ -38,7 +38,7 @@ def range_problem(x: np.ndarray, dtype: str, name: str) -> str | None:
     65520 rounds to 65504, as a cast in torch does), so the reference would
     be inf and NaN; None where it can."""
     peak = float(np.max(np.abs(x)))
-    if peak <= float(np.finfo(np.float32).max) and np.isfinite(
+    if peak <= largest("float32") and np.isfinite(
             round_to(np.array([peak], dtype=np.float32), dtype)[0]):
         return None
     return (f"{name}: |values| reach {peak:.8g}, beyond {dtype}'s largest "
