@@ -210,7 +210,8 @@ class Checkpoint:
                     isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
                 raise ValueError(f"{index}: 'weight_map' must map tensor names to shard file "
                                  "names (strings)")
-            where = {}
+            where: dict[str, Path] = {}
+            checked: set[Path] = set()
             for name, file in weight_map.items():
                 # Judged by the name the index gives, not by where it resolves to: in
                 # the Hugging Face cache every shard is a symlink into ../../blobs.
@@ -219,6 +220,9 @@ class Checkpoint:
                     raise ValueError(f"{index}: tensor {name!r} is in {file!r}, which is not "
                                      f"a file of {self.directory}")
                 path = self.directory / file
+                if path in checked:  # each shard's file is looked at once
+                    where[name] = path
+                    continue
                 try:
                     path.lstat()
                 except FileNotFoundError:
@@ -231,6 +235,7 @@ class Checkpoint:
                 problem = not_a_file(path)
                 if problem is not None:
                     raise ValueError(f"{index}: tensor {name!r} is in {path}: {problem}")
+                checked.add(path)
                 where[name] = path
             single = self.directory / "model.safetensors"
             if single.is_file() and single not in where.values():
