@@ -666,6 +666,33 @@ def test_a_traced_w_under_a_calibrating_config_names_what_would_work(rng):
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("changes", [{}, {"dac.bits": 8}])
+def test_every_order_and_mode_of_derivative_is_the_straight_through_estimate(rng, changes):
+    """jax.hessian (jacfwd of jacrev) of sum(y**2) is 2 W_eff W_eff^T per token
+    under the straight-through rule; on the ideal preset W_eff is w, so the
+    truth is the exact matmul's 2 W W^T. (Seen: the outer derivative ran
+    through the forward pass itself: 0 under an 8-bit DAC, and on ideal the
+    abs-max channel's column halved by the clip at +-1.) Forward mode gives
+    the reverse-mode Jacobian in x and w (jacfwd was refused outright)."""
+    x = rng.standard_normal((1, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    cfg = ideal(**{"core.inputs": 16, "core.outputs": 16, **changes})
+
+    def loss(v):
+        return jnp.sum(jax_backend.matmul(v, w, cfg, seed=0) ** 2)
+
+    h = np.asarray(jax.hessian(loss)(jnp.asarray(x)), np.float64).reshape(16, 16)
+    expected = 2 * w.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(h, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    xs = jnp.asarray(rng.standard_normal((3, 16)).astype(np.float32))
+    by_w = lambda v: jax_backend.matmul(xs, v, cfg, seed=0)  # noqa: E731
+    np.testing.assert_allclose(jax.jacfwd(by_w)(jnp.asarray(w)), jax.jacrev(by_w)(jnp.asarray(w)),
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(jax.jacfwd(lambda v: jax_backend.matmul(v, w, cfg, seed=0))(xs),
+                               np.einsum("tn,kn,ts->tnsk", np.ones((3, 16)), w, np.eye(3)),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_raw_weights_under_a_calibrating_config_calibrate_on_a_numpy_x_inside_jit(rng):
     """The module docstring's jit(vmap) over seeds, with a numpy x closed over
     and raw weights under iris-like: calibrated on x (its values are known

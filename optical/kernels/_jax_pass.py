@@ -2,7 +2,7 @@
 the static structure that keys ``jax.jit``, the programmed weights as device
 arrays (or derived from a traced ``w``), the noise parameters (traced, so
 ``vmap``-able), the token chunks of one pass with their noise keyed by token,
-and the straight-through backward pass."""
+and the straight-through derivatives."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from optical import _rng
 from optical.config import OpticalConfig
@@ -147,7 +148,7 @@ def _host_arrays(pw: ProgrammedWeights, st: Static) -> dict[str, np.ndarray]:
         "w_sum": _pad_n(pw.weight_sums, st).astype(dt),
         "scale": _pad_n(pw.scale, st).astype(dt),
     }
-    # The machine's noise-free linear map, for the straight-through backward pass.
+    # The machine's noise-free linear map, for the straight-through derivatives.
     coeffs, const = encoding.rail_coefficients(pw.config.encoding.weights)
     decoded = (np.tensordot(np.asarray(coeffs), t, axes=1) - st.t_min * st.c_sum) \
         / (1 - st.t_min) + const
@@ -464,22 +465,28 @@ def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
     return jnp.concatenate(ys), jnp.concatenate(photons, axis=-1), clipped
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def emulate(st, chunk, x2, w2, prog, params, scale, seed):
-    """The noisy machine forward; straight-through backward (module docstring)."""
+    """The noisy machine forward; straight-through derivatives (module docstring)."""
     return run_chunks(st, x2, prog, params, scale, seed, chunk)
 
 
-def _emulate_fwd(st, chunk, x2, w2, prog, params, scale, seed):
-    return run_chunks(st, x2, prog, params, scale, seed, chunk), (x2, prog, params, scale, seed)
+def _emulate_jvp(st, chunk, primals, tangents):
+    """The straight-through rule as a JVP, ``dy = dx W_eff + x dw``: linear in
+    the tangents, so reverse mode transposes it (``dx = g W_eff^T``,
+    ``dw = x^T g``), and every order and mode (``jacfwd``, ``hessian``) sees
+    the same linear machine, never the quantisers' zero or clipped slopes."""
+    x2, w2, prog = primals[:3]
+    dx, dw = tangents[:2]
+    out = emulate(st, chunk, *primals)
+    y, photons, clipped = out
+    dy = jnp.zeros_like(y)
+    if not isinstance(dx, SymbolicZero):
+        dy = dy + dx @ prog["w_eff"]
+    if not isinstance(dw, SymbolicZero):
+        dy = dy + x2 @ dw
+    return out, (dy, jnp.zeros_like(photons),
+                 np.zeros(np.shape(clipped), dtype=jax.dtypes.float0))
 
 
-def _emulate_bwd(st, chunk, res, cts):
-    x2, prog, params, scale, seed = res
-    g = cts[0]
-    zeros = jax.tree.map(jnp.zeros_like, (prog, params, scale))
-    seed_ct = np.zeros(np.shape(seed), dtype=jax.dtypes.float0)
-    return (g @ prog["w_eff"].T, x2.T @ g, *zeros, seed_ct)
-
-
-emulate.defvjp(_emulate_fwd, _emulate_bwd)
+emulate.defjvp(_emulate_jvp, symbolic_zeros=True)

@@ -29,7 +29,10 @@ mask, ADC rounding and clipping) and the programming of the mask as the
 identity and the noise as a constant, so ``dL/dx = dL/dy @ W_eff.T`` and
 ``dL/dw = x.T @ dL/dy``, with ``W_eff`` the linear map that the programmed
 machine computes without noise and converters (``w`` up to the mask's
-quantisation and crosstalk). A traced ``w`` needs rule-based programming:
+quantisation and crosstalk). The rule is a JVP (``dy = dx W_eff + x dw``), so
+forward mode (``jax.jvp``, ``jacfwd``) and higher orders (``jax.hessian``)
+follow it too: second derivatives are those of that linear map, not of the
+quantisers' zero or clipped slopes. A traced ``w`` needs rule-based programming:
 settings calibrated on example inputs (calibrated ADC windows, a static input
 range, static outlier channels) are refused for it; with those, differentiate
 ``x`` with ``w`` programmed once (:class:`~optical.ProgrammedWeights` are
