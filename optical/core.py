@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 
 import numpy as np
 
@@ -254,7 +255,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     TypeError
         ``x`` or ``w`` not a float32/float64 array (or of different dtypes),
         ``config`` not an OpticalConfig, a seed that is not an integer, a
-        non-bool ``exact`` or ``return_stats``.
+        non-bool ``exact`` or ``return_stats``; a JAX seed or a traced JAX
+        ``w`` on the numpy or numba backend (they say ``backend='jax'``).
     ValueError
         Shapes that do not chain (``x``'s last axis is not ``w``'s K), NaN or
         inf in ``x`` or ``w``, a seed out of range, ``chunk_tokens`` < 1, an
@@ -282,6 +284,10 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         raise TypeError(f"seed: a JAX {type(seed).__name__} runs on the JAX backend alone, "
                         f"not {backend!r}: pass backend='jax' (or a JAX x, which "
                         "backend='auto' runs there)")
+    if is_jax_value(w) and isinstance(w, sys.modules["jax"].core.Tracer):
+        raise TypeError(f"w: a traced JAX value ({type(w).__name__}: jax.grad, jit or vmap "
+                        f"with respect to w) runs on the JAX backend alone, not {backend!r}: "
+                        "pass backend='jax'")
     seed = check_seed(seed)
     x = check_float_array(x, "x", min_ndim=1)
     if isinstance(w, ProgrammedWeights):

@@ -860,3 +860,18 @@ def test_a_jax_seed_with_a_numpy_x_says_to_run_on_the_jax_backend(rng):
                          seed=jnp.int32(1))
     ys = jax.vmap(lambda s: optical.matmul(x, w, cfg, seed=s, backend="jax"))(jnp.arange(2))
     np.testing.assert_array_equal(ys[1], optical.matmul(x, w, cfg, seed=1, backend="jax"))
+
+
+def test_a_traced_w_with_a_numpy_x_says_to_run_on_the_jax_backend(rng):
+    """jax.grad with respect to w of optical.matmul(numpy x, w): backend='auto'
+    picks numba from x, and the refusal advised numpy.asarray(w), which a
+    tracer cannot take; as for a JAX seed, it names backend='jax', whose
+    gradient is the straight-through x^T dy."""
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    w = jnp.asarray(rng.standard_normal((16, 8)).astype(np.float32))
+    cfg = ideal()
+    with pytest.raises(TypeError, match=r"w: a traced JAX value .* not 'numba': "
+                                        r"pass backend='jax'"):
+        jax.grad(lambda v: jnp.sum(optical.matmul(x, v, cfg, seed=0)))(w)
+    g = jax.grad(lambda v: jnp.sum(optical.matmul(x, v, cfg, seed=0, backend="jax")))(w)
+    np.testing.assert_allclose(g, x.T @ np.ones((3, 8), np.float32), rtol=1e-6)
