@@ -344,9 +344,11 @@ class ADCConfig(Section):
         for normalised inputs uniform on [-1, 1], noise included, capped at
         the smallest and largest noise-free readouts the weights can produce
         widened by ``headroom`` noise standard deviations;
-        "calibrated" minimises the expected squared error, quantisation and
-        clipping together, over the readouts of calibration inputs, noise
-        included (needs ``optical.program(w, config, calibration=x)``).
+        "calibrated" minimises the converter's expected squared error,
+        quantisation and clipping together, over the noisy readouts of
+        calibration inputs (its error against the readout it converts, not
+        against the noise-free product; needs ``optical.program(w, config,
+        calibration=x)``).
     headroom : float, standard deviations
         Half-width of the "rms" window (at most 1e6).
     window : {"per_column", "per_tile"}

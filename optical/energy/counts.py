@@ -15,9 +15,10 @@ Counting conventions (``R`` rows = batch x tokens, ``T`` context positions,
   scale, 2 per input element (abs-max, normalise). Memory: inputs read once
   per N-tile pass, an fp32 partial sum read and written per ADC conversion,
   outputs written once.
-- mask data (:func:`mask_bytes`): every pixel of every weight load,
-  ``mask.bits`` per pixel per weight rail; from DRAM for weights, from SRAM
-  for activations loaded as masks (optical attention).
+- mask data (:func:`mask_bytes`): every programmed pixel of every weight
+  load (the matrix's K x N weights, so an edge tile counts only the pixels
+  it uses), ``mask.bits`` per pixel per weight rail; from DRAM for weights,
+  from SRAM for activations loaded as masks (optical attention).
 - norms: RMSNorm 4 H operations per row (LayerNorm 8 H), two per layer;
   read and write H.
 - rope (Llama): 3 operations per element of q and k; read and write them.

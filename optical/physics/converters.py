@@ -29,7 +29,8 @@ def quantize_levels(u: np.ndarray, bits: int | None) -> np.ndarray:
 
     Used for DAC drive levels (source intensities) and mask levels. Values
     outside [0, 1] clip to the ends: a source cannot emit negative light nor
-    a pixel transmit more than fully open.
+    a pixel transmit more than fully open. ``bits=None`` (an ideal converter)
+    returns ``u`` unchanged, neither rounded nor clipped.
 
     Parameters
     ----------

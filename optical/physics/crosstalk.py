@@ -384,8 +384,11 @@ def effective_tile(transmissions: np.ndarray, kern: Kernels, *,
     ----------
     transmissions : ndarray, shape (rails, k, n), float32 or float64
         Intensity transmissions of the tile's mask rails: finite and
-        non-negative. A physical mask's lie in [0, 1]; the map is linear, so
-        larger values (an unclipped pre-distortion, say) are accepted, where
+        non-negative. A physical mask's lie in [0, 1]; the map scales with
+        them (``c`` times every transmission gives ``c`` times the light),
+        though it is not additive (neighbouring columns interfere through
+        ``sqrt(t t')``), so larger values (an unclipped pre-distortion, say)
+        are accepted, where
         :func:`optical.physics.fieldsim.simulate_tile` refuses them.
     kern : Kernels
         From :func:`kernels` for the configuration that programs the tile.

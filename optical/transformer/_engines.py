@@ -389,7 +389,7 @@ def matmul_inputs(forward: Callable[[ReferenceEngine], object], names: Collectio
     """The input rows of the weight matmuls ``names`` in a reference run in
     ``dtype``: ``forward(engine)`` runs the layer and is stopped once the
     last of them has its input (that product, and what follows it, is not
-    computed). The inputs equal a full :meth:`trace`'s, bit for bit."""
+    computed). The inputs equal a full ``trace()``'s (a layer's), bit for bit."""
     engine = ReferenceEngine(check_dtype(dtype), stop_after=names)
     if not engine.pending:
         raise ValueError("names: no weight matmul named")
