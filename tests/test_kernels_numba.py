@@ -2,12 +2,14 @@
 same deterministic physics, the same noise laws, and results that depend on
 nothing but (x, w, config, seed)."""
 
+import importlib.util
 import math
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numba
@@ -540,6 +542,25 @@ def test_auto_backend_and_bad_arguments(rng):
         numba_backend.accumulate(x, np.ones(2), pw, ideal(), 0, np.zeros(3), gemm="gpu")
     with pytest.raises(ValueError, match="gemm: 'xla' runs float32 only"):
         numba_backend.accumulate(x, np.ones(2), pw, ideal(), 0, np.zeros(3), gemm="xla")
+
+
+def test_a_call_while_another_thread_imports_jax_runs(monkeypatch):
+    """Threads may call matmul at once (docs/ARCHITECTURE.md). While one of
+    them imports JAX (the JAX backend and numba's XLA GEMMs import it on first
+    use), sys.modules holds the module without its attributes yet: every call
+    made meanwhile, numpy's too, raised AttributeError (seen in 5 of 5
+    fresh processes with one thread importing JAX)."""
+    spec = importlib.util.find_spec("jax")
+    if spec is None:
+        pytest.skip("JAX is not installed")
+    half = types.ModuleType("jax")  # what `import jax` has put in sys.modules so far
+    half.__spec__ = spec
+    monkeypatch.setitem(sys.modules, "jax", half)
+    cfg = ideal(**{"core.inputs": 8, "core.outputs": 8})
+    x = np.arange(16, dtype=np.float64).reshape(2, 8)
+    w = np.arange(64, dtype=np.float64).reshape(8, 8) / 64
+    assert kernels.resolve("auto", x, cfg) == "numpy"
+    np.testing.assert_allclose(optical.matmul(x, w, cfg, seed=0), x @ w, rtol=1e-12, atol=1e-12)
 
 
 def test_blas_and_xla_gemms_agree(rng):

@@ -26,9 +26,11 @@ MIN_FAST_TILE = 32 * 32
 
 
 def is_jax_array(x: object) -> bool:
-    """True for a JAX array or tracer (without importing JAX)."""
+    """True for a JAX array or tracer (without importing JAX). While another
+    thread imports JAX, ``sys.modules`` holds the module without its ``Array``
+    yet (and no JAX array can exist)."""
     jax = sys.modules.get("jax")
-    return jax is not None and isinstance(x, jax.Array)
+    return jax is not None and isinstance(x, getattr(jax, "Array", ()))
 
 
 def available() -> list[str]:
