@@ -684,13 +684,20 @@ def test_every_order_and_mode_of_derivative_is_the_straight_through_estimate(rng
     h = np.asarray(jax.hessian(loss)(jnp.asarray(x)), np.float64).reshape(16, 16)
     expected = 2 * w.astype(np.float64) @ w.T.astype(np.float64)
     np.testing.assert_allclose(h, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
-    xs = jnp.asarray(rng.standard_normal((3, 16)).astype(np.float32))
-    by_w = lambda v: jax_backend.matmul(xs, v, cfg, seed=0)  # noqa: E731
-    np.testing.assert_allclose(jax.jacfwd(by_w)(jnp.asarray(w)), jax.jacrev(by_w)(jnp.asarray(w)),
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(jax.jacfwd(lambda v: jax_backend.matmul(v, w, cfg, seed=0))(xs),
-                               np.einsum("tn,kn,ts->tnsk", np.ones((3, 16)), w, np.eye(3)),
-                               rtol=1e-5, atol=1e-6)
+    xs = rng.standard_normal((3, 16)).astype(np.float32)
+    np.testing.assert_allclose(  # dy[t, n] / dw[k, m] = x[t, k] delta(n, m)
+        jax.jacfwd(lambda v: jax_backend.matmul(xs, v, cfg, seed=0))(jnp.asarray(w)),
+        np.einsum("tk,nm->tnkm", xs, np.eye(16)), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(  # dy[t, n] / dx[s, k] = w[k, n] delta(t, s)
+        jax.jacfwd(lambda v: jax_backend.matmul(v, w, cfg, seed=0))(jnp.asarray(xs)),
+        np.einsum("kn,ts->tnsk", w, np.eye(3)), rtol=1e-5, atol=1e-6)
+    # Across x and w, in both orders, that of sum(x @ w): 1 where the K indices
+    # match. (Seen: d2/dx dw was 0 while d2/dw dx was 1.)
+    h = jax.hessian(lambda a, b: jnp.sum(jax_backend.matmul(a, b, cfg, seed=0)),
+                    argnums=(0, 1))(jnp.asarray(xs), jnp.asarray(w))
+    cross = np.einsum("kj,tn->tkjn", np.eye(16), np.ones((3, 16)))
+    np.testing.assert_allclose(h[0][1], cross, atol=1e-6)
+    np.testing.assert_allclose(h[1][0], cross.transpose(2, 3, 0, 1), atol=1e-6)
 
 
 def test_raw_weights_under_a_calibrating_config_calibrate_on_a_numpy_x_inside_jit(rng):
