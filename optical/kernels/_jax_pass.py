@@ -485,11 +485,9 @@ def _emulate_jvp(st, chunk, primals, tangents):
     # The barrier keeps XLA from folding a gradient of constant operands
     # (jit(grad(sum(y)))) at compile time: 23 s against 0.4 s at 512 x 1024^2.
     w_eff = jax.lax.optimization_barrier(prog["w_eff"]) + (w2 - jax.lax.stop_gradient(w2))
-    dy = jnp.zeros_like(y)
-    if not isinstance(dx, SymbolicZero):
-        dy = dy + dx @ w_eff
+    dy = jnp.zeros_like(y) if isinstance(dx, SymbolicZero) else dx @ w_eff
     if not isinstance(dw, SymbolicZero):
-        dy = dy + x2 @ dw
+        dy = x2 @ dw if isinstance(dx, SymbolicZero) else dy + x2 @ dw
     return out, (dy, jnp.zeros_like(photons),
                  np.zeros(np.shape(clipped), dtype=jax.dtypes.float0))
 
