@@ -139,11 +139,14 @@ def _spaced_labels() -> type:
     from matplotlib.ticker import Formatter
 
     class SpacedLabels(Formatter):
-        """Given labels at fixed x ticks, less any that would overlap the label
-        kept to its left: decided when the axis is drawn, at its final length."""
+        """Given labels at fixed x ticks, less any that would overlap one
+        kept before it: decided when the axis is drawn, at its final length.
+        The labels at ``first`` (the ends, an axis's non-numeric values) are
+        kept first, then the others from left to right."""
 
-        def __init__(self, texts: Mapping[float, str]):
+        def __init__(self, texts: Mapping[float, str], first: Sequence[float] = ()):
             self.texts = dict(texts)
+            self.first = set(first)
 
         def __call__(self, x: float, pos: int | None = None) -> str:
             return self.texts.get(x, "")
@@ -155,34 +158,41 @@ def _spaced_labels() -> type:
             pixels = ax.figure.dpi / 72  # per point
             bottom = ax.get_ylim()[0]
             centres = ax.transData.transform([(v, bottom) for v in values])[:, 0]
-            gap, right = font.get_size_in_points() * pixels / 2, -math.inf
+            gap, kept = font.get_size_in_points() * pixels / 2, []
             measure = TextToPath().get_text_width_height_descent  # in points, no renderer
-            for i, (text, centre) in enumerate(zip(texts, centres, strict=True)):
-                half = measure(text, font, False)[0] / 2
-                if text and centre - half * pixels >= right + gap:
-                    right = centre + half * pixels
-                else:
-                    texts[i] = ""
-            return texts
+            shown = [""] * len(texts)
+            for i in sorted(range(len(texts)), key=lambda i: values[i] not in self.first):
+                half = measure(texts[i], font, False)[0] / 2 * pixels
+                left, right = centres[i] - half, centres[i] + half
+                if texts[i] and all(left >= b + gap or right + gap <= a for a, b in kept):
+                    kept.append((left, right))
+                    shown[i] = texts[i]
+            return shown
 
     return SpacedLabels
 
 
-def label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str]) -> None:
+def label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str],
+                first: Sequence[float] = ()) -> None:
     """x ticks at ``positions`` labelled ``texts``, leaving out labels that
-    would overlap (many values, or values crowded on the scale)."""
+    would overlap (many values, or values crowded on the scale); the two
+    ends' labels and those at ``first`` are left out last."""
     from matplotlib.ticker import FixedLocator
 
+    positions = list(positions)
+    ends = [min(positions), max(positions)] if positions else []
     ax.xaxis.set_major_locator(FixedLocator(positions))
-    ax.xaxis.set_major_formatter(_spaced_labels()(dict(zip(positions, texts, strict=True))))
+    ax.xaxis.set_major_formatter(_spaced_labels()(dict(zip(positions, texts, strict=True)),
+                                                  [*first, *ends]))
     ax.xaxis.set_minor_locator(FixedLocator([]))
 
 
 def x_axis(ax: Any, xs: list, is_numeric: bool) -> None:
     """Scale and ticks of a line's x axis: the rule in
     :func:`optical.plots.line`'s docstring (``is_numeric``: :func:`numeric` of ``xs``)."""
-    if not is_numeric:
-        label_ticks(ax, range(len(xs)), labels(xs))
+    if not is_numeric:  # a value that is not a finite number (inf, None) is named first
+        label_ticks(ax, range(len(xs)), labels(xs),
+                    first=[i for i, v in enumerate(xs) if not numeric([v])])
         return
     positive = [v for v in xs if v > 0]
     if min(xs) > 0 and powers_of_two(xs):

@@ -167,16 +167,19 @@ def _mean_std(values: np.ndarray) -> tuple[float, float, int]:
     return float(np.mean(kept)), std, dropped
 
 
-def _spread_label(seeds: Sequence[int], errorbars: bool = True) -> str:
+def _spread_label(seeds: Sequence[int], errorbars: bool | None = True) -> str:
     """What the plotted values are, from the seeds behind each point (NaN
     seeds left out): ``"mean ± std over 3 seeds"``; a point of one seed has no
-    error bar, which must not read as no spread."""
+    error bar, which must not read as no spread. ``errorbars=None``: a figure
+    that draws no spread (a heatmap's cells), ``"mean over 3 seeds"``."""
     seeds = [n for n in seeds if n > 0]
     if not seeds:
         return ""
     lo, hi = min(seeds), max(seeds)
     count = f"{lo}" if lo == hi else f"{lo}-{hi}"
     noun = "seed" if hi == 1 else "seeds"
+    if errorbars is None:
+        return f"mean over {count} {noun}"
     if not errorbars or hi == 1:
         return f"mean over {count} {noun}" + ("" if errorbars else ", no error bars")
     note = f"mean ± std over {count} {noun}"
@@ -370,6 +373,8 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
     ax.update_datalim([(p, 0.0) for p in position.values()], updatey=False)
     if _plot_axes.log_values(plotted, y):
         ax.set_yscale("log")
+    if not plotted:  # only infinite marks (or none): a y scale would read as data near 0
+        ax.set_yticks([])
     _plot_axes.x_axis(ax, xs, numeric)
     _plot_axes.mark_infinite(ax, infinite)
     ax.set_xlabel(_plot_axes.axis_title(x))
@@ -387,6 +392,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
             value: str | None = None) -> Any:
     """A metric ``z`` (mean over seeds) over two swept parameters ``x`` and ``y``.
 
+    The colour bar's label says over how many seeds the cells are means.
     Missing cells (random sampling, an unfinished sweep) and infinite means
     are left blank (an infinite one is annotated "inf"); seeds whose value is
     NaN are left out of a mean and named in the title. The colour scale is
@@ -415,13 +421,17 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
     ynames = _plot_axes.label_map(ys)
     groups = _groups(frame, [y, x], z)
     grid = np.full((len(ys), len(xs)), np.nan)
-    dropped = []
+    dropped, seeds = [], []
     for (yv, xv), values in groups.items():
         grid[ys.index(yv), xs.index(xv)], _, lost = _mean_std(values)
+        seeds.append(values.size - lost)
         if lost:
             point = f"{x}={xnames[xv]}, {y}={ynames[yv]}"
             dropped.append(_dropped(point, lost, values.size))
-    fig = _figure(figsize=(1.2 + 0.9 * max(len(xs), 4), 1.2 + 0.6 * max(len(ys), 4)))
+    title = _title(where, dropped, heading)
+    # Each line of the title takes its height from the axes, not from the y label's.
+    fig = _figure(figsize=(1.2 + 0.9 * max(len(xs), 4),
+                           1.2 + 0.6 * max(len(ys), 4) + 0.2 * title.count("\n")))
     ax = fig.add_subplot()
     finite = np.where(np.isfinite(grid), grid, np.nan)
     norm = None
@@ -431,8 +441,10 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
         norm = LogNorm(vmin=np.nanmin(finite), vmax=np.nanmax(finite))
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis", norm=norm)
-    fig.colorbar(image, ax=ax, label=_plot_axes.axis_title(z))
-    _plot_axes.label_ticks(ax, range(len(xs)), list(xnames.values()))
+    fig.colorbar(image, ax=ax, label="\n".join(filter(None, [_plot_axes.axis_title(z),
+                                                               _spread_label(seeds, None)])))
+    _plot_axes.label_ticks(ax, range(len(xs)), list(xnames.values()),
+                           first=[i for i, v in enumerate(xs) if not _plot_axes.numeric([v])])
     ax.set_yticks(range(len(ys)), list(ynames.values()))
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
         for (i, j), v in np.ndenumerate(grid):
@@ -445,7 +457,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
                     color="white" if dark else "black")
     ax.set_xlabel(_plot_axes.axis_title(x))
     ax.set_ylabel(_plot_axes.axis_title(y))
-    ax.set_title(_title(where, dropped, heading), fontsize="medium", wrap=True)
+    ax.set_title(title, fontsize="medium", wrap=True)
     return fig
 
 

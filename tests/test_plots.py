@@ -204,7 +204,7 @@ def test_heatmap_cells_are_seed_means_with_blanks(grid):
     fig = plots.heatmap(partial, "adc.bits", "source.photons_per_mac", "sqnr_db")
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("adc.bits", "source.photons_per_mac (photons)")
-    assert fig.axes[1].get_ylabel() == "sqnr_db (dB)"
+    assert fig.axes[1].get_ylabel() == "sqnr_db (dB)\nmean over 3 seeds"  # a colour, no spread
     image = ax.get_images()[0].get_array()
     expected = partial.groupby(["source.photons_per_mac", "adc.bits"])["sqnr_db"].mean()
     assert image.mask[0, 2]  # (photons 10, 8 bits): not run
@@ -512,6 +512,51 @@ def test_x_tick_labels_never_overlap(path, xs, scale, labels):
         assert ax.xaxis.get_transform().base == 2
     if scale == "symlog":
         assert ax.xaxis.get_transform().linthresh == 10.0
+
+
+def test_a_crowded_axis_keeps_its_ends_and_its_inf():
+    """Thirteen log-spaced photon counts and inf on a categorical axis: the
+    crowded labels are thinned, but the ends stay named, inf above all (kept
+    left to right, "100000" hid it, and the infinite-photon point read as one
+    more step of the finite sweep)."""
+    xs = [*np.geomspace(100, 1e5, 13).tolist(), math.inf]
+    fig = plots.line(one_param("source.photons_per_mac", xs), "source.photons_per_mac",
+                     "sqnr_db")
+    texts, boxes = shown_xlabels(fig, fig.axes[0])
+    assert (texts[0], texts[-1]) == ("100", "inf") and 3 <= len(texts) < len(xs), texts
+    for left, right in zip(boxes, boxes[1:], strict=False):
+        assert left.x1 < right.x0, texts
+
+
+def test_a_line_of_only_infinite_means_has_no_y_scale():
+    """Every mean infinite (an exact 1 x 1 product): the only marks are the
+    "inf" triangles; y tick labels of -0.06 ... 0.06 dB read as data."""
+    fig = plots.line(one_param("adc.bits", [2, 4, 8], values=[math.inf] * 3), "adc.bits",
+                     "sqnr_db")
+    drawn(fig)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()] == []
+    assert [t.get_text() for t in fig.axes[0].texts] == ["inf"] * 3
+    fig = plots.line(one_param("adc.bits", [2, 4, 8], values=[math.inf, 3.0, 5.0]), "adc.bits",
+                     "sqnr_db")
+    drawn(fig)
+    assert any(t.get_text() for t in fig.axes[0].get_yticklabels())  # a finite mean: a scale
+
+
+def test_heatmap_title_does_not_run_into_the_y_label():
+    """Four NaN seeds (a five-line title) over a 2 x 4 grid whose y label is
+    a long config path with its unit: the title took the axes' height until
+    the y label was taller than the axes and ran into it."""
+    nan_at = {(4, 1e4, 0), (8, 1e5, 0), (8, 1e5, 1), (8, 1e3, 0)}
+    rows = [{"seed": s, "adc.bits": b, "source.photons_per_mac": p,
+             "sqnr_db": math.nan if (b, p, s) in nan_at else 6.0 * b + s}
+            for b in (4, 8) for p in (1e3, 1e4, 1e5, math.inf) for s in range(2)]
+    fig = plots.heatmap(frame_of(rows, ["adc.bits", "source.photons_per_mac"]), "adc.bits",
+                        "source.photons_per_mac", "sqnr_db")
+    renderer = drawn(fig)
+    ax = fig.axes[0]
+    assert ax.get_title().count("\n") >= 3
+    title = ax.title.get_window_extent(renderer)
+    assert not title.overlaps(ax.yaxis.label.get_window_extent(renderer))
 
 
 def test_log_y_for_a_metric_spanning_decades():
