@@ -360,6 +360,10 @@ def test_energy_figure_draws_per_token_energies_and_ttfts(tmp_path):
     assert [t.get_text() for t in times.texts] == [f"{opt.ttft:.3g} s", f"{ref.time:.3g} s"]
     assert [t.get_text() for t in energy.texts] == [f"{bottom:.3g} J",
                                                     f"{ref.energy / tokens:.3g} J"]
+    # the legend reads as the stack, top down, then the GPU
+    drawn = [name for name, value in opt.components.items() if value > 0]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == \
+        [*drawn[::-1], f"GPU (x{ref.gpus})"]
     # the optical TTFT bar wears no component's colour (the legend is shared)
     colours = {tuple(c.patches[0].get_facecolor()) for c in energy.containers}
     assert tuple(times.patches[0].get_facecolor()) not in colours

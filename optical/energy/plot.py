@@ -93,7 +93,10 @@ def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport, *,
     ax_t.bar_label(bars, [f"{t:.3g} s" for t in times], padding=3, fontsize="small")
     log = ax_t.get_yscale() == "log"
     ax_t.set_ylabel("time to first token (s" + (", log scale)" if log else ")"))
-    fig.legend(loc="outside right center", fontsize=8)
+    handles, labels = ax_e.get_legend_handles_labels()  # the stack's, bottom up, then the GPU
+    order = [*range(len(labels) - 2, -1, -1), len(labels) - 1]  # read as the stack, top down
+    fig.legend([handles[i] for i in order], [labels[i] for i in order],
+               loc="outside right center", fontsize=8)
     return fig
 
 
