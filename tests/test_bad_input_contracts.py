@@ -278,10 +278,10 @@ def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama)
     with pytest.raises(ValueError, match=r"hidden: \|values\| reach 65520, beyond "
                                          r"float16's largest 65504 \(they round to inf\):"):
         _check_hidden_fits(h, "float16")
-    # NaN, or float64, is the layer's to name: no range advice that cannot help.
+    # NaN, or float64, is named as such: no range advice that cannot help.
     for bad, message in ((np.where(h == 65520.0, np.float32(np.nan), h),
-                          "h: contains NaN or infinite values"),
-                         (h.astype(np.float64), "h: dtype float64 is not supported")):
+                          "^hidden: contains NaN or infinite values$"),
+                         (h.astype(np.float64), "hidden: dtype float64 is not supported")):
         with pytest.raises((ValueError, TypeError), match=message):
             transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), hidden=bad)
 

@@ -374,3 +374,44 @@ def test_largest_is_each_reference_dtypes_largest_finite_value():
             assert np.isinf(round_to(top * np.float32(1.01), dtype)[0])
     with pytest.raises(ValueError, match="not a reference dtype"):
         largest("float64")
+
+
+# --------------------------------------------------------------------------- #
+# unusual valid shapes
+# --------------------------------------------------------------------------- #
+
+UNUSUAL_SHAPES = {
+    "mqa": {"num_key_value_heads": 1},
+    "mha": {"num_key_value_heads": 4},
+    "head_dim_24": {"head_dim": 24},  # 4 heads x 24 = 96, not the hidden size 64
+    "hidden_72_odd_mlp": {"hidden_size": 72, "num_attention_heads": 3, "num_key_value_heads": 1,
+                          "head_dim": None, "intermediate_size": 5},
+}
+
+
+@pytest.mark.parametrize("change", UNUSUAL_SHAPES.values(), ids=UNUSUAL_SHAPES.keys())
+def test_unusual_shapes_match_float64_and_never_mix_batch_rows(tmp_path, change):
+    """MQA, MHA, a head_dim other than hidden / heads, a hidden size of 72
+    and an MLP of 5 against the float64 re-derivation, at 1, 2 and 37
+    tokens; a batch's rows each equal to their sequence alone (reference
+    and ideal optical). Every other test's head_dim is hidden / heads: a
+    score scale of (hidden // heads) ** -0.5 passed them all."""
+    pytest.importorskip("safetensors")
+    config = {**TINY_LLAMA, "num_hidden_layers": 1, **change}
+    tensors = random_llama_tensors(config, seed=4)
+    layer = transformer.load(write_model(tmp_path, config, tensors)).layer(0)
+    w = {k.removeprefix("model.layers.0."): v for k, v in tensors.items()}
+    hidden = config["hidden_size"]
+    for tokens in (1, 2, 37):
+        h = np.random.default_rng(tokens).standard_normal((tokens, hidden)).astype(np.float32)
+        assert optical.metrics.relative_error(llama_layer64(h, w, config),
+                                              layer.reference(h, dtype="float32")) < 1e-5
+    ideal = optical.presets.get("ideal")
+    batch = np.random.default_rng(9).standard_normal((3, 37, hidden)).astype(np.float32)
+    together = layer.reference(batch, dtype="float32")
+    on_ideal = layer.optical(batch, ideal, seed=0)
+    for b in range(3):
+        np.testing.assert_allclose(together[b], llama_layer64(batch[b], w, config),
+                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(on_ideal[b], layer.optical(batch[b], ideal, seed=0))
+    assert optical.metrics.relative_error(together, on_ideal) < 1e-5

@@ -304,6 +304,15 @@ def test_validate_errors(tiny_dir):
                                          r"\(2, 4, 64\)"):  # two prompts where batch is 1
         transformer.validate(model, layer=0, tokens=4, config=CFG,
                              hidden=np.zeros((2, 4, 64), np.float32))
+    # The layer's checks of the input, naming it as validate's argument (they said h).
+    for bad, error, message in [(np.zeros((1, 4, 64)), TypeError, "hidden: dtype float64"),
+                                (np.full((1, 4, 64), np.nan, np.float32), ValueError,
+                                 "hidden: contains NaN"),
+                                (np.zeros((1, 4, 63), np.float32), ValueError,
+                                 r"hidden: expected shape \(tokens, 64\)"),
+                                ([[0.0] * 64] * 4, TypeError, "hidden: expected a numpy")]:
+        with pytest.raises(error, match=message):
+            transformer.validate(model, layer=0, tokens=4, config=CFG, hidden=bad)
     with pytest.raises(ValueError, match="tokens"):
         transformer.validate(model, layer=0, tokens=0, config=CFG)
     for bad in (0, 2.5, True):

@@ -52,24 +52,24 @@ def derive_seed(seed: int, *labels: object, bits: int = 63) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> (64 - bits)
 
 
-def check_hidden(h: object, hidden: int, dtype: str | None = None) -> np.ndarray:
+def check_hidden(h: object, hidden: int, dtype: str | None = None, name: str = "h") -> np.ndarray:
     """A layer input as (batch, tokens, hidden): float32, finite, right width,
     within the range of the reference ``dtype`` if one is given (fp16 rounds
     65520 and up to inf, and the reference would be inf and NaN),
     C-contiguous (a reduction along a strided axis sums in another order, so
-    the layout alone would move the last bits)."""
+    the layout alone would move the last bits). Errors call it ``name``."""
     if not isinstance(h, np.ndarray):
-        raise TypeError(f"h: expected a numpy.ndarray, got {type(h).__name__}")
-    check_plain_array(h, "h")
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(h).__name__}")
+    check_plain_array(h, name)
     if h.dtype != np.float32:
-        raise TypeError(f"h: dtype {h.dtype} is not supported; pass float32 hidden states "
+        raise TypeError(f"{name}: dtype {h.dtype} is not supported; pass float32 hidden states "
                         "(nothing is cast silently)")
     if h.ndim not in (2, 3) or h.shape[-1] != hidden or 0 in h.shape:
-        raise ValueError(f"h: expected shape (tokens, {hidden}) or (batch, tokens, {hidden}), "
-                         f"got {h.shape}")
+        raise ValueError(f"{name}: expected shape (tokens, {hidden}) or (batch, tokens, "
+                         f"{hidden}), got {h.shape}")
     if not np.isfinite(h).all():
-        raise ValueError("h: contains NaN or infinite values")
-    problem = None if dtype is None else range_problem(h, dtype, "h")
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    problem = None if dtype is None else range_problem(h, dtype, name)
     if problem is not None:
         raise ValueError(problem)
     h = np.ascontiguousarray(h)

@@ -28,7 +28,7 @@ from optical._validation import check_bool, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
-from optical.transformer._engines import derive_seed, sum_stats, weight_matmuls
+from optical.transformer._engines import check_hidden, derive_seed, sum_stats, weight_matmuls
 from optical.transformer.numerics import check_dtype, largest, range_problem
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
@@ -328,9 +328,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         hidden = model.hidden_states(layer, tokens, seed=data, batch=batch)
     else:
         shape = getattr(hidden, "shape", None)
-        if shape is not None and len(shape) == 2 and batch == 1:
-            hidden = hidden[None]
-        if getattr(hidden, "ndim", 0) != 3 or hidden.shape[:2] != (batch, tokens):
+        # Its type, dtype, width and values named as this argument (the layer says h).
+        hidden = check_hidden(hidden, model.spec.hidden_size, name="hidden")
+        if hidden.shape[:2] != (batch, tokens):
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
     _check_hidden_fits(hidden, dtype)  # the model's own states too (with its advice)
 
@@ -408,7 +408,7 @@ def _check_hidden_fits(hidden: Any, dtype: str) -> None:
     nothing to score."""
     if not (isinstance(hidden, np.ndarray) and hidden.dtype == np.float32 and hidden.size
             and np.isfinite(hidden).all()):
-        return  # the layer's own checks name what is wrong with it (NaN, float64, ...)
+        return  # check_hidden names what is wrong with it (NaN, float64, ...)
     problem = range_problem(hidden, dtype, "hidden")
     if problem is not None:
         raise ValueError(f"{problem}; {_wider(dtype)}")
