@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -296,14 +297,16 @@ def line(frame: Any, x: str, y: str, *, hue: str | None = None,
         ``None`` bits or ``inf`` photons (strings ordered as for ``hue``).
         Ticks sit at the values (at most 12 of them; on a log axis more than
         6 get matplotlib's decades instead), and labels that would overlap
-        are left out.
+        are left out: the two ends' and a categorical axis's ``inf`` or
+        ``None`` last.
     y : str
         Metric, averaged over seeds, on a log axis when all the plotted means
         are positive and span two decades or more (e.g. relative error) and
         the metric is not in decibels (``*_db``), linear otherwise. Seeds
         whose value is NaN are left out of a mean and named in the title; an
         infinite mean (an exact result's SQNR) is drawn as a triangle at the
-        top (or bottom) edge labelled "inf".
+        top (or bottom) edge labelled "inf"; with no finite mean, the y axis
+        has no ticks.
     hue : str, optional
         Swept parameter drawn as separate lines: numeric values in a sequential
         colormap (viridis, low to high), others in distinct colours; a
@@ -428,10 +431,14 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
         if lost:
             point = f"{x}={xnames[xv]}, {y}={ynames[yv]}"
             dropped.append(_dropped(point, lost, values.size))
-    title = _title(where, dropped, heading)
-    # Each line of the title takes its height from the axes, not from the y label's.
-    fig = _figure(figsize=(1.2 + 0.9 * max(len(xs), 4),
-                           1.2 + 0.6 * max(len(ys), 4) + 0.2 * title.count("\n")))
+    # The title broken within the figure's width (at most 12 characters an
+    # inch) here, not by matplotlib when drawn, so that the layout makes room
+    # for every line; each line adds to the figure's height, not taking it
+    # from the axes (and their y label).
+    width = 1.2 + 0.9 * max(len(xs), 4)
+    title = "\n".join(textwrap.fill(line, int(12 * width), break_long_words=False)
+                      for line in _title(where, dropped, heading).split("\n"))
+    fig = _figure(figsize=(width, 1.2 + 0.6 * max(len(ys), 4) + 0.2 * title.count("\n")))
     ax = fig.add_subplot()
     finite = np.where(np.isfinite(grid), grid, np.nan)
     norm = None
@@ -441,8 +448,10 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
         norm = LogNorm(vmin=np.nanmin(finite), vmax=np.nanmax(finite))
     image = ax.imshow(np.ma.masked_invalid(finite), origin="lower", aspect="auto",
                       cmap="viridis", norm=norm)
-    fig.colorbar(image, ax=ax, label="\n".join(filter(None, [_plot_axes.axis_title(z),
-                                                               _spread_label(seeds, None)])))
+    bar = fig.colorbar(image, ax=ax, label="\n".join(filter(None, [_plot_axes.axis_title(z),
+                                                                     _spread_label(seeds, None)])))
+    if not np.isfinite(finite).any():  # no cell coloured: a scale would read as data
+        bar.set_ticks([])
     _plot_axes.label_ticks(ax, range(len(xs)), list(xnames.values()),
                            first=[i for i, v in enumerate(xs) if not _plot_axes.numeric([v])])
     ax.set_yticks(range(len(ys)), list(ynames.values()))
@@ -457,7 +466,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
                     color="white" if dark else "black")
     ax.set_xlabel(_plot_axes.axis_title(x))
     ax.set_ylabel(_plot_axes.axis_title(y))
-    ax.set_title(title, fontsize="medium", wrap=True)
+    ax.set_title(title, fontsize="medium")
     return fig
 
 
@@ -502,6 +511,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
     axes = fig.subplots(rows, 1, sharey=True, squeeze=False)[:, 0]
     width = 0.8 / len(hues)
     dropped, infinite, seeds = [], [[] for _ in axes], []
+    finite_drawn = [False] * len(axes)
     for k, (h, colour) in enumerate(zip(hues, _plot_axes.colours(hues), strict=True)):
         rows_of_h = frame if hue is None else frame[[_key(v) == h for v in frame[hue]]]
         stats = []
@@ -518,6 +528,7 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
             part = slice(r * per_row, (r + 1) * per_row)
             centre = np.arange(len(columns))[part] - r * per_row - 0.4 + width * (k + 0.5)
             finite = np.isfinite(mean[part])
+            finite_drawn[r] |= bool(finite.any())
             ax.bar(centre[finite], mean[part][finite], width,
                    yerr=_plot_axes.spread(std[part][finite]),
                    capsize=2, color=colour, label=names[h] if hue and r == 0 else None)
@@ -528,6 +539,8 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
         ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
         ax.set_xlim(-0.5, per_row - 0.5)  # equal bar widths on every row
         _plot_axes.mark_infinite(ax, infinite[r])
+        if not finite_drawn[r]:  # only infinite marks: a y scale would read as data near 0
+            ax.set_yticks([])
         ax.set_ylabel("\n".join(filter(None, [_plot_axes.axis_title(metric),
                                               _spread_label(seeds)])))
         ax.grid(True, axis="y", alpha=0.3)
