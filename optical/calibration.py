@@ -97,11 +97,16 @@ def subsample(cal: np.ndarray, max_tokens: int) -> np.ndarray:
 
 
 def input_range(cal: np.ndarray, percentile: float) -> float:
-    """Static input full scale: the ``percentile`` of ``|cal|`` (1 if that is 0)."""
+    """Static input full scale: the ``percentile`` of ``|cal|``; where that is
+    0 (mostly-zero inputs: sparse or ReLU activations), the largest ``|cal|``,
+    in the inputs' own units (1 only if every entry is 0)."""
     if cal.size == 0:
         return 1.0
     value = float(np.percentile(np.abs(cal), percentile))
-    return value if value > 0 else 1.0
+    if value > 0:
+        return value
+    largest = float(np.max(np.abs(cal)))
+    return largest if largest > 0 else 1.0
 
 
 def normalise(cal: np.ndarray, config: OpticalConfig, static_range: float | None, *,

@@ -164,13 +164,17 @@ class DACConfig(Section):
     scaling : {"per_token", "per_tensor", "static"}
         How inputs are scaled into the DAC range: by the absolute maximum of
         each token's row (dynamic, per token), of the whole input tensor
-        (dynamic, per call), or by a static range fixed when the weights are
-        programmed from calibration inputs (``percentile``), with clipping.
+        (dynamic, per call: a token far smaller than the tensor's largest sits
+        within the rounding of the offset light, so even the ideal preset is
+        exact to the tensor's scale, not the token's), or by a static range
+        fixed when the weights are programmed from calibration inputs
+        (``percentile``), with clipping.
         "static" needs ``optical.program(w, config, calibration=x)``.
     percentile : float, percent
         With "static" scaling: the input full scale is this percentile of the
         calibration inputs' absolute values (channels that bypass the optics,
-        static or dynamic, excluded); larger inputs clip.
+        static or dynamic, excluded); larger inputs clip. Where it is 0 (more
+        zeros than the percentile leaves out), the largest absolute value.
     """
 
     _name: ClassVar[str] = "dac"

@@ -272,6 +272,13 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     quantisers taken as the identity and the noise as a constant; see
     :mod:`optical.kernels.jax_backend` for what is refused under tracing.
     The numpy and numba backends are not differentiable.
+
+    Range: each K-tile's decoded sum is multiplied by its weight scale before
+    the outputs take their input scale, so weights within a factor of ~K of
+    the dtype's largest value (float32: |w| ~ 1e36 and up) can overflow to
+    inf (NaN where two K-tiles' infinities meet) although ``x @ w`` fits, and
+    subnormal weights lose digits; products beyond the dtype's range are inf,
+    as in ``x @ w``.
     """
     check_config(config)
     return_stats = check_bool(return_stats, "return_stats")

@@ -1,6 +1,11 @@
 """Accuracy of a test result against a reference (reference first, test second).
 
-All metrics are computed in float64 over every element of the arrays.
+All metrics are computed in float64 over every element of the arrays, the
+pair metrics after an exact scaling of both arrays by one power of two, so
+that values from float64's smallest to its largest square without
+underflow or overflow. Arrays more than ~1e160 apart in magnitude are the
+limit: the smaller one's squares underflow there, and it reads as zero (a
+test result 1e170 times its reference has a cosine of 0, not 1).
 """
 
 from __future__ import annotations
@@ -121,7 +126,10 @@ class _Sums:
         moves, but squares of values near 1e-200 no longer underflow nor
         those near 1e200 overflow. (Where one array is ~1e-154 of the other,
         its squares turn subnormal and lose digits: SQNRs near -3000 dB move
-        in their eighth digit.)"""
+        in their eighth digit; from ~1e-160 the cosine and relative error
+        lose digits too, and from ~1e-162 the smaller array's squares are 0:
+        it reads as zero, a cosine of 0, an SQNR of -inf or a relative
+        error of inf. See the module docstring.)"""
         shift = -_exponent(ref, out)
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):
@@ -161,7 +169,8 @@ def max_abs_error(reference: object, test: object) -> float:
 
 
 def _log_softmax(logits: np.ndarray, axis: int) -> np.ndarray:
-    shifted = logits - np.max(logits, axis=axis, keepdims=True)
+    with np.errstate(over="ignore"):  # a spread past float64's largest: -inf, probability 0
+        shifted = logits - np.max(logits, axis=axis, keepdims=True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
@@ -183,7 +192,9 @@ def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1)
         raise ValueError(f"axis: {axis} is out of range for arrays of shape {ref.shape}")
     log_p = _log_softmax(ref, axis)
     log_q = _log_softmax(out, axis)
-    kl = np.sum(np.exp(log_p) * (log_p - log_q), axis=axis)
+    p = np.exp(log_p)
+    with np.errstate(invalid="ignore"):  # -inf - -inf where p is 0: that term is 0
+        kl = np.sum(np.where(p > 0, p * (log_p - log_q), 0.0), axis=axis)
     return float(np.mean(np.maximum(kl, 0.0)))  # >= 0; rounding can leave -1e-17
 
 

@@ -99,20 +99,23 @@ def test_one_calibration_token_is_enough(rng):
     assert calibration.check_inputs(cal[0], 6).shape == (1, 6)
 
 
-def test_static_range_of_a_mostly_zero_calibration_is_one(rng):
+@pytest.mark.parametrize("unit", [1e-3, 1.0, 1e3])
+def test_static_range_of_a_mostly_zero_calibration_is_its_largest_value(rng, unit):
     """The percentile of |cal| is 0 when most entries are zero (sparse or
-    ReLU activations): the documented fallback is a range of 1, not 0."""
+    ReLU activations): the range falls back to the largest |cal|, in the
+    inputs' units. (It was 1 whatever the units: inputs in thousands clipped
+    to +-1, a relative error of 0.999 on the ideal preset, without a word.)"""
     cal = np.zeros((10, 6))
-    cal[0, 0], cal[3, 2] = 3.0, -0.5
-    assert calibration.input_range(cal, 50.0) == 1.0
-    assert calibration.input_range(cal, 100.0) == 3.0
+    cal[0, 0], cal[3, 2] = 3.0 * unit, -0.5 * unit
+    assert calibration.input_range(cal, 50.0) == 3.0 * unit
+    assert calibration.input_range(cal, 100.0) == 3.0 * unit
     w = rng.standard_normal((6, 2))
     cfg = ideal(**{"dac.scaling": "static", "dac.percentile": 50.0})
     pw = optical.program(w, cfg, calibration=cal)
-    assert pw.input_range == 1.0
-    x = rng.uniform(-0.9, 0.9, (4, 6))
+    assert pw.input_range == 3.0 * unit
+    x = rng.uniform(-2.9, 2.9, (4, 6)) * unit
     np.testing.assert_allclose(optical.matmul(x, pw, cfg, seed=0), x @ w, rtol=1e-10,
-                               atol=1e-10)
+                               atol=1e-10 * unit)
 
 
 def test_per_tile_calibrated_windows_are_the_windows_of_each_n_tiles_pooled_readouts(rng):
