@@ -99,7 +99,8 @@ def subsample(cal: np.ndarray, max_tokens: int) -> np.ndarray:
 def input_range(cal: np.ndarray, percentile: float) -> float:
     """Static input full scale: the ``percentile`` of ``|cal|``; where that is
     0 (mostly-zero inputs: sparse or ReLU activations), the largest ``|cal|``,
-    in the inputs' own units (1 only if every entry is 0)."""
+    in the inputs' own units (1 only if every entry is 0, which
+    :func:`optical.program` refuses)."""
     if cal.size == 0:
         return 1.0
     value = float(np.percentile(np.abs(cal), percentile))

@@ -164,9 +164,10 @@ class DACConfig(Section):
     scaling : {"per_token", "per_tensor", "static"}
         How inputs are scaled into the DAC range: by the absolute maximum of
         each token's row (dynamic, per token), of the whole input tensor
-        (dynamic, per call: a token far smaller than the tensor's largest sits
-        within the rounding of the offset light, so even the ideal preset is
-        exact to the tensor's scale, not the token's), or by a static range
+        (dynamic, per call: with offset inputs, a token far smaller than the
+        tensor's largest sits within the rounding of the offset light, so even
+        the ideal preset is exact to the tensor's scale, not the token's), or
+        by a static range
         fixed when the weights are programmed from calibration inputs
         (``percentile``), with clipping.
         "static" needs ``optical.program(w, config, calibration=x)``.

@@ -1,11 +1,14 @@
 """Accuracy of a test result against a reference (reference first, test second).
 
 All metrics are computed in float64 over every element of the arrays, the
-pair metrics after an exact scaling of both arrays by one power of two, so
-that values from float64's smallest to its largest square without
-underflow or overflow. Arrays more than ~1e160 apart in magnitude are the
-limit: the smaller one's squares underflow there, and it reads as zero (a
-test result 1e170 times its reference has a cosine of 0, not 1).
+pair metrics after an exact scaling of both arrays by one power of two (at
+or above the largest magnitude of either), so that arrays of any magnitude,
+1e-300 or 1e300, square without underflow or overflow. What lies far below
+that largest magnitude is the limit: from ~1e-155 of it, squares turn
+subnormal and lose digits, and from ~1e-162 they are 0. An array that
+small beside the other reads as zero (a test result 1e170 times its
+reference has a cosine of 0, not 1), and an element or difference that
+small is lost (``compare([1, 1e-200], [1, 0])`` reads as exact).
 """
 
 from __future__ import annotations
@@ -124,12 +127,12 @@ class _Sums:
         one BLAS thread, the main process two). Both are first divided by a
         power of two at or above their largest magnitude: exact, so no figure
         moves, but squares of values near 1e-200 no longer underflow nor
-        those near 1e200 overflow. (Where one array is ~1e-154 of the other,
-        its squares turn subnormal and lose digits: SQNRs near -3000 dB move
-        in their eighth digit; from ~1e-160 the cosine and relative error
-        lose digits too, and from ~1e-162 the smaller array's squares are 0:
-        it reads as zero, a cosine of 0, an SQNR of -inf or a relative
-        error of inf. See the module docstring.)"""
+        those near 1e200 overflow. (Where one array is ~1e-155 of the other,
+        its squares turn subnormal: the relative error and cosine lose
+        digits first, 1e-4 of their value at 1e-160, where SQNRs near -3200
+        dB move in their eighth digit; from ~1e-162 the smaller array's
+        squares are 0: it reads as zero, a cosine of 0, an SQNR of -inf or a
+        relative error of inf. See the module docstring.)"""
         shift = -_exponent(ref, out)
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):

@@ -452,8 +452,9 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     ValueError
         Bad ``w`` or calibration inputs (wrong width, empty, NaN), calibration
         inputs that are all zero (an all-zero ``w`` is fine: its outputs are
-        0), calibration inputs missing where the config needs them, or an outlier
-        rule that leaves no channel on the mask.
+        0), calibration inputs missing where the config needs them, an outlier
+        rule that leaves no channel on the mask, or one that leaves only
+        all-zero channels there to fit a static range or calibrated windows to.
     """
     check_config(config)
     w = check_float_array(w, "w", ndim=2)
@@ -479,6 +480,13 @@ def program(w: np.ndarray, config: OpticalConfig, *,
             optical_cal = np.delete(cal, selected, axis=1)
             cal = cal.copy()
             cal[:, selected] = 0
+    fitted = config.dac.scaling == "static" or config.adc.full_scale == "calibrated"
+    if fitted and cal is not None and not (cal if optical_cal is None else optical_cal).any():
+        raise ValueError("calibration: every channel left on the optics is zero (its nonzero "
+                         "channels bypass the optics as outliers), so the input range and ADC "
+                         "windows have nothing to fit; give calibration inputs with signal on "
+                         "the optical channels, or raise outliers.threshold / lower "
+                         "outliers.top_k")
     tiling = Tiling(w.shape[0] if rows is None else rows.size, w.shape[1], config.core.inputs,
                     config.core.outputs)
     scale, v = _load(w, rows, tiling, config.mask.scaling)

@@ -106,7 +106,7 @@ def test_static_range_of_a_mostly_zero_calibration_is_its_largest_value(rng, uni
     inputs' units. (It was 1 whatever the units: inputs in thousands clipped
     to +-1, a relative error of 0.999 on the ideal preset, without a word.)"""
     cal = np.zeros((10, 6))
-    cal[0, 0], cal[3, 2] = 3.0 * unit, -0.5 * unit
+    cal[0, 0], cal[3, 2] = -3.0 * unit, 0.5 * unit  # the largest magnitude is negative
     assert calibration.input_range(cal, 50.0) == 3.0 * unit
     assert calibration.input_range(cal, 100.0) == 3.0 * unit
     w = rng.standard_normal((6, 2))
@@ -116,6 +116,15 @@ def test_static_range_of_a_mostly_zero_calibration_is_its_largest_value(rng, uni
     x = rng.uniform(-2.9, 2.9, (4, 6)) * unit
     np.testing.assert_allclose(optical.matmul(x, pw, cfg, seed=0), x @ w, rtol=1e-10,
                                atol=1e-10 * unit)
+    # Signal only on a channel that bypasses the optics: nothing to fit the
+    # range to (it was 1, clipping inputs in hundreds: 0.99 relative error).
+    cal = np.zeros((10, 6))
+    cal[:, 0] = rng.uniform(500, 1000, 10) * unit
+    for policy in ("static", "dynamic"):
+        bypassed = cfg.replace({"outliers.policy": policy, "outliers.top_k": 1,
+                                "outliers.threshold": None})
+        with pytest.raises(ValueError, match="every channel left on the optics is zero"):
+            optical.program(w, bypassed, calibration=cal)
 
 
 def test_per_tile_calibrated_windows_are_the_windows_of_each_n_tiles_pooled_readouts(rng):
