@@ -187,12 +187,18 @@ def label_ticks(ax: Any, positions: Sequence[float], texts: Sequence[str],
     ax.xaxis.set_minor_locator(FixedLocator([]))
 
 
+def categorical_ticks(ax: Any, xs: Sequence[Any]) -> None:
+    """x ticks at 0, 1, ... labelled with the values ``xs``: those that are
+    not finite numbers (inf, None) are the last left out where labels crowd."""
+    label_ticks(ax, range(len(xs)), labels(xs),
+                first=[i for i, v in enumerate(xs) if not numeric([v])])
+
+
 def x_axis(ax: Any, xs: list, is_numeric: bool) -> None:
     """Scale and ticks of a line's x axis: the rule in
     :func:`optical.plots.line`'s docstring (``is_numeric``: :func:`numeric` of ``xs``)."""
-    if not is_numeric:  # a value that is not a finite number (inf, None) is named first
-        label_ticks(ax, range(len(xs)), labels(xs),
-                    first=[i for i, v in enumerate(xs) if not numeric([v])])
+    if not is_numeric:
+        categorical_ticks(ax, xs)
         return
     positive = [v for v in xs if v > 0]
     if min(xs) > 0 and powers_of_two(xs):

@@ -452,8 +452,7 @@ def heatmap(frame: Any, x: str, y: str, z: str | None = None, *,
                                                                      _spread_label(seeds, None)])))
     if not np.isfinite(finite).any():  # no cell coloured: a scale would read as data
         bar.set_ticks([])
-    _plot_axes.label_ticks(ax, range(len(xs)), list(xnames.values()),
-                           first=[i for i, v in enumerate(xs) if not _plot_axes.numeric([v])])
+    _plot_axes.categorical_ticks(ax, xs)
     ax.set_yticks(range(len(ys)), list(ynames.values()))
     if annotate if annotate is not None else len(xs) <= 12 and len(ys) <= 12:
         for (i, j), v in np.ndenumerate(grid):

@@ -405,10 +405,8 @@ ATTENTION_PRODUCTS = ("attention.scores", "attention.values")
 def _check_hidden_fits(hidden: Any, dtype: str) -> None:
     """ValueError where the input exceeds the reference dtype's range (fp16
     from 65520, which rounds to inf): the reference would be inf and NaN,
-    nothing to score."""
-    if not (isinstance(hidden, np.ndarray) and hidden.dtype == np.float32 and hidden.size
-            and np.isfinite(hidden).all()):
-        return  # check_hidden names what is wrong with it (NaN, float64, ...)
+    nothing to score. ``hidden``: float32 and finite (``check_hidden``'s, or
+    the model's own states)."""
     problem = range_problem(hidden, dtype, "hidden")
     if problem is not None:
         raise ValueError(f"{problem}; {_wider(dtype)}")
