@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.register(subparsers)
     for sub in subparsers.choices.values():  # a command's own errors name it
         sub.set_defaults(command_parser=sub)
+        sub.allow_abbrev = False  # `sweep --seed 5` must not pass for --seeds 5
     parser.command_names = tuple(subparsers.choices)
     return parser
 
@@ -46,12 +47,26 @@ def main(argv: list[str] | None = None) -> int:
         command = next((a for a in argv if a in parser.command_names), "COMMAND")
         parser.error(f"unrecognized arguments: {argv[0]} (a command's options go after it: "
                      f"optical {command} {argv[0]} ...)")
-    args, unknown = parser.parse_known_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except SystemExit:  # --help (or a usage error) into a pipe whose reader left
+        _flush_stdout()
+        raise
     if unknown:  # "optical validate: error: ...", with validate's usage
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         check_json_path(args)  # an unwritable --json is refused before any work
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        # A block-buffered pipe whose reader left fails at this flush, not at
+        # the interpreter's exit (exit 120 and "Exception ignored" there).
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:  # Ctrl-C; `optical sweep` says more (where to resume)
+        print(f"optical {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError as err:  # numpy's says how much it could not allocate
+        print(f"optical {args.command}: error: out of memory ({err})", file=sys.stderr)
+        return 1
     except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
         # Bad input: one clear line, no traceback.
         text = describe_os_error(err) if isinstance(err, FileNotFoundError) and \
@@ -65,14 +80,29 @@ def main(argv: list[str] | None = None) -> int:
         # The reader left (`| head`): no message. Point stdout at devnull so the
         # flush at exit does not fail again (Python's signal docs, "Note on
         # SIGPIPE"), and exit 1 as they do.
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        _silence_stdout()
         return 1
     except OSError as err:
         print(f"optical {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 1
+
+
+
+def _silence_stdout() -> None:
+    """Point stdout at devnull, so no later flush fails."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _flush_stdout() -> None:
+    """Flush stdout; a reader gone exits 1 quietly, as in :func:`main`."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -151,6 +152,101 @@ def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
     monkeypatch.setattr(config_command, "run", closed_pipe)
     assert main(["config"]) == 1
     assert "error" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["config"], ["--help"], ["config", "--json", "-"]])
+def test_a_reader_gone_before_the_exit_flush_is_quiet(argv):
+    # `optical config | head -0` with stdout block-buffered (a pipe, no
+    # PYTHONUNBUFFERED): the write fails at the interpreter's last flush,
+    # after main() returned ("Exception ignored ..." and exit 120), unless
+    # main() flushes inside its own handler. Also runs `python -m optical`.
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "optical", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 1  # as an EPIPE inside a command (Python's "Note on SIGPIPE")
+
+
+def test_a_reader_gone_loses_no_json_report(tmp_path, monkeypatch):
+    # `optical validate ... --json r.json | head -1` with stdout unbuffered
+    # (python -u, PYTHONUNBUFFERED): the table's print fails, and the report
+    # computed before it must still reach r.json.
+    import sys
+
+    from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
+
+    model = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
+
+    class GonePipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            raise OSError("no descriptor")
+
+    monkeypatch.setattr(sys, "stdout", GonePipe())
+    for command in (["validate", "--model", str(model), "--tokens", "4", "--quiet"],
+                    ["energy", "--model", str(model), "--prompt-tokens", "4"]):
+        report = tmp_path / f"{command[0]}.json"
+        assert main([*command, "--json", str(report)]) == 1
+        assert json.loads(report.read_text())["config"]  # whole, and the run's
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), MemoryError("Unable to allocate 512. GiB")])
+def test_ctrl_c_and_out_of_memory_are_one_line_not_a_traceback(stop, monkeypatch, capsys):
+    # main()'s contract: one line on stderr, never a traceback; Ctrl-C exits
+    # 130 (128 + SIGINT), as `optical sweep` does.
+    from optical.commands import config as config_command
+
+    def stopped(args):
+        raise stop
+
+    monkeypatch.setattr(config_command, "run", stopped)
+    try:
+        code = main(["config"])
+    except BaseException as err:  # what Python would print as a traceback
+        pytest.fail(f"{type(err).__name__} escaped main(): a traceback")
+    assert code == (130 if isinstance(stop, KeyboardInterrupt) else 1)
+    err = capsys.readouterr().err
+    assert err.startswith("optical config: ") and err.count("\n") == 1
+
+
+def test_an_abbreviated_option_is_refused(tmp_path, capsys):
+    # validate --seed N is one seed; sweep --seeds N is N of them. argparse's
+    # prefix matching made `sweep --seed 5` mean --seeds 5 (seeds 0..4).
+    out = tmp_path / "s"
+    with pytest.raises(SystemExit) as done:  # argparse's own error: usage, exit 2
+        main(["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4", "--seed", "5",
+              "--jobs", "1", "--quiet", "--out", str(out)])
+    assert done.value.code == 2
+    assert "unrecognized arguments: --seed" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0
+                         and os.path.isdir("/sys/kernel")),
+                    reason="needs root and sysfs: os.access says yes to root where sysfs "
+                           "refuses a new file")
+def test_a_json_path_the_file_system_refuses_is_refused_before_any_work(capsys, monkeypatch):
+    from optical.commands import config as config_command
+
+    ran = []
+    monkeypatch.setattr(config_command, "run", lambda args: ran.append(args) or 0)
+    assert main(["config", "--json", "/sys/kernel/optical-test.json"]) == 2
+    assert "--json /sys/kernel/optical-test.json: cannot create it in /sys/kernel" in \
+        capsys.readouterr().err
+    assert not ran
 
 
 @pytest.mark.parametrize("name", ["manifest.json", "results.parquet", "runs/x.json"])

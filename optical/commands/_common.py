@@ -8,6 +8,7 @@ import importlib
 import json
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,13 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
+    try:  # os.access says yes to root, where a file system (sysfs, NFS) may still refuse
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".optical-probe-")
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot create it in {parent} "
+                         f"({err.strerror or err})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 # The files of a model directory that optical.transformer.load reads (or, for

@@ -168,9 +168,6 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare.compare(spec, args.prompt_tokens, cfg, gpu, batch=args.batch)
     split = (workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
              if decoder else None)
-    if not json_to_stdout(args):  # '-': stdout is the JSON
-        _print_report(args, name, cfg, gpu, opt, ref, comparison, split)
-
     result: dict[str, Any] = {
         "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
         **config_source(args), "config": cfg.to_dict(),
@@ -181,9 +178,11 @@ def run(args: argparse.Namespace) -> int:
         from optical.energy.plot import plot_breakdown
 
         result["plot"] = str(plot_breakdown(opt, ref, args.plot, hardware=_hardware(args)))
-        if not json_to_stdout(args):
+    write_json(args.json_path, result)  # first: a reader gone (`| head`) loses no report
+    if not json_to_stdout(args):  # '-': stdout is the JSON
+        _print_report(args, name, cfg, gpu, opt, ref, comparison, split)
+        if args.plot is not None:
             print(f"plot: {result['plot']}")
-    write_json(args.json_path, result)
     return 0
 
 

@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
     report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
                       batch=args.batch, dtype=args.dtype, local=args.local,
                       progress=not args.quiet, data_seed=args.data_seed)
-    if not json_to_stdout(args):  # '-': stdout is the JSON
-        print(report.table(preset=config_label(args)))
     data = report.to_dict()
     data.update(config_source(args))
-    write_json(args.json_path, data)
+    write_json(args.json_path, data)  # first: a reader gone (`| head`) loses no report
+    if not json_to_stdout(args):  # '-': stdout is the JSON
+        print(report.table(preset=config_label(args)))
     return 0
