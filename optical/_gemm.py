@@ -135,6 +135,19 @@ class _OneBlasThread:
 _ONE_BLAS_THREAD = _OneBlasThread()
 
 
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's pool threads (a call waited on
+    # them forever) and may inherit a lock another thread held: fresh ones.
+    # A child forked mid-call keeps that call's BLAS limit of one thread.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+    _ONE_BLAS_THREAD._lock = threading.Lock()
+    _ONE_BLAS_THREAD._depth = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def rows_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     """``a @ b`` for 2-D ``a`` (M, k) and ``b`` (k, n), row-reproducible.
 

@@ -108,6 +108,17 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
     return a
 
 
+def read_only(a: Any) -> Any:
+    """``a`` made read-only, for objects whose arrays the fast backends find
+    again by identity: an owning array in place, a writeable view copied
+    first (its base could still change it); anything else as it is."""
+    if isinstance(a, np.ndarray) and a.flags.writeable:
+        if a.base is not None:
+            a = a.copy()
+        a.flags.writeable = False
+    return a
+
+
 def check_bool(value: object, name: str) -> bool:
     """``value`` as a ``bool`` if it is one (Python's or numpy's), else raise
     TypeError: a flag given as 1 or "yes" is refused, not read as truthy."""

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from optical._gemm import row_block, rows_matmul
+from optical._validation import read_only
 from optical.config import OpticalConfig, OutliersConfig
 
 __all__ = ["DigitalBypass", "bypass_matmul", "channel_magnitude", "select_channels"]
@@ -55,6 +57,13 @@ class DigitalBypass:
     channels: np.ndarray | None
     optical_channels: np.ndarray | None
     weights: np.ndarray
+
+    def __post_init__(self) -> None:  # read-only, as ProgrammedWeights' arrays
+        for name in ("channels", "optical_channels", "weights"):
+            object.__setattr__(self, name, read_only(getattr(self, name)))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # through __post_init__, as ProgrammedWeights
+        return (type(self), (self.k, self.channels, self.optical_channels, self.weights))
 
     @classmethod
     def static(cls, w: np.ndarray, channels: np.ndarray) -> DigitalBypass:

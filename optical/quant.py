@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 
 from optical import _memory, compensation, outliers
 from optical import calibration as _calibration
-from optical._validation import check_float_array
+from optical._validation import check_float_array, read_only
 from optical.config import OpticalConfig, check_config
 from optical.physics import _mask_apply, converters, crosstalk, encoding
 
@@ -75,6 +76,10 @@ def adc_rails(config: OpticalConfig) -> np.ndarray:
     return np.eye(n_det)
 
 
+#: The array fields of :class:`ProgrammedWeights`, read-only once constructed.
+_ARRAYS = ("scale", "weights", "weight_sums", "transmissions", "adc_lo", "adc_hi")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ProgrammedWeights:
     """A weight matrix as loaded on the mask, with everything derived from it
@@ -114,10 +119,12 @@ class ProgrammedWeights:
         static bypass the mask holds only the other rows: ``tiling`` and the
         arrays above describe those, ``shape`` the whole matrix.
 
-    :func:`program` returns the arrays read-only: the fast backends derive
-    their plans from them once and find them again by identity. To try
-    other values (windows, say), ``dataclasses.replace`` the field with a
-    new array: the shapes of every array, and the windows' and input range's
+    The arrays are read-only (from :func:`program`, ``dataclasses.replace``,
+    pickle or ``copy.deepcopy`` alike): the fast backends derive their plans
+    from them once and find them again by identity. To try other values
+    (windows, say), ``dataclasses.replace`` the field with a new array (an
+    array given is made read-only in place; a view of a writeable array is
+    copied first): the shapes of every array, and the windows' and input range's
     values (finite, ``adc_lo <= adc_hi``, a positive range), are checked on
     construction, so every backend refuses the same bad values (ValueError
     naming the field).
@@ -135,6 +142,8 @@ class ProgrammedWeights:
     bypass: outliers.DigitalBypass | None = None
 
     def __post_init__(self) -> None:
+        for name in _ARRAYS:  # replaced or unpickled arrays too (class docstring)
+            object.__setattr__(self, name, read_only(getattr(self, name)))
         t = self.tiling
         n_rails = adc_rails(self.config).shape[0]
         expected = {"scale": (t.k_tiles, t.n), "weights": (t.k, t.n),
@@ -162,6 +171,12 @@ class ProgrammedWeights:
                               or not 0 < r < math.inf):
             raise ValueError(f"input_range: {r!r} is not valid; valid: None (dynamic, "
                              "dac.scaling) or a finite number > 0")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Through the constructor: a pickled or deep-copied copy is checked and
+        # read-only as the original (pickle's default restores a writeable
+        # __dict__ behind __post_init__'s back).
+        return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
 
     def __repr__(self) -> str:  # not the arrays: a summary fit for an error message
         bypass = "" if self.bypass is None else ", bypass"

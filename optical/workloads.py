@@ -107,6 +107,8 @@ class MatmulWorkload:
             raise ValueError(f"inputs: {self.inputs!r} is not valid; valid: {', '.join(_INPUTS)}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype: {self.dtype!r} is not valid; valid: {', '.join(_DTYPES)}")
+        # The plain name for a numpy dtype too: equal workloads hash alike, write as JSON.
+        object.__setattr__(self, "dtype", _DTYPES[_DTYPES.index(self.dtype)])
         channels = _positive_int("outlier_channels", self.outlier_channels, zero=True)
         if channels > self.k:
             raise ValueError(f"outlier_channels: {channels} exceeds k = {self.k}")
@@ -365,7 +367,8 @@ class LayerWorkload:
         object.__setattr__(self, "batch", _positive_int("batch", self.batch))
         weights = weights_directory(path)
         found = None if weights is None else fingerprint(weights)
-        _load_model(str(path), self.weights_seed, found)  # a damaged checkpoint is named now
+        _load_model(str(path), self.weights_seed, found,  # a damaged checkpoint is named now
+                    _config_bytes(path))
         if self.checkpoint is not None and self.checkpoint != found:
             now = "no checkpoint (synthetic weights)" if found is None else f"checkpoint {found}"
             raise ValueError(f"checkpoint: {path} held checkpoint {self.checkpoint} and now "
@@ -397,7 +400,8 @@ class LayerWorkload:
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         from optical import transformer
 
-        model = _load_model(self.model_dir, self.weights_seed, self.checkpoint)
+        model = _load_model(self.model_dir, self.weights_seed, self.checkpoint,
+                            _config_bytes(Path(self.model_dir)))
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
                                       seed=seed, local=self.local, data_seed=self.data_seed,
                                       dtype=self.dtype, batch=self.batch)
@@ -419,11 +423,23 @@ class LayerWorkload:
         return out
 
 
+def _config_bytes(model_dir: Path) -> bytes:
+    """The bytes of a model directory's config.json (b"" where it cannot be
+    read: the load that follows names the problem)."""
+    try:
+        return (model_dir / "config.json").read_bytes()
+    except OSError:
+        return b""
+
+
 @functools.lru_cache(maxsize=1)
-def _load_model(model_dir: str, weights_seed: int, checkpoint: str | None) -> Any:
+def _load_model(model_dir: str, weights_seed: int, checkpoint: str | None,
+                config: bytes) -> Any:
     """The model a workload runs, kept for its next run; ``checkpoint`` (the
-    directory's fingerprint) is in the key so that weights changed in the
-    directory are read again, not served from the cache."""
+    directory's fingerprint) and ``config`` (config.json's bytes, which a
+    synthetic model's fingerprint, None, does not cover) are in the key so
+    that weights or a config changed in the directory are read again, not
+    served from the cache."""
     from optical import transformer
 
     return transformer.load(model_dir, seed=weights_seed)

@@ -182,3 +182,30 @@ def test_every_column_block_is_computed_at_the_block_edges(rng, n):
     a = rng.standard_normal((5, 7))
     b = rng.standard_normal((7, n))
     np.testing.assert_allclose(cols_matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_forked_child_gets_a_pool_of_its_own():
+    """A child forked after a call inherited the pool but none of its
+    threads, and its first call waited forever. Run in a fresh interpreter,
+    as test_memory's fork test: this one may hold JAX, whose threads make
+    any fork unsafe."""
+    import subprocess
+    import sys
+
+    code = """
+import os, numpy as np
+from optical import _gemm
+a = np.arange(600 * 8, dtype=np.float64).reshape(600, 8) % 7
+b = np.ones((8, 4))
+_gemm.rows_matmul(a, b, 256)  # the parent starts the pool
+pid = os.fork()
+if pid == 0:  # the child: exit 0 only if the product comes back, and right
+    import faulthandler
+    faulthandler.dump_traceback_later(20, exit=True)
+    os._exit(0 if np.array_equal(_gemm.rows_matmul(a, b, 256), a @ b) else 1)
+_, status = os.waitpid(pid, 0)
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"""
+    result = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

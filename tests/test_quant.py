@@ -3,8 +3,10 @@ calibrated ADC windows, programmed matrices. Truth: exact matmul in the
 ideal limit, the plain loop re-derivation, hand-computed scales and
 percentiles, the analytic optimum of a Gaussian's clipping, brute force."""
 
+import copy
 import dataclasses
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -667,6 +669,52 @@ def test_programmed_arrays_are_read_only_and_a_replaced_one_is_seen_by_every_bac
         optical.matmul(x, pw, cfg, seed=1, backend=backend)  # plans of pw cached first
         np.testing.assert_array_equal(optical.matmul(x, narrow, cfg, seed=1, backend=backend),
                                       optical.matmul(x, fresh, cfg, seed=1, backend=backend))
+
+
+@pytest.mark.parametrize("clone", [
+    lambda p: pickle.loads(pickle.dumps(p)), lambda p: pickle.loads(pickle.dumps(p, protocol=5)),
+    copy.deepcopy, lambda p: dataclasses.replace(p, adc_hi=p.adc_hi * 0.5)],
+    ids=["pickle", "pickle5", "deepcopy", "replace"])
+@pytest.mark.parametrize("policy", ["none", "static", "dynamic"])
+def test_copies_of_programmed_weights_stay_read_only(clone, policy):
+    """A pickled (to a worker), deep-copied or replaced ProgrammedWeights is
+    read-only as program()'s (pickle's default protocol, deepcopy and a
+    replaced field gave writeable arrays, and an in-place edit then left
+    numba and JAX on their cached plans while numpy followed it), its bypass
+    included, and runs the same bits as the original."""
+    rng = np.random.default_rng(0)
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 32, "core.outputs": 16, "outliers.policy": policy,
+        "adc.full_scale": "rms", "dac.scaling": "per_token"})
+    w = rng.standard_normal((48, 20)).astype(np.float32)
+    x = rng.standard_normal((6, 48)).astype(np.float32)
+    x[:, 3] *= 40.0  # an outlier channel for the bypass to take
+    pw = optical.program(w, cfg, calibration=x if policy == "static" else None)
+    q = clone(pw)
+    arrays = [getattr(q, name) for name in ("scale", "weights", "weight_sums", "transmissions",
+                                            "adc_lo", "adc_hi")]
+    if policy != "none":
+        arrays += [a for a in (q.bypass.channels, q.bypass.optical_channels, q.bypass.weights)
+                   if a is not None]
+    assert arrays and not any(a.flags.writeable for a in arrays)
+    if q.adc_hi is pw.adc_hi or not np.array_equal(q.adc_hi, pw.adc_hi):
+        return  # replace: another weight, checked read-only above
+    np.testing.assert_array_equal(optical.matmul(x, q, cfg, seed=2, backend="numpy"),
+                                  optical.matmul(x, pw, cfg, seed=2, backend="numpy"))
+
+
+def test_a_replaced_view_is_copied_so_its_base_cannot_change_it():
+    """A field replaced by a view of a writeable array is copied before it is
+    made read-only: marking the view alone would leave the base to change
+    it behind the fast backends' cached plans."""
+    rng = np.random.default_rng(0)
+    cfg = optical.presets.get("ideal").replace({"core.inputs": 32, "core.outputs": 16})
+    pw = optical.program(rng.standard_normal((48, 20)).astype(np.float32), cfg)
+    base = np.concatenate([pw.adc_hi, pw.adc_hi], axis=-1)
+    q = dataclasses.replace(pw, adc_hi=base[..., :20])
+    base[...] = 7.0
+    np.testing.assert_array_equal(q.adc_hi, pw.adc_hi)
+    assert base.flags.writeable  # the caller's own array is left as it was
 
 
 def _lower(a):

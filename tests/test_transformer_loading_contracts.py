@@ -371,3 +371,38 @@ def test_a_bert_tensor_a_sharded_index_leaves_out_is_named_with_the_index(tmp_pa
     with pytest.raises(ValueError, match=rf"^tensor '{name}' is not listed in .*"
                                          r"model\.safetensors\.index\.json$"):
         transformer.load(directory)
+
+
+@pytest.mark.parametrize("real", [False, True], ids=["synthetic", "checkpoint"])
+def test_a_pickled_model_leaves_its_cached_layer_behind(tmp_path, real):
+    """A model sent to a worker (pickled) carried its cached layer: 1 kB
+    became 243 MB for Llama-3.2-1B after model.layer(0). Without it, the
+    copy rebuilds the same bits."""
+    import copy
+    import pickle
+
+    tensors = random_llama_tensors(TINY_LLAMA) if real else None
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA, tensors))
+    fresh = len(pickle.dumps(model))
+    weights = model.layer(1).weights
+    assert sum(w.nbytes for w in weights.values()) > 10 * fresh  # what it would carry
+    for again in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        assert len(pickle.dumps(again)) == fresh
+        assert again.layer(1).weights.keys() == weights.keys()
+        for name, w in again.layer(1).weights.items():
+            np.testing.assert_array_equal(w, weights[name])
+    assert model.layer(1).weights is weights  # the original keeps its cache
+
+
+def test_a_pickled_bert_model_leaves_its_embedding_tables_behind(tmp_path):
+    import pickle
+
+    from tests.transformer_helpers import TINY_BERT
+
+    model = transformer.load(write_model(tmp_path, TINY_BERT))
+    fresh = len(pickle.dumps(model))
+    tables = model.embedding_tables()
+    again = pickle.loads(pickle.dumps(model))
+    assert len(pickle.dumps(model)) == fresh
+    for name, table in again.embedding_tables().items():
+        np.testing.assert_array_equal(table, tables[name])

@@ -2,6 +2,7 @@
 contract with optical.transformer.validate, report flattening."""
 
 import dataclasses
+import json
 import math
 import pickle
 import time
@@ -504,3 +505,38 @@ def test_a_checkpoint_damaged_after_a_sweep_is_named_on_resume(tmp_path):
                                          rf"\(m layer 0, 4 tokens\) cannot be made now: "
                                          rf"tensor '{name}' is not listed in"):
         resume(out, executor="serial", progress=False)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype("float64"), np.str_("float64"), np.float64(0).dtype])
+def test_a_numpy_dtype_makes_the_same_matmul_workload_as_its_name(dtype):
+    """A numpy dtype was kept as given: equal to the named workload but of
+    another hash (two cache entries, a set of two equal workloads) and not
+    JSON (optical.sweep failed in json.dumps)."""
+    wl, same = MatmulWorkload(4, 8, 4, dtype=dtype), MatmulWorkload(4, 8, 4, dtype="float64")
+    assert wl == same and hash(wl) == hash(same) and len({wl, same}) == 1
+    assert type(wl.dtype) is str and json.dumps(wl.to_dict()) == json.dumps(same.to_dict())
+
+
+def test_a_numpy_dtype_makes_the_same_layer_workload_as_its_name(tmp_path):
+    d = write_model(tmp_path / "m", TINY_LLAMA)
+    wl = LayerWorkload(str(d), layer=0, tokens=4, dtype=np.dtype("float32"))
+    same = LayerWorkload(str(d), layer=0, tokens=4, dtype="float32")
+    assert wl == same and hash(wl) == hash(same) and type(wl.dtype) is str
+    assert json.dumps(wl.to_dict()) == json.dumps(same.to_dict())
+
+
+def test_a_model_directory_s_config_edited_in_the_same_process_is_read_again(tmp_path):
+    """The loaded model is cached by directory and checkpoint fingerprint,
+    which is None for synthetic weights: an edited config.json (another
+    rms_norm_eps) kept serving the old model in the same process, where a
+    fresh process reads the new one."""
+    from optical import transformer
+
+    d = write_model(tmp_path / "m", TINY_LLAMA)
+    cfg = optical.presets.get("ideal").replace({"core.inputs": 32, "core.outputs": 32})
+    LayerWorkload(str(d), layer=0, tokens=4).run(cfg, 0)
+    (d / "config.json").write_text(json.dumps({**TINY_LLAMA, "rms_norm_eps": 0.5}))
+    got = LayerWorkload(str(d), layer=0, tokens=4).run(cfg, 0)
+    want = layer_metrics(transformer.validate(transformer.load(d), layer=0, tokens=4,
+                                              config=cfg, seed=0))
+    assert got == want

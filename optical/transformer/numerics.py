@@ -17,11 +17,13 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 
 def check_dtype(dtype: str) -> str:
-    """The canonical name of a reference dtype; ValueError for anything else."""
+    """The canonical name of a reference dtype (a plain str, for a numpy
+    dtype given too: equal workloads hash alike and write as JSON);
+    ValueError for anything else."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype!r} is not a reference dtype; valid: "
                          f"{', '.join(repr(d) for d in DTYPES)}")
-    return dtype
+    return DTYPES[DTYPES.index(dtype)]
 
 
 def largest(dtype: str) -> float:
