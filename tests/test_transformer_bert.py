@@ -246,6 +246,26 @@ def test_padding_never_reaches_the_optical_core(tiny_bert, attention):
         assert trace.stats["attention.scores"].macs == sum(n * n for n in lengths) * heads * d
 
 
+def test_noise_is_keyed_by_the_real_tokens_not_the_padded_length(tiny_bert):
+    """embed's docstring: a token's noise is keyed by its row among the
+    batch's real tokens, so padding the batch longer moves no draw (keyed by
+    the padded row, the second sentence's rows would move from 5.. to 8..
+    and its output by the noise itself); only float32 rounding of the
+    digital attention at another shape remains."""
+    model, _ = tiny_bert
+    cfg = optical.presets.get("ideal").replace({
+        "core.inputs": 16, "core.outputs": 16, "source.photons_per_mac": 1e3,
+        "detector.shot_noise": "gaussian", "detector.read_noise_electrons": 30.0})
+    rng = np.random.default_rng(0)
+    ids, mask = _padded_batch(rng, [5, 3])
+    longer = (np.pad(ids, ((0, 0), (0, 3))), np.pad(mask, ((0, 0), (0, 3))))
+    short = model.encode(ids, mask, config=cfg, seed=4)
+    long = model.encode(*longer, config=cfg, seed=4)
+    noise = np.abs(short - model.encode(ids, mask))[1, :3].max()
+    assert noise > 1e-3
+    assert np.abs(short[1, :3] - long[1, :3]).max() < 1e-3 * noise
+
+
 def test_a_padded_trace_matches_the_reference_product_by_product(tiny_bert):
     """On the ideal core every recorded product of a padded batch (a mask
     that is not a prefix) equals the reference's: padded rows of the weight

@@ -476,10 +476,11 @@ class BertModel(_Model):
             oracle of :func:`optical.matmul`), the padding left out: a
             sentence's embedding depends on the others in the batch.
         seed : int
-            Noise is keyed by each token's row in the padded batch laid end
-            to end, so a sentence's noise depends on its place in the batch
-            and on the padded length: only the first sentence draws the noise
-            of its own call.
+            Noise is keyed by each token's row among the batch's real tokens
+            laid end to end (padding never reaches a product), so a
+            sentence's noise depends on its place in the batch and on the
+            lengths of the sentences before it, not on the padded length:
+            only the first sentence draws the noise of its own call.
         program_options, matmul_options : mapping, optional
             Passed to every ``optical.program`` / ``optical.matmul`` call.
 
