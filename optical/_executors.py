@@ -269,7 +269,9 @@ class ProcessExecutor(Executor):
                 if not running:
                     break
                 done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-                for future in done:
+                # Finished runs before failed ones: a failure ends the sweep,
+                # and runs finished beside it are then already recorded.
+                for future in sorted(done, key=lambda f: f.exception() is not None):
                     task = running.pop(future)
                     err = future.exception()
                     if isinstance(err, BrokenProcessPool):

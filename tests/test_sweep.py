@@ -579,6 +579,43 @@ def test_a_dead_worker_keeps_its_reason_and_names_the_main_guard(monkeypatch):
         assert 'under `if __name__ == "__main__":`' in str(err)
 
 
+@dataclasses.dataclass(frozen=True)
+class FailsSeed0:
+    """A workload whose run of seed 0 fails."""
+
+    def run(self, config, seed):
+        if seed == 0:
+            raise RuntimeError("seed 0 fails")
+        return {"sqnr_db": float(seed)}
+
+    def to_dict(self):
+        return {"kind": "fails-seed-0"}
+
+
+def test_runs_finished_beside_a_failed_one_are_kept(tmp_path, monkeypatch):
+    """Runs that finish in the same wait as a failed run are recorded before
+    the failure ends the sweep (they were dropped in the set's order, and ran
+    again on resume)."""
+    class CatchingPool(FakePool):
+        def submit(self, fn, *args):
+            import concurrent.futures as cf
+
+            future = cf.Future()
+            try:
+                future.set_result(fn(*args))
+            except Exception as err:  # noqa: BLE001 - the run's failure, as a pool gives it
+                future.set_exception(err)
+            return future
+
+    monkeypatch.setattr(_executors.cf, "ProcessPoolExecutor", lambda **_: CatchingPool())
+    executor = _executors.ProcessExecutor(4)  # a window of 8: every run in one wait
+    with pytest.raises(SweepError, match="seed 0: RuntimeError: seed 0 fails. The 7 runs "):
+        optical.sweep(FailsSeed0(), {"adc.bits": [4]}, seeds=8, out=tmp_path / "s",
+                      executor=executor, progress=False)
+    executor.close()
+    assert len(list((tmp_path / "s" / "runs").glob("*.json"))) == 7
+
+
 class FakePool:
     """A ProcessPoolExecutor that runs each task at once in this process."""
 
