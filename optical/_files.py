@@ -1,6 +1,8 @@
 """Writing a file so that a reader, a kill or a full disk never leaves half of
 it: the new content goes to a temporary file beside it, renamed over it at
-the end. Used by the sweep store and by every ``--json`` report and figure."""
+the end, after an fsync of the new content (and of the directory after the
+rename), so that a power cut too leaves the old file or the new one. Used by
+the sweep store and by every ``--json`` report and figure."""
 
 from __future__ import annotations
 
@@ -38,7 +40,9 @@ def replacing(path: Path) -> Iterator[Path]:
         except FileNotFoundError:
             mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        _sync(tmp)  # the content on disk before the name points at it: a power cut
+        os.replace(tmp, path)  # leaves the old file or the new one, never an empty one
+        _sync(path.parent)  # and the rename itself
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
@@ -47,6 +51,22 @@ def replacing(path: Path) -> Iterator[Path]:
             raise OSError(err.errno, f"{err.strerror or err} while writing it",
                           str(path)) from err
         raise
+
+
+def _sync(path: Path) -> None:
+    """fsync ``path`` (a file or a directory); a file system that cannot
+    (some network and FUSE mounts refuse a directory's) is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EROFS):
+            raise
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

@@ -489,6 +489,36 @@ def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path):
     assert not path.exists()
 
 
+def test_an_atomic_write_reaches_the_disk_before_its_rename(tmp_path, monkeypatch):
+    """A power cut (not a kill) between the rename and the kernel's writeback
+    could leave a run file empty: the new content is fsynced before the
+    rename replaces the old file, and the directory after it."""
+    import os
+
+    from optical import _files
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        events.append(("fsync", target, Path(target).is_file() and Path(target).read_text()))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src), str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(_files.os, "fsync", fsync)
+    monkeypatch.setattr(_files.os, "replace", replace)
+    path = tmp_path / "run.json"
+    _files.atomic_write(path, "{}\n")
+    assert [e[0] for e in events] == ["fsync", "replace", "fsync"]
+    tmp = events[1][1]
+    assert events[0][1:] == (tmp, "{}\n") and events[1][2] == str(path)
+    assert events[2][1] == str(tmp_path) and path.read_text() == "{}\n"
+
+
 def test_attrs_list_the_metric_columns_in_the_tables_order(tmp_path):
     class TwoMetrics(_Toy):
         def run(self, config, seed):
