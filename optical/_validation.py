@@ -63,7 +63,10 @@ def check_plain_array(a: np.ndarray, name: str) -> np.ndarray:
     by ``numpy.asarray``."""
     if type(a) is not np.ndarray and not isinstance(a, np.memmap):
         hint = " (its .filled(value))" if isinstance(a, np.ma.MaskedArray) else ""
-        raise TypeError(f"{name}: {type(a).__module__}.{type(a).__name__}, a numpy.ndarray "
+        # numpy.ma.MaskedArray by its public name (numpy 1.x: numpy.ma.core)
+        kind = ("numpy.ma.MaskedArray" if type(a) is np.ma.MaskedArray
+                else f"{type(a).__module__}.{type(a).__name__}")
+        raise TypeError(f"{name}: {kind}, a numpy.ndarray "
                         f"subclass, is not supported; pass a plain numpy.ndarray{hint}")
     return a
 

@@ -530,3 +530,20 @@ def test_inputs_near_the_ends_of_float32_are_scaled_not_zeroed(rng, magnitude):
     exact = x.astype(np.float64) @ w.astype(np.float64)
     y = np.asarray(jax_backend.matmul(jnp.asarray(x), w, ideal(), seed=0))
     assert np.abs(y - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+def test_the_jax_backend_module_without_jax_names_the_extra():
+    """The README names optical.kernels.jax_backend; without JAX its import
+    was a bare "No module named 'jax'" (a sweep's run and --vmap said no
+    more). Run in a fresh interpreter, JAX blocked."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['jax'] = None\n"
+            "import optical.kernels.jax_backend\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.rstrip().splitlines()[-1] == (
+        "ImportError: optical's JAX backend needs JAX (import of jax halted; None in "
+        "sys.modules): pip install 'optical[jax]'")

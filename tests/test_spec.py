@@ -141,3 +141,17 @@ def test_explicit_head_dim_is_honoured():
     shapes = {s.name: (s.in_features, s.out_features) for s in spec.linear_shapes()}
     assert shapes["q_proj"] == (64, 128) and shapes["k_proj"] == (64, 64)
     assert shapes["o_proj"] == (128, 64)
+
+
+def test_a_bundled_model_named_from_elsewhere_says_where_they_are(tmp_path, monkeypatch):
+    """`--model models/llama-3.1-8b` (README, --help) run outside the source
+    checkout (an installed wheel ships no models/): the error says where the
+    bundled directories are, not only that this one is missing."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as info:
+        read_spec("models/llama-3.1-8b")
+    assert str(info.value) == (
+        f"models/llama-3.1-8b: no such model directory in {tmp_path} (the bundled models/ "
+        "directories come with optical's source checkout: run from there, or give a full path)")
+    with pytest.raises(FileNotFoundError, match=r"^elsewhere: no such model directory$"):
+        read_spec("elsewhere")

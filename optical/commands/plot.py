@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         for path in planned_paths:  # writable, before the work
             check_output_path(path, "--output")
         check_not_json(args, planned_paths, "--output")
-    require("matplotlib", "plot", "plots")
+    for module in ("pandas", "matplotlib"):  # optical[sweep] has both: one round, not two
+        require(module, "sweep", "optical plot")
     frame = load(args.sweep_dir)
     planned = frame.attrs["sweep"]["runs"]
     if len(frame) < planned:  # an interrupted sweep: say what the figure lacks

@@ -50,9 +50,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError as err:  # the module is documented: name the extra, not a bare import
+    raise ImportError(f"optical's JAX backend needs JAX ({err}): pip install "
+                      "'optical[jax]'") from err
 
 from optical._validation import (
     as_plain_array,

@@ -25,7 +25,7 @@ from optical.config import OpticalConfig
 from optical.transformer import bert, llama, synthetic
 from optical.transformer._engines import ReferenceEngine, engine_for
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
-from optical.transformer.spec import ModelSpec, read_spec
+from optical.transformer.spec import ModelSpec, missing_model_directory, read_spec
 
 __all__ = ["BertModel", "LlamaModel", "load", "minilm_directory", "weights_directory"]
 
@@ -93,7 +93,7 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
                         f"{type(path).__name__}")
     directory = Path(path)
     if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: no such model directory")
+        raise missing_model_directory(directory)
     spec = read_spec(directory)
     seed = check_seed(seed)
     weights_dir = weights_directory(directory)

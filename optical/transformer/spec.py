@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,17 @@ class ModelSpec:
         return sum(s.in_features * s.out_features for s in self.linear_shapes())
 
 
+def missing_model_directory(model_dir: str | os.PathLike) -> FileNotFoundError:
+    """The error for a model directory that is not there; ``models/...``
+    given relative says where the bundled ones are."""
+    path = Path(model_dir)
+    hint = ""
+    if not path.is_absolute() and path.parts[:1] == ("models",):
+        hint = (f" in {Path.cwd()} (the bundled models/ directories come with optical's "
+                "source checkout: run from there, or give a full path)")
+    return FileNotFoundError(f"{model_dir}: no such model directory{hint}")
+
+
 def read_spec(model_dir: str | Path) -> ModelSpec:
     """Read ``model_dir/config.json``.
 
@@ -181,7 +193,7 @@ def read_spec(model_dir: str | Path) -> ModelSpec:
         If the JSON is malformed or names an unsupported architecture.
     """
     if not Path(model_dir).is_dir():  # (a relative path run from elsewhere, say)
-        raise FileNotFoundError(f"{model_dir}: no such model directory")
+        raise missing_model_directory(model_dir)
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}")
