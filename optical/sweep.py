@@ -82,7 +82,13 @@ from optical._sweep_store import (
 )
 from optical._validation import check_bool, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_value, parse_value
-from optical.workloads import LayerWorkload, MatmulWorkload, workload_from_dict, workload_label
+from optical.workloads import (
+    LayerWorkload,
+    MatmulWorkload,
+    clear_caches,
+    workload_from_dict,
+    workload_label,
+)
 
 __all__ = ["MAX_RUNS", "DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload",
            "ProcessExecutor", "Range", "SerialExecutor",
@@ -814,6 +820,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
             description = runner.describe()
             if owned:
                 runner.close()
+            clear_caches()  # the runs' data (a model's layer, say) dies with the sweep
         frame = read_frame(out, pd)
         results = out / f"results.{results_format}"
         with replacing(results) as tmp:

@@ -423,6 +423,14 @@ class LayerWorkload:
         return out
 
 
+def clear_caches() -> None:
+    """Drop the data the workloads keep between runs (a matmul's operands
+    and truth, a layer's model with its last layer: 0.9 GB for Llama-3.1-8B);
+    a sweep calls it when it ends, so a finished sweep keeps nothing alive."""
+    _matmul_data.cache_clear()
+    _load_model.cache_clear()
+
+
 def _config_bytes(model_dir: Path) -> bytes:
     """The bytes of a model directory's config.json (b"" where it cannot be
     read: the load that follows names the problem)."""

@@ -547,3 +547,57 @@ def test_the_jax_backend_module_without_jax_names_the_extra():
     assert result.stderr.rstrip().splitlines()[-1] == (
         "ImportError: optical's JAX backend needs JAX (import of jax halted; None in "
         "sys.modules): pip install 'optical[jax]'")
+
+
+def test_a_sweep_over_token_counts_compiles_the_pass_once_per_bucket(rng):
+    """Each token count compiled the pass anew (~1-2 s and ~15 MB held for
+    the process's life each): chunks now run padded to a few row counts,
+    so 17..32 tokens share one program, and the padding moves no output
+    (each token keys its own noise; its ADC conversions are not counted)."""
+    from optical.kernels import _jax_pass
+
+    x = rng.standard_normal((40, 96)).astype(np.float32)
+    w = (rng.standard_normal((96, 40)) / 10).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 16, "adc.bits": 6,
+                   "source.rin_db_per_hz": -math.inf})  # photons without RIN: deterministic
+    pw = optical.program(w, cfg, calibration=x)
+    whole, stats = jax_backend.matmul(jnp.asarray(x[:32]), pw, cfg, seed=3, return_stats=True)
+    compiled = _jax_pass._chunk_jit._cache_size()
+    for tokens in (17, 18, 31):
+        y, got = jax_backend.matmul(jnp.asarray(x[:tokens]), pw, cfg, seed=3,
+                                    return_stats=True)
+        assert _jax_pass._chunk_jit._cache_size() == compiled
+        np.testing.assert_allclose(np.asarray(y), np.asarray(whole)[:tokens], rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(whole).max()))
+        _, ref = optical.matmul(x[:tokens], pw, cfg, seed=3, backend="numpy",
+                                return_stats=True)
+        assert got.adc_conversions == ref.adc_conversions
+        assert got.detected_photons == pytest.approx(ref.detected_photons, rel=1e-5)
+    assert [_jax_pass.chunk_rows(r, 1024) for r in (1, 16, 17, 256, 257, 600)] == \
+        [16, 16, 32, 256, 512, 768]
+    assert _jax_pass.chunk_rows(600, 300) == 600 and _jax_pass.chunk_rows(3, 3) == 3
+
+
+def test_the_device_copy_of_programmed_weights_is_built_a_k_tile_at_a_time(rng):
+    """The first JAX call on programmed weights built whole-matrix float64
+    temporaries: a host peak of 17x the weights' bytes (3.8 GB for the 8B
+    gate_proj), where one K-tile at a time needs ~5.6x (its float32 outputs
+    alone are ~2.5x). The arrays are those of the same calls made whole
+    (checked bit for bit over 864 configs when this changed)."""
+    import tracemalloc
+
+    from optical.kernels import _jax_pass
+
+    cfg = noisy(**{"core.inputs": 128, "core.outputs": 128})  # 4 x 4 tiles
+    w = (rng.standard_normal((512, 512)) / 20).astype(np.float32)
+    pw = optical.program(w, cfg)
+    st = _jax_pass.static_of(pw.shape, cfg, False, frozenset(), np.float32)
+    tracemalloc.start()
+    try:
+        arrays = _jax_pass._host_arrays(pw, st)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 8 * w.nbytes, f"peak {peak / w.nbytes:.1f} x the weights' bytes"
+    # w_eff is the machine's noise-free map: the ideal limit's weights here.
+    np.testing.assert_allclose(arrays["w_eff"], w, rtol=0, atol=0.02 * np.abs(w).max())

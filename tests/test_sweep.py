@@ -1441,3 +1441,29 @@ def test_the_executor_argument_maps_as_documented():
     for bad in (True, 2.0, "threads"):
         with pytest.raises(TypeError, match="executor: .* is not valid"):
             make_executor(bad)
+
+
+def test_a_finished_sweep_keeps_none_of_its_runs_data(tmp_path):
+    """The workloads' caches (a matmul's operands and truth; a layer's model
+    and its last layer, 0.9 GB for Llama-3.1-8B) outlived the sweep that
+    filled them, for the life of the process."""
+    import gc
+    import tracemalloc
+
+    small = optical.MatmulWorkload(tokens=8, k=16, n=8, dtype="float64")
+    optical.sweep(small, {"adc.bits": [6]}, seeds=1, out=tmp_path / "warm", executor=1,
+                  progress=False)  # imports and first-use state, outside the measurement
+    wl = optical.MatmulWorkload(tokens=64, k=256, n=256, dtype="float64")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        frame = optical.sweep(wl, {"adc.bits": [6]}, seeds=1, out=tmp_path / "s", executor=1,
+                              progress=False)
+        del frame
+        gc.collect()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    data = (64 * 256 + 256 * 256 + 64 * 256) * 8  # x, w and the float64 truth
+    assert after - before < data / 4, f"{(after - before) / 2**20:.2f} MiB kept"

@@ -117,68 +117,68 @@ def static_of(shape: tuple[int, int], config: OpticalConfig, exact: bool, varied
         dtype=np.dtype(dtype).name)
 
 
-def _pad_kn(a: np.ndarray, st: Static) -> np.ndarray:
-    """Zero-pad the last two axes (K, N) to whole tiles: a partial last tile
-    to the core's size (a matrix smaller than the core is a single tile of its
-    own size: ``Static.tile_k``)."""
-    pad = [(0, 0)] * (a.ndim - 2) + [(0, st.k_tiles * st.tile_k - a.shape[-2]),
-                                      (0, st.n_tiles * st.tile_n - a.shape[-1])]
-    return np.pad(a, pad)
-
-
 def _pad_n(a: np.ndarray, st: Static) -> np.ndarray:
     return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, st.n_tiles * st.tile_n - a.shape[-1])])
 
 
 def _host_arrays(pw: ProgrammedWeights, st: Static) -> dict[str, np.ndarray]:
-    """The programmed matrix as the arrays the jitted forward needs (numpy)."""
+    """The programmed matrix as the arrays the jitted forward needs (numpy),
+    built one K-tile at a time in float64: whole-matrix float64 temporaries
+    peaked at 17x the weights' bytes (3.8 GB for a 4096 x 14336 matrix)."""
     dt = np.dtype(st.dtype)
-    t = pw.transmissions.astype(np.float64)
     g = np.array(st.g)
-    tp = _pad_kn(t, st)  # (n_det, Kp, Np)
-    signals = (tp[0] - tp[1])[None] if st.use_diff else tp
-    n_sig = signals.shape[0]
-    sig = signals.reshape(n_sig, st.k_tiles, st.tile_k, st.n_tiles, st.tile_n)
-    out = {
-        "sig": sig.transpose(1, 3, 0, 2, 4).astype(dt),  # (kt, nt, sig, tile_k, tile_n)
-        "rowsum": tp.sum(axis=0).reshape(st.k_tiles, st.tile_k, st.n_tiles, st.tile_n)
-                    .sum(axis=3).transpose(0, 2, 1).astype(dt),  # (kt, nt, tile_k)
-        "lo": _pad_n(pw.adc_lo, st).astype(dt),
-        "hi": _pad_n(pw.adc_hi, st).astype(dt),
-        "w_sum": _pad_n(pw.weight_sums, st).astype(dt),
-        "scale": _pad_n(pw.scale, st).astype(dt),
-    }
+    trans = pw.transmissions
+    n_sig = 1 if st.use_diff else trans.shape[0]
+    np_ = st.n_tiles * st.tile_n
+    sig = np.zeros((st.k_tiles, st.n_tiles, n_sig, st.tile_k, st.tile_n), dt)
+    rowsum = np.zeros((st.k_tiles, st.n_tiles, st.tile_k), dt)
+    w_eff = np.empty((st.k, st.n), dt)
     # The machine's noise-free linear map, for the straight-through derivatives.
     coeffs, const = encoding.rail_coefficients(pw.config.encoding.weights)
-    decoded = (np.tensordot(np.asarray(coeffs), t, axes=1) - st.t_min * st.c_sum) \
-        / (1 - st.t_min) + const
-    rows_scale = np.repeat(pw.scale, st.tile_k, axis=0)[:st.k]
-    out["w_eff"] = (decoded * rows_scale).astype(dt)
-    if st.low_rank:
-        lefts, rights = [], []
-        for kt in range(st.k_tiles):
-            # The K-tile's own rows (the last may be partial): the column mean
-            # over the zero-padded rows would dilute the light's variance, and
-            # the padded rows, dark on the mask, get no light factor.
-            rows = min(st.tile_k, st.k - kt * st.tile_k)
-            ks = slice(kt * st.tile_k, kt * st.tile_k + rows)
-            real, right = _fastpath.light_factors(tp[0, ks] + tp[1, ks])
+    lefts, rights = [], []
+    floor, ceiling, csum, csq, det_g2 = [], [], [], [], []
+    for kt in range(st.k_tiles):
+        k0 = kt * st.tile_k
+        rows = min(st.tile_k, st.k - k0)  # the last K-tile may be partial
+        t = trans[:, k0:k0 + rows].astype(np.float64)
+        tp = np.zeros((t.shape[0], st.tile_k, np_))  # zero-padded to whole tiles
+        tp[:, :rows, :st.n] = t
+        signals = (tp[0] - tp[1])[None] if st.use_diff else tp
+        sig[kt] = signals.reshape(n_sig, st.tile_k, st.n_tiles, st.tile_n).transpose(2, 0, 1, 3)
+        rowsum[kt] = tp.sum(axis=0).reshape(st.tile_k, st.n_tiles, st.tile_n).sum(axis=2).T
+        decoded = (np.tensordot(np.asarray(coeffs), t, axes=1) - st.t_min * st.c_sum) \
+            / (1 - st.t_min) + const
+        w_eff[k0:k0 + rows] = decoded * pw.scale[kt]
+        if st.low_rank:
+            # The K-tile's own rows: the column mean over the zero-padded rows
+            # would dilute the light's variance, and the padded rows, dark on
+            # the mask, get no light factor.
+            real, right = _fastpath.light_factors(tp[0, :rows] + tp[1, :rows])
             left = np.zeros((st.tile_k, real.shape[1]))
             left[:rows] = real
             lefts.append(left)
             rights.append(right)
-        out["left"] = np.stack(lefts).astype(dt)
-        out["right"] = np.stack(rights).astype(dt)
-    if st.windows != "programmed":
-        floor, ceiling, csum, csq, det_g2 = [], [], [], [], []
-        for kt in range(st.k_tiles):
-            tk = t[:, kt * st.tile_k:(kt + 1) * st.tile_k]
-            combined = np.einsum("er,rkn->ekn", g, tk)
+        if st.windows != "programmed":
+            combined = np.einsum("er,rkn->ekn", g, t)
             floor.append(np.minimum(combined, 0).sum(axis=1))
             ceiling.append(np.maximum(combined, 0).sum(axis=1))
             csum.append(combined.sum(axis=1))
             csq.append(np.square(combined).sum(axis=1))
-            det_g2.append(np.square(g) @ tk.sum(axis=1))
+            det_g2.append(np.square(g) @ t.sum(axis=1))
+        del t, tp, signals, decoded
+    out = {
+        "sig": sig,  # (kt, nt, sig, tile_k, tile_n)
+        "rowsum": rowsum,  # (kt, nt, tile_k)
+        "lo": _pad_n(pw.adc_lo, st).astype(dt),
+        "hi": _pad_n(pw.adc_hi, st).astype(dt),
+        "w_sum": _pad_n(pw.weight_sums, st).astype(dt),
+        "scale": _pad_n(pw.scale, st).astype(dt),
+        "w_eff": w_eff,
+    }
+    if st.low_rank:
+        out["left"] = np.stack(lefts).astype(dt)
+        out["right"] = np.stack(rights).astype(dt)
+    if st.windows != "programmed":
         for name, arr in (("floor", floor), ("ceiling", ceiling), ("csum", csum),
                           ("csq", csq), ("det_g2", det_g2)):
             out[name] = _pad_n(np.stack(arr), st).astype(dt)
@@ -343,11 +343,13 @@ def _adc(value, lo, hi, bits):
     return lo + jnp.clip(code, 0, top) * jnp.where(step > 0, step, 0.0), clipped
 
 
-def _chunk(st: Static, prog, params, x, scale, t0, seed):
+def _chunk(st: Static, prog, params, x, scale, t0, seed, rows):
     """y (T, N), the detected photons of each token (T,) and the clipped
-    conversions of a chunk of tokens. (Photons per token: the host adds them
-    in float64, so that the total depends on the batching only through
-    the float32 rounding of XLA's GEMMs.)"""
+    conversions of a chunk of tokens, of which the first ``rows`` (traced)
+    are real and the rest zero padding, whose conversions are not counted.
+    (Photons per token: the host adds them in float64, so that the total
+    depends on the batching only through the float32 rounding of XLA's
+    GEMMs.)"""
     # Where x and the weights are constants of an outer jit (closed over, the
     # seed traced), XLA would fold the noise-free part of the pass while
     # compiling, rounded otherwise than at run time: the barrier keeps every bit.
@@ -437,7 +439,8 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
     clipped = jnp.zeros((), jnp.int32)
     if st.adc_bits is not None:
         value, clip = _adc(value, lo_b, hi_b, st.adc_bits)
-        clipped = clip[..., :st.n].sum(dtype=jnp.int32)
+        real = (jnp.arange(tokens) < rows)[:, None, None]  # the token axis of "estkn"
+        clipped = (clip[..., :st.n] & real).sum(dtype=jnp.int32)
     zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value)
     a_sum = a_sum[..., None]
     z = (zsum - st.t_min * st.c_sum * a_sum) / (1 - st.t_min) + st.w_const * a_sum
@@ -450,19 +453,52 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed):
 _chunk_jit = jax.jit(_chunk, static_argnums=0)
 
 
+#: Chunks of up to this many tokens run padded to the next power of two (at
+#: least :data:`MIN_CHUNK_ROWS`), longer ones to a multiple of it: a sweep
+#: over token counts compiles a few programs, not one per count (each also
+#: held ~15 MB for the process's life).
+CHUNK_ROW_STEP = 256
+MIN_CHUNK_ROWS = 16
+
+
+def chunk_rows(rows: int, chunk: int) -> int:
+    """The rows a chunk of ``rows`` real tokens is compiled and run with."""
+    if rows <= CHUNK_ROW_STEP:
+        padded = max(MIN_CHUNK_ROWS, 1 << (rows - 1).bit_length())
+    else:
+        padded = -(-rows // CHUNK_ROW_STEP) * CHUNK_ROW_STEP
+    return max(rows, min(padded, chunk))
+
+
 def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
-    if x2.shape[0] == 0:  # no tokens: no pass, nothing detected
+    tokens = x2.shape[0]
+    if tokens == 0:  # no tokens: no pass, nothing detected
         return jnp.zeros((0, st.n), x2.dtype), jnp.zeros((0,), x2.dtype), jnp.zeros((), jnp.int32)
+    # Padded rows are zero tokens of scale 0 (output 0); each real token keys
+    # its own noise by its index, so the padding moves no draw. Eagerly, the
+    # padding and the slicing are done in numpy: as jax ops they would
+    # compile once per token count themselves.
+    eager = not any(isinstance(v, jax.core.Tracer) for v in
+                    (x2, scale, seed, *jax.tree_util.tree_leaves(params)))
+    lib = np if eager else jnp
+    if eager:
+        x2, scale = np.asarray(x2), np.asarray(scale)
     ys, photons, clipped = [], [], 0
-    for c0 in range(0, x2.shape[0], chunk):
-        c1 = min(c0 + chunk, x2.shape[0])
-        y, ph, cl = _chunk_jit(st, prog, params, x2[c0:c1], scale[c0:c1], jnp.uint32(c0), seed)
-        ys.append(y)
-        photons.append(ph)
+    for c0 in range(0, tokens, chunk):
+        c1 = min(c0 + chunk, tokens)
+        rows = c1 - c0
+        pad = chunk_rows(rows, chunk) - rows
+        xc = lib.pad(x2[c0:c1], ((0, pad), (0, 0)))
+        sc = lib.pad(scale[c0:c1], (0, pad))
+        y, ph, cl = _chunk_jit(st, prog, params, xc, sc, jnp.uint32(c0), seed, jnp.int32(rows))
+        if eager:
+            y, ph = np.asarray(y), np.asarray(ph)
+        ys.append(y[:rows])
+        photons.append(ph[..., :rows])
         clipped = clipped + cl
-    if len(ys) == 1:
-        return ys[0], photons[0], clipped
-    return jnp.concatenate(ys), jnp.concatenate(photons, axis=-1), clipped
+    y, ph = (ys[0], photons[0]) if len(ys) == 1 else \
+        (lib.concatenate(ys), lib.concatenate(photons, axis=-1))
+    return (jnp.asarray(y), jnp.asarray(ph), clipped) if eager else (y, ph, clipped)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

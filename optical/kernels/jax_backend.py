@@ -258,10 +258,14 @@ def _input_scale(x2, st: Static, input_range: float | None):
     """Per-token input scale: static, or abs-max per token / tensor (no
     gradient); 0 for an all-zero token, whose output is then exactly 0."""
     if input_range is not None:
-        return jnp.full(x2.shape[0], input_range, dtype=x2.dtype)
-    absmax = jnp.max(jnp.abs(x2)) * jnp.ones(x2.shape[0], x2.dtype) if st.per_tensor \
-        else jnp.max(jnp.abs(x2), axis=1)
-    return jax.lax.stop_gradient(absmax.astype(x2.dtype))
+        return np.full(x2.shape[0], input_range, dtype=x2.dtype)
+    # A concrete x in numpy (exact alike): as jax ops they compile once per token count.
+    lib = jnp if isinstance(x2, jax.core.Tracer) else np
+    x2 = x2 if lib is jnp else np.asarray(x2)
+    absmax = lib.max(lib.abs(x2)) * lib.ones(x2.shape[0], x2.dtype) if st.per_tensor \
+        else lib.max(lib.abs(x2), axis=1)
+    return jax.lax.stop_gradient(absmax.astype(x2.dtype)) if lib is jnp else \
+        absmax.astype(x2.dtype)
 
 
 def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
