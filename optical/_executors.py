@@ -32,6 +32,7 @@ from typing import Any
 
 from optical._validation import check_positive_int
 from optical.config import OpticalConfig
+from optical.kernels import environment
 
 __all__ = ["DaskExecutor", "Executor", "ProcessExecutor", "SerialExecutor", "Task",
            "VmapExecutor", "evaluate", "make_executor"]
@@ -87,7 +88,8 @@ def evaluate(task: Task) -> dict[str, Any]:
     if not isinstance(metrics, dict):
         raise TypeError(f"{type(task.workload).__name__}.run returned "
                         f"{type(metrics).__name__}, expected a dict of metrics")
-    return {"metrics": metrics, "elapsed_s": time.perf_counter() - start}
+    return {"metrics": metrics, "elapsed_s": time.perf_counter() - start,
+            "environment": environment()}  # the worker's, which may not be the driver's
 
 
 Outcome = dict[str, Any] | BaseException
@@ -163,8 +165,9 @@ class VmapExecutor(Executor):
                         yield task, err
                     continue
                 share = (time.perf_counter() - start) / len(batch)
+                here = environment()
                 for task, metrics in zip(batch, results, strict=True):
-                    yield task, {"metrics": metrics, "elapsed_s": share}
+                    yield task, {"metrics": metrics, "elapsed_s": share, "environment": here}
 
     def describe(self) -> str:
         if self.single and not self.batched:

@@ -1467,3 +1467,29 @@ def test_a_finished_sweep_keeps_none_of_its_runs_data(tmp_path):
         tracemalloc.stop()
     data = (64 * 256 + 256 * 256 + 64 * 256) * 8  # x, w and the float64 truth
     assert after - before < data / 4, f"{(after - before) / 2**20:.2f} MiB kept"
+
+
+@pytest.mark.parametrize("jax_installed", [True, False])
+def test_a_run_records_the_gemm_engine_and_library_versions_it_ran_on(tmp_path, monkeypatch,
+                                                                      jax_installed):
+    """The numba backend's float32 GEMMs run in XLA where JAX is installed,
+    else in BLAS, which round differently (0.017 dB on a Llama-3.2-1B layer's
+    SQNR, same seed, same run id): a run file says which, with the versions
+    of numpy, numba and JAX, so runs from two environments can be told apart."""
+    import importlib.metadata
+    import importlib.util
+    import json
+
+    if not jax_installed:  # as where JAX is absent (find_spec: None)
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name == "jax" else real(name, *a))
+    optical.sweep(WL, {"adc.bits": [8]}, seeds=1, out=tmp_path / "s", base=BASE,
+                  executor="serial", progress=False)
+    (run,) = (tmp_path / "s" / "runs").glob("*.json")
+    env = json.loads(run.read_text())["environment"]
+    assert env["gemm"] == ("xla" if jax_installed and importlib.util.find_spec("jax")
+                           else "blas")
+    assert env["numpy"] == np.__version__
+    assert env["numba"] == importlib.metadata.version("numba")
+    assert set(env) == {"gemm", "numpy", "numba", "jax", "jaxlib"}

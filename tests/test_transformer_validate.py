@@ -350,6 +350,8 @@ def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsy
     assert [p["name"] for p in data["products"]][:3] == ["q_proj", "k_proj", "v_proj"]
     # q_proj 64 -> 64 on a 48-input core: 8 tokens x 2 K-tiles x 1 N-tile, one input pass
     assert data["products"][0]["stats"]["passes"] == 8 * 2 * 1
+    assert data["environment"]["numpy"] == np.__version__  # what its last bits depend on
+    assert data["environment"]["gemm"] in ("xla", "blas")
 
 
 def test_cli_validate_json_to_stdout_is_the_json_alone(tiny_dir, capsys):
@@ -420,9 +422,12 @@ def _cli_report(capsys, *argv):
 
 def _api_report(report, preset, overrides):
     """What the command writes for ``report`` run on ``preset`` + ``overrides``."""
+    from optical.kernels import environment
+
     data = _as_written(report.to_dict())
     del data["timings"]
-    return {**data, "preset": preset, "overrides": list(overrides), "config_file": None}
+    return {**data, "preset": preset, "overrides": list(overrides), "config_file": None,
+            "environment": environment()}
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from optical._validation import check_seed
+    from optical.kernels import environment
     from optical.transformer import load, validate
 
     config = config_from_args(args)
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                       progress=not args.quiet, data_seed=args.data_seed)
     data = report.to_dict()
     data.update(config_source(args))
+    data["environment"] = environment()  # the GEMM engine and library versions it ran on
     write_json(args.json_path, data)  # first: a reader gone (`| head`) loses no report
     if not json_to_stdout(args):  # '-': stdout is the JSON
         print(report.table(preset=config_label(args)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-__all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "is_jax_array", "resolve"]
+__all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "environment", "is_jax_array", "resolve"]
 
 BACKENDS = ("auto", "numpy", "numba", "jax")
 
@@ -31,6 +31,25 @@ def is_jax_array(x: object) -> bool:
     yet (and no JAX array can exist)."""
     jax = sys.modules.get("jax")
     return jax is not None and isinstance(x, getattr(jax, "Array", ()))
+
+
+def environment() -> dict[str, str | None]:
+    """What a run's last bits depend on besides its inputs, config and seed:
+    ``gemm``, the engine of the numba backend's float32 GEMMs ("xla" where
+    JAX is installed, else "blas": they round differently, ~0.02 dB on a
+    Llama layer's SQNR), and the versions of numpy, numba, jax and jaxlib
+    (None: not installed). Sweep run records and ``optical validate --json``
+    keep it."""
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in ("numpy", "numba", "jax", "jaxlib"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    gemm = "xla" if importlib.util.find_spec("jax") is not None else "blas"
+    return {"gemm": gemm, **versions}
 
 
 def available() -> list[str]:
