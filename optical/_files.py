@@ -1,8 +1,9 @@
 """Writing a file so that a reader, a kill or a full disk never leaves half of
 it: the new content goes to a temporary file beside it, renamed over it at
-the end, after an fsync of the new content (and of the directory after the
-rename), so that a power cut too leaves the old file or the new one. Used by
-the sweep store and by every ``--json`` report and figure."""
+the end, after an fsync of the new content, so that a power cut too leaves
+the old file or the new one, never an empty one (the rename itself may be
+lost: a sweep's run then runs again). Used by the sweep store and by every
+``--json`` report and figure."""
 
 from __future__ import annotations
 
@@ -35,14 +36,13 @@ def replacing(path: Path) -> Iterator[Path]:
             tmp.unlink()  # a kill's leftover of a process of the same id
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         yield tmp
-        try:
+        _sync(tmp)  # the content on disk before the name points at it: a power cut
+        try:        # leaves the old file or the new one, never an empty one
             mode = stat.S_IMODE(os.stat(path).st_mode)
         except FileNotFoundError:
             mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)
-        _sync(tmp)  # the content on disk before the name points at it: a power cut
-        os.replace(tmp, path)  # leaves the old file or the new one, never an empty one
-        _sync(path.parent)  # and the rename itself
+        os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
@@ -54,8 +54,7 @@ def replacing(path: Path) -> Iterator[Path]:
 
 
 def _sync(path: Path) -> None:
-    """fsync ``path`` (a file or a directory); a file system that cannot
-    (some network and FUSE mounts refuse a directory's) is left as it is."""
+    """fsync the file ``path``; a file system that cannot is left as it is."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -324,7 +324,7 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "metrics": outcome["metrics"],
         "elapsed_s": outcome["elapsed_s"],
         "optical_version": version,
-        "environment": outcome.get("environment"),  # the GEMM engine, library versions
+        "environment": outcome.get("environment"),  # numpy, numba, JAX versions
         "config": json.loads(task.config.to_json()),
         "workload": _workload_record(task.workload),
     }

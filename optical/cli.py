@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from optical.commands import config as config_command
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     run, a missing optional dependency, an operating-system error); each is
     one line ``optical COMMAND: error: ...`` on stderr, never a traceback."""
     parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
+    program = argv is None  # the `optical` command itself, not a caller in Python
+    argv = sys.argv[1:] if program else list(argv)
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         # optical itself has no options: this one is a command's, given before it
         command = next((a for a in argv if a in parser.command_names), "COMMAND")
@@ -49,23 +51,39 @@ def main(argv: list[str] | None = None) -> int:
                      f"optical {command} {argv[0]} ...)")
     try:
         args, unknown = parser.parse_known_args(argv)
-    except SystemExit:  # --help (or a usage error) into a pipe whose reader left
-        _flush_stdout()
-        raise
+    except SystemExit as stop:  # --help (or a usage error) into a pipe whose reader left
+        code = stop.code if isinstance(stop.code, int) else 2
+        raise SystemExit(_flush_stdout("optical", code)) from None
     if unknown:  # "optical validate: error: ...", with validate's usage
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    # A block-buffered pipe whose reader left (or a full disk) fails at this
+    # flush, not at the interpreter's exit (exit 120 and "Exception ignored" there).
+    code = _flush_stdout(f"optical {args.command}", _run(args))
+    if program and code == 130:  # Ctrl-C, reported in one line: now die of SIGINT, as
+        _die_of_sigint()         # Python would, so a shell loop around us stops too
+    return code
+
+
+def _die_of_sigint() -> None:
+    """End this process by SIGINT's default action (a shell sees a process
+    killed by Ctrl-C, not one that exited 130, and stops its loop)."""
+    if not hasattr(signal, "SIGINT") or not hasattr(os, "kill"):  # pragma: no cover
+        return
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         check_json_path(args)  # an unwritable --json is refused before any work
-        code = int(args.run(args) or 0)
-        # A block-buffered pipe whose reader left fails at this flush, not at
-        # the interpreter's exit (exit 120 and "Exception ignored" there).
-        sys.stdout.flush()
-        return code
+        return int(args.run(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C; `optical sweep` says more (where to resume)
         print(f"optical {args.command}: interrupted", file=sys.stderr)
         return 130
     except MemoryError as err:  # numpy's says how much it could not allocate
-        print(f"optical {args.command}: error: out of memory ({err})", file=sys.stderr)
+        why = f" ({err})" if str(err) else ""
+        print(f"optical {args.command}: error: out of memory{why}", file=sys.stderr)
         return 1
     except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
         # Bad input: one clear line, no traceback.
@@ -96,13 +114,25 @@ def _silence_stdout() -> None:
         pass
 
 
-def _flush_stdout() -> None:
-    """Flush stdout; a reader gone exits 1 quietly, as in :func:`main`."""
+def _flush_stdout(prog: str, code: int) -> int:
+    """Flush stdout, then the exit code: ``code``, or 1 where the flush
+    failed (a reader gone: quietly, as in :func:`main`; another error, a full
+    disk, one line unless the command already failed). stdout then points at
+    devnull, so the interpreter's own flush at exit does not fail again. A
+    stdout closed when Python started (``>&-``, ``sys.stdout`` None) is left alone."""
+    if sys.stdout is None:
+        return code
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _silence_stdout()
-        raise SystemExit(1) from None
+        return code or 1
+    except OSError as err:
+        if not code:
+            print(f"{prog}: error: {describe_os_error(err)}", file=sys.stderr)
+        _silence_stdout()
+        return code or 1
+    return code
 
 
 if __name__ == "__main__":

@@ -346,8 +346,10 @@ class LayerWorkload:
         from optical.transformer.checkpoint import fingerprint
         from optical.transformer.model import weights_directory
         from optical.transformer.numerics import check_dtype
-        from optical.transformer.spec import read_spec
+        from optical.transformer.spec import missing_model_directory, read_spec
 
+        if not Path(self.model_dir).expanduser().is_dir():  # named as given (models/...)
+            raise missing_model_directory(self.model_dir)
         path = Path(self.model_dir).expanduser().resolve()
         spec = read_spec(path)  # FileNotFoundError / ValueError name the directory
         object.__setattr__(self, "model_dir", str(path))

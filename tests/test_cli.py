@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -626,3 +627,103 @@ def test_energy_names_its_overrides_in_the_heading_and_the_json(tmp_path, capsys
     data = json.loads(out.read_text())
     assert (data["preset"], data["overrides"], data["config_file"]) == (
         "iris-like", ["adc.bits=6"], None)
+
+
+@pytest.mark.parametrize("argv", [["config"], ["--help"]])
+def test_a_closed_stdout_is_not_a_traceback(argv, monkeypatch):
+    # `optical config >&-`: Python starts with sys.stdout None; print() then
+    # writes nothing, and before main() flushed stdout itself this exited 0.
+    monkeypatch.setattr(sys, "stdout", None)
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 0
+
+
+@pytest.mark.parametrize("argv", [["config"], ["--help"]])
+def test_a_full_stdout_fails_once_at_main_s_flush(argv, monkeypatch, capsys):
+    # `optical config > /dev/full`, block-buffered: one line, exit 1, and
+    # nothing left for the interpreter's last flush to fail on again
+    # ("Exception ignored" and exit 120).
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    full = open("/dev/full", "w")  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stdout", full)
+    try:
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        assert code == 1
+        full.flush()  # the interpreter's own flush at exit: must not fail again
+    finally:
+        monkeypatch.undo()
+        full.close()
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and err.count("\n") == 1
+
+
+def test_config_writes_its_json_before_its_table(tmp_path, monkeypatch):
+    # ARCHITECTURE: "a command writes its --json file before its table".
+    class GonePipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            raise OSError("no descriptor")
+
+    report = tmp_path / "c.json"
+    monkeypatch.setattr(sys, "stdout", GonePipe())
+    assert main(["config", "--preset", "ideal", "--json", str(report)]) == 1
+    assert json.loads(report.read_text())["adc"]
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0
+                         and os.path.isdir("/sys/kernel")),
+                    reason="needs root and sysfs, as the test of a refusing file system")
+def test_a_json_symlink_into_a_refusing_file_system_is_refused_before_any_work(
+        tmp_path, capsys, monkeypatch):
+    # The report is written to the link's target (write_output), so that is
+    # where the probe must go, not beside the link.
+    from optical.commands import config as config_command
+
+    ran = []
+    monkeypatch.setattr(config_command, "run", lambda args: ran.append(args) or 0)
+    link = tmp_path / "r.json"
+    link.symlink_to("/sys/kernel/optical-review8.json")
+    assert main(["config", "--json", str(link)]) == 2
+    assert "cannot create it in /sys/kernel" in capsys.readouterr().err
+    assert not ran
+
+
+def test_a_sweep_of_a_bundled_model_named_from_elsewhere_says_where_they_are(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--model", "models/llama-3.2-1b", "--param", "adc.bits=4",
+                 "--jobs", "1", "--quiet", "--out", str(tmp_path / "s")]) == 2
+    assert "the bundled models/ directories come with optical's source checkout" in \
+        capsys.readouterr().err
+
+
+def test_ctrl_c_ends_the_command_by_sigint_so_a_shell_loop_stops():
+    """Run as the program, a Ctrl-C is reported in one line and the process
+    then dies of SIGINT, as Python would die of an uncaught one: a shell
+    loop around `optical validate` stops (an exit status of 130 it would
+    take as an ordinary failure, and go on). main() called from Python
+    returns 130 instead (test_ctrl_c_and_out_of_memory_...)."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom optical.commands import config\n"
+            "def stopped(args):\n    raise KeyboardInterrupt\n"
+            "config.run = stopped\nsys.argv = ['optical', 'config']\n"
+            "from optical.cli import main\nsys.exit(main())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == -signal.SIGINT
+    assert done.stderr == "optical config: interrupted\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from optical import presets
-from optical._files import write_output
+from optical._files import replacing_target, write_output
 from optical.config import OpticalConfig, parse_value
 
 
@@ -123,6 +123,8 @@ def check_output_path(path: Path | None, option: str) -> None:
     if path is None or str(path) == "-":
         return
     path = Path(path)
+    # What gets written: a symlink's target (a dangling one's too), as write_output does.
+    path = replacing_target(path) or path
     if path.is_dir():
         raise ValueError(f"{option} {path}: is a directory, not a file")
     if path.exists():
@@ -144,7 +146,11 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: cannot create it in {parent} "
                          f"({err.strerror or err})") from None
     os.close(fd)
-    os.unlink(probe)
+    try:
+        os.unlink(probe)
+    except OSError as err:  # an append-only directory (chattr +a) takes files, keeps them
+        raise ValueError(f"{option} {path}: {parent} lets files be created but not replaced "
+                         f"or removed ({err.strerror or err}; {probe} is left there)") from None
 
 
 # The files of a model directory that optical.transformer.load reads (or, for

@@ -162,12 +162,12 @@ def run(args: argparse.Namespace) -> int:
         paths = plots.save(fig, stem, formats)
     else:
         paths = plots.save(fig, args.output, formats)
+    write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
+                                "runs": len(frame), "planned_runs": planned,
+                                "data": plotted_data(frame, args)})  # first: a reader gone
     if not json_to_stdout(args):  # '-': stdout is the JSON
         for path in paths:
             print(path)
-    write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
-                                "runs": len(frame), "planned_runs": planned,
-                                "data": plotted_data(frame, args)})
     return 0
 
 

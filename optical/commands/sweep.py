@@ -332,6 +332,7 @@ def run_command(args: argparse.Namespace) -> int:
                       f"run {_resume_command(args.out)} to resume once that is mended",
                       file=sys.stderr)
                 return 1
+            write_json(args.json_path, summary.to_dict())  # first: a reader gone loses none
             if not args.quiet and not json_to_stdout(args):  # '-': stdout is the JSON
                 if summary.ran:
                     print(f"{args.out}: {summary.runs} runs ({summary.already_done} already "
@@ -341,7 +342,6 @@ def run_command(args: argparse.Namespace) -> int:
                           "now)")
                 _print_table(summary.results_path, definition.paths)
                 print(f"results: {summary.results_path}")
-            write_json(args.json_path, summary.to_dict())
     except (KeyboardInterrupt, Terminated) as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         print(f"optical sweep: {how}; finished runs are kept in {args.out}; run "

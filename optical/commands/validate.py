@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                       progress=not args.quiet, data_seed=args.data_seed)
     data = report.to_dict()
     data.update(config_source(args))
-    data["environment"] = environment()  # the GEMM engine and library versions it ran on
+    data["environment"] = environment()  # numpy, numba, JAX: its GEMMs' rounding
     write_json(args.json_path, data)  # first: a reader gone (`| head`) loses no report
     if not json_to_stdout(args):  # '-': stdout is the JSON
         print(report.table(preset=config_label(args)))

@@ -14,6 +14,7 @@ Importing this package imports neither numba nor JAX.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 
@@ -33,23 +34,27 @@ def is_jax_array(x: object) -> bool:
     return jax is not None and isinstance(x, getattr(jax, "Array", ()))
 
 
-def environment() -> dict[str, str | None]:
-    """What a run's last bits depend on besides its inputs, config and seed:
-    ``gemm``, the engine of the numba backend's float32 GEMMs ("xla" where
-    JAX is installed, else "blas": they round differently, ~0.02 dB on a
-    Llama layer's SQNR), and the versions of numpy, numba, jax and jaxlib
-    (None: not installed). Sweep run records and ``optical validate --json``
-    keep it."""
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str | None], ...]:
     from importlib import metadata
 
-    versions: dict[str, str | None] = {}
+    found = []
     for name in ("numpy", "numba", "jax", "jaxlib"):
         try:
-            versions[name] = metadata.version(name)
+            found.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
-            versions[name] = None
-    gemm = "xla" if importlib.util.find_spec("jax") is not None else "blas"
-    return {"gemm": gemm, **versions}
+            found.append((name, None))
+    return tuple(found)
+
+
+def environment() -> dict[str, str | None]:
+    """The versions of numpy, numba, jax and jaxlib in this process (None:
+    not installed), which a run's last bits depend on besides its inputs,
+    config and seed: the numba backend runs its float32 GEMMs in JAX's XLA
+    where JAX is installed, else in numpy's BLAS, which round differently
+    (0.017 dB on a Llama-3.2-1B layer's SQNR). Sweep run records (from the
+    worker that ran the run) and ``optical validate --json`` keep it."""
+    return dict(_versions())
 
 
 def available() -> list[str]:
