@@ -453,20 +453,19 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows):
 _chunk_jit = jax.jit(_chunk, static_argnums=0)
 
 
-#: Chunks of up to this many tokens run padded to the next power of two (at
-#: least :data:`MIN_CHUNK_ROWS`), longer ones to a multiple of it: a sweep
-#: over token counts compiles a few programs, not one per count (each also
-#: held ~15 MB for the process's life).
-CHUNK_ROW_STEP = 256
+#: Chunks run zero-padded to 16 or 32 rows, or to a multiple of
+#: :data:`CHUNK_ROW_STEP`: a sweep over token counts compiles at most
+#: ``chunk_tokens / 32 + 2`` programs, not one per count (each compile took
+#: 1-2 s and XLA held ~15 MB of it for the process's life), and a call pays
+#: for at most 31 padded rows (a power-of-two step cost 2.5x at 257 tokens).
+CHUNK_ROW_STEP = 32
 MIN_CHUNK_ROWS = 16
 
 
 def chunk_rows(rows: int, chunk: int) -> int:
     """The rows a chunk of ``rows`` real tokens is compiled and run with."""
-    if rows <= CHUNK_ROW_STEP:
-        padded = max(MIN_CHUNK_ROWS, 1 << (rows - 1).bit_length())
-    else:
-        padded = -(-rows // CHUNK_ROW_STEP) * CHUNK_ROW_STEP
+    padded = MIN_CHUNK_ROWS if rows <= MIN_CHUNK_ROWS else \
+        -(-rows // CHUNK_ROW_STEP) * CHUNK_ROW_STEP
     return max(rows, min(padded, chunk))
 
 
@@ -479,8 +478,10 @@ def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
     # padding and the slicing are done in numpy: as jax ops they would
     # compile once per token count themselves.
     eager = not any(isinstance(v, jax.core.Tracer) for v in
-                    (x2, scale, seed, *jax.tree_util.tree_leaves(params)))
+                    (x2, scale, seed, *jax.tree_util.tree_leaves((params, prog))))
     lib = np if eager else jnp
+    # A committed x (placed on a device) keeps its device: chunks and results go there.
+    device = x2.sharding if eager and isinstance(x2, jax.Array) and x2.committed else None
     if eager:
         x2, scale = np.asarray(x2), np.asarray(scale)
     ys, photons, clipped = [], [], 0
@@ -490,6 +491,8 @@ def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
         pad = chunk_rows(rows, chunk) - rows
         xc = lib.pad(x2[c0:c1], ((0, pad), (0, 0)))
         sc = lib.pad(scale[c0:c1], (0, pad))
+        if eager and device is not None:
+            xc, sc = jax.device_put((xc, sc), device)
         y, ph, cl = _chunk_jit(st, prog, params, xc, sc, jnp.uint32(c0), seed, jnp.int32(rows))
         if eager:
             y, ph = np.asarray(y), np.asarray(ph)
@@ -498,7 +501,11 @@ def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
         clipped = clipped + cl
     y, ph = (ys[0], photons[0]) if len(ys) == 1 else \
         (lib.concatenate(ys), lib.concatenate(photons, axis=-1))
-    return (jnp.asarray(y), jnp.asarray(ph), clipped) if eager else (y, ph, clipped)
+    if not eager:
+        return y, ph, clipped
+    if device is not None:
+        return (*jax.device_put((y, ph), device), clipped)
+    return jnp.asarray(y), jnp.asarray(ph), clipped
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

@@ -262,8 +262,8 @@ def _input_scale(x2, st: Static, input_range: float | None):
     # A concrete x in numpy (exact alike): as jax ops they compile once per token count.
     lib = jnp if isinstance(x2, jax.core.Tracer) else np
     x2 = x2 if lib is jnp else np.asarray(x2)
-    absmax = lib.max(lib.abs(x2)) * lib.ones(x2.shape[0], x2.dtype) if st.per_tensor \
-        else lib.max(lib.abs(x2), axis=1)
+    absmax = lib.max(lib.abs(x2), initial=0) * lib.ones(x2.shape[0], x2.dtype) \
+        if st.per_tensor else lib.max(lib.abs(x2), axis=1)  # (initial: no tokens, no error)
     return jax.lax.stop_gradient(absmax.astype(x2.dtype)) if lib is jnp else \
         absmax.astype(x2.dtype)
 
