@@ -176,6 +176,19 @@ def test_a_reader_gone_before_the_exit_flush_is_quiet(argv):
     assert done.returncode == 1  # as an EPIPE inside a command (Python's "Note on SIGPIPE")
 
 
+class GonePipe:
+    """stdout once its reader has left, unbuffered (python -u): every write fails."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+    def fileno(self):
+        raise OSError("no descriptor")
+
+
 def test_a_reader_gone_loses_no_json_report(tmp_path, monkeypatch):
     # `optical validate ... --json r.json | head -1` with stdout unbuffered
     # (python -u, PYTHONUNBUFFERED): the table's print fails, and the report
@@ -185,16 +198,6 @@ def test_a_reader_gone_loses_no_json_report(tmp_path, monkeypatch):
     from tests.transformer_helpers import TINY_LLAMA, random_llama_tensors, write_model
 
     model = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA))
-
-    class GonePipe:
-        def write(self, text):
-            raise BrokenPipeError(32, "Broken pipe")
-
-        def flush(self):
-            pass
-
-        def fileno(self):
-            raise OSError("no descriptor")
 
     monkeypatch.setattr(sys, "stdout", GonePipe())
     for command in (["validate", "--model", str(model), "--tokens", "4", "--quiet"],
@@ -666,16 +669,6 @@ def test_a_full_stdout_fails_once_at_main_s_flush(argv, monkeypatch, capsys):
 
 def test_config_writes_its_json_before_its_table(tmp_path, monkeypatch):
     # ARCHITECTURE: "a command writes its --json file before its table".
-    class GonePipe:
-        def write(self, text):
-            raise BrokenPipeError(32, "Broken pipe")
-
-        def flush(self):
-            pass
-
-        def fileno(self):
-            raise OSError("no descriptor")
-
     report = tmp_path / "c.json"
     monkeypatch.setattr(sys, "stdout", GonePipe())
     assert main(["config", "--preset", "ideal", "--json", str(report)]) == 1
