@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names. Exit codes: 0 done; 2 bad input (an
     option, value, path or file), 1 anything else that stopped it (a failed
     run, a missing optional dependency, an operating-system error); each is
-    one line ``optical COMMAND: error: ...`` on stderr, never a traceback."""
+    one line ``optical COMMAND: error: ...`` on stderr, never a traceback.
+    Ctrl-C: one line, then 130, or, run as the program (``argv`` None), the
+    process dies of SIGINT as Python would, so a shell loop around it stops."""
     parser = build_parser()
     program = argv is None  # the `optical` command itself, not a caller in Python
     argv = sys.argv[1:] if program else list(argv)
@@ -103,7 +105,6 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"optical {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 1
-
 
 
 def _silence_stdout() -> None:
