@@ -524,7 +524,9 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         if config.adc.window == "per_tile":
             lo, hi = _share_windows(lo, hi, tiling)
     for array in (scale, weights, weight_sums, transmissions, lo, hi):
-        array.flags.writeable = False  # the fast backends cache by identity (class docstring)
+        # Read-only in place (the fast backends cache by identity): these are
+        # program()'s own, views included, which __post_init__ would copy.
+        array.flags.writeable = False
     return ProgrammedWeights(config, tiling, scale, weights, weight_sums, transmissions, lo, hi,
                              input_range=static_range, bypass=bypass)
 

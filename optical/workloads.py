@@ -348,9 +348,10 @@ class LayerWorkload:
         from optical.transformer.numerics import check_dtype
         from optical.transformer.spec import missing_model_directory, read_spec
 
-        if not Path(self.model_dir).expanduser().is_dir():  # named as given (models/...)
+        given = Path(self.model_dir).expanduser()
+        if not given.is_dir():  # named as given (models/...), not resolved
             raise missing_model_directory(self.model_dir)
-        path = Path(self.model_dir).expanduser().resolve()
+        path = given.resolve()
         spec = read_spec(path)  # FileNotFoundError / ValueError name the directory
         object.__setattr__(self, "model_dir", str(path))
         layer = _positive_int("layer", self.layer, zero=True)
