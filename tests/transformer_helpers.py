@@ -168,9 +168,10 @@ def llama_layer64(h: np.ndarray, w: dict[str, np.ndarray], config: dict) -> np.n
 # --------------------------------------------------------------------------- #
 
 def bert_embed64(ids: list[int], t: dict[str, np.ndarray], config: dict,
-                 prefix: str = "") -> np.ndarray:
+                 prefix: str = "", *, hidden: bool = False) -> np.ndarray:
     """Mean-pooled, L2-normalised float64 embedding of one unpadded sentence
-    (sentence-transformers' all-MiniLM-L6-v2 recipe), from HF tensor names."""
+    (sentence-transformers' all-MiniLM-L6-v2 recipe), from HF tensor names;
+    with ``hidden``, the last layer's hidden states (tokens, hidden) instead."""
     from scipy.special import erf
 
     t = {k[len(prefix):]: np.asarray(v, dtype=np.float64) for k, v in t.items()
@@ -205,5 +206,7 @@ def bert_embed64(ids: list[int], t: dict[str, np.ndarray], config: dict,
         inter = dense(x, p + "intermediate.dense")
         inter = 0.5 * inter * (1 + erf(inter / math.sqrt(2)))
         x = norm(dense(inter, p + "output.dense") + x, p + "output.LayerNorm")
+    if hidden:
+        return x
     pooled = x.mean(0)
     return pooled / np.linalg.norm(pooled)

@@ -20,6 +20,7 @@ from optical.transformer.model import (
     weights_directory,
 )
 from optical.transformer.schedule import layer_schedule
+from optical.transformer.sentence import SentencePipeline
 from optical.transformer.spec import LinearShape, ModelSpec, read_spec
 from optical.transformer.synthetic import SyntheticLlama
 from optical.transformer.validate import ProductReport, ValidationReport, validate
@@ -34,6 +35,7 @@ __all__ = [
     "LlamaModel",
     "ModelSpec",
     "ProductReport",
+    "SentencePipeline",
     "SyntheticLlama",
     "ValidationReport",
     "layer_schedule",

@@ -24,6 +24,9 @@ from optical._validation import parse_json
 __all__ = ["Checkpoint", "find_checkpoint_files", "fingerprint"]
 
 INDEX_FILE = "model.safetensors.index.json"
+#: TF-era names of a LayerNorm's scale and shift (bert-base-uncased on the Hub
+#: stores them), read under the names transformers renames them to on load.
+LEGACY_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
 _FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 _INSTALL_HINT = "install the models extra: pip install 'optical[models]'"
 
@@ -186,6 +189,10 @@ class Checkpoint:
     index : Path or None
         The index the tensors are located by, when there is one (else every
         file's header is read); a tensor it does not list is missing.
+
+    A tensor stored under a TF-era LayerNorm name (``...LayerNorm.gamma``,
+    ``...LayerNorm.beta``) is found under the name transformers gives it on
+    load (``...LayerNorm.weight``, ``...LayerNorm.bias``).
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -196,7 +203,7 @@ class Checkpoint:
         self.files = files
         self.index = self.directory / INDEX_FILE if (self.directory / INDEX_FILE).is_file() \
             else None
-        self._where = self._map_tensors()
+        self._where, self._stored = self._rename_legacy(self._map_tensors())
 
     def _map_tensors(self) -> dict[str, Path]:
         index = self.index
@@ -262,6 +269,24 @@ class Checkpoint:
                 where[name] = path
         return where
 
+    def _rename_legacy(self, where: dict[str, Path]) -> tuple[dict[str, Path], dict[str, str]]:
+        """``where`` under transformers' names, and the stored name of each renamed one."""
+        renamed: dict[str, Path] = {}
+        stored: dict[str, str] = {}
+        for name, path in where.items():
+            for old, new in LEGACY_NAMES.items():
+                if name.endswith(old):
+                    modern = name[:-len(old)] + new
+                    if modern in where:
+                        raise ValueError(f"{self.directory}: holds both {name!r} and {modern!r}, "
+                                         "two names of one tensor (transformers reads the "
+                                         "first as the second); remove one")
+                    stored[modern] = name
+                    name = modern
+                    break
+            renamed[name] = path
+        return renamed, stored
+
     @staticmethod
     def _header_names(path: Path) -> list[str]:
         """The tensor names in a safetensors file's header."""
@@ -315,6 +340,7 @@ class Checkpoint:
         if name not in self._where:
             raise ValueError(self.missing(name))
         path = self._where[name]
+        name = self._stored.get(name, name)  # the file's own name, in messages too
         try:
             array = self._read(path, name, shape, why)
         except (ValueError, TypeError, ImportError):

