@@ -146,11 +146,22 @@ def test_llama_biases_are_refused(tmp_path, key):
     transformer.load(tmp_path)
 
 
-@pytest.mark.parametrize("act", ["gelu", "relu", "swish"])
+@pytest.mark.parametrize("act", ["gelu", "relu", "gelu_new"])
 def test_llama_activations_other_than_silu_are_refused(tmp_path, act):
     write_model(tmp_path, {**TINY_LLAMA, "hidden_act": act})
     with pytest.raises(ValueError, match=f"hidden_act '{act}' is not supported"):
         transformer.load(tmp_path)
+
+
+def test_swish_is_silu(tmp_path):
+    """transformers' ACT2FN maps "swish" and "silu" to the same SiLU: a
+    config naming either computes the same layer."""
+    h = np.random.default_rng(0).standard_normal((5, TINY_LLAMA["hidden_size"]))
+    out = {}
+    for act in ("silu", "swish"):
+        model = transformer.load(write_model(tmp_path / act, {**TINY_LLAMA, "hidden_act": act}))
+        out[act] = model.layer(0).reference(h.astype(np.float32), dtype="float32")
+    np.testing.assert_array_equal(out["silu"], out["swish"])
 
 
 @pytest.mark.parametrize("spec", [TINY_LLAMA, TINY_BERT], ids=["llama", "bert"])

@@ -3,6 +3,7 @@ LlamaDecoderLayer (torch, when installed) and a float64 numpy re-derivation."""
 
 import copy
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import optical
 from optical import transformer
 from optical.transformer.model import LlamaModel
 from optical.transformer.numerics import largest, round_to, softmax
-from optical.transformer.rope import inverse_frequencies, rope_settings
+from optical.transformer.rope import inverse_frequencies, rope_settings, rope_tables
 from optical.transformer.spec import ModelSpec
 from tests.transformer_helpers import (
     TINY_LLAMA,
@@ -415,3 +416,43 @@ def test_unusual_shapes_match_float64_and_never_mix_batch_rows(tmp_path, change)
                                    rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(on_ideal[b], layer.optical(batch[b], ideal, seed=0))
     assert optical.metrics.relative_error(together, on_ideal) < 1e-5
+
+
+def test_linear_rope_scaling_interpolates_positions():
+    """rope_type "linear" (position interpolation, Chen et al. 2023): position
+    p turns each pair as the unscaled RoPE turns position p / factor."""
+    theta, factor, dim = 1e4, 4.0, 16
+    inv = inverse_frequencies(dim, theta, {"type": "linear", "factor": factor})
+    positions = np.arange(0, 64)
+    cos, sin = rope_tables(positions, inv)
+    angles = (positions[:, None] / factor) * theta ** (-np.arange(0, dim, 2) / dim)[None]
+    np.testing.assert_allclose(cos, np.cos(np.concatenate([angles, angles], 1)), atol=2e-6)
+    np.testing.assert_allclose(sin, np.sin(np.concatenate([angles, angles], 1)), atol=2e-6)
+
+
+@pytest.mark.slow
+def test_linear_rope_scaling_matches_hugging_face(tmp_path):
+    """A Llama-2-style config with linear rope scaling (theta 1e4) against
+    transformers' own layer, positions 0..39."""
+    pytest.importorskip("safetensors")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = {k: v for k, v in TINY_LLAMA.items() if k not in ("architectures", "model_type",
+                                                                "torch_dtype")}
+    config.update(rope_theta=1e4, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    torch.manual_seed(2)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        **config, attn_implementation="eager")).float().eval()
+    with torch.no_grad():  # sharp attention, so that positions matter
+        for name in ("q_proj", "k_proj"):
+            getattr(model.model.layers[0].self_attn, name).weight.mul_(6.0)
+    model.save_pretrained(tmp_path)
+    h = np.random.default_rng(6).standard_normal((1, 40, 64)).astype(np.float32)
+    ours = transformer.load(tmp_path).layer(0).reference(h, dtype="float32") - h
+    hf = _hf_layer_output(torch, model, 0, h, torch.float32) - h  # what the layer adds
+    assert optical.metrics.relative_error(hf, ours) < 1e-4
+    # The same weights read without the scaling: the test can tell them apart.
+    plain = write_model(tmp_path / "plain", {**TINY_LLAMA, "rope_theta": 1e4, "rope_scaling": None})
+    shutil.copy(tmp_path / "model.safetensors", plain)
+    unscaled = transformer.load(plain).layer(0).reference(h, dtype="float32") - h
+    assert optical.metrics.relative_error(hf, unscaled) > 1e-2

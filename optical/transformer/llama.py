@@ -52,7 +52,7 @@ def check_llama_config(spec: ModelSpec) -> None:
     layer does not implement (biases, another activation, another RoPE)."""
     raw = spec.raw
     act = raw.get("hidden_act", "silu")
-    if act != "silu":
+    if act not in ("silu", "swish"):  # one function: transformers maps both to SiLU
         raise ValueError(f"config.json: hidden_act {act!r} is not supported; Llama uses 'silu'")
     for key in ("attention_bias", "mlp_bias"):
         if raw.get(key):

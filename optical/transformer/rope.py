@@ -3,7 +3,8 @@
 HF checkpoints hold q/k projections whose rows the conversion script
 permuted so that RoPE rotates the pair (i, i + d/2) of each head ("rotate
 half"), not the interleaved pair (2i, 2i + 1) of Meta's original code.
-Llama 3.1 and 3.2 scale the frequencies ("llama3" rope type): wavelengths
+Linear scaling (position interpolation, "linear" rope type) divides every
+frequency by ``factor``. Llama 3.1 and 3.2 scale the frequencies ("llama3" rope type): wavelengths
 shorter than ``original_max_position_embeddings / high_freq_factor`` are
 kept, those longer than ``original_max_position_embeddings /
 low_freq_factor`` are divided by ``factor``, and those between are blended.
@@ -82,13 +83,15 @@ def inverse_frequencies(head_dim: int, theta: float,
                         scaling: Mapping[str, Any] | None = None, *,
                         key: str = "rope_scaling") -> np.ndarray:
     """Inverse frequencies ``theta ** (-2i / head_dim)``, i < head_dim / 2, float32,
-    with llama3 scaling applied when ``scaling`` (the config's ``rope_scaling``) says so.
+    with linear or llama3 scaling applied when ``scaling`` (the config's
+    ``rope_scaling``) says so.
 
     Raises
     ------
     ValueError
-        For an odd head_dim, a rope type other than "default" / "llama3", or a
-        missing llama3 key (named as ``<key>.<field>``).
+        For an odd head_dim, a rope type other than "default", "linear" (every
+        frequency divided by ``factor``) or "llama3", or a missing or bad
+        scaling key (named as ``<key>.<field>``).
     """
     if head_dim % 2:
         raise ValueError(f"head_dim: {head_dim} must be even for rotary embeddings")
@@ -97,9 +100,17 @@ def inverse_frequencies(head_dim: int, theta: float,
     rope_type = _rope_field(scaling or {}, "rope_type")
     if scaling is None or rope_type == "default":
         return inv_freq
+    if rope_type == "linear":  # position interpolation: every frequency / factor
+        factor = scaling.get("factor")
+        if factor is None:
+            raise ValueError(f"{key}.factor: missing for rope_type 'linear'")
+        if not is_positive_number(factor) or factor > FLOAT32_MAX:
+            raise ValueError(f"{key}.factor: must be a positive number within float32's "
+                             f"range, got {factor!r}")
+        return (inv_freq / np.float32(factor)).astype(np.float32)
     if rope_type != "llama3":
         raise ValueError(f"{key}.rope_type: {rope_type!r} is not supported; "
-                         "supported: 'default', 'llama3'")
+                         "supported: 'default', 'linear', 'llama3'")
     for field in _LLAMA3_KEYS:
         if field not in scaling:
             raise ValueError(f"{key}.{field}: missing for rope_type 'llama3'")
