@@ -102,12 +102,16 @@ class SourceConfig(Section):
         Vacuum wavelength of the sources.
     photons_per_mac : float, photons
         Mean *detected* photons per multiply-accumulate at full-scale input and
-        full transmission (the convention of Wang et al., Nat. Commun. 13, 123,
-        2022). A detector readout of ``k`` MACs at inputs ``a`` and
-        transmissions ``t`` collects ``photons_per_mac * sum(a * t)``
-        photoelectrons on average. ``inf`` is the shot-noise-free limit, and
-        removes dark and read noise too (fixed electron counts against an
-        infinite signal): to see shot noise alone, keep the photons finite
+        full transmission: a detector readout of ``k`` MACs at inputs ``a``
+        and transmissions ``t`` collects ``photons_per_mac * sum(a * t)``
+        photoelectrons on average, so the light follows the inputs, as at a
+        fixed source power. (Papers that quote photons per multiplication
+        averaged over the data, as Wang et al., Nat. Commun. 13, 123, 2022,
+        do, mean ``photons_per_mac * mean(a)`` at full transmission: divide
+        their figure by the inputs' mean fill to get this one.) ``inf`` is
+        the shot-noise-free limit, and removes dark and read noise too
+        (fixed electron counts against an infinite signal): to see shot
+        noise alone, keep the photons finite
         and set ``detector.dark_electrons`` and ``read_noise_electrons`` to 0
         (the read noise's share is then the difference it makes;
         ``examples/noise_budget.py`` does this for every source). Finite

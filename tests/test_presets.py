@@ -1,6 +1,7 @@
 import math
 import re
 
+import numpy as np
 import pytest
 
 import optical
@@ -81,9 +82,14 @@ def test_tia_and_rin_conversions():
 
 def test_wang_2022_is_the_low_photon_poisson_regime():
     cfg = optical.presets.get("wang-2022")
-    assert cfg.source.photons_per_mac == pytest.approx(3.1)
+    # Their budget, 3.1 photons per multiplication averaged over a sample, is
+    # the full-scale count n_max = 3.1 K / sum(x / max x) (ONN-QAT-SQL's
+    # shot_noise): for MNIST's mean fill (pixel mean 0.1307 of a maximum of 1).
+    assert cfg.source.photons_per_mac * 0.1307 == pytest.approx(3.1)
     assert cfg.detector.shot_noise == "poisson"
-    assert cfg.encoding.inputs == cfg.encoding.weights == "offset"
+    # Non-negative inputs sent as they are (split: the negative pass is dark),
+    # weights shifted to non-negative transmissions.
+    assert (cfg.encoding.inputs, cfg.encoding.weights) == ("split", "offset")
     # 711-wide dot products, 8-bit input display and weight SLM (Nat. Commun. 13, 123).
     assert cfg.core.inputs == cfg.core.outputs == 711
     assert cfg.dac.bits == cfg.mask.bits == 8
@@ -149,11 +155,12 @@ def test_describe_names_the_preset_or_the_nearest_one_and_its_changes():
     assert describe(four) == "custom config"
     assert describe(four, max_changes=4) == ("iris-like with dac.bits=6, mask.bits=6, "
                                              "adc.bits=6, core.inputs=32")
-    # A tie goes to the preset listed first: 4 of wang-2022's 9 changes to the
-    # ideal machine and another wavelength are 5 changes from each.
+    # A tie goes to the preset listed first: 5 of wang-2022's 10 changes to the
+    # ideal machine are 5 changes from each.
     halfway = optical.presets.get("ideal").replace({
         "dac.bits": 8, "mask.bits": 8, "core.inputs": 711, "core.outputs": 711,
-        "source.wavelength": 1550e-9})
+        "source.wavelength": 532e-9})
+    assert len(optical.presets.get("ideal").diff(halfway)) == 5
     assert len(optical.presets.get("wang-2022").diff(halfway)) == 5
     assert describe(halfway, 5).startswith("ideal with ")
     # A sweep's swept paths: their base value is never run, so never named.
@@ -193,3 +200,28 @@ def test_wang_2022_has_only_shot_noise_as_its_docstring_says():
     assert cfg.adc.bits is None
     assert cfg.source.rin_sigma == 0.0
     assert cfg.optics.model == "ideal" and cfg.mask.compensate is False
+
+
+def test_wang_2022_lights_the_weights_with_3_photons_per_multiplication_on_mnist_like_data():
+    """Wang et al.'s shot-noise model (ONN-QAT-SQL's ``shot_noise``): each
+    sample's light is scaled so that its inputs, x / max x, deliver on average
+    3.1 photons per multiplication to the weights, and the detector counts
+    Poisson photons of mean n_max * sum_k x_k w_k over the weights'
+    transmissions, with no light added to the inputs. On inputs of MNIST's
+    mean fill the preset's total count must be that, within Poisson error
+    (offset-encoded inputs, which add (1 - x) / 2 of full scale to every
+    source, counted several times as many)."""
+    cfg = optical.presets.get("wang-2022")
+    rng = np.random.default_rng(3)
+    k, n, tokens = 711, 24, 16
+    # 8-bit display levels, each row's maximum full scale, mean fill 0.1307.
+    x = np.where(rng.uniform(size=(tokens, k)) < 0.1307 / 0.6,
+                 rng.integers(77, 230, size=(tokens, k)), 0) / 255.0
+    x[:, 0] = 1.0
+    w = rng.standard_normal((k, n))
+    t = optical.program(w, cfg).transmissions[0]  # (K, N): the one offset-encoded rail
+    expected = 3.1 / 0.1307 * (x @ t).sum()
+    _, stats = optical.matmul(x, w, cfg, seed=0, return_stats=True)
+    assert abs(stats.detected_photons - expected) < 5 * np.sqrt(expected)
+    photons_per_multiplication = 3.1 / 0.1307 * x.mean()  # at full transmission
+    assert photons_per_multiplication == pytest.approx(3.1, rel=0.1)
