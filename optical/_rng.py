@@ -234,9 +234,11 @@ def _poisson_ptrs(seed: int, stream: int, index: np.ndarray, lam: np.ndarray) ->
         u = u - 0.5
         us = 0.5 - np.abs(u)
         lt, at, bt = lam[todo], a[todo], b[todo]
-        k = np.floor((2.0 * at / us + bt) * u + lt + 0.43)
         quick = (us >= 0.07) & (v <= v_r[todo])
+        # A uniform of exactly 1 (one draw in 2**32) makes us = 0: k is then
+        # inf and the draw is rejected, without a warning.
         with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.floor((2.0 * at / us + bt) * u + lt + 0.43)
             slow = (
                 ~quick & (k >= 0) & ~((us < 0.013) & (v > us))
                 & (np.log(v * inv_alpha[todo] / (at / (us * us) + bt))

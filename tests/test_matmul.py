@@ -439,7 +439,9 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
     theory = s**2 * 4 * per_conversion / (1 - t_min) ** 2
     y, st = _run(x, w, cfg, 5, backend, exact)
     _assert_noise_law(y[1:], 0.0, theory)
-    assert st.clipped_fraction == 0.0
+    # Whether a conversion can clip depends on the draw of w (a rail's mid-window
+    # light can sit 4 sigma from the window's edge): too few to move the law.
+    assert st.clipped_fraction < 1e-4
 
 
 # --------------------------------------------------------------------------- #

@@ -57,9 +57,9 @@ def test_weight_statistics_are_llama_like(medium_weights):
         np.testing.assert_array_equal(round_to(w, "bfloat16"), w)  # stored as bf16
         expected_std = 0.02 * np.sqrt(4096 / w.shape[1])
         column_std = np.median(w.std(axis=0))
-        assert 0.9 * expected_std < column_std < 1.1 * expected_std, name
-        # heavier tails than a Gaussian (Tukey h = 0.1: kurtosis 5.5)
-        assert stats.kurtosis(w.ravel(), fisher=False) > 4.0, name
+        assert 0.94 * expected_std < column_std < 1.06 * expected_std, name
+        # (Tukey-h tails: test_weight_tails_have_tukey_h_kurtosis; a whole
+        # matrix's kurtosis is its outlier channels' more than its tails'.)
         # exactly weight_outlier_channels input channels with ~4x the typical weights
         ratio = w.std(axis=0) / np.median(w.std(axis=0))
         assert np.count_nonzero(ratio > 3) == SyntheticLlama().weight_outlier_channels, name
@@ -79,7 +79,7 @@ def test_weight_tails_have_tukey_h_kurtosis(medium_weights):
             typical = w[:, w.std(axis=0) < 3 * np.median(w.std(axis=0))]
             pooled.append((typical / typical.std()).ravel())
     assert stats.kurtosis(np.concatenate(pooled), fisher=False) == pytest.approx(expected,
-                                                                                 rel=0.05)
+                                                                                 rel=0.08)
 
 
 def test_tukey_h_draws_every_counter_once():
@@ -116,7 +116,7 @@ def test_tukey_h_samples_follow_their_distribution(h):
     assert stats.kstest(z, "norm").pvalue > 1e-3
     assert abs(y.std() / 0.5 - 1) < 0.01
     kurtosis = 3 * (1 - 4 * h) ** -2.5 * (1 - 2 * h) ** 3
-    assert abs(stats.kurtosis(y, fisher=False) / kurtosis - 1) < 0.05
+    assert abs(stats.kurtosis(y, fisher=False) / kurtosis - 1) < 0.1
     # counter-based: any part of the matrix is the same whatever else is drawn
     np.testing.assert_array_equal(
         synthetic._tukey_h(synthetic._key(3, "test"), (7, 2001), h, std=0.5).ravel(),
@@ -171,7 +171,7 @@ def test_hidden_state_rms_grows_linearly_with_depth(layer):
     outliers = SyntheticLlama().residual_outliers(MEDIUM, 0)
     rest = np.setdiff1d(np.arange(MEDIUM.hidden_size), outliers)
     rms = 0.05 + 0.3 * layer
-    assert np.sqrt(np.mean(h[:, rest] ** 2)) == pytest.approx(rms, rel=0.02)
+    assert np.sqrt(np.mean(h[:, rest] ** 2)) == pytest.approx(rms, rel=0.01)
     assert np.sqrt(np.mean(h[:, outliers] ** 2)) == pytest.approx(8 * rms, rel=0.05)
     assert stats.kstest(h[:, rest].ravel() / rms, "norm").pvalue > 0.01
 
