@@ -19,13 +19,16 @@ __all__ = ["atomic_write", "replacing", "replacing_target", "write_output"]
 
 
 @contextlib.contextmanager
-def replacing(path: Path) -> Iterator[Path]:
+def replacing(path: Path, *, exclusive: bool = False) -> Iterator[Path]:
     """A temporary path beside ``path`` to write its new content to, which
     replaces ``path`` when the block ends: a reader (or a kill) never sees
     half a file. The new file keeps the permission bits of the one it
     replaces (a new one gets the umask's, as ``open`` gives), and is private
     until then. A failed write (a full disk) leaves ``path`` as it was,
-    removes the temporary file and raises an OSError naming ``path``."""
+    removes the temporary file and raises an OSError naming ``path``.
+    ``exclusive``: ``path`` is created only if no file has that name by then
+    (a hard link, atomic), else FileExistsError naming it; on a file system
+    without hard links the rename replaces it as otherwise."""
     # At most 100 bytes of the name (255 bytes is the most most file systems take).
     short = os.fsencode(path.name)[:100].decode(errors="ignore")
     tmp = path.with_name(f".{short}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -42,7 +45,10 @@ def replacing(path: Path) -> Iterator[Path]:
         except FileNotFoundError:
             mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if exclusive:
+            _link(tmp, path)
+        else:
+            os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
@@ -51,6 +57,22 @@ def replacing(path: Path) -> Iterator[Path]:
             raise OSError(err.errno, f"{err.strerror or err} while writing it",
                           str(path)) from err
         raise
+
+
+def _link(tmp: Path, path: Path) -> None:
+    """Give ``tmp``'s file the name ``path`` unless that exists (FileExistsError)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise FileExistsError(errno.EEXIST, "made by another process meanwhile",
+                              str(path)) from None
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK,
+                             errno.ENOSYS):
+            raise
+        os.replace(tmp, path)  # no hard links on this file system
+        return
+    tmp.unlink()
 
 
 def _sync(path: Path) -> None:
@@ -80,9 +102,10 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader (or a kill) never sees half a file."""
-    with replacing(path) as tmp:
+def atomic_write(path: Path, text: str, *, exclusive: bool = False) -> None:
+    """Write ``text`` to ``path`` so a reader (or a kill) never sees half a
+    file; ``exclusive``: only if ``path`` does not exist (see :func:`replacing`)."""
+    with replacing(path, exclusive=exclusive) as tmp:
         tmp.write_text(text)
 
 

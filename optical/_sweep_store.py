@@ -282,6 +282,14 @@ def lock(out: Path) -> Iterator[None]:
         except BlockingIOError:
             handle.close()
             raise ValueError(f"{out}: another sweep is running on this directory") from None
+        except OSError as err:  # a file system without flock (ENOSYS, ENOLCK)
+            handle.close()
+            if made:
+                path.unlink(missing_ok=True)
+            raise ValueError(f"{out}: cannot lock {path.name} ({err.strerror or err}): this "
+                             "file system does not support the lock that keeps a second "
+                             "sweep out of the directory; use a directory on one that "
+                             "does (a local disk, or a mount with locking)") from None
         try:  # a lock file a failed sweep removed meanwhile locks nothing: again
             if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
                 break

@@ -707,7 +707,12 @@ def _prepare(definition: SweepDefinition, out: Path
         "runs": len(points) * len(definition.seeds),
         "run_ids": run_ids,
     }
-    atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    try:  # created, never replaced: where the lock did not keep another sweep
+        # out (a file system whose flock is per host), the manifest it made
+        # meanwhile is read as any other sweep's, and a different one refused.
+        atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n", exclusive=True)
+    except FileExistsError:
+        return _prepare(definition, out)
     return points, configs, workloads, run_ids
 
 
@@ -754,7 +759,11 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         points, configs, workloads, run_ids = _prepare(definition, out)
         runs_dir = out / RUNS
         runs_dir.mkdir(exist_ok=True)
-        for stale in [*runs_dir.glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a kill
+        # Temporaries of the sweep's own files, left by a kill (under the lock no
+        # other sweep writes them); another program's in this directory (a plot's
+        # --json, the last sweep's summary) are its own.
+        own = [f".{name}.*.tmp" for name in (MANIFEST, "results.parquet", "results.csv")]
+        for stale in [*runs_dir.glob(".*.tmp"), *(p for g in own for p in out.glob(g))]:
             stale.unlink(missing_ok=True)
         done = {p.stem for p in runs_dir.glob("*.json")}
         stored_points = encode(points)

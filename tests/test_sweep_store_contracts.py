@@ -551,3 +551,89 @@ def test_vmapped_runs_share_their_batchs_time():
     wall = time.perf_counter() - start
     assert len(out) == 4 and wall >= 0.2
     assert sum(outcome["elapsed_s"] for _, outcome in out) <= wall
+
+
+# --------------------------------------------------------------------------- #
+# Two processes on one sweep directory
+# --------------------------------------------------------------------------- #
+
+
+def test_a_resume_leaves_another_writers_temporary_file_alone(tmp_path):
+    """`optical plot D --json D/plot.json` (or the --json summary of the sweep
+    that just ended) writing into the sweep directory while a resume starts:
+    the resume removes the temporaries of its own files only (a kill's
+    leftovers), so the other write completes."""
+    from optical._files import replacing
+
+    out = _sweep(tmp_path / "s", seeds=1)
+    stale = out / f".{'results.parquet'}.999.1.tmp"  # a killed sweep's
+    stale.write_text("")
+    with replacing(out / "plot.json") as tmp:  # another process's write, in flight
+        tmp.write_text("{}\n")
+        _sweep(out, seeds=1)  # a resume starts meanwhile
+    assert (out / "plot.json").read_text() == "{}\n"
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize("code", ["ENOSYS", "ENOLCK"])
+def test_a_file_system_without_flock_is_named_and_keeps_no_lock_file(tmp_path, monkeypatch,
+                                                                     code):
+    """flock unsupported (a Lustre or NFS mount without it): the error says
+    what the lock is for and where, not a bare '[Errno 38] Function not
+    implemented', the .lock made in a directory holding no sweep is removed
+    again and its handle closed (a leaked one is a ResourceWarning, an error
+    here)."""
+    import errno
+    import fcntl
+
+    from optical._sweep_store import lock
+
+    def flock(handle, op):
+        raise OSError(getattr(errno, code), "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with pytest.raises(ValueError, match=r"cannot lock \.lock .*does not support the lock"):
+        with lock(tmp_path):
+            pass
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_manifest_that_appeared_meanwhile_is_not_replaced(tmp_path, monkeypatch):
+    """Where flock does not exclude (a lock per host on a shared mount): a
+    different sweep whose manifest appeared while this one prepared its own
+    is refused, not silently replaced (its runs would be orphaned and
+    load() return the other grid)."""
+    import fcntl
+    import sys
+
+    monkeypatch.setattr(fcntl, "flock", lambda handle, op: None)
+    sweep_module = sys.modules["optical.sweep"]
+    out, real = tmp_path / "s", sweep_module.library_version
+
+    def version():  # first called while this sweep builds its manifest
+        monkeypatch.setattr(sweep_module, "library_version", real)
+        optical.sweep(WL, {"adc.bits": [5]}, seeds=1, out=out, base=BASE,
+                      executor="serial", progress=False)  # the other host's whole sweep
+        return real()
+
+    monkeypatch.setattr(sweep_module, "library_version", version)
+    with pytest.raises(ValueError, match="holds a different sweep"):
+        optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=out, base=BASE,
+                      executor="serial", progress=False)
+    assert read_manifest(out)["definition"]["params"] == {"adc.bits": [5]}
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_an_exclusive_write_falls_back_to_a_rename_without_hard_links(tmp_path, monkeypatch):
+    """A file system without hard links (FAT, some FUSE mounts) still gets
+    the manifest, by rename, as before."""
+    import errno
+    import os
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    atomic_write(tmp_path / "m.json", "x\n", exclusive=True)
+    assert (tmp_path / "m.json").read_text() == "x\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
