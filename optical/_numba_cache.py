@@ -9,10 +9,23 @@ With none writable -- a read-only install in a container started with
 kernels, and so every matmul (``backend="numpy"`` included: programming
 uses them), fail. The kernels then compile in memory at each start, with
 one warning per kernel module (in each process) that says how to keep them.
+
+Two processes filling one cache at once (a ``--jobs 2`` sweep of float32 and
+float64 workloads, a job array sharing ``NUMBA_CACHE_DIR``) could break it
+for good: numba rewrites a kernel's index (signature -> data file) without a
+lock, so interleaved writes can leave the float64 entry naming the float32
+code, and every later process then fails with "can't unbox array" (numba
+issues #4807, #10128). :func:`serialise` puts each kernel's cache reads and
+writes under an ``flock`` of a file in its cache directory.
 """
 
+import contextlib
 import functools
+import os
+import threading
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numba
 
@@ -34,3 +47,57 @@ def can_cache(source: str) -> bool:
                       RuntimeWarning, stacklevel=2)
         return False
     return True
+
+
+_LOCK_NAME = ".optical-numba.lock"
+_held = threading.local()  # this thread's depth of cache locks (re-entrant)
+
+
+@contextlib.contextmanager
+def _cache_lock(directory: str) -> Iterator[None]:
+    """An exclusive ``flock`` of ``directory``'s lock file while the block
+    runs; nothing where there is no flock (Windows, a file system without
+    it) or the directory cannot be written (numba then writes nothing)."""
+    if getattr(_held, "depth", 0):
+        yield
+        return
+    try:
+        import fcntl
+
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(os.path.join(directory, _LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o666)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):  # no flock here: as numba alone
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _held.depth = 1
+        try:
+            yield
+        finally:
+            _held.depth = 0
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _locked(method: Callable[..., Any], directory: str) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _cache_lock(directory):
+            return method(*args, **kwargs)
+    return call
+
+
+def serialise(namespace: dict[str, Any]) -> None:
+    """Put the on-disk cache reads and writes of every cached numba kernel in
+    ``namespace`` (a module's globals) under a lock of its cache directory, so
+    that processes compiling the same kernels at once keep a consistent cache."""
+    for value in list(namespace.values()):
+        cache = getattr(value, "_cache", None)
+        directory = getattr(cache, "cache_path", None)
+        if not isinstance(directory, str) or getattr(cache, "_optical_locked", False):
+            continue  # not a cached kernel (numba's NullCache), or done already
+        cache.load_overload = _locked(cache.load_overload, directory)
+        cache.save_overload = _locked(cache.save_overload, directory)
+        cache._optical_locked = True

@@ -779,3 +779,89 @@ def test_a_tokens_xla_readout_does_not_depend_on_the_tokens_with_it(split_inputs
     full = run(300)
     for m in (1, 3, 17, 40):
         np.testing.assert_array_equal(run(m), full[:m], err_msg=f"{m} tokens")
+
+
+def test_every_cached_kernel_reads_and_writes_its_cache_under_the_lock():
+    """optical._numba_cache.serialise wraps each cached kernel's cache; a
+    module that defines kernels and forgets to call it would race again."""
+    import importlib
+
+    for name in _jitted_modules():
+        module = importlib.import_module(name)
+        cached = [v for v in vars(module).values()
+                  if isinstance(getattr(getattr(v, "_cache", None), "cache_path", None), str)]
+        assert all(getattr(v._cache, "_optical_locked", False) for v in cached), name
+
+
+def test_the_cache_lock_keeps_another_process_out(tmp_path):
+    """While a cache read or write holds the lock, another process cannot
+    take it (flock, checked from outside with LOCK_NB); after it, it can."""
+    from optical._numba_cache import _LOCK_NAME, _cache_lock
+
+    probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "except BlockingIOError:\n    sys.exit(3)\n")
+    path = str(tmp_path / _LOCK_NAME)
+    with _cache_lock(str(tmp_path)):
+        with _cache_lock(str(tmp_path)):  # re-entrant within a thread
+            pass
+        assert subprocess.run([sys.executable, "-c", probe, path]).returncode == 3
+    assert subprocess.run([sys.executable, "-c", probe, path]).returncode == 0
+
+
+_CACHE_RACER = r'''
+import itertools, os, sys, time
+import numba.core.caching as caching
+import numpy as np
+dtype, role, bar = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def mark(name):
+    open(os.path.join(bar, name), "w").close()
+
+def wait(name):  # a barrier, given up after 3 s (the lock serialises the writers)
+    end = time.monotonic() + 3
+    while not os.path.exists(os.path.join(bar, name)) and time.monotonic() < end:
+        time.sleep(0.01)
+
+def save(self, key, data):  # numba's IndexDataCacheFile.save, its steps interleaved
+    if role == "B": wait("A_loaded")
+    overloads = self._load_index()
+    mark(role + "_loaded")
+    wait("B_loaded" if role == "A" else "A_indexed")
+    if key not in overloads:
+        taken = set(overloads.values())
+        overloads[key] = next(n for n in map(self._data_name, itertools.count(1))
+                              if n not in taken)
+        self._save_index(overloads)
+    mark(role + "_indexed")
+    if role == "A": wait("B_saved")
+    self._save_data(overloads[key], data)
+    mark(role + "_saved")
+
+if role != "-":
+    caching.IndexDataCacheFile.save = save
+from optical import _rng
+from optical.kernels import _rng_numba
+key, index = _rng.stream_key(3, 1), np.arange(64, dtype=np.uint64)
+out = np.empty(64, dtype)
+_rng_numba.normal_array(key, index, out)
+np.testing.assert_allclose(out, _rng.normal(key, index).astype(dtype), rtol=1e-6)
+'''
+
+
+@pytest.mark.slow
+def test_a_kernel_cache_filled_by_two_processes_at_once_serves_each_dtype(tmp_path):
+    """Two processes (a --jobs 2 sweep of workload.dtype=float32,float64, a job
+    array) compile a cached kernel for float32 and float64 into a cold cache at
+    once, numba's index and data writes interleaved as a race can interleave
+    them (barrier files force the order). A later float64 process must get
+    the numpy reference's normals, not "can't unbox array" from the float32
+    code numba's index then named (numba issues #4807, #10128)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    run = [sys.executable, "-c", _CACHE_RACER]
+    a = subprocess.Popen([*run, "float32", "A", str(tmp_path)], env=env)
+    subprocess.run([*run, "float64", "B", str(tmp_path)], env=env, check=True, timeout=120)
+    assert a.wait(timeout=120) == 0
+    later = subprocess.run([*run, "float64", "-", str(tmp_path)], env=env, timeout=120,
+                           capture_output=True, text=True)
+    assert later.returncode == 0, later.stderr[-500:]

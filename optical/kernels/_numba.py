@@ -27,7 +27,7 @@ import math
 import numba as nb
 import numpy as np
 
-from optical._numba_cache import can_cache
+from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 from optical.kernels import _rng_numba as rng
 
@@ -40,7 +40,7 @@ _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be writ
 #: alone would leave the kernels cached from this file running the old
 #: code. Recording the digests makes such an edit change this file too;
 #: ``tests/test_kernels_numba.py`` fails until they are updated.
-DEPENDENCY_SHA256 = {"_rng_numba.py": "da1b1d5c793eaa70"}
+DEPENDENCY_SHA256 = {"_rng_numba.py": "7edaf12f4a370db9"}
 
 _SERIAL = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
@@ -532,3 +532,6 @@ def readout_exact(m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, clipped, seed, 
             t, m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, seed, keys, p, dark, read, poisson,
             balanced, top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first, k_tiles, kt,
             big_n, col0)
+
+
+serialise(globals())  # processes filling the kernel cache at once: optical._numba_cache

@@ -33,7 +33,7 @@ import numba as nb
 import numpy as np
 
 from optical import _memory
-from optical._numba_cache import can_cache
+from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
@@ -475,3 +475,6 @@ def divide_t(src, rows, tile_of_row, scale, v):
             r, s, dst = rows[i], scale[tile_of_row[i]], v[i]
             for j in range(n0, n1):
                 dst[j] = src[j, r] / s[j]
+
+
+serialise(globals())  # processes filling the kernel cache at once: optical._numba_cache

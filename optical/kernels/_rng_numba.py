@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from optical._numba_cache import can_cache
+from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
@@ -439,3 +439,6 @@ def tukey_h_range(key, h, scale, out):
         lo = b * _BLOCK
         _tukey_block(key, np.uint64(lo // 2), half_h, factor,
                      out[lo:min(lo + _BLOCK, out.size)])
+
+
+serialise(globals())  # processes filling the kernel cache at once: optical._numba_cache

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from optical._numba_cache import can_cache
+from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
@@ -284,3 +284,6 @@ def windows(samples_t: np.ndarray, sigma: np.ndarray, groups: np.ndarray, n_grou
                   4.0**enob_loss, 12.0 * ((1 << bits) - 1) ** 2, int(n_bins), lo, hi)
     return lo, hi
 
+
+
+serialise(globals())  # processes filling the kernel cache at once: optical._numba_cache

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from optical._numba_cache import can_cache
+from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 
 _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
@@ -76,3 +76,6 @@ def bfloat16(bits, out):
                 r = np.uint64(b) + np.uint64(0x7FFF) + np.uint64((b >> np.uint32(16))
                                                                  & np.uint32(1))
                 out[i] = np.uint32(r & np.uint64(0xFFFF0000))
+
+
+serialise(globals())  # processes filling the kernel cache at once: optical._numba_cache
