@@ -125,7 +125,15 @@ class SourceConfig(Section):
         Detection bandwidth over which the RIN density is integrated: the
         relative intensity fluctuation has variance ``10**(rin/10) * bandwidth``
         (sigma**2; a fluctuation below -1 leaves the source dark, so near the
-        limit sigma = 1 the light's spread is a little less).
+        limit sigma = 1 the light's spread is a little less). Set it to the
+        readout rate, as :func:`optical.physics.noise.tia_noise_electrons`
+        takes its bandwidth: 3 dB of variance above an integrate-and-dump
+        window's ``1 / (2 tau)``, against which the Poisson shot noise is
+        exact. Each source draws its own fluctuation (independent lasers; a
+        shared laser split over modulators would make it common to all).
+        Neither this nor the detector's electron counts follow
+        ``energy.input_rate``: a sweep of the rate alone changes time and
+        energy, not noise.
     """
 
     _name: ClassVar[str] = "source"
