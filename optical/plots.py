@@ -192,6 +192,12 @@ def summary(frame: Any, metric: str, by: Sequence[str] = (), *,
     """The numbers a plot draws: ``metric`` over the seeds of each value of
     the parameters ``by``, as the figures average it (NaN seeds left out).
 
+    The mean is of the values as stored: of an SQNR, the mean of its dB
+    values (10 log10 of the geometric mean of the signal-to-noise ratios),
+    which is at or above the dB of the mean error power, by about
+    ``0.115 * std**2`` (1 dB for seeds spread by 3 dB); a sweep's run files
+    hold each seed's value for another average.
+
     Parameters
     ----------
     frame : DataFrame of a sweep

@@ -457,10 +457,11 @@ def _load_model(model_dir: str, weights_seed: int, checkpoint: str | None,
 
 
 #: The parts of a validation report that measure the run: the layer output's
-#: accuracy, each product's, and the summed counts. The rest of the report
+#: accuracy (and, for a Llama layer, the same error against the layer's
+#: update: ``update.sqnr_db``), each product's, and the summed counts. The rest of the report
 #: (the config, wall-clock timings, layer, tokens, batch, seed, data seed,
 #: calibration tokens) describes the run or varies between identical runs: never a metric.
-LAYER_METRIC_KEYS = ("output", "products", "totals")
+LAYER_METRIC_KEYS = ("output", "update", "products", "totals")
 
 
 def layer_metrics(report: Any) -> dict[str, float]:

@@ -161,6 +161,40 @@ def test_report_metrics_and_counts(tiny_dir):
 
 
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
+def test_layer_update_scores_the_outputs_error_against_what_the_layer_adds(
+        tiny_dir, tiny_bert_dir, architecture):
+    """A Llama layer passes its input through exactly (the residual), so the
+    output's SQNR counts it as signal without error; the update row scores
+    the same error against output minus input, recomputed here in float64
+    from the two runs. A BERT layer normalises its sum: no such row."""
+    from optical.workloads import layer_metrics
+
+    model = transformer.load(tiny_dir if architecture == "llama" else tiny_bert_dir)
+    report = transformer.validate(model, layer=2 if architecture == "llama" else 1, tokens=8,
+                                  config=NAIVE, seed=4, batch=2)
+    if architecture == "bert":
+        assert report.update is None and report.to_dict()["update"] is None
+        assert "layer update" not in report.table()
+        assert not any(k.startswith("update.") for k in layer_metrics(report))
+        return
+    h = model.hidden_states(2, 8, seed=4, batch=2).astype(np.float64)
+    layer = model.layer(2)
+    ref = layer.trace(h.astype(np.float32), dtype="float16").output.astype(np.float64)
+    run = layer.trace(h.astype(np.float32), config=NAIVE, seed=4).output.astype(np.float64)
+    expected = 10 * math.log10(np.sum((ref - h) ** 2) / np.sum((ref - run) ** 2))
+    assert report.update.sqnr_db == pytest.approx(expected, rel=1e-6)
+    assert report.update.cosine == pytest.approx(
+        np.dot((ref - h).ravel(), (run - h).ravel())
+        / np.linalg.norm(ref - h) / np.linalg.norm(run - h), rel=1e-6)
+    # The residual is most of the output here: the output's SQNR reads higher.
+    assert report.output.sqnr_db > report.update.sqnr_db + 1
+    assert layer_metrics(report)["update.sqnr_db"] == report.update.sqnr_db
+    line = next(row for row in report.table().splitlines() if row.startswith("layer update"))
+    assert line.split()[2] == "-" and float(line.split()[3]) == round(expected, 2)
+    assert report.to_dict()["update"]["sqnr_db"] == report.update.sqnr_db
+
+
+@pytest.mark.parametrize("architecture", ["llama", "bert"])
 def test_every_weight_matmul_and_the_output_get_a_worst_token_sqnr(tiny_dir, tiny_bert_dir,
                                                                   architecture):
     """Recomputed here row by row in float64: BERT's "attention.output" (its

@@ -338,8 +338,8 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
 
 
 def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
-    """A layer sweep's metrics are the report's accuracy (layer output and each
-    product), summed counts, and each optical product's digital share and
+    """A layer sweep's metrics are the report's accuracy (layer output, its
+    error against the layer's update, and each product), summed counts, and each optical product's digital share and
     clipping: no config field, no timing, nothing it was asked to run; two
     identical sweeps give identical tables."""
     model_dir = write_model(tmp_path / "tiny", TINY_LLAMA)
@@ -351,6 +351,7 @@ def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
                                           tokens=6, config=base.replace({"adc.bits": 8}), seed=0)
     accuracy = ("sqnr_db", "cosine", "relative_error", "worst_token_sqnr_db")
     expected = {m: getattr(report.output, m) for m in accuracy}
+    expected |= {f"update.{m}": getattr(report.update, m) for m in accuracy}
     for product in report.products:
         expected |= {f"{m}.{product.name}": getattr(product, m) for m in accuracy
                      if getattr(product, m) is not None}

@@ -107,7 +107,15 @@ class ValidationReport:
     products : tuple of ProductReport
         One row per product, in execution order.
     output : ProductReport
-        The layer's output hidden states.
+        The layer's output hidden states. Its signal includes the residual
+        stream the layer passes through exactly (its input), which adds no
+        error: in later layers, whose residual is large next to what one
+        layer adds, that alone raises the SQNR.
+    update : ProductReport or None
+        The same error against what the layer adds to its input (output
+        minus input, ``"layer update"``): the hardware's effect on the layer's
+        own contribution, comparable across depths. Llama layers only (None
+        for BERT, whose post-norm layer passes nothing through unchanged).
     totals : dict of str to float
         Over the products on the optical core: the sums of the
         :class:`optical.Schedule` counts (``passes``, ``weight_loads``,
@@ -146,6 +154,7 @@ class ValidationReport:
     timings: dict[str, float]
     calibration_tokens: int | None = None
     data_seed: int | None = None
+    update: ProductReport | None = None
 
     def product(self, name: str) -> ProductReport:
         """The row of product ``name`` (``"down_proj"``, ``"attention.scores"``, ...)."""
@@ -161,6 +170,7 @@ class ValidationReport:
             "layer": self.layer, "tokens": self.tokens, "batch": self.batch, "seed": self.seed,
             "reference_dtype": self.reference_dtype, "config": self.config.to_dict(),
             "products": [p.to_dict() for p in self.products], "output": self.output.to_dict(),
+            "update": None if self.update is None else self.update.to_dict(),
             "totals": dict(self.totals), "timings": dict(self.timings),
             "calibration_tokens": self.calibration_tokens, "data_seed": self.data_seed,
         }
@@ -195,8 +205,10 @@ class ValidationReport:
                   + f" {'passes':>12s} {'mask loads':>10s} {'DAC conv':>12s} {'ADC conv':>12s}"
                   f" {'clipped':>8s}")
         lines += [header, "-" * len(header)]
-        for row in (*self.products, self.output):
-            where = "optical" if row.optical else "digital" if row is not self.output else "-"
+        rows = (*self.products, self.output, *([self.update] if self.update else []))
+        for row in rows:
+            where = "optical" if row.optical else "-" if row in (self.output, self.update) \
+                else "digital"
             text = (f"{row.name:18s} {where:8s} "
                     f"{row.sqnr_db:8.2f} {row.cosine:9.6f} {row.relative_error:9.2e} ")
             text += (" " * 9 if row.worst_token_sqnr_db is None
@@ -379,6 +391,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         rows.append(_compare(name, name in run.stats, ref, value, tokens, local_db,
                              run.stats.get(name)))
     output = _compare("layer output", False, reference.output, run.output, tokens)
+    # The output's error against what the layer adds: both runs' output less
+    # the one input they share, so the error is the output's own. (A BERT
+    # layer normalises its sum: nothing passes through to subtract.)
+    update = None
+    if model.spec.architecture == "llama":
+        residual = np.asarray(hidden, dtype=np.float32).reshape(reference.output.shape)
+        update = _compare("layer update", False, reference.output - residual,
+                          run.output - residual, tokens)
     # Every weight matmul runs on the core, so there is always a product to pool:
     # counts add, the digital share and the clipping are pooled.
     stats = list(run.stats.values())
@@ -390,7 +410,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     return ValidationReport(
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
-        config=config, products=tuple(rows), output=output, totals=totals,
+        config=config, products=tuple(rows), output=output, update=update, totals=totals,
         timings={"calibration_s": calibrated - start, "reference_s": middle - calibrated,
                  "optical_s": end - middle, "program_s": run.program_s},
         calibration_tokens=calibration_tokens if needs_calibration else None,
