@@ -86,7 +86,8 @@ def main() -> None:
     bits = (4, 6, 8)
     start = time.perf_counter()
     heads = [f"{b} bits, {kind}" for kind in ("outliers", "no outliers") for b in bits]
-    print(f"| mapping | {' | '.join(heads)} | digital MACs | ADC clipped (6 bits, outliers) |")
+    print(f"| mapping | {' | '.join(heads)} | digital MACs (6 bits, outliers) "
+          "| ADC clipped (6 bits, outliers) |")
     print(f"|---|{'---:|' * len(heads)}---:|---:|")
     for label, changes in ROWS:
         cells, clipped, digital = [], 0.0, 0.0
