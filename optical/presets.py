@@ -12,7 +12,7 @@
   weights, no balanced detection. Built for a network that tolerates it:
   zero-mean sums at Llama widths need ~900 photons per MAC for 20 dB
   (docs/energy.md), so a random 4096-wide matmul scores below 0 dB here
-  (-6 dB; -1 dB on 711-wide MNIST-like inputs).
+  (-6 dB; -1 to -2 dB on 711-wide MNIST-like inputs, by seed).
 
 >>> import optical
 >>> optical.presets.names()

@@ -291,7 +291,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         length: the machine's calibration does not depend
         on the prompt it scores (a short prompt calibrated on its own length
         is mostly scored on the luck of a small calibration set: 12.7 against
-        24.5 dB for q_proj of a Llama-3.2-1B layer at 8 tokens). The
+        24.5 dB for q_proj of Llama-3.2-1B's layer 1 at 8 tokens). The
         attention products, whose operands are activations, calibrate on
         their own inputs.
     progress : bool
