@@ -1109,3 +1109,58 @@ def test_rin_never_makes_light_negative(backend, exact, photons):
             _, one = optical.matmul(np.ones((1, 1)), w, cfg, seed=seed, backend=backend,
                                     exact=exact, return_stats=True)
             assert one.detected_photons >= 0, seed
+
+
+@pytest.mark.parametrize(("backend", "exact"), BACKENDS)
+def test_adc_codes_follow_the_discretised_gaussian_law(rng, backend, exact):
+    """The readout noise's whole law, not only its variance (a tail change
+    that kept the variance passed every other test of the fast path). Balanced
+    split weights, offset inputs (the fast path's low-rank shot variance),
+    Gaussian shot, dark and read noise, x = 0: each conversion reads mean +
+    N(0, sigma^2), sigma^2 = sum_r sum_j t_rj / 2 / p + 2 dark / p^2 + read^2 /
+    p^2. Windows at mean -+ 31.5 steps put the clip edges (half a step further)
+    at -+3 sigma, so code k has probability Phi((k - 31) step / sigma) -
+    Phi((k - 32) step / sigma) and a conversion clips with probability
+    2 Phi(-3): a chi-square over every column's codes tests the shape, the clip
+    count the tails. Decoding: y = 2 s (v - mean) / (1 - t_min)."""
+    import dataclasses
+
+    from scipy import stats
+    from scipy.special import ndtr
+
+    p, dark, read, t_min, tokens, n = 200.0, 400.0, 30.0, 0.02, 20000, 64
+    x = _zero_tokens(tokens, 16)
+    w = rng.uniform(-2, 2, (16, n))
+    cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
+                   "detector.dark_electrons": dark, "detector.read_noise_electrons": read,
+                   "mask.contrast_ratio": 1 / t_min, "adc.bits": 6,
+                   "encoding.inputs": "offset", "encoding.weights": "split",
+                   "core.inputs": 16, "core.outputs": n, "dac.scaling": "per_tensor"})
+    pw = optical.program(w, cfg)
+    t = pw.transmissions.astype(np.float64)
+    mean = (t[0] - t[1]).sum(axis=0) / 2
+    sigma = np.sqrt(t.sum(axis=(0, 1)) / 2 / p + 2 * dark / p**2 + read**2 / p**2)
+    step = 3.0 * sigma / 32
+    lo, hi = mean - 31.5 * step, mean + 31.5 * step
+    pw = dataclasses.replace(pw, adc_lo=lo[None, None].astype(pw.adc_lo.dtype),
+                             adc_hi=hi[None, None].astype(pw.adc_hi.dtype))
+    y, st = optical.matmul(x, pw, cfg, seed=3, backend=backend, exact=exact,
+                           return_stats=True)
+    s = np.abs(w).max(axis=0)
+    codes = np.rint(31.5 + y[1:] * (1 - t_min) / (2 * s * step)).astype(int)
+    assert codes.min() >= 0 and codes.max() <= 63
+
+    def below(edge):  # P(code < edge + 1/2), in code units of 3 / 32 sigma
+        edge = np.where(edge < 0, -np.inf, np.where(edge > 63, np.inf, edge - 31.5))
+        return ndtr(edge * 3.0 / 32)
+
+    k = np.arange(64)[:, None]
+    law = (below(k + 0.5) - below(k - 0.5)) * tokens  # (64, 1): the same for every column
+    seen = np.stack([np.bincount(codes[:, j], minlength=64) for j in range(n)], axis=1)
+    keep = np.broadcast_to(law >= 5, seen.shape)
+    chi2 = ((seen - law) ** 2 / law)[keep].sum()
+    assert stats.chi2.sf(chi2, keep.sum() - n) > 1e-4, chi2
+    # The tails: clipped conversions against 2 Phi(-3) per conversion (token 0 too).
+    expected = 2 * ndtr(-3.0) * (tokens + 1) * n
+    clipped = st.clipped_fraction * st.adc_conversions
+    assert abs(clipped - expected) < 5 * math.sqrt(expected), (clipped, expected)
