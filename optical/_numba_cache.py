@@ -91,9 +91,12 @@ def _locked(method: Callable[..., Any], directory: str) -> Callable[..., Any]:
 
 def serialise(namespace: dict[str, Any]) -> None:
     """Put the on-disk cache reads and writes of every cached numba kernel in
-    ``namespace`` (a module's globals) under a lock of its cache directory, so
-    that processes compiling the same kernels at once keep a consistent cache."""
+    ``namespace`` (a module's globals; a parallel kernel behind
+    ``_numba_threads.guarded`` by its ``.kernel``) under a lock of its cache
+    directory, so that processes compiling the same kernels at once keep a
+    consistent cache."""
     for value in list(namespace.values()):
+        value = getattr(value, "kernel", value)  # a guarded parallel kernel's dispatcher
         cache = getattr(value, "_cache", None)
         directory = getattr(cache, "cache_path", None)
         if not isinstance(directory, str) or getattr(cache, "_optical_locked", False):

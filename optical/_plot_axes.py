@@ -38,12 +38,19 @@ def powers_of_two(xs: list) -> bool:
             and max(xs) / min(xs) >= 10)
 
 
+def in_db(metric: str) -> bool:
+    """Whether a metric column is in decibels: a ``*_db`` metric, of the
+    layer output (``sqnr_db``), a product (``sqnr_db.q_proj``) or a part of
+    the report (``update.sqnr_db``)."""
+    return any(part.endswith("_db") for part in metric.split("."))
+
+
 def log_values(values: Sequence[float], metric: str) -> bool:
     """Whether plotted values of ``metric`` want a log scale: all positive,
     spanning two decades or more, and not already in decibels (``sqnr_db``,
-    ``sqnr_db.q_proj``: a log scale of a log scale misleads)."""
+    ``sqnr_db.q_proj``, ``update.sqnr_db``: a log scale of a log scale misleads)."""
     values = np.asarray(values, dtype=np.float64)
-    if metric.split(".")[0].endswith("_db") or values.size < 2:
+    if in_db(metric) or values.size < 2:
         return False
     return bool(values.min() > 0 and values.max() / values.min() >= 100)
 
@@ -61,7 +68,7 @@ def axis_title(name: str) -> str:
     try:
         unit = OpticalConfig.field_unit(name)
     except ValueError:  # a metric (sqnr_db), not a config path
-        unit = "dB" if name.split(".")[0].endswith("_db") else ""
+        unit = "dB" if in_db(name) else ""
     return f"{name} ({unit})" if unit and unit != "dimensionless" else name
 
 

@@ -190,7 +190,9 @@ def wang_2022() -> OpticalConfig:
     the weights shifted to non-negative transmissions: inputs are split here
     (a non-negative input's negative pass is dark, so it is the same light;
     signed ones take the positive and negative passes of the group's optical
-    transformer simulation) and weights offset-encoded. The photon counts are
+    transformer simulation) and weights offset-encoded; the energy and time
+    estimates count the dark pass too, twice the DAC and ADC conversions of
+    the paper's one pass of non-negative light. The photon counts are
     Poisson; detector read noise and converter error are negligible next to
     shot noise at these counts, so they are off here. 8-bit input display and
     weight SLM levels; the SLM contrast (100:1) and the 532 nm wavelength are

@@ -600,7 +600,8 @@ def test_log_y_for_a_metric_spanning_decades():
     np.testing.assert_allclose(data_lines(ax)[0].get_ydata(), errors, rtol=1e-12)
     for metric, values in [("relative_error", [1.0, 0.5, 0.1, 0.02]),  # 1.7 decades
                            ("relative_error", [1.0, 0.1, -0.01, 0.001]),
-                           ("sqnr_db", [0.5, 5.0, 30.0, 60.0])]:
+                           ("sqnr_db", [0.5, 5.0, 30.0, 60.0]),
+                           ("update.sqnr_db", [0.4, 12.0, 55.0, 60.0])]:  # validate's update
         frame = one_param("adc.bits", [2, 4, 6, 8], metric, values)
         assert plots.line(frame, "adc.bits", metric).axes[0].get_yscale() == "linear", values
     rows = [{"seed": 0, "adc.bits": b, "source.photons_per_mac": p,
@@ -1073,8 +1074,9 @@ def test_string_values_keep_their_order_and_numbers_one_label_style():
         ["1e3", "1e4", "1e5", "1e6"]
     assert "source.photons_per_mac=1e6, adc.bits=4 (1 of 2)" in fig.axes[0].get_title()
     assert axis_title("mask.contrast_ratio") == "mask.contrast_ratio"  # dimensionless: as named
-    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "cosine", "workload.layer")] == \
-        ["local_sqnr_db.down_proj (dB)", "cosine", "layer"]
+    assert [axis_title(m) for m in ("local_sqnr_db.down_proj", "update.sqnr_db", "cosine",
+                                    "workload.layer")] == \
+        ["local_sqnr_db.down_proj (dB)", "update.sqnr_db (dB)", "cosine", "layer"]
 
 
 def test_matmul_bars_title_names_the_stored_sweep_and_its_unfinished_runs():

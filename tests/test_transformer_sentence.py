@@ -162,10 +162,17 @@ DENSE = [{"idx": 0, "path": "", "type": "sentence_transformers.models.Transforme
 def test_a_pipeline_this_library_does_not_run_is_refused_by_name(tmp_path, kwargs, message):
     """Another module (a Dense projection), a pooling not run here or a
     mismatched dimension would embed as another model: refused, naming the
-    file and key, when embedding is asked for (validate does not pool)."""
+    file and key, when embedding is asked for; tokenising (for encode())
+    needs only sentence_bert_config.json, and validate does not pool."""
     model = transformer.load(_sentence_dir(tmp_path, **kwargs))
     with pytest.raises(ValueError, match=message):
         model.embed(["w1 w2"])
+    if "sentence_bert_config" in message or "max_seq_length" in message \
+            or "do_lower_case" in message:
+        with pytest.raises(ValueError, match=message):
+            model.token_ids(["w1 w2"])
+    else:
+        assert model.token_ids(["w1 w2"])[0].tolist() == [_ids(["w1", "w2"])]
 
 
 def test_validate_runs_a_model_whose_pooling_is_not_run_here(tmp_path):
@@ -212,3 +219,17 @@ def test_tf_era_layer_norm_names_load_as_transformers_renames_them(tmp_path):
     with pytest.raises(ValueError, match=r"'bert.encoder.layer.1.output.LayerNorm.beta' has "
                                          r"shape \(3,\)"):
         model.layer(1)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_a_row_without_tokens_pools_to_zeros(pooling):
+    """sentence.pool with a row of padding only (encode() refuses one; pool
+    is public): zeros, no NaN and no warning (an error here), whatever the
+    padding's hidden states."""
+    h = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    mask = np.array([[True, True, False], [False, False, False]])
+    pipeline = transformer.SentencePipeline(pooling=pooling)
+    out = transformer.sentence.pool(h, mask, pipeline)
+    np.testing.assert_array_equal(out[1], 0)
+    expected = {"mean": h[0, :2].mean(0), "max": h[0, :2].max(0)}[pooling]
+    np.testing.assert_allclose(out[0], _unit(expected), rtol=1e-6)

@@ -290,6 +290,7 @@ class BertModel(_Model):
         self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
         self._tables: dict[str, np.ndarray] | None = None
         self._pipeline: sentence.SentencePipeline | None = None
+        self._settings: tuple[int | None, bool] | None = None
 
     # -- weights ------------------------------------------------------------ #
 
@@ -348,11 +349,22 @@ class BertModel(_Model):
             and key (see :func:`optical.transformer.sentence.read_pipeline`).
         """
         if self._pipeline is None:
-            places = [self.directory]
-            if self.checkpoint is not None and self.checkpoint.directory != self.directory:
-                places.append(self.checkpoint.directory)
-            self._pipeline = sentence.read_pipeline(places, self.spec.hidden_size)
+            self._pipeline = sentence.read_pipeline(self._sentence_places(),
+                                                    self.spec.hidden_size)
         return self._pipeline
+
+    def _sentence_places(self) -> list[Path]:
+        places = [self.directory]
+        if self.checkpoint is not None and self.checkpoint.directory != self.directory:
+            places.append(self.checkpoint.directory)
+        return places
+
+    def _text_settings(self) -> tuple[int | None, bool]:
+        """(max_seq_length, do_lower_case): what tokenising needs, read
+        without the pooling and modules, which only :meth:`embed` checks."""
+        if self._settings is None:
+            self._settings = sentence.read_text_settings(self._sentence_places())
+        return self._settings
 
     @property
     def max_tokens(self) -> int:
@@ -360,7 +372,7 @@ class BertModel(_Model):
         sentence-transformers ``max_seq_length`` (256 for all-MiniLM-L6-v2,
         and where the directory has none), or the model's
         ``max_position_embeddings`` when that is smaller."""
-        length = self.sentence_pipeline().max_seq_length
+        length = self._text_settings()[0]
         if length is None:
             return self.spec.max_positions
         return min(length, self.spec.max_positions)
@@ -415,7 +427,7 @@ class BertModel(_Model):
             except UnicodeEncodeError as err:
                 raise ValueError(f"sentences: item {i} is not valid Unicode text ({err.reason} "
                                  f"at character {err.start})") from None
-        if self.sentence_pipeline().lower_case:  # sentence-transformers' do_lower_case
+        if self._text_settings()[1]:  # sentence-transformers' do_lower_case
             sentences = [s.lower() for s in sentences]
         encoded = [e.ids for e in self.tokenizer().encode_batch(sentences)]
         vocab = self.spec.vocab_size

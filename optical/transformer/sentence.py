@@ -25,7 +25,7 @@ import numpy as np
 
 from optical._validation import parse_json
 
-__all__ = ["MINILM", "SentencePipeline", "pool", "read_pipeline"]
+__all__ = ["MINILM", "SentencePipeline", "pool", "read_pipeline", "read_text_settings"]
 
 #: The pooling modes supported, by their sentence-transformers config key.
 _POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
@@ -80,7 +80,7 @@ def read_pipeline(directories: Sequence[Path], hidden_size: int) -> SentencePipe
         whose ``word_embedding_dimension`` is not ``hidden_size``, or a file
         that is not the JSON it should be.
     """
-    directory = next((d for d in directories if (d / "modules.json").is_file()), None)
+    directory = _sentence_directory(directories)
     if directory is None:
         return MINILM
     modules = _read(directory / "modules.json")
@@ -103,6 +103,33 @@ def read_pipeline(directories: Sequence[Path], hidden_size: int) -> SentencePipe
                          "and weights")
     pooling = _read_pooling(directory / str(modules[1].get("path", "")) / "config.json",
                             hidden_size)
+    max_seq_length, lower_case = _read_settings(directory)
+    return SentencePipeline(pooling=pooling, normalize=kinds[-1] == "Normalize",
+                            max_seq_length=max_seq_length, lower_case=lower_case,
+                            source=directory)
+
+
+def read_text_settings(directories: Sequence[Path]) -> tuple[int | None, bool]:
+    """``(max_seq_length, do_lower_case)`` of the pipeline :func:`read_pipeline`
+    would read, without its modules and pooling: what tokenising needs
+    (all-MiniLM-L6-v2's 256 and False without ``modules.json``).
+
+    Raises
+    ------
+    ValueError
+        ``sentence_bert_config.json`` is not what it should be (naming the key).
+    """
+    directory = _sentence_directory(directories)
+    if directory is None:
+        return MINILM.max_seq_length, MINILM.lower_case
+    return _read_settings(directory)
+
+
+def _sentence_directory(directories: Sequence[Path]) -> Path | None:
+    return next((d for d in directories if (d / "modules.json").is_file()), None)
+
+
+def _read_settings(directory: Path) -> tuple[int | None, bool]:
     settings = directory / "sentence_bert_config.json"
     max_seq_length, lower_case = None, False
     if settings.is_file():
@@ -118,9 +145,7 @@ def read_pipeline(directories: Sequence[Path], hidden_size: int) -> SentencePipe
         if not isinstance(lower_case, bool):
             raise ValueError(f"{settings}: do_lower_case must be true or false, got "
                              f"{lower_case!r}")
-    return SentencePipeline(pooling=pooling, normalize=kinds[-1] == "Normalize",
-                            max_seq_length=max_seq_length, lower_case=lower_case,
-                            source=directory)
+    return max_seq_length, lower_case
 
 
 def _read(path: Path) -> Any:
@@ -151,12 +176,14 @@ def _read_pooling(path: Path, hidden_size: int) -> str:
 def pool(h: np.ndarray, mask: np.ndarray, pipeline: SentencePipeline) -> np.ndarray:
     """Sentence embeddings from hidden states ``h`` (batch, tokens, hidden)
     and the real tokens ``mask`` (batch, tokens), float32: pooled over each
-    sentence's real tokens, then L2-normalised when the pipeline says so."""
+    sentence's real tokens, then L2-normalised when the pipeline says so (a
+    row without real tokens pools to zeros by mean or max)."""
     weights = mask.astype(np.float32)[..., None]
     if pipeline.pooling == "cls":
         pooled = h[:, 0]
     elif pipeline.pooling == "max":  # padding can never be the maximum
         pooled = np.where(mask[..., None], h, -np.inf).max(axis=1)
+        pooled[~mask.any(axis=1)] = 0.0  # a row without tokens: zeros, as its mean is
     else:
         pooled = (h * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
     if pipeline.normalize:
