@@ -12,6 +12,7 @@ import json
 import math
 import numbers
 import os
+import re
 import reprlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,6 +56,11 @@ def encode(value: Any) -> Any:
     if isinstance(value, np.generic):
         return encode(value.item())
     return value
+
+
+#: A run id as content_hash writes it (lower-case hexadecimal; any length,
+#: for ids taken as written from a manifest of another version).
+_RUN_ID = re.compile(r"[0-9a-f]{1,64}")
 
 
 def content_hash(data: Any, length: int = 20) -> str:
@@ -150,6 +156,10 @@ def _manifest_problem(manifest: Any) -> str | None:
     for i, ids in enumerate(run_ids):
         if not _is_str_list(ids) or len(ids) != len(definition["seeds"]):
             return f"'run_ids'[{i}] is not a list of one run id per seed"
+        for run_id in ids:  # a file name under runs/: never a path ("../x")
+            if not _RUN_ID.fullmatch(run_id):
+                return (f"'run_ids'[{i}] holds {run_id[:80]!r}, which is not a run id "
+                        "(hexadecimal digits)")
     if content_hash(definition) != manifest.get("definition_hash"):
         # What a sweep resumes and a run's place are read from the manifest:
         # a definition changed by hand would pass the old runs off as its own.

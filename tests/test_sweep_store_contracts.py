@@ -61,6 +61,10 @@ def test_numpy_scalar_metrics_are_stored_as_their_values(tmp_path):
     (lambda m: m["run_ids"].append(list(m["run_ids"][0])), "'run_ids' has 3 entries for 2 points"),
     # a point missing the run id of its second seed
     (lambda m: m["run_ids"][0].pop(), r"'run_ids'\[0\] is not a list of one run id per seed"),
+    # a run id that is a path: a shared sweep's manifest would have a resume
+    # write its run file outside the sweep (runs/../../x.json)
+    (lambda m: m["run_ids"][1].__setitem__(0, "../../escape"),
+     r"'run_ids'\[1\] holds '\.\./\.\./escape', which is not a run id"),
 ])
 def test_manifest_run_ids_must_match_points_and_seeds(tmp_path, change, message):
     out = _sweep(tmp_path / "s")
