@@ -14,6 +14,7 @@ import numbers
 import os
 import re
 import reprlib
+import stat
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -107,9 +108,31 @@ def _rebuild_advice(out: Path) -> str:
     return f"The finished runs in {out / RUNS} are kept: delete {out / MANIFEST} and {_RESTART}"
 
 
-def _read_json(path: Path, advice: str) -> Any:
+#: The largest manifest and run file read (a sparse file costs nothing on disk
+#: and in a tarball, whatever size it claims; a 10**6-run manifest is ~100 MB).
+_MAX_MANIFEST_BYTES, _MAX_RECORD_BYTES = 1 << 30, 1 << 24
+
+
+def _read_text(path: Path, limit: int) -> str:
+    """``path``'s text, refusing (ValueError naming it) what is not a plain
+    file (a FIFO would block the read for ever, a link to /dev/zero fill the
+    memory) or claims more than ``limit`` bytes. A sweep directory may come
+    from someone else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path}: not a plain file (a FIFO, a device or a directory); "
+                             "a sweep's files are plain files")
+        if info.st_size > limit:
+            raise ValueError(f"{path}: {info.st_size} bytes, more than a sweep's file of "
+                             f"its kind holds ({limit}); not read")
+        return handle.read().decode()
+
+
+def _read_json(path: Path, advice: str, limit: int = _MAX_MANIFEST_BYTES) -> Any:
     try:
-        return parse_json(path.read_text())
+        return parse_json(_read_text(path, limit))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
 
@@ -249,7 +272,7 @@ def read_record(path: Path) -> dict[str, Any]:
     rebuilt manifest, or in another sweep whose run it is: a run id hashes
     the workload, the whole config and the seed, not the swept paths.)"""
     advice = "Delete it and resume the sweep to run that run again"
-    record = _read_json(path, advice)
+    record = _read_json(path, advice, _MAX_RECORD_BYTES)
     problem = None
     if not isinstance(record, dict):
         problem = f"expected a JSON object, got {type(record).__name__}"
@@ -285,8 +308,20 @@ def lock(out: Path) -> Iterator[None]:
         return
     path = out / ".lock"
     while True:
-        made = not path.exists()
-        handle = open(path, "w")  # closed below, or held until the sweep ends
+        made = not os.path.lexists(path)
+        # Never through a symlink (a directory from someone else: its .lock may
+        # name any file), never truncated, never blocking on a FIFO.
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+        except OSError as err:
+            why = "a symlink" if os.path.islink(path) else (err.strerror or str(err))
+            raise ValueError(f"{path}: the sweep's lock file cannot be opened ({why}); a "
+                             "sweep's .lock is a plain file of its own: remove it") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(f"{path}: the sweep's lock is not a plain file (a FIFO or a "
+                             "device); remove it")
+        handle = os.fdopen(fd, "r+")  # closed below, or held until the sweep ends
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from optical import _plot_axes
-from optical._files import write_output
+from optical._files import replacing, write_output
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 
@@ -562,19 +562,25 @@ FORMATS = ("png", "svg", "pdf")
 
 
 def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
-         dpi: int = 150) -> list[Path]:
+         dpi: int = 150, *, follow_links: bool = True) -> list[Path]:
     """Write ``fig`` as ``stem.png``, ``stem.svg``, ...; returns the paths.
 
     ``formats`` defaults to PNG and SVG, or, when ``stem`` ends in a format's
     suffix (``fig.png``), to that format alone, written to ``stem`` itself.
     With ``formats`` given, a format suffix of ``stem`` is dropped
     (``fig.png`` with ``["png", "svg"]``: ``fig.png``, ``fig.svg``); it must be
-    one of them.
+    one of them. A symlink at a path is followed (the file it names is
+    written), or, with ``follow_links=False`` (a directory the user did not
+    make: ``optical plot``'s default ``DIR/plots``), replaced by the figure.
     """
     paths = output_paths(stem, formats)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     for path in paths:  # whole or not at all: a kill keeps the previous figure
-        write_output(path, lambda p, f=path.suffix[1:]: fig.savefig(p, format=f, dpi=dpi))
+        if follow_links:
+            write_output(path, lambda p, f=path.suffix[1:]: fig.savefig(p, format=f, dpi=dpi))
+        else:  # a symlink, FIFO or device there is replaced, never written through
+            with replacing(path) as tmp:
+                fig.savefig(tmp, format=path.suffix[1:], dpi=dpi)
     return paths
 
 

@@ -758,6 +758,9 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
     with lock(out), _sweeping():
         points, configs, workloads, run_ids = _prepare(definition, out)
         runs_dir = out / RUNS
+        if runs_dir.is_symlink():  # a directory from someone else: runs/ may name any
+            raise ValueError(f"{runs_dir}: a symlink; a sweep writes and removes its run "
+                             "files only in a runs/ directory of its own")
         runs_dir.mkdir(exist_ok=True)
         # Temporaries of the sweep's own files, left by a kill (under the lock no
         # other sweep writes them); another program's in this directory (a plot's

@@ -159,7 +159,11 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         stem, formats = args.sweep_dir / "plots" / name, formats or ["png", "svg"]
         check_not_json(args, plots.output_paths(stem, formats), "the default --output")
-        paths = plots.save(fig, stem, formats)
+        if stem.parent.is_symlink():  # a sweep from someone else: plots/ may name any
+            raise ValueError(f"{stem.parent}: a symlink; the default figures go only into a "
+                             "plots/ directory of the sweep's own (or give --output)")
+        # Links to the figures inside it are replaced, not written through.
+        paths = plots.save(fig, stem, formats, follow_links=False)
     else:
         paths = plots.save(fig, args.output, formats)
     write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
