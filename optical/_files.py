@@ -15,7 +15,11 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "replacing", "replacing_target", "write_output"]
+__all__ = ["atomic_write", "read_plain", "replacing", "replacing_target", "write_output"]
+
+#: The largest JSON file of a model directory read (config.json, an index,
+#: sentence-transformers' files: real ones are kilobytes).
+MODEL_JSON_BYTES = 1 << 24
 
 
 @contextlib.contextmanager
@@ -88,6 +92,23 @@ def _sync(path: Path) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def read_plain(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, refusing (ValueError naming it) what is not a
+    plain file (a FIFO would block for ever, a link to /dev/zero fill the
+    memory) or claims more than ``limit`` bytes (a sparse file costs nothing
+    on disk or in a tarball, whatever size it claims): a directory from
+    someone else may hold either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path}: not a plain file (a FIFO, a device or a directory)")
+        if info.st_size > limit:
+            raise ValueError(f"{path}: {info.st_size} bytes, more than a file of its kind "
+                             f"holds ({limit}); not read")
+        return handle.read()
 
 
 def _umask() -> int:

@@ -24,7 +24,7 @@ import numpy as np
 
 from optical import presets
 from optical._executors import Task
-from optical._files import atomic_write
+from optical._files import atomic_write, read_plain
 from optical._validation import parse_json
 from optical.config import OpticalConfig
 from optical.workloads import workload_label
@@ -113,26 +113,9 @@ def _rebuild_advice(out: Path) -> str:
 _MAX_MANIFEST_BYTES, _MAX_RECORD_BYTES = 1 << 30, 1 << 24
 
 
-def _read_text(path: Path, limit: int) -> str:
-    """``path``'s text, refusing (ValueError naming it) what is not a plain
-    file (a FIFO would block the read for ever, a link to /dev/zero fill the
-    memory) or claims more than ``limit`` bytes. A sweep directory may come
-    from someone else."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with open(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path}: not a plain file (a FIFO, a device or a directory); "
-                             "a sweep's files are plain files")
-        if info.st_size > limit:
-            raise ValueError(f"{path}: {info.st_size} bytes, more than a sweep's file of "
-                             f"its kind holds ({limit}); not read")
-        return handle.read().decode()
-
-
 def _read_json(path: Path, advice: str, limit: int = _MAX_MANIFEST_BYTES) -> Any:
-    try:
-        return parse_json(_read_text(path, limit))
+    try:  # a sweep directory may come from someone else: plain files, within limits
+        return parse_json(read_plain(path, limit).decode())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from optical import metrics
+from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._gemm import cols_matmul
 from optical._validation import check_bool, check_nonnegative_int, check_positive_int, check_seed
 from optical.config import OpticalConfig
@@ -438,8 +439,8 @@ def _config_bytes(model_dir: Path) -> bytes:
     """The bytes of a model directory's config.json (b"" where it cannot be
     read: the load that follows names the problem)."""
     try:
-        return (model_dir / "config.json").read_bytes()
-    except OSError:
+        return read_plain(model_dir / "config.json", MODEL_JSON_BYTES)
+    except (OSError, ValueError):  # not a plain file, or too large: named by the load
         return b""
 
 

@@ -108,3 +108,19 @@ def test_a_sparse_run_file_claiming_a_tebibyte_is_refused_unread(tmp_path):
     os.truncate(run, 1 << 40)  # a few bytes on disk (and in a tarball)
     with pytest.raises(ValueError, match=run.name):
         optical.load_sweep(out)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json", "modules.json"])
+def test_a_model_directorys_sparse_json_is_refused_unread(tmp_path, name):
+    """The same for a model directory: its config.json, index or
+    sentence-transformers files claiming a tebibyte are named, not read."""
+    from optical import transformer
+    from tests.test_transformer_bert import _bert_tensors
+    from tests.transformer_helpers import TINY_BERT, write_model
+
+    pytest.importorskip("safetensors")
+    directory = write_model(tmp_path / "m", TINY_BERT, _bert_tensors(TINY_BERT), shards=2)
+    (directory / "modules.json").write_text("[]")
+    os.truncate(directory / name, 1 << 40)
+    with pytest.raises(ValueError, match=rf"{name}: 1099511627776 bytes"):
+        transformer.load(directory).sentence_pipeline()

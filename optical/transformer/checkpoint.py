@@ -19,6 +19,7 @@ from pathlib import Path, PurePath
 
 import numpy as np
 
+from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._validation import parse_json
 
 __all__ = ["Checkpoint", "find_checkpoint_files", "fingerprint"]
@@ -94,7 +95,7 @@ def fingerprint(directory: str | Path) -> str | None:
         return None
     digest = hashlib.sha256()
     config = directory / "config.json"
-    digest.update(config.read_bytes() if config.is_file() else b"")
+    digest.update(read_plain(config, MODEL_JSON_BYTES) if config.is_file() else b"")
     index = directory / INDEX_FILE
     for path in [*files, *([index] if index.is_file() else [])]:
         size = path.stat().st_size
@@ -209,7 +210,8 @@ class Checkpoint:
         index = self.index
         if index is not None:
             try:
-                weight_map = parse_json(index.read_text(encoding="utf-8"))["weight_map"]
+                weight_map = parse_json(
+                    read_plain(index, MODEL_JSON_BYTES).decode("utf-8"))["weight_map"]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
                 raise ValueError(f"{index}: not a safetensors index with a 'weight_map' "
                                  f"({err})") from None

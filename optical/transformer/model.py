@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._validation import check_positive_int, check_seed, parse_json
 from optical.config import OpticalConfig
 from optical.transformer import bert, llama, sentence, synthetic
@@ -110,7 +111,7 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
 
 def _same_config(a: Path, b: Path) -> bool:
     def read(d: Path) -> dict:
-        return parse_json((d / "config.json").read_text(encoding="utf-8"))
+        return parse_json(read_plain(d / "config.json", MODEL_JSON_BYTES).decode("utf-8"))
     drop = ("_name_or_path", "transformers_version")
     return {k: v for k, v in read(a).items() if k not in drop} == \
         {k: v for k, v in read(b).items() if k not in drop}

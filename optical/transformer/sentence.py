@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._validation import parse_json
 
 __all__ = ["MINILM", "SentencePipeline", "pool", "read_pipeline", "read_text_settings"]
@@ -150,7 +151,7 @@ def _read_settings(directory: Path) -> tuple[int | None, bool]:
 
 def _read(path: Path) -> Any:
     try:
-        return parse_json(path.read_text(encoding="utf-8"))
+        return parse_json(read_plain(path, MODEL_JSON_BYTES).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._validation import parse_json
 
 __all__ = ["LinearShape", "ModelSpec", "read_spec"]
@@ -198,7 +199,7 @@ def read_spec(model_dir: str | Path) -> ModelSpec:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}")
     try:
-        config = parse_json(path.read_text(encoding="utf-8"))
+        config = parse_json(read_plain(path, MODEL_JSON_BYTES).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(config, dict):
