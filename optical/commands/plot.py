@@ -147,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         for path in planned_paths:  # writable, before the work
             check_output_path(path, "--output")
         check_not_json(args, planned_paths, "--output")
+    elif (args.sweep_dir / "plots").is_symlink():  # a sweep from someone else: it may name any
+        raise ValueError(f"{args.sweep_dir / 'plots'}: a symlink; the default figures go only "
+                         "into a plots/ directory of the sweep's own (or give --output)")
     for module in ("pandas", "matplotlib"):  # optical[sweep] has both: one round, not two
         require(module, "sweep", "optical plot")
     frame = load(args.sweep_dir)
@@ -159,9 +162,6 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         stem, formats = args.sweep_dir / "plots" / name, formats or ["png", "svg"]
         check_not_json(args, plots.output_paths(stem, formats), "the default --output")
-        if stem.parent.is_symlink():  # a sweep from someone else: plots/ may name any
-            raise ValueError(f"{stem.parent}: a symlink; the default figures go only into a "
-                             "plots/ directory of the sweep's own (or give --output)")
         # Links to the figures inside it are replaced, not written through.
         paths = plots.save(fig, stem, formats, follow_links=False)
     else:

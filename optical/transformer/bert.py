@@ -18,6 +18,7 @@ import numpy as np
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
+from optical.transformer import sentence
 from optical.transformer._engines import (
     LayerTrace,
     ReferenceEngine,
@@ -91,10 +92,9 @@ def embeddings(ids: np.ndarray, tables: Mapping[str, np.ndarray], eps: float,
 
 
 def mean_pool(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Mean over each prompt's real tokens, then L2-normalised (sentence-transformers)."""
-    weights = mask.astype(np.float32)[..., None]
-    pooled = (h * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-    return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+    """Mean over each prompt's real tokens, then L2-normalised (sentence-transformers):
+    :func:`optical.transformer.sentence.pool` with all-MiniLM-L6-v2's pipeline."""
+    return sentence.pool(h, mask, sentence.MINILM)
 
 
 class BertLayer:

@@ -176,12 +176,12 @@ def _read_pooling(path: Path, hidden_size: int) -> str:
 
 def pool(h: np.ndarray, mask: np.ndarray, pipeline: SentencePipeline) -> np.ndarray:
     """Sentence embeddings from hidden states ``h`` (batch, tokens, hidden)
-    and the real tokens ``mask`` (batch, tokens), float32: pooled over each
+    and the real tokens ``mask`` (batch, tokens), in ``h``'s dtype: pooled over each
     sentence's real tokens, then L2-normalised when the pipeline says so (a
     row without real tokens pools to zeros by mean or max)."""
     weights = mask.astype(np.float32)[..., None]
     if pipeline.pooling == "cls":
-        pooled = h[:, 0]
+        pooled = h[:, 0].copy()  # (not a view keeping the hidden states alive)
     elif pipeline.pooling == "max":  # padding can never be the maximum
         pooled = np.where(mask[..., None], h, -np.inf).max(axis=1)
         pooled[~mask.any(axis=1)] = 0.0  # a row without tokens: zeros, as its mean is
@@ -189,4 +189,4 @@ def pool(h: np.ndarray, mask: np.ndarray, pipeline: SentencePipeline) -> np.ndar
         pooled = (h * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
     if pipeline.normalize:
         pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
-    return pooled.astype(np.float32)
+    return pooled

@@ -211,8 +211,8 @@ class ValidationReport:
         lines += [header, "-" * len(header)]
         rows = (*self.products, self.output, *([self.update] if self.update else []))
         for row in rows:
-            where = "optical" if row.optical else "-" if row in (self.output, self.update) \
-                else "digital"
+            where = "optical" if row.optical else "-" if row is self.output \
+                or row is self.update else "digital"
             text = (f"{row.name:18s} {where:8s} "
                     f"{row.sqnr_db:8.2f} {row.cosine:9.6f} {row.relative_error:9.2e} ")
             text += (" " * 9 if row.worst_token_sqnr_db is None
