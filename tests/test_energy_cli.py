@@ -565,7 +565,7 @@ def test_every_printed_figure_is_the_reports(tmp_path, capsys):
     def close(value, expected):
         return value == pytest.approx(expected, rel=6e-4, abs=0)
 
-    (power,) = figures(rf"lasers while streaming: {number} W electrical")
+    (power,) = figures(rf"lasers while streaming: {number} W electrical \(average\)")
     assert close(power, opt["laser_power_w"])
     assert close(power, opt["energy_j"]["components"]["laser"] / opt["time_s"]["streaming"])
     loads, streaming, digital, ttft, rate = figures(
@@ -581,14 +581,15 @@ def test_every_printed_figure_is_the_reports(tmp_path, capsys):
     assert gpus == ref["gpus"] == 2
     flops, traffic = figures(rf"compute-bound: {number} FLOP, {number} B")
     assert close(flops, ref["flops"]) and close(traffic, ref["bytes"])
-    energy, per_token, per_mac, macs, gpu_ttft = figures(
-        rf"energy {number} J \({number} J/token, {number} pJ per MAC over its {number} MACs\), "
-        rf"TTFT {number} s")
+    energy, per_token, per_mac, macs, optical_per_mac, gpu_ttft = figures(
+        rf"energy {number} J \({number} J/token, {number} pJ per MAC over its {number} MACs; "
+        rf"optical {number} pJ over the same\), TTFT {number} s")
     assert close(energy, ref["energy_j"]["total"])
     assert close(per_token, ref["energy_j"]["total"] / (2 * 256))
     assert close(macs, ref["flops"] / 2)
     assert close(per_mac, ref["energy_j"]["total"] / (ref["flops"] / 2) * 1e12)
     assert f"{per_mac:.4g}" == "2.831"  # 700 W / (989 TFLOP/s x 50 %) x 2 FLOP per MAC
+    assert close(optical_per_mac, opt["energy_j"]["total"] / (ref["flops"] / 2) * 1e12)
     assert close(gpu_ttft, ref["ttft_s"])
     e_ratio, t_ratio = figures(rf"GPU / optical: energy {number}x, TTFT {number}x")
     # Ratios are printed to 3 significant digits.

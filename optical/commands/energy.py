@@ -130,7 +130,8 @@ def _table(report: model.PrefillEnergy) -> list[str]:
     if macs:
         lines.append(f"  per optical MAC: {report.per_mac * 1e12:.4g} pJ (laser "
                      f"{report.components['laser'] / macs * 1e12:.4g} pJ) over {macs:.4g} MACs")
-        lines.append(f"  lasers while streaming: {report.laser_power:.4g} W electrical")
+        lines.append(f"  lasers while streaming: {report.laser_power:.4g} W electrical "
+                     "(average)")
     return lines
 
 
@@ -209,8 +210,8 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
           f"{'compute' if ref.compute_bound else 'memory'}-bound: {ref.flops:.4g} FLOP, "
           f"{ref.bytes:.4g} B")
     print(f"  energy {ref.energy:.4g} J ({ref.per_token:.4g} J/token, "
-          f"{ref.per_mac * 1e12:.4g} pJ per MAC over its {ref.flops / 2:.4g} MACs), "
-          f"TTFT {ref.time:.4g} s")
+          f"{ref.per_mac * 1e12:.4g} pJ per MAC over its {ref.flops / 2:.4g} MACs; optical "
+          f"{opt.total / (ref.flops / 2) * 1e12:.4g} pJ over the same), TTFT {ref.time:.4g} s")
     be_p = comparison["break_even_photons_per_mac"]
     be_b = comparison["break_even_batch"]
     be_t, limit = comparison["break_even_tokens"], comparison["break_even_tokens_tried"]

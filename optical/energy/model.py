@@ -182,7 +182,7 @@ def matmul_energy(s: Schedule, config: OpticalConfig, *, resident: bool = False,
     out["detector"] = s.detector_readouts * e.detector_energy
     out["activation_memory"] = work.sram_bytes * e.sram_energy_per_byte
     out["digital"] = work.ops * e.digital_energy_per_op
-    if not resident:
+    if not resident and s.passes:  # nothing streamed: nothing loaded (as matmul_time)
         out["mask_load"] = s.weight_loads * e.mask_load_energy
         mask = counts.mask_bytes(s, config)
         if mask_source == "sram":
@@ -309,9 +309,11 @@ class PrefillEnergy:
 
     @property
     def laser_power(self) -> float:
-        """Electrical power of the lasers while they stream, all cores
-        together, W: their energy over the streaming time (``time
-        ["streaming"]``); what a thermal or power budget must supply."""
+        """Average electrical power of the lasers while they stream, all
+        cores together, W: their energy over the streaming time (``time
+        ["streaming"]``). An average over the rounds of tiles: while a
+        matmul's tiles fill every core at once the draw is higher (up to
+        ``cores`` sources at full power), so size a supply for that peak."""
         streaming = self.time["streaming"]
         return self.components["laser"] / streaming if streaming > 0 else 0.0
 
@@ -353,6 +355,16 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     model : str
         A name for the report.
 
+    Returns
+    -------
+    PrefillEnergy
+        With ``cores`` at least the model's weight tiles the weights stay
+        resident, unless reloading them is faster: optical attention's
+        activation masks get only the cores the resident weights leave, and
+        with few left over, spreading everything over all the cores wins.
+        The faster schedule is reported (``weights_resident`` says which),
+        so adding a core never lengthens the TTFT.
+
     Raises
     ------
     ValueError
@@ -368,7 +380,23 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     schedules = layer_schedule(spec, tokens, config, batch=batch)
     linear = {n: s for n, s in schedules.items() if n not in counts.ACTIVATION_MASKS}
     tiles = layers * sum(s.weight_loads for s in linear.values())
-    resident = e.cores >= tiles
+    # Resident weights hold `tiles` cores for good; optical attention's
+    # activation masks then get only the cores left over, and with few left a
+    # scheduler does better reloading the weights and spreading everything
+    # over all the cores. The report takes the faster of the two.
+    options = [_price(spec, tokens, config, batch, model, schedules, tiles, resident=False)]
+    if e.cores >= tiles:
+        options.insert(0, _price(spec, tokens, config, batch, model, schedules, tiles,
+                                 resident=True))
+    return min(options, key=lambda rep: rep.ttft)
+
+
+def _price(spec: ModelSpec, tokens: int, config: OpticalConfig, batch: int, model: str,
+           schedules: Mapping[str, Schedule], tiles: int, *, resident: bool) -> PrefillEnergy:
+    """:func:`prefill` with the weights resident (``cores >= tiles``) or
+    reloaded every prefill."""
+    e = config.energy
+    layers = spec.num_layers
     # Activation masks get the cores the resident weights leave; with none left
     # they are timed on one shared core (docs/energy.md, limitations).
     spare = max(1, e.cores - tiles) if resident else e.cores
