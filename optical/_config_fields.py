@@ -11,11 +11,14 @@ all check values through :func:`check`.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import inspect
 import math
 import numbers
+import sys
+import textwrap
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -50,13 +53,28 @@ def field_units(section: type) -> dict[str, str]:
     """Field name -> unit, from the numpydoc lines ``name[, name] : type, unit``
     of a section's docstring (a type without a comma has no unit)."""
     units = {}
-    for line in inspect.getdoc(section).splitlines():
+    for line in _docstring(section).splitlines():
         names, sep, kind = line.partition(" : ")
         if not sep or line.startswith(" ") or "," not in kind or kind.startswith("{"):
             continue
         for name in names.split(","):
             units[name.strip()] = kind.split(",", 1)[1].strip()
     return units
+
+
+def _docstring(section: type) -> str:
+    """A section's docstring, read from its source where ``python -OO``
+    stripped it (units live there: without them errors, tables and plot
+    labels would silently lose their units)."""
+    if sys.flags.optimize < 2:
+        return inspect.getdoc(section) or ""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(section)))
+    except (OSError, TypeError) as err:  # no source shipped
+        raise RuntimeError(f"{section.__name__}: python -OO stripped the docstring that "
+                           "gives the config fields' units, and its source cannot be "
+                           "read; run without -OO") from err
+    return inspect.cleandoc(ast.get_docstring(tree.body[0]) or "")
 
 
 def describe(spec: Mapping[str, Any], unit: str = "") -> str:

@@ -1,5 +1,6 @@
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -720,3 +721,36 @@ def test_ctrl_c_ends_the_command_by_sigint_so_a_shell_loop_stops():
                           timeout=120)
     assert done.returncode == -signal.SIGINT
     assert done.stderr == "optical config: interrupted\n"
+
+
+def test_commands_and_units_survive_python_OO():
+    """python -OO strips docstrings: every command's help built from its
+    module docstring crashed, and the config fields' units (read from the
+    sections' docstrings) came back empty, dropping them silently from error
+    messages, tables and plot labels. A child under -OO prints what it got;
+    the checks run here (-OO strips a child's asserts too)."""
+    code = """
+import contextlib, io, json
+import optical
+from optical.cli import build_parser
+helps = {}
+for command in ("config", "energy", "plot", "sweep", "validate"):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            build_parser().parse_args([command, "--help"])
+        except SystemExit as stop:
+            helps[command] = (stop.code, out.getvalue())
+units = {p: optical.OpticalConfig.field_unit(p) for p in optical.OpticalConfig.paths()}
+print(json.dumps({"helps": helps, "units": units}))
+"""
+    done = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-500:]
+    got = json.loads(done.stdout)
+    for command, (code_, text) in got["helps"].items():
+        assert code_ == 0 and text.startswith(f"usage: optical {command}"), command
+    assert len(got["helps"]) == 5
+    units = {p: optical.OpticalConfig.field_unit(p) for p in optical.OpticalConfig.paths()}
+    assert got["units"] == units
+    assert units["optics.pixel_pitch"] == "m" and units["source.wavelength"] == "m"

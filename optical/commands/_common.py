@@ -18,6 +18,14 @@ from optical._files import replacing_target, write_output
 from optical.config import OpticalConfig, parse_value
 
 
+def description(doc: str | None) -> str | None:
+    """A command's help description: its module docstring's first paragraph
+    after the command's name; None where ``python -OO`` stripped it."""
+    if not doc:
+        return None
+    return doc.split("\n\n")[0].replace("\n", " ").split(": ", 1)[-1]
+
+
 def add_config_options(parser: argparse.ArgumentParser, *,
                        default_preset: str = "iris-like") -> None:
     """``--preset NAME`` or ``--config FILE``, and repeatable ``--set path=value``."""

@@ -8,6 +8,7 @@ from optical.commands._common import (
     add_config_options,
     add_json_option,
     config_from_args,
+    description,
     json_to_stdout,
     write_json,
 )
@@ -21,7 +22,7 @@ EXAMPLES = """examples:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "config", help="show a hardware configuration",
-        description=__doc__.split("\n")[0].split(": ", 1)[1],
+        description=description(__doc__),
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(parser)
     add_json_option(parser)

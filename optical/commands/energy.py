@@ -15,6 +15,7 @@ from optical.commands._common import (
     config_from_args,
     config_label,
     config_source,
+    description,
     json_to_stdout,
     path_argument,
     require,
@@ -72,7 +73,7 @@ def _positive_float(text: str) -> float:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "energy", help="energy and time to first token of a prefill, optical vs GPU",
-        description=__doc__.split("\n\n")[0].replace("\n", " ").split(": ", 1)[1], epilog=EXAMPLES,
+        description=description(__doc__), epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=path_argument, metavar="DIR",
                         help="model directory with a config.json")

@@ -11,6 +11,7 @@ from optical.commands._common import (
     add_json_option,
     check_not_json,
     check_output_path,
+    description,
     json_to_stdout,
     path_argument,
     require,
@@ -38,7 +39,7 @@ std and seeds), the table behind the figure.
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "plot", help="plot a sweep (PNG and SVG)",
-        description=__doc__.split("\n")[0].split(": ", 1)[1], epilog=EXAMPLES,
+        description=description(__doc__), epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=path_argument, metavar="DIR",
                         help="a sweep's --out directory")

@@ -15,6 +15,7 @@ from optical.commands._common import (
     add_json_option,
     check_json_model,
     describe_os_error,
+    description,
     json_to_stdout,
     path_argument,
     path_text,
@@ -62,7 +63,7 @@ and seed.
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "sweep", help="sweep config parameters x seeds (resumable; local cores or Dask)",
-        description=__doc__.split("\n")[0].split(": ", 1)[1], epilog=EXAMPLES,
+        description=description(__doc__), epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = parser.add_argument_group(
         "workload (omit it, and every option of this group and the next, to resume the "
