@@ -65,6 +65,22 @@ def test_each_term_of_a_tiny_matmul_matches_a_hand_count():
     assert resident["laser"] == got["laser"]
 
 
+def test_offset_weights_light_and_store_one_rail():
+    """The hand count above with offset-encoded weights (wang-2022's mapping):
+    one mask column per output, so each source activation lights 4 columns x
+    1 rail, and a load writes 5 x 7 pixels x 1 rail x 8 bits = 35 B. Every
+    other energy test has split weights, where an audit found a doubled
+    fan-out or mask size for offset weights passing them all."""
+    cfg = tiny_config(**{"encoding.weights": "offset", "detector.balanced": False})
+    s = optical.schedule(3, 5, 7, cfg)
+    assert (s.passes, s.weight_loads, s.dac_conversions) == (12, 4, 30)
+    photon = H_PLANCK * C_LIGHT / 850e-9
+    got = model.matmul_energy(s, cfg)
+    assert got["laser"] == approx(30 * 4 * 1 * 1000 * photon / (0.8 * 0.5 * 0.25))
+    assert counts.mask_bytes(s, cfg) == 35
+    assert got["weight_memory"] == approx(35 * 30e-12)
+
+
 def test_explicit_converter_energies_and_source_level_override_the_defaults():
     cfg = tiny_config(**{"energy.dac_energy": 3e-12, "energy.adc_energy": 5e-12,
                          "energy.source_mean_level": 0.5})

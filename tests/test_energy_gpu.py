@@ -149,6 +149,13 @@ def test_decode_step_reads_the_weights_once_and_each_kv_cache():
     weights = (1152 + 80) * 2  # linear + LM head; embedding rows are per sequence
     assert one.bytes == weights + per_sequence // 3
     assert gpu.kv_cache_bytes(TINY, 5) == 2 * 2 * 4 * 5 * 2
+    # Four more positions of context, per layer: QK^T and PV 2 x (2 heads x 4
+    # x 2 FLOP) and softmax 6 x 2 heads per position; their K and V read
+    # (1 KV head x 4 values x 2 B, twice). (A decode step that ignored its
+    # context passed the checks above.)
+    longer = gpu.decode_step(TINY, 9, 1, SLOW_GPU)
+    assert longer.flops - one.flops == 2 * 4 * (2 * 2 * 4 * 2 + 6 * 2)
+    assert longer.bytes - one.bytes == 2 * 4 * (1 * 4 * 2 * 2)
 
 
 @pytest.mark.parametrize(("field", "value"), [("peak_flops", 0.0), ("power", math.inf),
