@@ -9,6 +9,7 @@ True
 """
 
 from optical import core, energy, metrics, plots, presets, transformer
+from optical._version import __version__
 from optical.config import (
     ADCConfig,
     CalibrationConfig,
@@ -30,8 +31,6 @@ from optical.sweep import Range, SweepError, sweep
 from optical.sweep import load as load_sweep
 from optical.sweep import resume as resume_sweep
 from optical.workloads import LayerWorkload, MatmulWorkload
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ADCConfig",

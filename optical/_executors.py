@@ -31,6 +31,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from optical._validation import check_positive_int
+from optical._version import RESULTS_VERSION, __version__
 from optical.config import OpticalConfig
 from optical.kernels import environment
 
@@ -88,8 +89,15 @@ def evaluate(task: Task) -> dict[str, Any]:
     if not isinstance(metrics, dict):
         raise TypeError(f"{type(task.workload).__name__}.run returned "
                         f"{type(metrics).__name__}, expected a dict of metrics")
-    return {"metrics": metrics, "elapsed_s": time.perf_counter() - start,
-            "environment": environment()}  # the worker's, which may not be the driver's
+    return run_outcome(metrics, time.perf_counter() - start)
+
+
+def run_outcome(metrics: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
+    """A finished run's outcome, with what the process that ran it runs: the
+    numpy, numba and JAX versions and optical's own (a Dask worker's may not
+    be the driver's)."""
+    return {"metrics": metrics, "elapsed_s": elapsed_s, "environment": environment(),
+            "optical_version": __version__, "results_version": RESULTS_VERSION}
 
 
 Outcome = dict[str, Any] | BaseException
@@ -165,9 +173,8 @@ class VmapExecutor(Executor):
                         yield task, err
                     continue
                 share = (time.perf_counter() - start) / len(batch)
-                here = environment()
                 for task, metrics in zip(batch, results, strict=True):
-                    yield task, {"metrics": metrics, "elapsed_s": share, "environment": here}
+                    yield task, run_outcome(metrics, share)
 
     def describe(self) -> str:
         if self.single and not self.batched:
@@ -373,9 +380,12 @@ class DaskExecutor(Executor):
                 yield task, outcome
                 future.release()
         finally:
-            self.client.cancel(futures)
+            if getattr(self.client, "status", "running") == "running":  # closed: cannot cancel
+                self.client.cancel(futures)
 
     def describe(self) -> str:
+        if getattr(self.client, "status", "running") != "running":  # closed, scheduler gone
+            return f"Dask client, {self.client.status}"
         info = self.client.scheduler_info()
         workers = info.get("workers", {})
         threads = sum(int(w.get("nthreads", 1)) for w in workers.values())

@@ -26,6 +26,7 @@ from optical import presets
 from optical._executors import Task
 from optical._files import atomic_write, read_plain
 from optical._validation import parse_json
+from optical._version import RESULTS_VERSION
 from optical.config import OpticalConfig
 from optical.workloads import workload_label
 
@@ -41,9 +42,15 @@ WORKLOAD_PREFIX = "workload."
 
 def library_version() -> str:
     """The version of optical that writes a manifest or a run record."""
-    from optical import __version__
+    from optical._version import __version__
 
     return __version__
+
+
+def results_version(manifest: Mapping[str, Any]) -> Any:
+    """The results version a manifest records (1: one written before they
+    were recorded)."""
+    return manifest.get("results_version", 1)
 
 
 def encode(value: Any) -> Any:
@@ -197,6 +204,11 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
         problem: str | None = f"'format' is {fmt!r}, not {FORMAT!r}"
     else:
         problem = _manifest_problem(manifest)
+    if problem == "missing key 'run_ids'" and "results_version" not in manifest:
+        raise ValueError(f"{path}: a sweep manifest of an early version of optical, which did "
+                         "not record its runs' ids: this version cannot place its runs. Read "
+                         "it with the version that wrote it, or run the sweep again into a new "
+                         "--out directory")
     if problem is not None:
         raise ValueError(f"{path}: damaged sweep manifest: {problem}. {_rebuild_advice(out)}")
     return manifest
@@ -359,7 +371,8 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "params": point,
         "metrics": outcome["metrics"],
         "elapsed_s": outcome["elapsed_s"],
-        "optical_version": version,
+        "optical_version": outcome.get("optical_version", version),  # the worker's
+        "results_version": RESULTS_VERSION,
         "environment": outcome.get("environment"),  # numpy, numba, JAX versions
         "config": json.loads(task.config.to_json()),
         "workload": _workload_record(task.workload),
@@ -429,6 +442,7 @@ def read_frame(out: Path, pd: Any) -> Any:
                                   dtype=object)
     frame = pd.DataFrame(columns)
     frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
+                            "results_version": results_version(manifest),
                             "runs": sum(len(ids) for ids in manifest["run_ids"]),
                             "finished": len(frame), **_described(manifest["definition"])}
     return frame

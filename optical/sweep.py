@@ -19,10 +19,11 @@ On disk, ``out/`` holds:
 - ``results.parquet`` (or ``.csv``): every run as one table, rewritten when a
   sweep call completes.
 
-A run is identified by a hash of (workload, full config, seed). Re-running the
-same sweep skips the runs already on disk, so a killed sweep loses only the
-runs in flight; a sweep whose definition differs from the manifest's is
-refused with the list of what changed. If the manifest is lost or damaged,
+A run is identified by a hash of (workload, full config, seed, results
+version). Re-running the same sweep skips the runs already on disk, so a
+killed sweep loses only the runs in flight; a sweep whose definition differs
+from the manifest's, or that another results version began, is refused with
+the list of what changed. If the manifest is lost or damaged,
 delete it and start the same sweep again: the new manifest finds the finished
 runs by their ids. :func:`load` reads the runs back.
 
@@ -78,9 +79,11 @@ from optical._sweep_store import (
     read_frame,
     read_manifest,
     read_record,
+    results_version,
     write_run,
 )
 from optical._validation import check_bool, check_positive_int, check_seed
+from optical._version import RESULTS_VERSION
 from optical.config import OpticalConfig, check_value, parse_value
 from optical.workloads import (
     LayerWorkload,
@@ -407,8 +410,9 @@ class SweepDefinition:
         return content_hash(self.to_dict())
 
     def run_id(self, config: OpticalConfig, seed: int, workload: Any = None) -> str:
-        """Stable identity of one run: a hash of (workload, full config, seed);
-        ``workload`` is the point's (default: the definition's)."""
+        """Stable identity of one run: a hash of (workload, full config, seed,
+        results version); ``workload`` is the point's (default: the
+        definition's)."""
         return self.run_ids(config, (seed,), workload)[0]
 
     def run_ids(self, config: OpticalConfig, seeds: Sequence[int],
@@ -417,7 +421,10 @@ class SweepDefinition:
         config serialised once)."""
         workload = (self.workload if workload is None else workload).to_dict()
         data = json.loads(config.to_json())
-        return [content_hash({"workload": workload, "config": data, "seed": seed})
+        # The results version too: a run another version computed differently
+        # is never taken for this one's (copied runs, a rebuilt manifest).
+        return [content_hash({"workload": workload, "config": data, "seed": seed,
+                              "results_version": RESULTS_VERSION})
                 for seed in seeds]
 
 
@@ -647,6 +654,14 @@ def _prepare(definition: SweepDefinition, out: Path
     new = json.loads(json.dumps(definition.to_dict()))
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
+        version = results_version(manifest)
+        if version != RESULTS_VERSION:
+            raise ValueError(
+                f"{out} was begun by a version of optical whose runs give other numbers "
+                f"(results version {version!r}; this version's is {RESULTS_VERSION}): "
+                "finishing it here would mix runs computed two ways. Finish it with the "
+                "version that began it, or run the sweep again into a new --out directory "
+                "(load() and optical plot still read the runs it has)")
         changed = _changes(manifest["definition"], new)
         if changed:
             old = manifest["definition"].get("workload")
@@ -699,6 +714,7 @@ def _prepare(definition: SweepDefinition, out: Path
     manifest = {
         "format": FORMAT,
         "optical_version": library_version(),
+        "results_version": RESULTS_VERSION,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "definition": new,
         "definition_hash": definition.hash,
@@ -816,6 +832,16 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"run at point {_describe_point(points[task.point])}, seed "
                             f"{task.seed}: {type(task.workload).__name__}.run returned "
                             f"{problem}. The {finished} runs finished so far are kept in {out}.")
+                    other = outcome.get("results_version", RESULTS_VERSION)
+                    if other != RESULTS_VERSION:  # a Dask worker with another optical
+                        _raise_received()
+                        raise SweepError(
+                            f"run at point {_describe_point(points[task.point])}, seed "
+                            f"{task.seed} was computed by optical "
+                            f"{outcome.get('optical_version')!r} (results version {other!r}), "
+                            f"whose numbers differ from this one's (results version "
+                            f"{RESULTS_VERSION}): every worker needs this version of optical. "
+                            f"The {finished} runs finished so far are kept in {out}.")
                     write_run(runs_dir, task, points[task.point], outcome, version)
                     finished += 1
                     received.add(task.run_id)

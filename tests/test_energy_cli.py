@@ -556,6 +556,8 @@ def test_every_printed_figure_is_the_reports(tmp_path, capsys):
     data = json.loads(path.read_text())
     opt, ref, cmp, split = data["optical"], data["gpu"], data["comparison"], data["disaggregated"]
     number = r"([-+0-9.e]+)"
+    # Which version's numbers these are (GPU figures have changed between versions).
+    assert (data["optical_version"], data["results_version"]) == (optical.__version__, 2)
 
     def figures(pattern):
         match = re.search(pattern, out)

@@ -461,7 +461,8 @@ def _api_report(report, preset, overrides):
     data = _as_written(report.to_dict())
     del data["timings"]
     return {**data, "preset": preset, "overrides": list(overrides), "config_file": None,
-            "environment": environment()}
+            "environment": environment(), "optical_version": optical.__version__,
+            "results_version": 2}
 
 
 @pytest.fixture(scope="module")

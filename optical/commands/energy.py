@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from optical._version import RESULTS_VERSION, __version__
 from optical.commands._common import (
     add_config_options,
     add_json_option,
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         **config_source(args), "config": cfg.to_dict(),
         "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
         "disaggregated": split,
+        "optical_version": __version__, "results_version": RESULTS_VERSION,
     }
     if args.plot is not None:
         from optical.energy.plot import plot_breakdown

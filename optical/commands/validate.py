@@ -69,6 +69,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from optical._validation import check_seed
+    from optical._version import RESULTS_VERSION, __version__
     from optical.kernels import environment
     from optical.transformer import load, validate
 
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     data = report.to_dict()
     data.update(config_source(args))
     data["environment"] = environment()  # numpy, numba, JAX: its GEMMs' rounding
+    data.update(optical_version=__version__, results_version=RESULTS_VERSION)
     write_json(args.json_path, data)  # first: a reader gone (`| head`) loses no report
     if not json_to_stdout(args):  # '-': stdout is the JSON
         print(report.table(preset=config_label(args)))

@@ -1,0 +1,10 @@
+"""The library's version, and the version of the numbers it computes."""
+
+__version__ = "0.1.0"
+
+#: Bumped whenever a run's numbers for the same inputs, workload, config and
+#: seed change (a physics fix, a metric added or redefined), so that a sweep
+#: never mixes runs computed two ways: sweeps record it in their manifest and
+#: runs (a resume refuses another), run ids hash it, and ``--json`` reports
+#: keep it. 1: sweeps and reports that did not record it (before 2026-12-06).
+RESULTS_VERSION = 2
