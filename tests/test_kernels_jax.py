@@ -142,6 +142,23 @@ def test_chunking_stats_and_programmed_weights(rng):
     assert st.passes == ref.passes and st.adc_conversions == ref.adc_conversions
 
 
+def test_noise_is_threefry_s_whatever_the_process_default_prng(rng):
+    """Noise is keyed by (seed, noise, token) with threefry (module docstring),
+    which keeps chunking and vmaps from moving any draw; a process whose JAX
+    default is rbg (a common speed setting on accelerators) silently keyed it
+    with rbg, whose vmapped draws depend on the batching (an audit: 6 sigma
+    moves between chunk sizes). The default must not reach the pass."""
+    x = jnp.asarray(rng.standard_normal((12, 40)).astype(np.float32))
+    w = (rng.standard_normal((40, 16)) / 8).astype(np.float32)
+    cfg = noisy(**{"core.inputs": 32, "core.outputs": 16})
+    with jax.default_prng_impl("rbg"):
+        whole = np.asarray(jax_backend.matmul(x, w, cfg, seed=7))
+        chunked = np.asarray(jax_backend.matmul(x, w, cfg, seed=7, chunk_tokens=4))
+    # Equal but for XLA's float32 GEMMs at another shape (an ADC code may move).
+    close = np.isclose(chunked, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    assert close.mean() > 0.97, close.mean()
+
+
 def test_bad_arguments(rng):
     x = jnp.ones((2, 4))
     w = np.ones((4, 3), np.float32)

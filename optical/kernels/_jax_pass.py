@@ -358,7 +358,7 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows):
     hp = jax.lax.Precision.HIGHEST
     tokens = x.shape[0]
     kp = st.k_tiles * st.tile_k
-    key = jax.random.key(seed)
+    key = jax.random.key(seed, impl="threefry2x32")  # whatever the process default
     # x / scale, through the scale's mantissa after an exact power-of-two shift:
     # XLA computes a division as a multiplication by the reciprocal, which
     # flushes to zero for a scale past 1 / tiny (~8.5e37) and zeroed the token.
