@@ -875,3 +875,28 @@ def test_a_kernel_cache_filled_by_two_processes_at_once_serves_each_dtype(tmp_pa
     later = subprocess.run([*run, "float64", "-", str(tmp_path)], env=env, timeout=120,
                            capture_output=True, text=True)
     assert later.returncode == 0, later.stderr[-500:]
+
+
+def test_xla_gemms_stay_on_the_host_cpu_at_full_precision():
+    """The numba backend's float32 GEMMs run in XLA: on the host's CPU device
+    whatever JAX's default device, at full float32 precision. They took the
+    default device (on a GPU host every block went there and back, at TF32 by
+    default). Checked in a child with two host devices, the default the
+    second, the GEMM's precision read from its program."""
+    pytest.importorskip("jax")
+    code = """
+import jax, numpy as np
+from optical.kernels import numba_backend as nb
+cpu0, cpu1 = jax.devices("cpu")[:2]
+with jax.default_device(cpu1):
+    on_host = nb._put_xla(np.ones((2, 2), np.float32)).devices() == {cpu0}
+    a, b = np.ones((64, 4), np.float32), np.ones((4, 4), np.float32)
+    program = str(jax.make_jaxpr(nb._xla_gemm(1))(a, b))
+print(on_host, "precision=(Precision.HIGHEST, Precision.HIGHEST)" in program)
+"""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.split() == ["True", "True"]

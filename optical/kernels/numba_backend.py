@@ -196,9 +196,11 @@ def _balanced_rails(t: np.ndarray, ks: slice, tl) -> tuple[list, list, np.ndarra
 
 
 def _put_xla(block: np.ndarray):
+    """``block`` on the host's CPU device: this is the CPU backend, whatever
+    JAX's default device (a GPU would take every block there and back)."""
     import jax
 
-    return jax.device_put(np.ascontiguousarray(block))
+    return jax.device_put(np.ascontiguousarray(block), jax.devices("cpu")[0])
 
 
 _XLA_GEMM: dict[int, Callable] = {}
@@ -232,7 +234,10 @@ def _xla_gemm(n: int) -> Callable:
         import jax
         import jax.numpy as jnp
 
-        _XLA_GEMM[n] = jax.jit(lambda a, *ws: jnp.stack([a @ w for w in ws]))
+        # Full float32 products wherever it runs (a GPU's default is TF32).
+        hp = jax.lax.Precision.HIGHEST
+        _XLA_GEMM[n] = jax.jit(lambda a, *ws: jnp.stack([jnp.matmul(a, w, precision=hp)
+                                                         for w in ws]))
     return _XLA_GEMM[n]
 
 
@@ -244,7 +249,7 @@ def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     row blocks of ``block`` (:func:`optical._gemm.rows_matmul`)."""
     if a.dtype == b.dtype and _xla_pays(b.dtype, b.size):
         # Indexed on the host: indexing the device array is a dispatch of its own.
-        out = _xla_gemm(1)(_xla_padded(a), np.ascontiguousarray(b))
+        out = _xla_gemm(1)(_put_xla(_xla_padded(a)), _put_xla(b))
         return np.asarray(out)[0, :a.shape[0]]
     return rows_matmul(a, b, block)
 
@@ -252,7 +257,7 @@ def engine_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
 def _gemm(plan: _Plan, light: np.ndarray, blocks: list, out: np.ndarray) -> np.ndarray:
     """Mean readouts (len(blocks), rows, nn) of ``light`` through the weight blocks."""
     if plan.engine == "xla":
-        means = np.asarray(_xla_gemm(len(blocks))(_xla_padded(light), *blocks))
+        means = np.asarray(_xla_gemm(len(blocks))(_put_xla(_xla_padded(light)), *blocks))
         return means if means.shape[1] == light.shape[0] else \
             np.ascontiguousarray(means[:, :light.shape[0]])
     # Fixed row blocks, one BLAS thread each: OpenBLAS's last bits otherwise
