@@ -22,6 +22,7 @@ import pytest
 
 _TIMES: dict[str, dict[str, float]] = {}
 _ROUND_RATIOS: dict[str, dict[str, float]] = {}
+_NOTES: list[str] = []
 
 # Longer than OpenBLAS's spin after a call (its THREAD_TIMEOUT, 2**28 cycles by
 # default: ~0.1 s) and than the 50-90 ms of CPU measured after a 512 x 4096 @
@@ -78,6 +79,13 @@ def record_round_ratio():
     return _record
 
 
+@pytest.fixture(scope="session")
+def record_note():
+    """Record a line for the end-of-run summary (pytest captures a test's own
+    prints, so without -s they would never show)."""
+    return _NOTES.append
+
+
 def _ratios():
     table = {}
     for case, times in _TIMES.items():
@@ -92,6 +100,10 @@ def _ratios():
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _NOTES:
+        terminalreporter.section("measured beside the ratios")
+        for line in _NOTES:
+            terminalreporter.write_line(line)
     table = _ratios()
     if not table:
         return

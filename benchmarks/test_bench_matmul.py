@@ -5,7 +5,7 @@ fast path (those are in test_bench_kernels.py, on the same case and operands:
 run together, the two files share the case's baselines). Its weights are
 programmed once, outside the timing, as for the fast paths: a weight load is
 not part of a matmul (test_bench_quant.py times programming). At ~2.5 s a call
-here, one warm-up round and two timed rounds keep this file to ~15 s.
+here, one warm-up round and two timed rounds keep this file to ~15-25 s.
 """
 
 import pytest

@@ -68,7 +68,7 @@ def test_validate_iris_like(benchmark, llama8b, record, record_seconds):
     record_seconds(CASE, "    of which programming the masks", timings["program_s"])
 
 
-def test_validate_over_the_fp32_forward_of_the_same_round(llama8b):
+def test_validate_over_the_fp32_forward_of_the_same_round(llama8b, record_note):
     """The same ratio, immune to this host's drift between the two tests
     above: three rounds, each timing the fp32 forward and then validate, back
     to back; the median of the three per-round ratios."""
@@ -88,7 +88,7 @@ def test_validate_over_the_fp32_forward_of_the_same_round(llama8b):
         ratios.append((end - middle) / (middle - start))
         rounds.append(f"{end - middle:.2f} s / {middle - start:.2f} s")
     median = statistics.median(ratios)
-    print(f"\n{CASE}: validate over the fp32 forward of the same round: "
+    record_note(f"{CASE}: validate over the fp32 forward of the same round: "
           + ", ".join(f"{r:.2f}x ({t})" for r, t in zip(ratios, rounds, strict=True))
           + f"; median {median:.2f}x (target <= 3x)")
     out = Path(".benchmarks")
@@ -111,7 +111,7 @@ print(json.dumps({"peak_rss_bytes": peak, "seconds": elapsed,
 """
 
 
-def test_llama_70b_layer_peak_memory(benchmark):
+def test_llama_70b_layer_peak_memory(benchmark, record_note):
     """One 70B layer at 512 tokens, validated in a fresh process; its peak RSS."""
     result = {}
 
@@ -122,7 +122,7 @@ def test_llama_70b_layer_peak_memory(benchmark):
 
     benchmark.pedantic(run, rounds=1, warmup_rounds=0)
     gib = result["peak_rss_bytes"] / 2**30
-    print(f"\nllama-3.1-70b layer 0, 512 tokens, iris-like: peak RSS {gib:.2f} GiB, "
+    record_note(f"llama-3.1-70b layer 0, 512 tokens, iris-like: peak RSS {gib:.2f} GiB, "
           f"validate {result['seconds']:.0f} s")
     out = Path(".benchmarks")
     out.mkdir(exist_ok=True)
