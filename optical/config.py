@@ -455,8 +455,9 @@ class MappingConfig(Section):
         scales and the attention products' ADC windows are set over all of
         a prompt's tokens, so an early token's output depends on later ones
         (a 10-token prefix of a 24-token prompt moved 0.2 % with an 8-bit
-        mask as the only error). Digital attention keeps a prefix's outputs
-        exact under noise with held-out calibration.
+        mask as the only error). With digital attention and held-out
+        calibration a prefix's outputs are the whole prompt's first rows up
+        to float rounding (GEMMs are blocked by token count).
     """
 
     _name: ClassVar[str] = "mapping"

@@ -12,7 +12,8 @@ engine that supplies the products and the rounding of the digital ops:
   (each weight programmed once per call, then freed) and the digital ops in
   float32; with ``mapping.attention == "optical"`` it also runs ``Q K^T`` and
   ``P V`` optically, programming ``K^T`` and ``V`` of every prompt and KV head
-  as masks (dynamic operands: each is a mask load).
+  as masks (dynamic operands, calibrated on their own values: each takes
+  its tiles' mask loads).
 
 Both record each product's output (for validation) and the optical engine
 each product's :class:`optical.MatmulStats`. Both run each weight product
