@@ -435,15 +435,17 @@ def test_llama_without_a_tie_key_has_its_own_lm_head():
     assert counts.weight_count(spec)["lm_head"] == 10 * 8
 
 
-@pytest.mark.parametrize("spare, resident", [(1, False), (2, True), (40, True)])
-def test_activation_masks_get_only_the_spare_cores_when_weights_are_resident(spare, resident):
+@pytest.mark.parametrize("spare, faster_reloading", [(1, True), (2, False), (40, False)])
+def test_activation_masks_get_only_the_spare_cores_when_weights_are_resident(
+        spare, faster_reloading):
     """Resident weights hold `tiles` cores; optical attention's activation masks
     run on the others: with `spare` of them, each activation matmul takes
     ceil(loads / spare) rounds of a load and a stream. Reloading the weights
     instead spreads every mask over all the cores (one initial load, then the
-    span or the work over the cores). Hand count of both; the report is the
-    faster: with one spare core, reloading (2 K tiles in turn on it cost more
-    than one more initial load)."""
+    span or the work over the cores). Hand count of both: the report is the
+    resident one (the lower energy), with the reload's TTFT beside it where
+    faster (with one spare core: 2 K tiles in turn on it cost more than one
+    more initial load)."""
     cfg = tiny_config(**{"mapping.attention": "optical"})
     layer = optical.transformer.layer_schedule(TINY, 3, cfg, batch=2)
     assert layer["attention.scores"].weight_loads == 2  # one K per prompt
@@ -464,23 +466,42 @@ def test_activation_masks_get_only_the_spare_cores_when_weights_are_resident(spa
             reloaded += stream
     layers = TINY.num_layers
     kept, reloaded = layers * kept, max(layers * work / cores, load + layers * reloaded)
-    assert (kept <= reloaded) == resident  # the cases cover both outcomes
-    assert rep.weights_resident == resident
-    assert rep.ttft - rep.time["digital"] == approx(min(kept, reloaded), rel=1e-12, abs=0)
-    loaded = sum(s.weight_loads for n, s in layer.items()
-                 if n in counts.ACTIVATION_MASKS or not resident)
-    assert rep.components["mask_load"] == approx(layers * loaded * 2e-3, rel=1e-12, abs=0)
+    assert (reloaded < kept) == faster_reloading  # the cases cover both outcomes
+    assert rep.weights_resident
+    assert rep.ttft - rep.time["digital"] == approx(kept, rel=1e-12, abs=0)
+    activation = sum(s.weight_loads for n, s in layer.items() if n in counts.ACTIVATION_MASKS)
+    assert rep.components["mask_load"] == approx(layers * activation * 2e-3, rel=1e-12, abs=0)
+    if not faster_reloading:
+        assert rep.faster_if_reloaded is None
+        return
+    alt = rep.faster_if_reloaded
+    assert alt["ttft_s"] - rep.time["digital"] == approx(reloaded, rel=1e-12, abs=0)
+    # Reloading adds each weight tile's load (2 mJ) and its mask bytes read
+    # from DRAM (30 pJ each): the energy of the same prefill on too few cores.
+    weight_bytes = sum(counts.mask_bytes(s, cfg) for s in linear.values())
+    assert alt["energy_j"] - rep.total == approx(
+        layers * (tiles // layers * 2e-3 + weight_bytes * 30e-12), rel=1e-9)
+    assert alt["energy_j"] == approx(model.prefill(
+        TINY, 3, cfg.replace({"energy.cores": tiles - 1}), batch=2).total, rel=1e-12)
 
 
-def test_adding_a_core_never_slows_the_prefill():
+def test_one_more_core_never_slows_the_faster_schedule():
     """An audit found Llama-3.2-1B with optical attention 8x slower on 960
-    cores (its weight tiles, one left for attention's masks) than on 959;
-    a machine with one more core can always run the smaller one's schedule."""
+    cores (its weight tiles, one left for attention's masks) than on 959: a
+    machine with one more core can always run the smaller one's schedule.
+    The report keeps the resident weights (less energy) and gives the faster
+    reload beside them; the faster of the two never lengthens."""
     spec = read_spec("models/llama-3.2-1b")
     cfg = optical.presets.get("iris-like").replace({"mapping.attention": "optical"})
-    ttft = [model.prefill(spec, 128, cfg.replace({"energy.cores": c})).ttft
-            for c in (1, 64, 958, 959, 960, 961, 970, 1100, 4000)]
-    assert all(b <= a for a, b in zip(ttft, ttft[1:], strict=False)), ttft
+    best, energy = [], []
+    for c in (1, 64, 958, 959, 960, 961, 970, 1100, 4000):
+        rep = model.prefill(spec, 128, cfg.replace({"energy.cores": c}))
+        alt = rep.faster_if_reloaded
+        best.append(rep.ttft if alt is None else min(rep.ttft, alt["ttft_s"]))
+        energy.append(rep.total)
+        assert rep.weights_resident == (c >= 960)
+    assert all(b <= a for a, b in zip(best, best[1:], strict=False)), best
+    assert all(b <= a for a, b in zip(energy, energy[1:], strict=False)), energy
 
 
 def test_a_matmul_without_tokens_is_charged_no_mask_load():
@@ -628,14 +649,14 @@ def test_throughput_counts_every_prompt_of_the_batch():
 
 
 def test_optical_attention_with_no_spare_core_is_still_priced():
-    # Every core could hold a weight tile; the activation masks still run
-    # (prefill refuses only the documented configs) and cannot be faster than
-    # with a spare core.
+    # Every core holds a weight tile; the activation masks still run (prefill
+    # refuses only the documented configs) and cannot be faster than with a
+    # spare core.
     cfg = tiny_config(**{"mapping.attention": "optical"})
     tiles = model.prefill(TINY, 3, cfg, batch=2).counts["weight_tiles"]
     at = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles}), batch=2)
     spare = model.prefill(TINY, 3, cfg.replace({"energy.cores": tiles + 1}), batch=2)
-    assert math.isfinite(at.ttft) and math.isfinite(at.total)
+    assert at.weights_resident and math.isfinite(at.ttft)
     assert at.ttft >= spare.ttft
 
 

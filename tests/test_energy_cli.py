@@ -642,3 +642,24 @@ def test_docs_energy_break_even_table_is_what_the_model_gives():
         assert ("none" if be_photons is None else f"{be_photons:.2e}") == photons, (name, tokens)
         assert str(compare.break_even_batch(spec, n, cfg, h100)) == batch, (name, tokens)
         assert (share["mask_load"], share["laser"], share["digital"]) == (mask, laser, digital)
+
+
+def test_a_faster_reload_is_printed_beside_resident_weights(tmp_path, capsys):
+    """960 cores hold Llama-3.2-1B's 960 weight tiles, leaving optical
+    attention's masks one core: the resident report (the lower energy) says
+    that reloading every prefill would be faster, with its TTFT and energy."""
+    path = tmp_path / "e.json"
+    assert main(["energy", "--model", "models/llama-3.2-1b", "--prompt-tokens", "128",
+                 "--set", "mapping.attention=optical", "--set", "energy.cores=960",
+                 "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    opt = json.loads(path.read_text())["optical"]
+    alt = opt["faster_if_reloaded"]
+    assert opt["weights_resident"] and alt["ttft_s"] < opt["ttft_s"]
+    assert alt["energy_j"] > opt["energy_j"]["total"]
+    line = re.search(r"reloading the weights every prefill would be faster: TTFT ([0-9.e+-]+) s "
+                     r"for ([0-9.e+-]+) J \(resident weights leave optical attention's masks "
+                     r"1 core\(s\)\)", out)
+    assert line, out
+    assert float(line[1]) == pytest.approx(alt["ttft_s"], rel=6e-4)
+    assert float(line[2]) == pytest.approx(alt["energy_j"], rel=6e-4)

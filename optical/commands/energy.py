@@ -206,6 +206,12 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     resident = "resident" if opt.weights_resident else "reloaded every prefill"
     print(f"  weight tiles: {opt.counts['weight_tiles']} ({resident}); "
           f"{opt.counts['rows_per_weight_load']} rows per weight load")
+    if opt.faster_if_reloaded is not None:
+        spare = max(1, opt.cores - opt.counts["weight_tiles"])
+        alt = opt.faster_if_reloaded
+        print(f"  reloading the weights every prefill would be faster: TTFT {alt['ttft_s']:.4g} s "
+              f"for {alt['energy_j']:.4g} J (resident weights leave optical attention's masks "
+              f"{spare} core(s))")
     if cfg.outliers.policy != "none":  # which channels bypass depends on the data
         print(f"  outlier channels (outliers.policy = {cfg.outliers.policy!r}) priced as "
               "optical: their digital share is data-dependent (optical validate reports it)")
