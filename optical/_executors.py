@@ -374,6 +374,10 @@ class DaskExecutor(Executor):
                         outcome: Outcome = future.exception()
                     else:
                         outcome = future.result()
+                        if isinstance(outcome, dict):  # a worker of an optical that
+                            # did not send its versions computed results version 1
+                            outcome.setdefault("results_version", 1)
+                            outcome.setdefault("optical_version", "unknown (before 2026-12-06)")
                 except Exception as err:  # cancelled: the scheduler is gone, say
                     outcome = RuntimeError(f"Dask returned no result ({type(err).__name__}: "
                                            f"{err}); is the scheduler still running?")

@@ -1306,6 +1306,49 @@ def test_a_dask_future_without_a_result_is_the_runs_failure():
     assert "scheduler-connection-lost" in str(outcome) and "scheduler still running" in str(outcome)
 
 
+def test_a_dask_worker_of_an_optical_that_sends_no_versions_is_an_older_one(tmp_path):
+    """Outcomes carry the worker's versions since results were versioned: a
+    Dask worker running an optical from before sends none, and passed for
+    this one's (the review reproduced it with a real LocalCluster)."""
+    from optical import _executors
+
+    class Done:
+        status = "finished"
+
+        def __init__(self, task):
+            self.task = task
+
+        def result(self):
+            outcome = _executors.evaluate(self.task)
+            del outcome["results_version"], outcome["optical_version"]  # as before
+            return outcome
+
+        def release(self):
+            pass
+
+    class Client:
+        def submit(self, fn, task, key, retries):
+            future = Done(task)
+            future.key = key
+            return future
+
+        def cancel(self, futures):
+            pass
+
+        def scheduler_info(self):
+            return {"workers": {}}
+
+        scheduler = type("Scheduler", (), {"address": "tcp://fake:8786"})()
+
+    distributed = pytest.importorskip("distributed")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distributed, "as_completed", lambda futures: iter(futures))
+        with pytest.raises(SweepError, match=r"computed by optical 'unknown \(before 2026-12-06\)' "
+                                             r"\(results version 1\)"):
+            optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=tmp_path / "s", base=BASE,
+                          executor=_executors.DaskExecutor(Client()), progress=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class Batchable:
     """A workload whose runs all batch together; each metric names its run."""
