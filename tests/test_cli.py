@@ -754,3 +754,24 @@ print(json.dumps({"helps": helps, "units": units}))
     units = {p: optical.OpticalConfig.field_unit(p) for p in optical.OpticalConfig.paths()}
     assert got["units"] == units
     assert units["optics.pixel_pitch"] == "m" and units["source.wavelength"] == "m"
+
+
+def test_an_install_without_sources_still_makes_configs_under_python_OO(tmp_path):
+    """Compiled-only installs (frozen apps) under -OO have neither docstrings
+    nor sources to read the units from: configs are still made, with blank
+    units (reading the source for them first raised for every config)."""
+    import compileall
+    import shutil
+
+    package = tmp_path / "optical"
+    shutil.copytree(os.path.dirname(optical.__file__), package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert compileall.compile_dir(package, quiet=1, legacy=True, optimize=2)
+    for source in package.rglob("*.py"):
+        source.unlink()
+    code = "import optical; print(optical.presets.get('iris-like').adc.bits)"
+    done = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.split() == ["8"]
