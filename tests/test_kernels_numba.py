@@ -882,21 +882,40 @@ def test_xla_gemms_stay_on_the_host_cpu_at_full_precision():
     whatever JAX's default device, at full float32 precision. They took the
     default device (on a GPU host every block went there and back, at TF32 by
     default). Checked in a child with two host devices, the default the
-    second, the GEMM's precision read from its program."""
+    second, implicit transfers to a device refused (every operand must be
+    placed explicitly), the GEMM's precision read from its program; and in
+    a child whose JAX_PLATFORMS leaves the CPU out, where BLAS takes over."""
     pytest.importorskip("jax")
     code = """
-import jax, numpy as np
+import jax, numpy as np, optical
 from optical.kernels import numba_backend as nb
 cpu0, cpu1 = jax.devices("cpu")[:2]
-with jax.default_device(cpu1):
+x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+w = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+cfg = optical.presets.get("iris-like").replace({"core.inputs": 256, "core.outputs": 256})
+pw = optical.program(w, cfg, calibration=x)
+with jax.default_device(cpu1), jax.transfer_guard_host_to_device("disallow"):
     on_host = nb._put_xla(np.ones((2, 2), np.float32)).devices() == {cpu0}
-    a, b = np.ones((64, 4), np.float32), np.ones((4, 4), np.float32)
-    program = str(jax.make_jaxpr(nb._xla_gemm(1))(a, b))
+    nb.engine_matmul(x, w, 64)
+    optical.matmul(x, pw, cfg, seed=0, backend="numba")
+    program = str(jax.make_jaxpr(nb._xla_gemm(1))(x, w))
 print(on_host, "precision=(Precision.HIGHEST, Precision.HIGHEST)" in program)
 """
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
            "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-500:]
+    assert done.returncode == 0, done.stderr[-800:]
     assert done.stdout.split() == ["True", "True"]
+    code = """
+import numpy as np, optical
+from optical.kernels import numba_backend as nb
+x = np.ones((64, 256), np.float32)
+y = optical.matmul(x, np.eye(256, dtype=np.float32), optical.presets.get("ideal"), seed=0,
+                   backend="numba")
+print(nb.xla_available(), bool(np.allclose(y, x, atol=1e-5)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cuda"}, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert done.stdout.split() == ["False", "True"]

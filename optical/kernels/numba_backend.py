@@ -33,6 +33,7 @@ so the output depends neither on ``chunk_tokens`` nor on the thread count.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from collections.abc import Callable
@@ -72,15 +73,28 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
 
 
 def xla_available() -> bool:
-    """Whether JAX is installed (its CPU GEMM is then used for float32)."""
-    return importlib.util.find_spec("jax") is not None
+    """Whether JAX is installed with its CPU backend (its CPU GEMM is then
+    used for float32; ``JAX_PLATFORMS`` may leave the CPU out)."""
+    return importlib.util.find_spec("jax") is not None and _host_cpu() is not None
+
+
+@functools.cache
+def _host_cpu():
+    """JAX's host CPU device, or None where JAX starts without it."""
+    import jax
+
+    try:
+        return jax.devices("cpu")[0]
+    except Exception:  # noqa: BLE001 - JAX_PLATFORMS=cuda: RuntimeError or AssertionError
+        return None
 
 
 def _choose_gemm(gemm: str, dtype: np.dtype, pw: ProgrammedWeights) -> str:
     if gemm not in GEMMS:
         raise ValueError(f"gemm: {gemm!r} is not valid; valid: {', '.join(map(repr, GEMMS))}")
     if gemm == "xla" and not xla_available():
-        raise ValueError("gemm: 'xla' needs JAX; install optical[jax]")
+        raise ValueError("gemm: 'xla' needs JAX with its CPU backend; install optical[jax] "
+                         "(and keep 'cpu' in JAX_PLATFORMS)")
     if gemm == "xla" and dtype != np.float32:
         raise ValueError("gemm: 'xla' runs float32 only (JAX without x64); use 'blas'")
     if gemm != "auto":
@@ -200,7 +214,7 @@ def _put_xla(block: np.ndarray):
     JAX's default device (a GPU would take every block there and back)."""
     import jax
 
-    return jax.device_put(np.ascontiguousarray(block), jax.devices("cpu")[0])
+    return jax.device_put(np.ascontiguousarray(block), _host_cpu())
 
 
 _XLA_GEMM: dict[int, Callable] = {}
