@@ -108,7 +108,8 @@ _RESTART = ("start the same sweep again on this directory (the whole `optical sw
             "with its workload and options, not only --out; or the same optical.sweep call): "
             "the manifest is rebuilt and the finished runs whose workload, config and seed it "
             "names again are found by their ids, not re-run (a run of a definition that "
-            "differs, or of a library version with other config fields, runs again)")
+            "differs, of a library version with other config fields, or of another "
+            "results version, runs again; their files stay where they are)")
 
 
 def _rebuild_advice(out: Path) -> str:

@@ -666,8 +666,8 @@ def _prepare(definition: SweepDefinition, out: Path
         if changed:
             old = manifest["definition"].get("workload")
             keep = (f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json into the "
-                    "new directory first (a run's id is its workload, config and seed, so the "
-                    "new sweep finds them there)" if _may_share(manifest["definition"], new)
+                    "new directory first (a run's id is its workload, config, seed and results "
+                    "version, so the new sweep finds them there)" if _may_share(manifest["definition"], new)
                     else "the two share no run (a run's id hashes its workload)")
             if (isinstance(old, Mapping) and old.get("kind") == "layer"
                     and "checkpoint" not in old and new["workload"].get("checkpoint")):
