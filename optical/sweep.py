@@ -284,6 +284,7 @@ class SweepDefinition:
                 raise TypeError(f"params: a path must be a string, got {path!r}")
             canonical.append((path, _check_param(path, values, random=samples is not None,
                                                  workload=workload)))
+        _check_range_ends(canonical, base)
         seeds = _check_seeds(seeds)
         if samples is None:
             _check_runs(math.prod(len(values) for _, values in canonical) * len(seeds),
@@ -493,6 +494,27 @@ def _check_param(path: str, values: Any, *, random: bool,
     return _checked_values(path, values, _canonical)
 
 
+def _check_range_ends(params: Sequence[tuple[str, Any]], base: OpticalConfig) -> None:
+    """Refuse a Range whose ends the base config does not allow (a photon
+    count past 1e30, ADC bits at or below the ENOB loss): otherwise whether
+    the sweep is accepted depends on where ``sample_seed``'s draws land. A
+    Range sharing its section with another swept path is left to the
+    points' own check (that path may make its ends valid)."""
+    for path, values in params:
+        if not isinstance(values, Range):
+            continue
+        section = path.split(".")[0]
+        if any(other != path and other.split(".")[0] == section for other, _ in params):
+            continue
+        for end in (values.lo, values.hi):
+            try:
+                base.replace({path: end})
+            except ValueError as err:
+                raise ValueError(f"{path}: the Range [{values.lo:g}, {values.hi:g}] reaches "
+                                 f"{end:g}, which the base config does not allow ({err}); "
+                                 "every draw must be valid, whatever sample_seed") from None
+
+
 def _checked_values(path: str, values: Any, canonical: Any) -> tuple[Any, ...]:
     """A grid parameter's values, each ``canonical(path, value)``, none twice."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
@@ -665,9 +687,10 @@ def _prepare(definition: SweepDefinition, out: Path
         changed = _changes(manifest["definition"], new)
         if changed:
             old = manifest["definition"].get("workload")
+            shared = _may_share(manifest["definition"], new)
             keep = (f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json into the "
                     "new directory first (a run's id is its workload, config, seed and results "
-                    "version, so the new sweep finds them there)" if _may_share(manifest["definition"], new)
+                    "version, so the new sweep finds them there)" if shared
                     else "the two share no run (a run's id hashes its workload)")
             if (isinstance(old, Mapping) and old.get("kind") == "layer"
                     and "checkpoint" not in old and new["workload"].get("checkpoint")):
