@@ -78,7 +78,8 @@ def test_without_jax_xla_is_refused_and_auto_takes_blas(rng, monkeypatch):
     cfg = ideal(**{"core.inputs": 256, "core.outputs": 256})
     x = rng.standard_normal((20, 256)).astype(np.float32)
     pw = optical.program(rng.standard_normal((256, 256)).astype(np.float32), cfg)
-    with pytest.raises(ValueError, match=r"gemm: 'xla' needs JAX; install optical\[jax\]"):
+    with pytest.raises(ValueError, match=r"gemm: 'xla' needs JAX with its CPU backend; "
+                                         r"install optical\[jax\]"):
         _accumulate(x, pw, cfg, "xla")
     np.testing.assert_array_equal(_accumulate(x, pw, cfg, "auto"), _accumulate(x, pw, cfg, "blas"))
 

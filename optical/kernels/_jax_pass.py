@@ -75,7 +75,10 @@ class Static:
     window_per_tile: bool  # re-derived windows shared by each tile's columns
     per_tensor: bool
     h: tuple[float, ...]
-    t_min: float
+    # 1 / contrast: a continuous config value, so not part of the jit key (a
+    # contrast sweep compiled a program per value); the pass reads it from
+    # the programmed arrays (``t_min_c``, ``t_span``).
+    t_min: float = dataclasses.field(compare=False)
     c_sum: float
     w_const: float
     in_coeffs: tuple[float, ...]
@@ -174,6 +177,9 @@ def _host_arrays(pw: ProgrammedWeights, st: Static) -> dict[str, np.ndarray]:
         "w_sum": _pad_n(pw.weight_sums, st).astype(dt),
         "scale": _pad_n(pw.scale, st).astype(dt),
         "w_eff": w_eff,
+        # The decoding's constants, rounded as the compiled constants were.
+        "t_min_c": np.asarray(st.t_min * st.c_sum, dt),
+        "t_span": np.asarray(1 - st.t_min, dt),
     }
     if st.low_rank:
         out["left"] = np.stack(lefts).astype(dt)
@@ -451,7 +457,7 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows):
         clipped = (clip[..., :st.n] & real).sum(dtype=jnp.int32)
     zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value)
     a_sum = a_sum[..., None]
-    z = (zsum - st.t_min * st.c_sum * a_sum) / (1 - st.t_min) + st.w_const * a_sum
+    z = (zsum - prog["t_min_c"] * a_sum) / prog["t_span"] + st.w_const * a_sum
     part = st.in_const * prog["w_sum"][None] + jnp.einsum("s,stkn->tkn",
                                                            jnp.asarray(st.in_coeffs, dt), z)
     y = jnp.einsum("tkn,kn->tn", part, prog["scale"], precision=hp)[:, :st.n]
