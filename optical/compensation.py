@@ -137,6 +137,9 @@ def _correlate(a: np.ndarray, kernel: np.ndarray, axis: int, sign: int) -> np.nd
 
 #: Each tile shape's reach (``_tile_reach``), per lens kernels (dropped with them).
 _REACH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Reaches kept per kernels, the oldest dropped first: a key holds the mask
+#: contrast, so a contrast sweep on one lens added one for good per value.
+_REACH_ENTRIES = 128
 
 
 def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
@@ -190,6 +193,11 @@ def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np
                 reach = _tile_reach(optics, type(tiling)(*shape, tiling.tile_k, tiling.tile_n),
                                     t_min, scheme, rails)
                 reach.flags.writeable = False
+                while len(reach_of) >= _REACH_ENTRIES:
+                    try:
+                        reach_of.pop(next(iter(reach_of)), None)
+                    except (RuntimeError, StopIteration):  # another thread's change
+                        break
                 reach_of[key] = reach
             out[i, ns] = reach_of[key]
     if np.any(out <= 0):

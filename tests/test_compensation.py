@@ -564,3 +564,21 @@ def test_compensation_of_a_single_weight_runs_until_no_pixel_moves():
     ref = x @ w
     y = optical.matmul(x, w, cfg, seed=0, backend="numba")
     assert np.abs(y - ref).max() <= 1e-6 * np.abs(ref).max()
+
+
+def test_the_reach_kept_per_lens_is_bounded_over_a_contrast_sweep(rng):
+    """Each tile shape's reach is kept with the lens kernels, keyed by the
+    mask contrast too: a soak test found one entry added for good per
+    contrast value (2-8 KB each, ~100-400 MB over a 10k-point sweep on one
+    lens). Kept within a bound; a reach computed again is the same."""
+    from optical.physics import crosstalk
+
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 16, "core.outputs": 8, "adc.full_scale": "rms",
+        "outliers.policy": "none"})
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    first = optical.program(w, cfg)
+    for contrast in np.linspace(60.0, 90.0, 200):
+        optical.program(w, cfg.replace({"mask.contrast_ratio": float(contrast)}))
+    assert 0 < len(compensation._REACH[crosstalk.kernels(cfg)]) <= 150
+    np.testing.assert_array_equal(optical.program(w, cfg).transmissions, first.transmissions)
