@@ -1729,3 +1729,7 @@ def test_a_range_past_what_the_base_config_allows_is_refused_whatever_the_seed(s
                                   sample_seed=seed)
     SweepDefinition.build(WL, {"adc.bits": Range(1, 8), "adc.enob_loss": [0.0]}, seeds=1,
                           base=BASE, samples=3, sample_seed=seed)
+    if seed == 0:  # a stored sweep whose draws were all valid still reads back to resume
+        SweepDefinition.build(WL, {"source.photons_per_mac": Range(1e3, 1e31, log=True)},
+                              seeds=1, base=BASE, samples=3, sample_seed=seed,
+                              check_points=False)
