@@ -775,3 +775,24 @@ def test_an_install_without_sources_still_makes_configs_under_python_OO(tmp_path
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.split() == ["8"]
+
+
+def test_the_package_version_is_read_without_importing_the_package():
+    """pip builds the project in an isolated environment without numpy, where
+    setuptools reads the version attribute statically or else imports the
+    package (which fails there): the attribute pyproject names must be a
+    plain literal assignment in a file setuptools can parse on its own (a
+    re-export from optical/__init__.py broke every fresh install)."""
+    import ast
+    import tomllib
+    from pathlib import Path
+
+    root = Path(optical.__file__).parent.parent
+    attr = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "dynamic"]["version"]["attr"]
+    module, name = attr.rsplit(".", 1)
+    source = root.joinpath(*module.split(".")).with_suffix(".py")
+    assigned = [node.value.value for node in ast.parse(source.read_text()).body
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    assert assigned == [optical.__version__]
