@@ -792,6 +792,8 @@ def test_the_package_version_is_read_without_importing_the_package():
         "dynamic"]["version"]["attr"]
     module, name = attr.rsplit(".", 1)
     source = root.joinpath(*module.split(".")).with_suffix(".py")
+    if not source.exists():  # a package: its __init__.py
+        source = root.joinpath(*module.split("."), "__init__.py")
     assigned = [node.value.value for node in ast.parse(source.read_text()).body
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
                 and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
