@@ -207,7 +207,7 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     print(f"  weight tiles: {opt.counts['weight_tiles']} ({resident}); "
           f"{opt.counts['rows_per_weight_load']} rows per weight load")
     if opt.faster_if_reloaded is not None:
-        spare = max(1, opt.cores - opt.counts["weight_tiles"])
+        spare = model.spare_cores(opt.cores, opt.counts["weight_tiles"])
         alt = opt.faster_if_reloaded
         print(f"  reloading the weights every prefill would be faster: TTFT {alt['ttft_s']:.4g} s "
               f"for {alt['energy_j']:.4g} J (resident weights leave optical attention's masks "

@@ -404,15 +404,20 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     return kept
 
 
+def spare_cores(cores: int, tiles: int) -> int:
+    """The cores optical attention's activation masks run on beside ``tiles``
+    resident weight tiles: those the weights leave, or, with none left, one
+    shared core (docs/energy.md, limitations)."""
+    return max(1, cores - tiles)
+
+
 def _price(spec: ModelSpec, tokens: int, config: OpticalConfig, batch: int, model: str,
            schedules: Mapping[str, Schedule], tiles: int, *, resident: bool) -> PrefillEnergy:
     """:func:`prefill` with the weights resident (``cores >= tiles``) or
     reloaded every prefill."""
     e = config.energy
     layers = spec.num_layers
-    # Activation masks get the cores the resident weights leave; with none left
-    # they are timed on one shared core (docs/energy.md, limitations).
-    spare = max(1, e.cores - tiles) if resident else e.cores
+    spare = spare_cores(e.cores, tiles) if resident else e.cores
 
     components = dict.fromkeys(COMPONENTS, 0.0)
     by_matmul: dict[str, dict[str, float]] = {}
