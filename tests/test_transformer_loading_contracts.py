@@ -335,17 +335,30 @@ def test_float32_rounding_into_a_buffer_copies_x_there():
 
 def test_rope_parameters_next_to_an_agreeing_rope_scaling_are_taken():
     """Both RoPE keys are taken when they agree (the legacy "type" name for
-    the rope type, and fields only one of them gives, included); the
-    disagreeing cases are refused (test_transformer_checkpoint)."""
+    the rope type included); transformers >= 5 then reads rope_scaling, with
+    the top-level rope_theta. A rope_scaling giving fewer fields, or a
+    rope_theta only inside rope_parameters, is refused: every transformers
+    version reads rope_scaling alone, and the top-level theta (10000 when
+    absent). The other disagreeing cases: test_transformer_checkpoint."""
     from optical.transformer.rope import rope_settings
 
     llama3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "original_max_position_embeddings": 8192}
     params = {**llama3, "rope_type": "llama3", "rope_theta": 5e5}
     for legacy in ({**llama3, "rope_type": "llama3"}, {**llama3, "type": "llama3"},
-                   {"type": "llama3", "factor": 8.0}):
-        theta, scaling, key = rope_settings({"rope_parameters": params, "rope_scaling": legacy})
-        assert (theta, scaling, key) == (5e5, params, "rope_parameters")
+                   {**llama3, "type": "llama3", "rope_theta": 5e5}):
+        config = {"rope_parameters": params, "rope_scaling": legacy, "rope_theta": 5e5}
+        assert rope_settings(config) == (5e5, legacy, "rope_scaling")
+    with pytest.raises(ValueError, match="rope_parameters reads rope_theta 500000.0; "
+                                         "transformers >= 5 reads rope_theta 10000.0"):
+        rope_settings({"rope_parameters": params, "rope_scaling": {**llama3, "type": "llama3"}})
+    with pytest.raises(ValueError, match="rope_parameters reads low_freq_factor 1.0, "
+                                         "high_freq_factor 4.0, original_max_position_"
+                                         "embeddings 8192; transformers >= 5 reads "
+                                         "low_freq_factor None"):
+        rope_settings({"rope_parameters": params, "rope_scaling": {"type": "llama3",
+                                                                    "factor": 8.0},
+                       "rope_theta": 5e5})
     with pytest.raises(ValueError, match="rope_parameters.rope_type = 'llama3' but "
                                          "rope_scaling.rope_type = 'default'"):
         rope_settings({"rope_parameters": params, "rope_scaling": {"factor": 8.0}})
@@ -355,6 +368,82 @@ def test_rope_parameters_next_to_an_agreeing_rope_scaling_are_taken():
     assert rope_settings({"rope_parameters": unscaled, "rope_scaling": None,
                           "rope_theta": 500000})[:2] == (5e5, unscaled)
     assert rope_settings({"rope_parameters": params, "rope_theta": 5e5})[0] == 5e5
+
+
+def _hf_config(transformers, config):
+    """transformers' LlamaConfig of ``config`` (a copy: it fills in the
+    RoPE objects it is given)."""
+    return transformers.LlamaConfig.from_dict(json.loads(json.dumps(config)))
+
+
+_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_theta": 5e5, "rope_scaling": _LLAMA3},
+    {"rope_parameters": {**_LLAMA3, "rope_theta": 5e5}},
+    {"rope_parameters": {"rope_type": "linear", "factor": 4.0}, "rope_theta": 5e5},
+    {"rope_scaling": {"type": "linear", "factor": 4.0, "rope_theta": 5e5}, "rope_theta": 5e5},
+    {"rope_parameters": {**_LLAMA3, "rope_theta": 5e5}, "rope_scaling": _LLAMA3,
+     "rope_theta": 5e5},
+    {"rope_scaling": _LLAMA3, "rope_theta": 5e5, "original_max_position_embeddings": 16},
+])
+def test_rope_settings_taken_are_transformers_own(rope):
+    """Configs every reading agrees on: the inverse frequencies are those
+    transformers' LlamaRotaryEmbedding computes from the same config.json."""
+    from optical.transformer.rope import inverse_frequencies, rope_settings
+
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = {**SMALL, "max_position_embeddings": 64, **rope}
+    ours = inverse_frequencies(8, *rope_settings(config)[:2])
+    theirs = LlamaRotaryEmbedding(_hf_config(transformers, config)).inv_freq
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("rope", "other"), [
+    # rope_theta only inside rope_parameters, beside a rope_scaling:
+    # transformers >= 5 reads rope_scaling, with the default theta.
+    ({"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5},
+      "rope_scaling": {"rope_type": "linear", "factor": 4.0}}, (5e5, {"rope_type": "linear",
+                                                                       "factor": 4.0})),
+    ({"rope_parameters": {**_LLAMA3, "rope_theta": 5e5}, "rope_scaling": _LLAMA3},
+     (5e5, _LLAMA3)),
+    # rope_theta inside rope_scaling: transformers >= 5 reads it, < 5 the top level's.
+    ({"rope_scaling": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5}},
+     (1e4, {"rope_type": "linear", "factor": 4.0})),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5},
+      "rope_theta": 1e4}, (1e4, {"rope_type": "linear", "factor": 4.0})),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4},
+      "rope_scaling": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5}},
+     (1e4, {"rope_type": "linear", "factor": 4.0})),
+    # A top-level original_max_position_embeddings: transformers >= 5 reads it
+    # in place of the scaling's.
+    ({"rope_scaling": _LLAMA3, "rope_theta": 5e5, "original_max_position_embeddings": 4},
+     (5e5, _LLAMA3)),
+    ({"rope_parameters": {**_LLAMA3, "rope_theta": 5e5}, "original_max_position_embeddings": 4},
+     (5e5, _LLAMA3)),
+])
+def test_rope_settings_read_two_ways_are_refused(rope, other):
+    """Configs transformers versions (or the config's own two RoPE keys) read
+    as different rotations are refused, naming what differs; the rotation
+    transformers >= 5 computes differs from the other reading's (so either
+    answer would have been wrong for someone)."""
+    from optical.transformer.rope import inverse_frequencies, rope_settings
+
+    config = {**SMALL, "max_position_embeddings": 64, **rope}
+    with pytest.raises(ValueError, match="read differently|original_max_position_embeddings = "
+                                         "4 but"):
+        rope_settings(config)
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    theirs = LlamaRotaryEmbedding(_hf_config(transformers, config)).inv_freq.numpy()
+    assert not np.allclose(inverse_frequencies(8, *other), theirs, rtol=1e-3)
 
 
 def test_a_bert_tensor_a_sharded_index_leaves_out_is_named_with_the_index(tmp_path):

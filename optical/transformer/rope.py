@@ -28,43 +28,108 @@ _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
 
 
 def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] | None, str]:
-    """(theta, scaling, key) from a ``config.json``: transformers < 5 writes
-    ``rope_theta`` and ``rope_scaling``; transformers >= 5 writes both in
-    ``rope_parameters``. ``key`` names the config key, for error messages.
-    A config holding both, with scalings or thetas that disagree (a
-    ``rope_scaling`` of null beside a scaled ``rope_parameters`` included), is
-    refused: transformers versions differ in which one they read."""
+    """(theta, scaling, key) from a ``config.json``, as transformers reads it:
+    transformers < 5 reads ``rope_scaling`` and the top-level ``rope_theta``;
+    transformers >= 5 writes both in ``rope_parameters`` and reads
+    ``rope_scaling`` in its place when that is a non-empty object, taking
+    ``rope_theta`` from the object read, else from the top level (10000 when
+    neither has one). ``key`` names the object read, for error messages.
+
+    A config that transformers versions, or its two RoPE keys, would read as
+    different rotations is refused, naming what differs: ``rope_parameters``
+    and ``rope_scaling`` that disagree (a null ``rope_scaling`` beside a
+    scaled ``rope_parameters``, or a ``rope_theta`` in one object only,
+    included), a ``rope_theta`` inside ``rope_scaling`` other than the top
+    level's, or a top-level ``original_max_position_embeddings`` other than
+    the llama3 scaling's (transformers >= 5 reads the top-level one)."""
     params = config.get("rope_parameters")
     legacy = config.get("rope_scaling")
-    if isinstance(params, Mapping) and "rope_scaling" in config and legacy is None \
+    for name, value in (("rope_parameters", params), ("rope_scaling", legacy)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError(f"{name}: must be an object (or null), got {value!r}")
+    if params is not None and "rope_scaling" in config and legacy is None \
             and (kind := _rope_field(params, "rope_type")) != "default":
         _refuse_disagreement(f"rope_parameters.rope_type = {kind!r} but rope_scaling = null")
-    if isinstance(params, Mapping) and isinstance(legacy, Mapping):
+    if params is not None and legacy is not None:
         for field in ("rope_type", *_LLAMA3_KEYS):
             ours, theirs = _rope_field(params, field), _rope_field(legacy, field)
             if ours is not None and theirs is not None and ours != theirs:
                 _refuse_disagreement(f"rope_parameters.{field} = {ours!r} but "
                                      f"rope_scaling.{field} = {theirs!r}")
-    if isinstance(params, Mapping) and is_positive_number(params.get("rope_theta")) \
+    if params is not None and is_positive_number(params.get("rope_theta")) \
             and is_positive_number(config.get("rope_theta")) \
             and params["rope_theta"] != config["rope_theta"]:
         _refuse_disagreement(f"rope_parameters.rope_theta = {params['rope_theta']!r} but "
                              f"rope_theta = {config['rope_theta']!r}")
-    if isinstance(params, Mapping):
-        theta, scaling, key = params.get("rope_theta", config.get("rope_theta", 10000.0)), \
-            params, "rope_parameters"
+    top_theta = config.get("rope_theta", 10000.0)
+    # Each reading: (what it is, theta, where theta came from, scaling, its key).
+    readings = []
+    if params is not None and "rope_scaling" in config:
+        readings.append(("rope_parameters", *_theta_of(params, "rope_parameters", top_theta),
+                         params, "rope_parameters"))
+    if legacy:
+        newest = ("transformers >= 5", *_theta_of(legacy, "rope_scaling", top_theta), legacy,
+                  "rope_scaling")
+    elif params is not None:
+        newest = ("transformers >= 5", *_theta_of(params, "rope_parameters", top_theta), params,
+                  "rope_parameters")
     else:
-        theta, scaling, key = config.get("rope_theta", 10000.0), config.get("rope_scaling"), \
-            "rope_scaling"
-    where = key if key == "rope_parameters" else "config.json"
+        newest = ("transformers >= 5", top_theta, "config.json", legacy, "rope_scaling")
+    readings.append(newest)
+    if params is None or "rope_scaling" in config:  # a config transformers < 5 reads
+        readings.append(("transformers < 5", top_theta, "config.json", legacy, "rope_scaling"))
+    for _, theta, where, _, _ in readings:
+        _check_theta(theta, where)
+    signatures = [_signature(theta, scaling) for _, theta, _, scaling, _ in readings]
+    if any(s != signatures[0] for s in signatures[1:]):
+        differ = [name for name in signatures[0]
+                  if len({repr(s.get(name)) for s in signatures}) > 1]
+        said = "; ".join(f"{name} reads " + ", ".join(f"{f} {sig.get(f)!r}" for f in differ)
+                         for (name, *_), sig in zip(readings, signatures, strict=True))
+        raise ValueError(f"config.json: the RoPE settings are read differently: {said}; keep "
+                         "one RoPE object (rope_scaling or rope_parameters), with rope_theta "
+                         "at the top level or beside the same values in it")
+    _, theta, _, scaling, key = newest
+    if _rope_field(scaling or {}, "rope_type") == "llama3" \
+            and "original_max_position_embeddings" in config \
+            and config["original_max_position_embeddings"] \
+            != scaling.get("original_max_position_embeddings"):
+        _refuse_disagreement(
+            f"original_max_position_embeddings = {config['original_max_position_embeddings']!r}"
+            f" but {key}.original_max_position_embeddings = "
+            f"{scaling.get('original_max_position_embeddings')!r} (transformers >= 5 reads "
+            "the top-level one, transformers < 5 the other)")
+    return float(theta), scaling, key
+
+
+def _theta_of(scaling: Mapping[str, Any], key: str, top_theta: Any) -> tuple[Any, str]:
+    """A RoPE object's theta and where it came from: its own, else the top level's."""
+    return (scaling["rope_theta"], key) if "rope_theta" in scaling else (top_theta, "config.json")
+
+
+def _check_theta(theta: Any, where: str) -> None:
     if not is_positive_number(theta):
         raise ValueError(f"{where}: rope_theta must be a positive number, got {theta!r}")
     if not 1 < theta <= FLOAT32_MAX:  # else the wavelengths do not grow, or overflow
         raise ValueError(f"{where}: rope_theta must exceed 1 (RoPE's wavelengths grow as "
                          f"its powers) and be within float32's range, got {theta!r}")
-    if scaling is not None and not isinstance(scaling, Mapping):
-        raise ValueError(f"{key}: must be an object (or null), got {scaling!r}")
-    return float(theta), scaling, key
+
+
+def _signature(theta: float, scaling: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What decides the rotation: the rope type, theta and the type's fields
+    (those of a type this module does not implement, all of them)."""
+    scaling = scaling or {}
+    kind = _rope_field(scaling, "rope_type")
+    if kind == "default":
+        fields: tuple = ()
+    elif kind == "linear":
+        fields = ("factor",)
+    elif kind == "llama3":
+        fields = _LLAMA3_KEYS
+    else:
+        fields = tuple(sorted(k for k in scaling if k not in ("rope_type", "type", "rope_theta")))
+    return {"rope_type": kind, "rope_theta": float(theta),
+            **{f: scaling.get(f) for f in fields}}
 
 
 def _refuse_disagreement(what: str) -> None:
