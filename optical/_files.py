@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "read_plain", "replacing", "replacing_target", "write_output"]
+__all__ = ["atomic_write", "named", "read_plain", "replacing", "replacing_target", "write_output"]
 
 #: The largest JSON file of a model directory read (config.json, an index,
 #: sentence-transformers' files: real ones are kilobytes).
@@ -100,15 +100,33 @@ def read_plain(path: Path, limit: int) -> bytes:
     memory) or claims more than ``limit`` bytes (a sparse file costs nothing
     on disk or in a tarball, whatever size it claims): a directory from
     someone else may hold either."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with open(fd, "rb") as handle:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise named(err, path) from None
+    try:
+        # fstat before open(): a directory opens (O_RDONLY) but its reads fail
+        # with "<fd>: Is a directory".
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{path}: not a plain file (a FIFO, a device or a directory)")
         if info.st_size > limit:
             raise ValueError(f"{path}: {info.st_size} bytes, more than a file of its kind "
                              f"holds ({limit}); not read")
-        return handle.read()
+        with open(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError as err:  # EIO and the like: name the file
+        raise named(err, path) from None
+    finally:
+        os.close(fd)
+
+
+def named(err: OSError, path: Path | str) -> OSError:
+    """``err`` naming ``path`` when it names no file (a read's EIO), of the
+    same class (FileNotFoundError stays one)."""
+    if err.filename is not None or err.errno is None:
+        return err
+    return type(err)(err.errno, err.strerror, str(path))
 
 
 def _umask() -> int:
@@ -159,10 +177,14 @@ def write_output(path: Path, write: Callable[[Path], None]) -> None:
     not replaced (a directory the user cannot write to, another user's file
     in a sticky one). A file the user may not write is refused
     (PermissionError naming ``path``), as a plain write refuses it, though
-    a rename would replace it."""
+    a rename would replace it. A write in place that fails (a full disk)
+    leaves the file partly written; an OSError names ``path`` either way."""
     target = replacing_target(path)
     if target is None:
-        write(path)
+        try:
+            write(path)
+        except OSError as err:
+            raise named(err, path) from None
         return
     if target.exists() and not os.access(target, os.W_OK):  # a rename would not ask
         raise PermissionError(errno.EACCES, "Permission denied (the file is read-only)",
@@ -173,4 +195,7 @@ def write_output(path: Path, write: Callable[[Path], None]) -> None:
     except PermissionError:
         if not (target.is_file() and os.access(target, os.W_OK)):
             raise
-        write(target)
+        try:
+            write(target)
+        except OSError as err:
+            raise named(err, path) from None

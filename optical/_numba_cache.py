@@ -16,7 +16,9 @@ for good: numba rewrites a kernel's index (signature -> data file) without a
 lock, so interleaved writes can leave the float64 entry naming the float32
 code, and every later process then fails with "can't unbox array" (numba
 issues #4807, #10128). :func:`serialise` puts each kernel's cache reads and
-writes under an ``flock`` of a file in its cache directory.
+writes under an ``flock`` of a file in its cache directory, and turns an
+OSError of theirs (a full disk, an exceeded quota: numba lets it through,
+failing the call whose kernel had just compiled) into a warning.
 """
 
 import contextlib
@@ -89,6 +91,29 @@ def _locked(method: Callable[..., Any], directory: str) -> Callable[..., Any]:
     return call
 
 
+def _tolerant(method: Callable[..., Any], directory: str, doing: str) -> Callable[..., Any]:
+    """``method`` (a cache's load or save), with an OSError -- a full disk,
+    an exceeded quota, an I/O error -- turned into one warning per cache
+    directory: the kernel is compiled in memory by then (a failed load is a
+    cache miss), so it runs; only the copy on disk is missed."""
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OSError as err:
+            _warn_cache_failed(directory, doing, err.strerror or str(err))
+            return None
+    return call
+
+
+@functools.cache
+def _warn_cache_failed(directory: str, doing: str, why: str) -> None:
+    warnings.warn(f"numba could not {doing} its kernel cache in {directory} ({why}); the "
+                  "kernels run from memory and compile again in each new process "
+                  "(seconds). Free the disk, or set NUMBA_CACHE_DIR to a writable "
+                  "directory with space.", RuntimeWarning, stacklevel=3)
+
+
 def serialise(namespace: dict[str, Any]) -> None:
     """Put the on-disk cache reads and writes of every cached numba kernel in
     ``namespace`` (a module's globals; a parallel kernel behind
@@ -101,6 +126,8 @@ def serialise(namespace: dict[str, Any]) -> None:
         directory = getattr(cache, "cache_path", None)
         if not isinstance(directory, str) or getattr(cache, "_optical_locked", False):
             continue  # not a cached kernel (numba's NullCache), or done already
-        cache.load_overload = _locked(cache.load_overload, directory)
-        cache.save_overload = _locked(cache.save_overload, directory)
+        cache.load_overload = _tolerant(_locked(cache.load_overload, directory), directory,
+                                        "read")
+        cache.save_overload = _tolerant(_locked(cache.save_overload, directory), directory,
+                                        "write")
         cache._optical_locked = True

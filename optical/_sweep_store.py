@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import math
@@ -187,6 +188,9 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
     ValueError naming the file and what is wrong if it is damaged."""
     out = Path(out)
     path = out / MANIFEST
+    if os.path.lexists(path) and not path.is_file():
+        raise ValueError(f"{path}: not a file (a directory, a FIFO or a dangling link); "
+                         "remove it, then start the same sweep again")
     if not path.is_file():
         if (out / RUNS).is_dir():
             raise FileNotFoundError(
@@ -310,6 +314,12 @@ def lock(out: Path) -> Iterator[None]:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
         except OSError as err:
+            if not os.path.islink(path) and err.errno in (errno.EACCES, errno.EPERM,
+                                                          errno.EROFS):
+                raise ValueError(f"{out}: the sweep directory cannot be written "
+                                 f"({err.strerror}: {path.name}); a sweep here can be read "
+                                 "(optical.sweep.load, optical plot) but not run or "
+                                 "resumed") from None
             why = "a symlink" if os.path.islink(path) else (err.strerror or str(err))
             raise ValueError(f"{path}: the sweep's lock file cannot be opened ({why}); a "
                              "sweep's .lock is a plain file of its own: remove it") from None

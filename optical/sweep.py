@@ -788,7 +788,9 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
     pd = _require("pandas")
     if results_format == "parquet":
         _require("pyarrow")
-    out = Path(out)
+    # Absolute now: a workload (or a notebook's thread) changing the working
+    # directory mid-sweep would send later runs to another sweep's directory.
+    out = Path(out).absolute()
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, not a directory")
     try:
@@ -1009,6 +1011,7 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         raise ValueError(f"sample_seed: applies only with samples (random points); a grid "
                          f"draws nothing, and sample_seed={definition.sample_seed} would make "
                          f"the same grid another sweep")
+    out = Path(out).absolute()  # the directory execute writes, whatever the cwd then
     execute(definition, out, executor=executor, progress=progress,
             results_format=results_format)
     return load(out)

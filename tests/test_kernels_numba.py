@@ -815,6 +815,35 @@ def test_the_cache_lock_keeps_another_process_out(tmp_path):
     assert subprocess.run([sys.executable, "-c", probe, path]).returncode == 0
 
 
+
+def test_a_full_cache_disk_warns_and_the_kernel_runs(tmp_path):
+    """numba lets an OSError of its cache write through (a full disk, a home
+    over quota: here a file-size limit, EFBIG), failing the call whose kernel
+    had just compiled, and every later process's too. The kernel runs from
+    memory instead, with one warning naming the cache directory; an unreadable
+    cache is a miss, likewise."""
+    (tmp_path / "kern.py").write_text(
+        "import numba\n"
+        "from optical._numba_cache import serialise\n"
+        "@numba.njit(cache=True)\n"
+        "def twice(x):\n"
+        "    return 2 * x\n"
+        "serialise(globals())\n")
+    script = ("import resource, sys, warnings\n"
+              "sys.path.insert(0, sys.argv[1])\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))\n"
+              "warnings.simplefilter('always')\n"
+              "import kern\n"
+              "print(kern.twice(21), kern.twice(4))\n")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["42", "8"]
+    assert run.stderr.count("numba could not write its kernel cache in") == 1, run.stderr
+    assert str(cache) in run.stderr and "File too large" in run.stderr
+
 _CACHE_RACER = r'''
 import itertools, os, sys, time
 import numba.core.caching as caching

@@ -246,7 +246,9 @@ def _jsonable(value: Any) -> Any:
 def write_json(path: Path | None, data: Any) -> None:
     """Write ``data`` as standard JSON (non-finite floats as strings), whole or
     not at all: a kill or a full disk keeps the previous file (an OSError
-    names ``path``)."""
+    names ``path``); except where the file is written in place (a FIFO,
+    ``/dev/stdout``, a file with other hard links, whose links a new file
+    would break), where a full disk leaves it partly written."""
     if path is None:
         return
     text = json.dumps(_jsonable(data), indent=2)
