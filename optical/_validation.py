@@ -113,13 +113,26 @@ def check_float_array(a: object, name: str, *, ndim: int | None = None,
 
 def read_only(a: Any) -> Any:
     """``a`` made read-only, for objects whose arrays the fast backends find
-    again by identity: an owning array in place, a writeable view copied
-    first (its base could still change it); anything else as it is."""
-    if isinstance(a, np.ndarray) and a.flags.writeable:
+    again by identity: an owning array in place; a view copied first where
+    the values could still change under it: a writeable view, or a read-only
+    one of a writeable array (``np.broadcast_to`` gives one) or of a buffer
+    that is not an array (a memmap's file); anything else as it is."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if a.flags.writeable or _changeable_base(a):
         if a.base is not None:
             a = a.copy()
         a.flags.writeable = False
     return a
+
+
+def _changeable_base(a: np.ndarray) -> bool:
+    base = a.base
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return True
+        base = base.base
+    return base is not None and not isinstance(base, bytes)
 
 
 def check_bool(value: object, name: str) -> bool:

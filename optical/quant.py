@@ -22,7 +22,7 @@ import numpy as np
 
 from optical import _memory, compensation, outliers
 from optical import calibration as _calibration
-from optical._validation import check_float_array, read_only
+from optical._validation import check_float_array, check_plain_array, read_only
 from optical.config import OpticalConfig, check_config
 from optical.physics import _mask_apply, converters, crosstalk, encoding
 
@@ -124,8 +124,10 @@ class ProgrammedWeights:
     from them once and find them again by identity. To try other values
     (windows, say), ``dataclasses.replace`` the field with a new array (an
     array given is made read-only in place; a view of a writeable array is
-    copied first): the shapes of every array, and the windows' and input range's
-    values (finite, ``adc_lo <= adc_hi``, a positive range), are checked on
+    copied first, as is a read-only view of a writeable array): the kinds
+    (plain ndarrays, the weights' float dtype, native byte order: TypeError)
+    and shapes of every array, and the windows' and input range's values
+    (finite, ``adc_lo <= adc_hi``, a positive range), are checked on
     construction, so every backend refuses the same bad values (ValueError
     naming the field).
     """
@@ -142,6 +144,18 @@ class ProgrammedWeights:
     bypass: outliers.DigitalBypass | None = None
 
     def __post_init__(self) -> None:
+        dtype = getattr(self.weights, "dtype", None)
+        for name in _ARRAYS:
+            got = getattr(self, name)
+            if not isinstance(got, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy.ndarray, got {type(got).__name__}")
+            check_plain_array(got, name)  # a masked array's NaN would pass the checks below
+            if got.dtype not in (np.float32, np.float64) or not got.dtype.isnative:
+                raise TypeError(f"{name}: expected float32 or float64 in native byte order, "
+                                f"got {got.dtype} ({got.dtype.str})")
+            if got.dtype != dtype:
+                raise TypeError(f"{name}: {got.dtype}, but weights are {dtype}: every array "
+                                "of one ProgrammedWeights has the weights' dtype")
         for name in _ARRAYS:  # replaced or unpickled arrays too (class docstring)
             object.__setattr__(self, name, read_only(getattr(self, name)))
         t = self.tiling

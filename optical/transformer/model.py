@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from optical._files import MODEL_JSON_BYTES, read_plain
-from optical._validation import check_positive_int, check_seed, parse_json
+from optical._validation import as_plain_array, check_positive_int, check_seed, parse_json
 from optical.config import OpticalConfig
 from optical.transformer import bert, llama, sentence, synthetic
 from optical.transformer._engines import ReferenceEngine, engine_for
@@ -492,7 +492,7 @@ class BertModel(_Model):
         program_options, matmul_options : mapping, optional
             Passed to every ``optical.program`` / ``optical.matmul`` call.
         """
-        ids = np.asarray(ids)
+        ids = as_plain_array(ids, "ids")
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"ids: expected a 2-D integer array, got {ids.dtype} {ids.shape}")
         if 0 in ids.shape:
