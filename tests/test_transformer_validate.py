@@ -456,13 +456,14 @@ def _cli_report(capsys, *argv):
 
 def _api_report(report, preset, overrides):
     """What the command writes for ``report`` run on ``preset`` + ``overrides``."""
+    from optical._version import RESULTS_VERSION
     from optical.kernels import environment
 
     data = _as_written(report.to_dict())
     del data["timings"]
     return {**data, "preset": preset, "overrides": list(overrides), "config_file": None,
             "environment": environment(), "optical_version": optical.__version__,
-            "results_version": 2}
+            "results_version": RESULTS_VERSION}
 
 
 @pytest.fixture(scope="module")

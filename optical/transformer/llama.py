@@ -138,6 +138,13 @@ class LlamaLayer:
             ``max_position_embeddings``. An overflow inside the layer is not
             refused: numpy warns and the output holds inf or NaN
             (:func:`optical.transformer.validate` names the product).
+
+        Notes
+        -----
+        Future positions' scores are dropped (set to -inf) before the
+        softmax, as SDPA's causal kernel leaves them out; HF's eager attention
+        adds ``finfo.min`` to them instead, so a future score that overflowed
+        to inf in fp16 makes eager's row NaN where this row stays finite.
         """
         return self.trace(h, dtype=dtype).output
 

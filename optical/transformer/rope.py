@@ -161,7 +161,11 @@ def inverse_frequencies(head_dim: int, theta: float,
     if head_dim % 2:
         raise ValueError(f"head_dim: {head_dim} must be even for rotary embeddings")
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
-    inv_freq = (np.float32(1.0) / np.power(np.float32(theta), exponents)).astype(np.float32)
+    # The power in float64, rounded once: numpy's float32 power is off by up
+    # to 0.9 ulp where torch's is correctly rounded, and a frequency's error
+    # grows with the position it multiplies (5e-4 rad at 8k tokens).
+    powers = (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
+    inv_freq = (np.float32(1.0) / powers).astype(np.float32)
     rope_type = _rope_field(scaling or {}, "rope_type")
     if scaling is None or rope_type == "default":
         return inv_freq
@@ -192,9 +196,11 @@ def inverse_frequencies(head_dim: int, theta: float,
     if not high > low:
         raise ValueError(f"{key}.high_freq_factor: {high} must exceed "
                          f"low_freq_factor {low}")
-    wavelength = np.float32(2 * math.pi) / inv_freq
+    # torch evaluates a scalar over a tensor as the tensor's reciprocal times
+    # the scalar (last bits apart from a division): so do these.
+    wavelength = (np.float32(1.0) / inv_freq) * np.float32(2 * math.pi)
     scaled = np.where(wavelength > old_context / low, inv_freq / np.float32(factor), inv_freq)
-    smooth = (old_context / wavelength - low) / (high - low)
+    smooth = ((np.float32(1.0) / wavelength) * np.float32(old_context) - low) / (high - low)
     blended = (1 - smooth) * scaled / np.float32(factor) + smooth * scaled
     medium = ~(wavelength < old_context / high) & ~(wavelength > old_context / low)
     return np.where(medium, blended, scaled).astype(np.float32)
