@@ -185,6 +185,13 @@ class ProgrammedWeights:
                               or not 0 < r < math.inf):
             raise ValueError(f"input_range: {r!r} is not valid; valid: None (dynamic, "
                              "dac.scaling) or a finite number > 0")
+        if r is not None:
+            with np.errstate(over="ignore", under="ignore"):
+                as_dtype = self.weights.dtype.type(r)  # the matmul divides in this dtype
+            if not 0 < as_dtype < np.inf:
+                raise ValueError(f"input_range: {r!r} is {as_dtype} in the weights' dtype "
+                                 f"{self.weights.dtype} (calibration inputs of a wider dtype "
+                                 "than the weights?); give calibration inputs within its range")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Through the constructor: a pickled or deep-copied copy is checked and

@@ -8,7 +8,9 @@ settings.register_profile("optical", deadline=None)
 settings.load_profile("optical")
 
 #: Relative Frobenius error allowed for "exact to float rounding" results. The
-#: offset encodings subtract a large pedestal, which costs a few bits.
+#: offset encodings subtract a large pedestal, which costs a few bits on the
+#: Gaussian data these tolerances are used with (more with a large crest
+#: factor: test_ideal_offset_floor_follows_the_crest_factor).
 EXACT_RTOL = {np.float32: 2e-4, np.float64: 1e-11}
 
 

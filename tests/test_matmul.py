@@ -1164,3 +1164,29 @@ def test_adc_codes_follow_the_discretised_gaussian_law(rng, backend, exact):
     expected = 2 * ndtr(-3.0) * (tokens + 1) * n
     clipped = st.clipped_fraction * st.adc_conversions
     assert abs(clipped - expected) < 5 * math.sqrt(expected), (clipped, expected)
+
+
+def test_ideal_offset_floor_follows_the_crest_factor():
+    """The documented floor of the ideal limit (ARCHITECTURE.md, Dtypes):
+    with offset inputs the pedestal the float32 GEMM carries costs about
+    20 log10(R) dB when one channel is R times the values carrying the
+    output (its weight row zero); split inputs stay near a plain float32
+    matmul's error at every R. Truth in float64."""
+    rng = np.random.default_rng(1)
+    x0 = rng.standard_normal((16, 1024)).astype(np.float32)
+    w = (rng.standard_normal((1024, 64)) / 32).astype(np.float32)
+    w[7] = 0
+    cfg = optical.presets.get("ideal")
+    split = cfg.replace({"encoding.inputs": "split"})
+    errors = {}
+    for r in (1, 100, 1000):
+        x = x0.copy()
+        x[:, 7] = r * np.abs(x0).max()
+        truth = x.astype(np.float64) @ w.astype(np.float64)
+        plain = metrics.relative_error(truth, x @ w)
+        errors[r] = metrics.relative_error(truth, optical.matmul(x, w, cfg, seed=0, backend="numpy"))
+        assert metrics.relative_error(truth, optical.matmul(x, w, split, seed=0, backend="numpy")) \
+            < 10 * plain
+    assert errors[1] < 2e-5  # the Gaussian floor (102 dB)
+    for r in (100, 1000):  # the documented 9e-4 and 9e-3: grows as R, within 3x
+        assert 3e-6 * r < errors[r] < 3e-5 * r

@@ -855,3 +855,18 @@ def test_mse_windows_takes_up_to_24_bits():
     """The ADC's range, integer in [1, 24]: 24 bits run (25 are refused)."""
     lo, hi = calibration.mse_windows(np.arange(8.0).reshape(4, 2), 0.1, 24)
     assert np.all(lo < hi)
+
+
+@pytest.mark.parametrize("magnitude", [1e50, 1e-50])
+def test_a_static_range_beyond_the_weights_dtype_is_refused(rng, magnitude):
+    """float64 calibration inputs for float32 weights: a static range past
+    float32's range became inf (NaN outputs) or 0 (all-zero outputs) when
+    the matmul cast it, with RuntimeWarnings at most."""
+    cfg = optical.presets.get("iris-like").replace({"dac.scaling": "static"})
+    w = rng.standard_normal((40, 30)).astype(np.float32)
+    calibration = rng.standard_normal((10, 40)) * magnitude
+    with pytest.raises(ValueError, match=r"input_range: .* is (inf|0\.0) in the weights' dtype "
+                                         "float32"):
+        optical.program(w, cfg, calibration=calibration)
+    pw = optical.program(w.astype(np.float64), cfg, calibration=calibration)  # float64: fine
+    assert np.isfinite(optical.matmul(calibration, pw, cfg, seed=0)).all()

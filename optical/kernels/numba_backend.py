@@ -19,7 +19,11 @@ as one normal of the summed variance (exact in distribution); the shot-noise
 variance of balanced rails comes from low-rank factors of ``T+ + T-``
 (:func:`optical.kernels._fastpath.light_factors`, the only approximation,
 tested against the exact product); RIN uses fast float32 Box-Muller pairs.
-Poisson shot noise is always exact, draw for draw as the reference.
+Poisson shot noise is always exact, draw for draw as the reference. The ADC
+multiplies by the reciprocal of its step where the reference divides, so a
+readout exactly half-way between two codes can round to the other one than
+the reference's half-to-even (a code apart, at exact ties only, which
+noise-free configs can meet; the JAX backend does the same).
 
 ``exact=True``: draw for draw the numpy reference: per-rail GEMMs and the
 reference's streams and indices, so the two backends agree to float rounding

@@ -100,7 +100,9 @@ def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     values : ndarray
         The reconstructed readouts, ``lo + code * step``, dtype of ``r``.
     clipped : ndarray of bool
-        Where the readout fell outside the window by more than half a step.
+        Where the readout's nearest code (half to even) lies outside the
+        window: more than half a step below it, or half a step or more above
+        it (the top code, ``2**bits - 1``, is odd).
     """
     _check_bits(bits)
     r = np.asarray(r)
