@@ -62,6 +62,8 @@ def encode(value: Any) -> Any:
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [encode(v) for v in value]
+    if isinstance(value, np.floating):  # a longdouble's item() is a longdouble
+        return encode(float(value))
     if isinstance(value, np.generic):
         return encode(value.item())
     return value

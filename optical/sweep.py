@@ -41,6 +41,7 @@ import json
 import math
 import numbers
 import os
+import reprlib
 import signal
 import sys
 import threading
@@ -518,7 +519,9 @@ def _check_range_ends(params: Sequence[tuple[str, Any]], base: OpticalConfig) ->
 
 def _checked_values(path: str, values: Any, canonical: Any) -> tuple[Any, ...]:
     """A grid parameter's values, each ``canonical(path, value)``, none twice."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+    if isinstance(values, np.ndarray) and values.ndim == 0:
+        values = [values[()]]  # the one value it holds, as a numpy scalar
+    elif isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         values = [values]
     if len(values) == 0:
         raise ValueError(f"{path}: no values given")
@@ -926,9 +929,19 @@ def _metrics_problem(metrics: Any, reserved: set[str]) -> str | None:
         if not isinstance(name, str) or name in reserved:
             return (f"a metric named {name!r}, which is a column of the run or a swept "
                     "parameter, not a metric")
-        if value is not None and (isinstance(value, bool | np.bool_) or
-                                  not isinstance(value, numbers.Real)):
+        if value is None:
+            continue
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer
+                                                                  | np.floating):
             return f"metric {name!r} = {value!r}, not a number"
+        if isinstance(value, int | np.integer):
+            beyond = abs(int(value)) > sys.float_info.max  # JSON and Python ints: unbounded
+        else:
+            with np.errstate(over="ignore"):  # a longdouble's float: inf past the range
+                beyond = math.isinf(float(value)) and not np.isinf(value)
+        if beyond:
+            return (f"metric {name!r} = {reprlib.repr(value)}, a finite number beyond "
+                    "float64's range, which the table holds")
     return None
 
 

@@ -2,6 +2,7 @@
 refusal of a changed sweep, executors agreeing bit for bit."""
 
 import dataclasses
+import fractions
 import functools
 import json
 import math
@@ -930,12 +931,33 @@ class Returns:
     ({"seed": 1.0}, "a metric named 'seed', which is a column of the run"),
     ({"adc.bits": 1.0}, "a metric named 'adc.bits'"),
     ({"error": "big"}, "metric 'error' = 'big', not a number"),
+    # A Fraction passed as a numbers.Real, then json.dumps failed on it.
+    ({"error": fractions.Fraction(1, 3)}, r"metric 'error' = Fraction\(1, 3\), not a number"),
+    # Stored, then the sweep refused its own run file as damaged.
+    ({"error": 10**400}, r"metric 'error' = 1000.*, a finite number beyond float64's range"),
+    ({"error": np.longdouble("1e310")}, "a finite number beyond float64's range"),
 ])
 def test_metrics_that_cannot_be_columns_are_refused(tmp_path, metrics, message):
     with pytest.raises(SweepError, match=message):
         optical.sweep(Returns(metrics), {"adc.bits": [4]}, seeds=1, out=tmp_path / "s",
                       executor="serial", progress=False)
 
+
+def test_a_longdouble_metric_is_stored_as_a_float(tmp_path):
+    """np.longdouble's item() is a longdouble again: encoding it recursed
+    until RecursionError, and a resume crashed the same way."""
+    frame = optical.sweep(Returns({"m": np.longdouble(1.5), "n": np.float32(0.25)}),
+                          {"adc.bits": [4]}, seeds=1, out=tmp_path / "s", executor="serial",
+                          progress=False)
+    assert frame["m"].tolist() == [1.5] and frame["n"].tolist() == [0.25]
+
+
+def test_a_0d_array_of_values_is_one_value(tmp_path):
+    """A 0-d array is one value, as the scalar it holds is (it failed with
+    "len() of unsized object")."""
+    frame = optical.sweep(WL, {"adc.bits": np.array(6)}, seeds=1, out=tmp_path / "s",
+                          base=BASE, executor="serial", progress=False)
+    assert frame["adc.bits"].tolist() == [6]
 
 def test_older_runs_seed_metric_does_not_replace_the_seed_column(tmp_path):
     """Layer sweeps of earlier versions recorded the report's seed as a metric."""
