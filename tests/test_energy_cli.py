@@ -663,3 +663,23 @@ def test_a_faster_reload_is_printed_beside_resident_weights(tmp_path, capsys):
     assert line, out
     assert float(line[1]) == pytest.approx(alt["ttft_s"], rel=6e-4)
     assert float(line[2]) == pytest.approx(alt["energy_j"], rel=6e-4)
+
+
+def test_a_json_file_that_cannot_be_written_still_shows_the_report(tmp_path, capsys,
+                                                                  monkeypatch):
+    """--json is written first (a reader gone loses no report), but a full
+    disk there printed nothing of the report: it is shown, then the error."""
+    import errno
+
+    from optical.commands import _common
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(_common, "write_output", full)
+    argv = ["energy", "--model", "models/all-minilm-l6-v2", "--json",
+            str(tmp_path / "e.json")]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "optical prefill" in captured.out and "GPU / optical" in captured.out
+    assert "No space left on device" in captured.err and "e.json" in captured.err

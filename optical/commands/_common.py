@@ -9,7 +9,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,21 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return _jsonable(value.item())
     return value
+
+
+def write_json_and_show(args: argparse.Namespace, data: Any, show: Callable[[], None]) -> None:
+    """``--json``'s file first (a reader gone, ``| head``, loses no report),
+    then ``show()`` the report unless stdout holds the JSON; a file that
+    cannot be written (a full disk) still shows the report before its error,
+    so minutes of work are not lost with it."""
+    try:
+        write_json(args.json_path, data)
+    except OSError:
+        if not json_to_stdout(args):
+            show()
+        raise
+    if not json_to_stdout(args):  # '-': stdout is the JSON
+        show()
 
 
 def write_json(path: Path | None, data: Any) -> None:

@@ -17,10 +17,9 @@ from optical.commands._common import (
     config_label,
     config_source,
     description,
-    json_to_stdout,
     path_argument,
     require,
-    write_json,
+    write_json_and_show,
 )
 from optical.energy import compare, model, workload
 from optical.energy import gpu as gpu_model
@@ -182,11 +181,12 @@ def run(args: argparse.Namespace) -> int:
         from optical.energy.plot import plot_breakdown
 
         result["plot"] = str(plot_breakdown(opt, ref, args.plot, hardware=_hardware(args)))
-    write_json(args.json_path, result)  # first: a reader gone (`| head`) loses no report
-    if not json_to_stdout(args):  # '-': stdout is the JSON
+    def show() -> None:
         _print_report(args, name, cfg, gpu, opt, ref, comparison, split)
         if args.plot is not None:
             print(f"plot: {result['plot']}")
+
+    write_json_and_show(args, result, show)
     return 0
 
 

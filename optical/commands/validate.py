@@ -10,9 +10,8 @@ from optical.commands._common import (
     config_from_args,
     config_label,
     config_source,
-    json_to_stdout,
     path_text,
-    write_json,
+    write_json_and_show,
 )
 
 EXAMPLES = """examples:
@@ -93,7 +92,5 @@ def run(args: argparse.Namespace) -> int:
     data.update(config_source(args))
     data["environment"] = environment()  # numpy, numba, JAX: its GEMMs' rounding
     data.update(optical_version=__version__, results_version=RESULTS_VERSION)
-    write_json(args.json_path, data)  # first: a reader gone (`| head`) loses no report
-    if not json_to_stdout(args):  # '-': stdout is the JSON
-        print(report.table(preset=config_label(args)))
+    write_json_and_show(args, data, lambda: print(report.table(preset=config_label(args))))
     return 0
