@@ -267,6 +267,42 @@ def _stored_number(value: Any) -> bool:
     return value is None or isinstance(value, float)
 
 
+class _Damaged:
+    """The errors of a sweep's damaged run files, gathered (see
+    :func:`damaged_runs`)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    @contextlib.contextmanager
+    def collect(self) -> Iterator[None]:
+        try:
+            yield
+        except ValueError as err:
+            self.errors.append(str(err))
+
+
+@contextlib.contextmanager
+def damaged_runs(out: Path) -> Iterator[_Damaged]:
+    """Read run files in the block, each under ``.collect()``; at its end one
+    ValueError names every damaged file (one was named per attempt: a
+    ``cp -r`` onto a full disk that truncated 300 files took 300 resumes)."""
+    damaged = _Damaged()
+    yield damaged
+    if len(damaged.errors) == 1:
+        raise ValueError(damaged.errors[0])
+    if damaged.errors:
+        shown = damaged.errors[:_DAMAGED_SHOWN]
+        more = len(damaged.errors) - len(shown)
+        raise ValueError(f"{out / RUNS}: {len(damaged.errors)} run files are damaged; delete "
+                         "them and resume the sweep to run those runs again:\n"
+                         + "\n".join(f"  {e}" for e in shown)
+                         + (f"\n  ... and {more} more" if more else ""))
+
+
+_DAMAGED_SHOWN = 20
+
+
 def read_record(path: Path) -> dict[str, Any]:
     """One run file, its structure checked; ValueError names the file. (Its
     ``point`` and ``params`` are where the run stood in the sweep that ran
@@ -423,15 +459,17 @@ def read_frame(out: Path, pd: Any) -> Any:
              for point, ids in enumerate(manifest["run_ids"])
              for seed, run_id in zip(manifest["definition"]["seeds"], ids, strict=False)}
     records = []
-    for run_id in sorted(place):
-        if (out / RUNS / f"{run_id}.json").is_file():
-            record = read_record(out / RUNS / f"{run_id}.json")
-            point, seed = place[run_id]
-            check_placement(out / RUNS / f"{run_id}.json", record, manifest["points"][point],
-                            seed, out)
-            record["point"], record["seed"] = point, seed
-            record["params"] = manifest["points"][record["point"]]
-            records.append(record)
+    with damaged_runs(out) as damaged:
+        for run_id in sorted(place):
+            path = out / RUNS / f"{run_id}.json"
+            if path.is_file():
+                point, seed = place[run_id]
+                with damaged.collect():
+                    record = read_record(path)
+                    check_placement(path, record, manifest["points"][point], seed, out)
+                    record["point"], record["seed"] = point, seed
+                    record["params"] = manifest["points"][record["point"]]
+                    records.append(record)
     records.sort(key=lambda r: (r["point"], r["seed"]))
     reserved = set(META_COLUMNS) | set(paths)
     metric_names: dict[str, None] = {}

@@ -73,6 +73,7 @@ from optical._sweep_store import (
     _rebuild_advice,
     check_placement,
     content_hash,
+    damaged_runs,
     decode_value,
     encode,
     library_version,
@@ -815,12 +816,14 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
             stale.unlink(missing_ok=True)
         done = {p.stem for p in runs_dir.glob("*.json")}
         stored_points = encode(points)
-        for index, ids in enumerate(run_ids):  # a damaged run file is named now
-            for seed, run_id in zip(definition.seeds, ids, strict=True):
-                if run_id in done:
-                    record = read_record(runs_dir / f"{run_id}.json")
-                    check_placement(runs_dir / f"{run_id}.json", record,
-                                    stored_points[index], seed, out)
+        with damaged_runs(out) as damaged:  # every damaged run file is named now
+            for index, ids in enumerate(run_ids):
+                for seed, run_id in zip(definition.seeds, ids, strict=True):
+                    if run_id in done:
+                        with damaged.collect():
+                            record = read_record(runs_dir / f"{run_id}.json")
+                            check_placement(runs_dir / f"{run_id}.json", record,
+                                            stored_points[index], seed, out)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):

@@ -139,3 +139,24 @@ def test_an_in_place_output_that_fails_names_the_file(tmp_path):
     with pytest.raises(OSError, match="No space left") as caught:
         _files.write_output(target, full)
     assert caught.value.filename == str(target)
+
+
+def test_every_damaged_run_file_is_named_at_once(tmp_path):
+    """Run files truncated (a copy onto a disk that filled): one error names
+    them all, for load and resume alike (one was named per attempt), and
+    deleting them lets the sweep finish."""
+    out = tmp_path / "s"
+    optical.sweep(WL, {"adc.bits": [4, 5, 6, 8]}, seeds=1, out=out, executor="serial",
+                  progress=False)
+    runs = sorted((out / "runs").glob("*.json"))
+    for run in runs[:3]:
+        run.write_bytes(run.read_bytes()[:40])
+    for attempt in (lambda: load(out), lambda: resume(out, executor="serial", progress=False)):
+        with pytest.raises(ValueError, match="3 run files are damaged") as caught:
+            attempt()
+        assert all(run.name in str(caught.value) for run in runs[:3])
+        assert runs[3].name not in str(caught.value)
+    for run in runs[:3]:
+        run.unlink()
+    resume(out, executor="serial", progress=False)
+    assert len(load(out)) == 4
