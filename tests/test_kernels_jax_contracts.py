@@ -646,3 +646,33 @@ def test_the_device_copy_of_programmed_weights_is_built_a_k_tile_at_a_time(rng):
     assert peak <= 8 * w.nbytes, f"peak {peak / w.nbytes:.1f} x the weights' bytes"
     # w_eff is the machine's noise-free map: the ideal limit's weights here.
     np.testing.assert_allclose(arrays["w_eff"], w, rtol=0, atol=0.02 * np.abs(w).max())
+
+
+def test_a_list_or_torch_w_is_refused_as_numpy_and_numba_refuse_it():
+    """The JAX backend converted any w with numpy.asarray: a list of floats
+    ran (or failed on "x is float32 but w is float64"), a torch tensor ran,
+    where the other backends refuse both."""
+    x = np.ones((2, 4), np.float32)
+    w = np.ones((4, 3), np.float32)
+    cfg = optical.presets.get("ideal")
+    for backend in ("jax", "numpy"):
+        with pytest.raises(TypeError, match="w: expected a .*got list"):
+            optical.matmul(x, w.tolist(), cfg, seed=0, backend=backend)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="w: expected a JAX or numpy array, got Tensor"):
+        optical.matmul(x, torch.from_numpy(w), cfg, seed=0, backend="jax")
+
+
+def test_an_empty_input_detects_no_photons_on_every_backend():
+    """No token, no light: numpy said 0 detected photons where numba and JAX
+    said inf on a noise-free (infinite photon) config."""
+    w = np.ones((8, 3), np.float32)
+    cfg = optical.presets.get("ideal")
+    pw = optical.program(w, cfg)
+    x = np.ones((0, 8), np.float32)
+    for backend in ("numpy", "numba", "jax"):
+        _, stats = optical.matmul(x, pw, cfg, seed=0, backend=backend, return_stats=True)
+        assert stats.detected_photons == 0.0, backend
+        _, stats = optical.matmul(np.ones((1, 8), np.float32), pw, cfg, seed=0,
+                                  backend=backend, return_stats=True)
+        assert stats.detected_photons == math.inf, backend

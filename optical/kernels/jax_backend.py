@@ -60,13 +60,13 @@ except ImportError as err:  # the module is documented: name the extra, not a ba
                       "'optical[jax]'") from err
 
 from optical._validation import (
-    as_plain_array,
     check_bool,
     check_float_array,
     check_float_dtype,
     check_operands,
     check_positive_int,
     check_seed,
+    is_jax_value,
 )
 from optical.config import OpticalConfig, check_config
 from optical.kernels._jax_pass import (
@@ -209,7 +209,11 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
             raise ValueError(_DYNAMIC_BYPASS)
         pw, shape, input_range = None, tuple(w.shape), None
     else:
-        w_np = check_float_array(as_plain_array(w, "w"), "w", ndim=2)
+        # A JAX w as its numpy value; a list or a torch tensor refused, as numpy
+        # and numba refuse it (not converted on this backend alone).
+        if not isinstance(w, np.ndarray) and not is_jax_value(w):
+            raise TypeError(f"w: expected a JAX or numpy array, got {type(w).__name__}")
+        w_np = check_float_array(np.asarray(w) if is_jax_value(w) else w, "w", ndim=2)
         if 0 in w_np.shape:
             raise ValueError(f"w: shape {w_np.shape} has an empty dimension")
         check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
@@ -247,7 +251,7 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     per_mac = float((params or {}).get("source.photons_per_mac",
                                        config.source.photons_per_mac))
     photons = float(np.asarray(photons, dtype=np.float64).sum()) \
-        if math.isfinite(per_mac) else math.inf
+        if math.isfinite(per_mac) or not x2.shape[0] else math.inf  # none sent: 0, as numpy
     return y, MatmulStats(
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,

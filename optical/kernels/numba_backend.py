@@ -385,7 +385,7 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
         clipped[b0:b1] += clip_b
     if plan.finite:
         totals[0] += p * photons.sum()
-    else:
+    elif x2.shape[0]:  # infinite photons, but only where light was sent (as numpy)
         totals[0] = math.inf
     totals[2] += clipped.sum()
     return y
