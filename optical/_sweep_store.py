@@ -356,7 +356,7 @@ def lock(out: Path) -> Iterator[None]:
                                                           errno.EROFS):
                 raise ValueError(f"{out}: the sweep directory cannot be written "
                                  f"({err.strerror}: {path.name}); a sweep here can be read "
-                                 "(optical.sweep.load, optical plot) but not run or "
+                                 "(optical.load_sweep, optical plot) but not run or "
                                  "resumed") from None
             why = "a symlink" if os.path.islink(path) else (err.strerror or str(err))
             raise ValueError(f"{path}: the sweep's lock file cannot be opened ({why}); a "

@@ -160,6 +160,38 @@ def test_bert_matmul_inputs_are_the_traced_inputs(tiny_bert):
         np.testing.assert_array_equal(inputs[name], traced[name], err_msg=name)
 
 
+def test_bert_matmul_inputs_and_tables_are_not_shared_with_live_data(tiny_bert):
+    """The query/key/value inputs were views of the caller's h (a later
+    ``h += 1`` moved the recorded calibration rows; Llama's are copies), and
+    embedding_tables() handed out the model's own cache, so scaling a table
+    changed every later encode."""
+    model, _ = tiny_bert
+    layer = model.layer(1)
+    h = model.hidden_states(1, 7, seed=2)
+    inputs = layer.matmul_inputs(h)
+    traced = layer.trace(h, dtype="float32").inputs
+    kept = {name: a.copy() for name, a in inputs.items()}
+    h += 1
+    for name in kept:
+        np.testing.assert_array_equal(inputs[name], kept[name], err_msg=name)
+        assert not np.shares_memory(traced[name], h), name
+    ids = np.arange(1, 9).reshape(1, 8)
+    before = model.encode(ids)
+    tables = model.embedding_tables()
+    with pytest.raises(ValueError, match="read-only"):
+        tables["word_embeddings.weight"] *= 2
+    np.testing.assert_array_equal(model.encode(ids), before)
+
+
+def test_a_mask_given_in_the_dtype_place_is_named():
+    """BertLayer.reference(h, mask) put the mask in dtype's place: numpy's
+    "truth value of an array is ambiguous" came out of the dtype check."""
+    from optical.transformer.numerics import check_dtype
+
+    with pytest.raises(ValueError, match=r"dtype: array\(\[\[ True.* is not a reference dtype"):
+        check_dtype(np.ones((1, 4), bool))
+    assert check_dtype(np.dtype("float16")) == "float16"
+
 def test_bert_layer_counts_equal_layer_schedule(tiny_bert):
     model, _ = tiny_bert
     cfg = optical.presets.get("iris-like").replace({"core.inputs": 40,

@@ -810,3 +810,17 @@ def test_cli_validate_defaults_to_256_tokens_as_the_readme_says():
 
     args = build_parser().parse_args(["validate", "--model", "models/llama-3.1-8b"])
     assert (args.tokens, args.layer) == (256, 0)
+
+
+def test_validate_takes_any_path_like_model(tiny_dir):
+    """The docstring's "path of a model directory": an os.PathLike that is
+    not a pathlib.Path was refused as not a model (load takes it)."""
+
+    class Where:
+        def __fspath__(self):
+            return str(tiny_dir)
+
+    ideal = optical.presets.get("ideal")
+    by_path = transformer.validate(Where(), layer=0, tokens=4, config=ideal, seed=0)
+    by_str = transformer.validate(str(tiny_dir), layer=0, tokens=4, config=ideal, seed=0)
+    assert by_path.to_dict()["products"] == by_str.to_dict()["products"]

@@ -184,7 +184,9 @@ class BertLayer:
         batch, tokens, hidden = h.shape
         heads, d = spec.num_heads, spec.head_dim
         x = rnd(h)
-        rows = x.reshape(-1, hidden)
+        # A copy: x is h itself in float32, and the rows are recorded as the
+        # query/key/value inputs, which a caller's later change of h would move.
+        rows = x.reshape(-1, hidden).copy()
         real = mask.reshape(-1)
         padded = not real.all()
 

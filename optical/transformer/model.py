@@ -287,7 +287,8 @@ class LlamaModel(_Model):
         direction and, after the super-weight layer, massive activations on the
         first token. See :mod:`optical.transformer.synthetic`. Used for real
         checkpoints too (a forward pass through the earlier layers is left to
-        the caller)."""
+        the caller). A batch is drawn as a whole: its first prompt is not the
+        unbatched one (BERT's is: its token ids are drawn row by row from one stream)."""
         layer = _check_layer_index(self.spec, layer)
         self.spec.check_tokens(check_positive_int(tokens, "tokens"))
         return synthetic.llama_hidden_states(self.spec, layer, tokens, check_seed(seed),
@@ -345,7 +346,8 @@ class BertModel(_Model):
         return bert.BertLayer(self.spec, index, weights)
 
     def embedding_tables(self) -> dict[str, np.ndarray]:
-        """Word, position and token-type tables and the embedding LayerNorm."""
+        """Word, position and token-type tables and the embedding LayerNorm
+        (read-only: the model's own, which every later encode reads)."""
         if self._tables is None:
             if self.checkpoint is None:
                 self._tables = synthetic.bert_embedding_weights(self.spec, self.seed)
@@ -358,7 +360,9 @@ class BertModel(_Model):
                                                            hidden),
                           "LayerNorm.weight": (hidden,), "LayerNorm.bias": (hidden,)}
                 self._tables = {n: self._read("embeddings." + n, s) for n, s in shapes.items()}
-        return self._tables
+            for table in self._tables.values():
+                table.flags.writeable = False
+        return dict(self._tables)
 
     # -- tokens -> embeddings ------------------------------------------------ #
 

@@ -8,6 +8,8 @@ holding dtype-representable values, so every GEMM runs in BLAS.
 
 from __future__ import annotations
 
+import reprlib
+
 import numpy as np
 
 __all__ = ["DTYPES", "check_dtype", "largest", "range_problem", "round_to", "softmax"]
@@ -20,8 +22,12 @@ def check_dtype(dtype: str) -> str:
     """The canonical name of a reference dtype (a plain str, for a numpy
     dtype given too: equal workloads hash alike and write as JSON);
     ValueError for anything else."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype: {dtype!r} is not a reference dtype; valid: "
+    try:
+        known = isinstance(dtype, str | np.dtype | type) and dtype in DTYPES
+    except TypeError:  # a type numpy cannot read as a dtype
+        known = False
+    if not known:  # (an array here, a mask given in dtype's place: no truth-value error)
+        raise ValueError(f"dtype: {reprlib.repr(dtype)} is not a reference dtype; valid: "
                          f"{', '.join(repr(d) for d in DTYPES)}")
     return DTYPES[DTYPES.index(dtype)]
 

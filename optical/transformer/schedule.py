@@ -1,8 +1,10 @@
 """What a transformer layer's prefill does on the optical core, counted from
 its shapes: one :class:`optical.Schedule` per product.
 
-The layer implementations report the same counts from their runs; the energy
-model reads them from here without running anything.
+The layer implementations report the same counts from their runs (fewer DAC
+conversions and MACs where outlier channels bypass the optics: see
+docs/energy.md); the energy model reads them from here without running
+anything.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -324,7 +324,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 
     seed = check_seed(seed)
     data = seed if data_seed is None else check_seed(data_seed, "data_seed")
-    if isinstance(model, str | Path):
+    if isinstance(model, str | os.PathLike):
         model = load(model)
     elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
         raise TypeError("model: expected a model from optical.transformer.load or a model "
