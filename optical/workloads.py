@@ -45,6 +45,15 @@ def _positive_int(name: str, value: Any, *, zero: bool = False) -> int:
     return (check_nonnegative_int if zero else check_positive_int)(value, name)
 
 
+def _seed(name: str, value: Any) -> int:
+    """A seed field: a non-negative integer below 2**64, as every seed (2**70
+    passed as a data seed; a weights seed of 2**64 failed in load, as "seed")."""
+    value = _positive_int(name, value, zero=True)
+    if value >= 1 << 64:
+        raise ValueError(f"{name}: {value} must be below 2**64")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class MatmulWorkload:
     """A synthetic ``(tokens, k) @ (k, n)`` matmul against its exact result.
@@ -123,8 +132,7 @@ class MatmulWorkload:
             raise ValueError(f"outlier_scale: {scale!r} would overflow {self.dtype} inputs; at "
                              f"most {limit:.3g} (its largest value / 1e6)")
         object.__setattr__(self, "outlier_scale", float(scale))
-        object.__setattr__(self, "data_seed", _positive_int("data_seed", self.data_seed,
-                                                            zero=True))
+        object.__setattr__(self, "data_seed", _seed("data_seed", self.data_seed))
 
     @classmethod
     def from_shape(cls, shape: str, **kwargs: Any) -> MatmulWorkload:
@@ -362,8 +370,7 @@ class LayerWorkload:
         object.__setattr__(self, "layer", layer)
         object.__setattr__(self, "tokens", _positive_int("tokens", self.tokens))
         spec.check_tokens(self.tokens)  # before a sweep's manifest claims its directory
-        object.__setattr__(self, "weights_seed",
-                           _positive_int("weights_seed", self.weights_seed, zero=True))
+        object.__setattr__(self, "weights_seed", _seed("weights_seed", self.weights_seed))
         object.__setattr__(self, "local", check_bool(self.local, "local"))
         if self.data_seed is not None:
             object.__setattr__(self, "data_seed", check_seed(self.data_seed, "data_seed"))

@@ -418,6 +418,10 @@ def test_a_boolean_is_not_a_layer_or_token_count(tmp_path):
         LayerWorkload(str(model), layer=False, tokens=4)
     with pytest.raises(ValueError, match="tokens: True must be a positive integer"):
         LayerWorkload(str(model), layer=0, tokens=True)
+    # A weights seed past 2**64 was accepted here, then refused by load as "seed".
+    with pytest.raises(ValueError, match=r"weights_seed: 18446744073709551616 must be below "
+                                         r"2\*\*64"):
+        LayerWorkload(str(model), layer=0, tokens=4, weights_seed=2**64)
 
 
 @pytest.mark.parametrize("shape", ["16X64X32", " 16 x 64 x 32 "])

@@ -45,6 +45,7 @@ def test_from_shape_and_round_trip():
     ({"tokens": 2, "k": 4, "n": 4, "outlier_channels": 1, "outlier_scale": 1e39},
      r"outlier_scale: 1e\+39 would overflow float32 inputs; at most 3.4e\+32"),
     ({"tokens": 2, "k": 4, "n": 4, "data_seed": -1}, "data_seed: -1 must be a non-negative"),
+    ({"tokens": 2, "k": 4, "n": 4, "data_seed": 2**70}, "data_seed: 1180.* must be below 2"),
     # Refused when made, not at the first run (after a sweep has taken its directory).
     ({"tokens": 2, "k": 4, "n": 4, "backend": "jax", "dtype": "float64"},
      "backend: 'jax' runs float32 workloads; set dtype='float32'"),
