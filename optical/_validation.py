@@ -185,3 +185,16 @@ def check_operands(x_shape: tuple[int, ...], x_dtype: object, k: int,
     if w_dtype is not None and np.dtype(x_dtype) != np.dtype(w_dtype):
         raise TypeError(f"dtype mismatch: x is {np.dtype(x_dtype)} but w is "
                         f"{np.dtype(w_dtype)}; cast one explicitly")
+
+
+def missing_or_broken(module: str, err: ImportError, need: str, extra: str) -> str:
+    """What to say when importing ``module`` failed with ``err``: that it is
+    not installed (and the extra that installs it), or, where it is but
+    failed to import (a wheel built against another numpy), why: the advice
+    to install it would change nothing then."""
+    top = module.split(".")[0]
+    if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == top:
+        return f"{need}, which is not installed: pip install 'optical[{extra}]'"
+    return (f"{need}, which is installed but failed to import ({type(err).__name__}: "
+            f"{err}); reinstall it for this environment (a wheel built for another "
+            "numpy?)")

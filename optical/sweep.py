@@ -84,7 +84,7 @@ from optical._sweep_store import (
     results_version,
     write_run,
 )
-from optical._validation import check_bool, check_positive_int, check_seed
+from optical._validation import check_bool, check_positive_int, check_seed, missing_or_broken
 from optical._version import RESULTS_VERSION
 from optical.config import OpticalConfig, check_value, parse_value
 from optical.workloads import (
@@ -1053,8 +1053,9 @@ def _require(module: str) -> Any:
 
     try:
         return importlib.import_module(module)
-    except ImportError:
-        raise ImportError(f"sweeps need {module!r}: pip install 'optical[sweep]'") from None
+    except ImportError as err:
+        raise ImportError(missing_or_broken(module, err, f"sweeps need {module!r}",
+                                            "sweep")) from err
 
 
 #: Signals received under :func:`sigterm_as_exit`. Its handlers raise at

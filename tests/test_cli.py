@@ -143,9 +143,11 @@ def test_json_onto_the_model_of_a_resumed_sweep_is_refused(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
 
 
-def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
+def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capsys):
     # `optical energy ... | head -3`: once the reader has gone, a write fails
-    # with EPIPE; no error line, exit 1 (Python's "Note on SIGPIPE").
+    # with EPIPE; no error line, exit 1 (Python's "Note on SIGPIPE"). capsys,
+    # not capfd: the command points fd 1 at devnull, which under capfd is
+    # pytest's own capture file (pytest < 9.2 then lost all its output).
     from optical.commands import config as config_command
 
     def closed_pipe(args):
@@ -153,7 +155,7 @@ def test_a_reader_that_left_ends_the_command_quietly(monkeypatch, capfd):
 
     monkeypatch.setattr(config_command, "run", closed_pipe)
     assert main(["config"]) == 1
-    assert "error" not in capfd.readouterr().err
+    assert "error" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["config"], ["--help"], ["config", "--json", "-"]])

@@ -651,6 +651,7 @@ def test_programmed_arrays_are_read_only_and_a_replaced_one_is_seen_by_every_bac
     numba with stale transmissions and JAX with stale windows and scales.
     program() returns them read-only; a field replaced by a new array is
     seen at once, the same bits as a fresh copy of every array."""
+    pytest.importorskip("jax")
     rng = np.random.default_rng(0)
     cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16,
                                                     "adc.full_scale": "rms",

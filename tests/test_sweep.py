@@ -1111,6 +1111,7 @@ def test_vmap_executor_says_when_it_vmapped_nothing(tmp_path):
 
 
 def test_a_reused_vmap_executor_describes_each_sweep_alone(tmp_path):
+    pytest.importorskip("jax")
     from optical._executors import VmapExecutor
 
     runner = VmapExecutor()

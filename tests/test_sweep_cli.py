@@ -470,6 +470,26 @@ def test_sweep_without_pandas_is_one_line_with_the_install_command(tmp_path, cap
     assert "Traceback" not in err and not out.exists()
 
 
+def test_a_package_that_fails_to_import_is_not_called_missing(tmp_path, capsys, monkeypatch):
+    """pyarrow 14 under numpy 2 is installed but fails to import: "sweeps
+    need 'pyarrow': pip install" sent the user to install what they had."""
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *args, **kwargs):
+        if name == "pyarrow":
+            raise ImportError("numpy.core.multiarray failed to import")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    assert main([*SWEEP, "--out", str(tmp_path / "s")]) == 1
+    err = capsys.readouterr().err
+    assert "sweeps need 'pyarrow', which is installed but failed to import (ImportError: " \
+        "numpy.core.multiarray failed to import)" in err
+    assert "pip install" not in err
+
+
 def test_unreachable_scheduler_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
     from optical.commands import sweep as sweep_command

@@ -300,6 +300,7 @@ def test_each_points_workload_checks_its_seeds_and_configs(tmp_path):
     """check_seed and check_config run on each point's workload, not only on
     the base's: a numpy base with a swept JAX backend refuses seeds past
     2**32 and the dynamic outlier bypass before any run."""
+    pytest.importorskip("jax")
     base = MatmulWorkload(tokens=8, k=32, n=16)
     with pytest.raises(ValueError, match=r"seeds: 4294967296 is out of range for the JAX"):
         SweepDefinition.build(base, {"workload.backend": ["numpy", "jax"]}, seeds=[2**32])

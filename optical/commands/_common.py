@@ -15,6 +15,7 @@ from typing import Any
 
 from optical import presets
 from optical._files import replacing_target, write_output
+from optical._validation import missing_or_broken
 from optical.config import OpticalConfig, parse_value
 
 
@@ -226,9 +227,9 @@ def require(module: str, extra: str, purpose: str) -> Any:
     """Import ``module``, or ImportError with the extra that installs it."""
     try:
         return importlib.import_module(module)
-    except ImportError:
-        raise ImportError(f"{purpose} needs {module}, which is not installed: "
-                          f"pip install 'optical[{extra}]'") from None
+    except ImportError as err:
+        raise ImportError(missing_or_broken(module, err, f"{purpose} needs {module}",
+                                            extra)) from err
 
 
 def _jsonable(value: Any) -> Any:
