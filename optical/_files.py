@@ -37,18 +37,21 @@ def replacing(path: Path, *, exclusive: bool = False) -> Iterator[Path]:
     short = os.fsencode(path.name)[:100].decode(errors="ignore")
     tmp = path.with_name(f".{short}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        # Created private, so that a private file's new content is never
-        # readable by others; given the mode it replaces (or a new file's) last.
+        # Replacing a file: created private, so that a private file's new
+        # content is never readable by others, and given its mode last. A new
+        # file: created as open() creates one, so that the kernel applies the
+        # umask or the directory's default ACL (a chmod would override the
+        # ACL's mask: a shared sweep directory's files unreadable to its group).
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # a kill's leftover of a process of the same id
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o600 if os.path.lexists(path) else 0o666))
         yield tmp
         _sync(tmp)  # the content on disk before the name points at it: a power cut
         try:        # leaves the old file or the new one, never an empty one
-            mode = stat.S_IMODE(os.stat(path).st_mode)
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         except FileNotFoundError:
-            mode = 0o666 & ~_umask()
-        os.chmod(tmp, mode)
+            pass  # a new file: the mode it was created with
         if exclusive:
             _link(tmp, path)
         else:
@@ -127,18 +130,6 @@ def named(err: OSError, path: Path | str) -> OSError:
     if err.filename is not None or err.errno is None:
         return err
     return type(err)(err.errno, err.strerror, str(path))
-
-
-def _umask() -> int:
-    """The process's umask (from /proc on Linux: setting it to read it back
-    would race with other threads creating files)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def atomic_write(path: Path, text: str, *, exclusive: bool = False) -> None:

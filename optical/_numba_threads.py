@@ -22,7 +22,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Lower case: libgomp folds the value by the locale, and in a Turkish one "PASSIVE"
+# is no known value (its I folds to a dotless i): the threads then spin.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 _LOCK = threading.Lock()
 _LAYER: list[str] = []  # the threading layer, once numba has chosen it
@@ -45,6 +47,10 @@ def guarded(kernel: Any) -> Callable[..., Any]:
     """``kernel`` (a parallel numba dispatcher, called from Python) launched
     under the process-wide lock while :func:`_serialised`; ``.kernel`` is the
     dispatcher itself."""
+    if not hasattr(kernel, "py_func"):  # numba returned the plain function
+        raise ImportError(  # (the CLI's one line for an environment that lacks something)
+            "NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their "
+            "intrinsics have no pure-Python form); unset NUMBA_DISABLE_JIT to use optical")
 
     @functools.wraps(kernel.py_func)
     def launch(*args: Any, **kwargs: Any) -> Any:

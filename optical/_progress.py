@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __all__ = ["progress_bar"]
+
+
+class _Stderr:
+    """stderr for a bar: a write that fails (stderr closed, a reader gone, a
+    full disk) turns the bar off rather than stopping the work it reports."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._broken = False
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):  # (ValueError: a closed file)
+                self._broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._broken = True
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: tqdm asks
+        return getattr(self._stream, name)
 
 
 class _Silent:
@@ -30,11 +58,11 @@ def progress_bar(total: int, *, desc: str, enabled: bool = True, initial: int = 
                  unit: str = "run") -> Any:
     """A tqdm bar on stderr, or a silent stand-in when ``enabled`` is False
     (``--quiet``) or tqdm is not installed."""
-    if not enabled:
+    if not enabled or sys.stderr is None:  # (None: started with stderr closed)
         return _Silent()
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm ships in the sweep and models extras
         return _Silent()
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True,
-                smoothing=0.1)
+                smoothing=0.1, file=_Stderr(sys.stderr))

@@ -894,7 +894,11 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         results = out / f"results.{results_format}"
         with replacing(results) as tmp:
             if results_format == "parquet":
-                frame.to_parquet(tmp, index=False)
+                # Through a file object: pyarrow encodes a path as strict UTF-8,
+                # not as the file system does (a name in another encoding, or
+                # any non-ASCII name under an ASCII locale, failed).
+                with open(tmp, "wb") as handle:
+                    frame.to_parquet(handle, index=False)
             else:
                 frame.to_csv(tmp, index=False)
     return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),

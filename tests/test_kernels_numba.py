@@ -680,8 +680,10 @@ def test_concurrent_calls_on_the_workqueue_layer_take_turns(tmp_path):
     assert done.stdout.strip() == "workqueue"
 
 
-@pytest.mark.parametrize(("env", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+@pytest.mark.parametrize(("env", "expected"), [(None, "passive"), ("ACTIVE", "ACTIVE")])
 def test_passive_waits_unless_the_user_chose(env, expected):
+    """Lower case: libgomp folds the value by the locale, and in a Turkish one
+    "PASSIVE" was no known value (numba's threads spun, 5-8x slower)."""
     code = ("import os, numpy as np\n"
             "from optical.transformer import numerics\n"
             "numerics.round_to(np.ones(1 << 15, np.float32), 'float16')\n"
@@ -949,3 +951,18 @@ print(nb.xla_available(), bool(np.allclose(y, x, atol=1e-5)))
                           env={**os.environ, "JAX_PLATFORMS": "cuda"}, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-800:]
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_numba_disable_jit_is_named(tmp_path):
+    """numba's debugging switch made every entry point fail with
+    "'function' object has no attribute 'py_func'" (a traceback from the CLI)."""
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    code = ("import numpy as np, optical\n"
+            "optical.matmul(np.ones((2, 4)), np.ones((4, 3)), optical.presets.get('ideal'), "
+            "seed=0)\n")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "ImportError: NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their "
+        "intrinsics have no pure-Python form); unset NUMBA_DISABLE_JIT to use optical")

@@ -251,7 +251,7 @@ def write_json_and_show(args: argparse.Namespace, data: Any, show: Callable[[], 
     so minutes of work are not lost with it."""
     try:
         write_json(args.json_path, data)
-    except OSError:
+    except (OSError, UnicodeError):  # (a name the file system's encoding lacks)
         if not json_to_stdout(args):
             show()
         raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import sys
 
 __all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "environment", "is_jax_array", "resolve"]
@@ -49,12 +50,14 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
 
 def environment() -> dict[str, str | None]:
     """The versions of numpy, numba, jax and jaxlib in this process (None:
-    not installed), which a run's last bits depend on besides its inputs,
-    config and seed: the numba backend runs its float32 GEMMs in JAX's XLA
-    where JAX is installed, else in numpy's BLAS, which round differently
-    (0.017 dB on a Llama-3.2-1B layer's SQNR). Sweep run records (from the
-    worker that ran the run) and ``optical validate --json`` keep it."""
-    return dict(_versions())
+    not installed), and ``JAX_PLATFORMS`` (None: unset), which a run's last
+    bits depend on besides its inputs, config and seed: the numba backend
+    runs its float32 GEMMs in JAX's XLA where JAX is installed with its CPU
+    backend (a ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves
+    it out), else in numpy's BLAS, which round differently (0.017 dB on a
+    Llama-3.2-1B layer's SQNR). Sweep run records (from the worker that ran
+    the run) and ``optical validate --json`` keep it."""
+    return {**dict(_versions()), "jax_platforms": os.environ.get("JAX_PLATFORMS")}
 
 
 def available() -> list[str]:

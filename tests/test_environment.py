@@ -1,0 +1,115 @@
+"""The process environment a researcher's machine or cluster job may have:
+locales, file-name encodings, default ACLs, closed or failing stderr (an
+environment audit)."""
+
+import errno
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import optical
+from optical._progress import progress_bar
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("pyarrow")
+
+WL = optical.MatmulWorkload(tokens=8, k=32, n=16)
+
+
+def test_results_parquet_is_written_under_a_name_that_is_not_utf8(tmp_path):
+    """pyarrow encodes a path as strict UTF-8: a sweep directory whose name
+    holds a Latin-1 byte (or any non-ASCII name under an ASCII locale) lost
+    its results table after every run had finished."""
+    out = tmp_path / os.fsdecode(b"sw\xe9ep")
+    frame = optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=1, out=out, executor="serial",
+                          progress=False)
+    assert len(frame) == 2
+    with open(out / "results.parquet", "rb") as handle:  # (pyarrow's path: UTF-8 only)
+        pd.testing.assert_frame_equal(pd.read_parquet(handle), frame, check_like=True,
+                                      check_dtype=False)
+
+
+def _acl(entries):
+    """A POSIX ACL as the kernel's xattr holds it (version 2, then tag,
+    permissions, id per entry)."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+def test_new_files_take_the_directorys_default_acl(tmp_path):
+    """A shared sweep directory whose default ACL gives a group rwx: files
+    were created private, then chmod-ed to the umask's bits, which set the
+    ACL mask to --- under umask 077 (the group could read nothing); open()
+    keeps rw-. Written files now get what open() gives."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    undefined = 0xFFFFFFFF
+    try:
+        os.setxattr(shared, "system.posix_acl_default",
+                    _acl([(0x01, 7, undefined), (0x04, 7, undefined), (0x08, 7, 4242),
+                          (0x10, 7, undefined), (0x20, 0, undefined)]))
+    except OSError as err:
+        pytest.skip(f"no POSIX ACLs here ({err.strerror})")
+
+    def mask(path):
+        raw = os.getxattr(path, "system.posix_acl_access")
+        entries = [struct.unpack("<HHI", raw[4 + 8 * i:12 + 8 * i])
+                   for i in range((len(raw) - 4) // 8)]
+        return next(perm for tag, perm, _ in entries if tag == 0x10)
+
+    previous = os.umask(0o077)
+    try:
+        (shared / "by-open").write_text("x")
+        optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=shared / "s", executor="serial",
+                      progress=False)
+    finally:
+        os.umask(previous)
+    assert mask(shared / "by-open") == 6
+    written = [shared / "s" / "manifest.json", shared / "s" / "results.parquet",
+               *(shared / "s" / "runs").glob("*.json")]
+    assert [mask(p) for p in written] == [6] * len(written)
+
+
+class _Failing:
+    """A stderr whose writes fail, as a closed pipe's or a full disk's do."""
+
+    def __init__(self, err):
+        self.err = err
+
+    def write(self, text):
+        raise self.err
+
+    def flush(self):
+        raise self.err
+
+    def isatty(self):
+        return False
+
+
+@pytest.mark.parametrize("err", [BrokenPipeError(errno.EPIPE, "Broken pipe"),
+                                 OSError(errno.ENOSPC, "No space left on device"),
+                                 ValueError("I/O operation on closed file")])
+def test_a_progress_bar_whose_stderr_fails_does_not_stop_the_work(monkeypatch, err):
+    """A sweep under `2>/dev/full`, or whose stderr reader had gone, stopped
+    at its first progress write (0 runs, or 1 of 3)."""
+    pytest.importorskip("tqdm")
+    monkeypatch.setattr(sys, "stderr", _Failing(err))
+    bar = progress_bar(3, desc="runs")
+    for _ in range(3):
+        bar.update()
+    bar.close()
+
+
+def test_a_closed_stderr_runs_a_sweep(tmp_path):
+    """`optical sweep ... 2>&-`: sys.stderr is None, and tqdm's write of it
+    failed (exit 1, no run)."""
+    code = ("import sys\nfrom optical.cli import main\n"
+            f"sys.exit(main(['sweep', '--matmul', '8x32x16', '--param', 'adc.bits=4,8', "
+            f"'--seeds', '1', '--jobs', '1', '--out', {str(tmp_path / 's')!r}]))\n")
+    run = subprocess.run([sys.executable, "-c", code], stderr=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, text=True, timeout=300,
+                         preexec_fn=lambda: os.close(2))
+    assert run.returncode == 0, run.stdout
+    assert len(list((tmp_path / "s" / "runs").glob("*.json"))) == 2
