@@ -44,8 +44,9 @@ def can_cache(source: str) -> bool:
         if "cannot cache" not in str(err):
             raise
         warnings.warn(f"numba finds no writable directory to cache the kernels of {source} "
-                      "in; they compile at each start instead (seconds). Set "
-                      "NUMBA_CACHE_DIR to a writable directory to keep them.",
+                      "in; they compile at each start instead (about a minute for a "
+                      "matmul's kernels). Set NUMBA_CACHE_DIR to a writable directory to "
+                      "keep them.",
                       RuntimeWarning, stacklevel=2)
         return False
     return True
@@ -110,8 +111,9 @@ def _tolerant(method: Callable[..., Any], directory: str, doing: str) -> Callabl
 def _warn_cache_failed(directory: str, doing: str, why: str) -> None:
     warnings.warn(f"numba could not {doing} its kernel cache in {directory} ({why}); the "
                   "kernels run from memory and compile again in each new process "
-                  "(seconds). Free the disk, or set NUMBA_CACHE_DIR to a writable "
-                  "directory with space.", RuntimeWarning, stacklevel=3)
+                  "(about a minute for a matmul's kernels). Free the disk, or set "
+                  "NUMBA_CACHE_DIR to a writable directory with space.", RuntimeWarning,
+                  stacklevel=3)
 
 
 def serialise(namespace: dict[str, Any]) -> None:
