@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 import time
 import traceback
@@ -188,6 +189,21 @@ _UNGUARDED = ("worker processes are spawned and re-import the script that starte
               "executor=1 to run in this process)")
 
 
+def _check_importable(workload: Any) -> None:
+    """ValueError where spawned workers could not import ``workload``'s class:
+    one defined in an interactive ``__main__`` (a notebook, ``python -c``),
+    which has no file to re-import. The pool's own error blamed a missing
+    main guard, which a notebook cannot add; the real one reached only the
+    worker's stderr (a Jupyter server's terminal)."""
+    cls = type(workload)
+    main = sys.modules.get("__main__")
+    if cls.__module__ == "__main__" and getattr(main, "__file__", None) is None:
+        raise ValueError(f"workload: its class {cls.__qualname__} is defined in an "
+                         "interactive session (a notebook, python -c), which worker processes "
+                         "cannot import; define it in a .py module, or pass executor=1 to run "
+                         "in this process")
+
+
 def check_not_bootstrapping(what: str) -> None:
     """RuntimeError naming the missing main guard when ``what`` is called while
     a spawned worker re-imports the script that started the sweep (as
@@ -264,6 +280,7 @@ class ProcessExecutor(Executor):
         self._ran = len(tasks)  # describe() tells of this call alone
         if not tasks:
             return
+        _check_importable(tasks[0].workload)
         pool = self._get_pool(len(tasks))
         todo = iter(tasks)
         window = 2 * self.workers  # few queued runs: a cancel is immediate

@@ -104,7 +104,10 @@ def read_plain(path: Path, limit: int) -> bytes:
     on disk or in a tarball, whatever size it claims): a directory from
     someone else may hold either."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # O_NONBLOCK: a FIFO is refused below, not waited on (POSIX only);
+        # O_BINARY: Windows' os.open would read text, CRLF as LF.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_BINARY", 0))
     except OSError as err:
         raise named(err, path) from None
     try:

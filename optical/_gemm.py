@@ -145,7 +145,8 @@ def _after_fork_in_child() -> None:
     _ONE_BLAS_THREAD._depth = 0
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # (not on Windows, which has no fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def rows_matmul(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:

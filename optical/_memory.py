@@ -64,7 +64,8 @@ def _after_fork_in_child() -> None:
     _timer = None
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # (not on Windows, which has no fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _refs(buffers: list[np.ndarray], i: int) -> int:

@@ -113,3 +113,54 @@ def test_a_closed_stderr_runs_a_sweep(tmp_path):
                          preexec_fn=lambda: os.close(2))
     assert run.returncode == 0, run.stdout
     assert len(list((tmp_path / "s" / "runs").glob("*.json"))) == 2
+
+
+def test_the_package_imports_and_reads_models_without_posix_only_names(tmp_path):
+    """On Windows os has no register_at_fork and no O_NONBLOCK: `import
+    optical` failed at once, then every model or sweep file read."""
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    model = write_model(tmp_path / "m", TINY_LLAMA)
+    code = ("import os, sys\n"
+            "import concurrent.futures.process, random, subprocess, tempfile  # (stdlib's own\n"
+            "del os.register_at_fork, os.O_NONBLOCK  # uses guard it) as on Windows\n"
+            "import numpy as np, optical\n"
+            "from optical import transformer\n"
+            "spec = transformer.load(sys.argv[1]).spec\n"
+            "y = optical.matmul(np.ones((2, 8)), np.ones((8, 3)), optical.presets.get('ideal'), "
+            "seed=0)\n"
+            "print(spec.hidden_size, round(float(y[0, 0]), 6))\n")
+    run = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [str(TINY_LLAMA["hidden_size"]), "8.0"]
+
+
+def test_a_notebook_workload_on_worker_processes_is_named(tmp_path):
+    """A workload class defined in a notebook (or python -c) cannot be
+    imported by spawned workers: the pool's error blamed a missing main
+    guard, which a notebook cannot add; the real one went to the worker's
+    stderr. Named before any run; executor=1 runs it."""
+    code = ("import dataclasses, sys, optical\n"
+            "@dataclasses.dataclass(frozen=True)\n"
+            "class Toy:\n"
+            "    def run(self, config, seed):\n"
+            "        return {'m': float(seed)}\n"
+            "    def to_dict(self):\n"
+            "        return {'kind': 'toy'}\n"
+            "try:\n"
+            "    optical.sweep(Toy(), {'adc.bits': [4, 8]}, seeds=2, out=sys.argv[1] + '/a',\n"
+            "                  executor=2, progress=False)\n"
+            "except ValueError as err:\n"
+            "    print(err)\n"
+            "print(len(optical.sweep(Toy(), {'adc.bits': [4, 8]}, seeds=2, "
+            "out=sys.argv[1] + '/b', executor=1, progress=False)))\n")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    first, second = run.stdout.strip().splitlines()
+    assert first == ("workload: its class Toy is defined in an interactive session (a notebook, "
+                     "python -c), which worker processes cannot import; define it in a .py "
+                     "module, or pass executor=1 to run in this process")
+    assert second == "4"
+    assert not list((tmp_path / "a" / "runs").glob("*.json"))

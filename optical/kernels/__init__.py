@@ -56,7 +56,10 @@ def environment() -> dict[str, str | None]:
     backend (a ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves
     it out), else in numpy's BLAS, which round differently (0.017 dB on a
     Llama-3.2-1B layer's SQNR). Sweep run records (from the worker that ran
-    the run) and ``optical validate --json`` keep it."""
+    the run) and ``optical validate --json`` keep it. Not recorded: the CPU
+    and the BLAS kernel it picks (another CPU generation, or
+    ``OPENBLAS_CORETYPE``, moves a run's last bits: 0.004 dB on a small
+    layer's output SQNR, measured)."""
     return {**dict(_versions()), "jax_platforms": os.environ.get("JAX_PLATFORMS")}
 
 
