@@ -44,14 +44,16 @@ def replacing(path: Path, *, exclusive: bool = False) -> Iterator[Path]:
         # ACL's mask: a shared sweep directory's files unreadable to its group).
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # a kill's leftover of a process of the same id
+        private = os.path.lexists(path)
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                         0o600 if os.path.lexists(path) else 0o666))
+                         0o600 if private else 0o666))
         yield tmp
         _sync(tmp)  # the content on disk before the name points at it: a power cut
         try:        # leaves the old file or the new one, never an empty one
             os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
-        except FileNotFoundError:
-            pass  # a new file: the mode it was created with
+        except FileNotFoundError:  # a new file: the mode it was created with, or
+            if private:            # (the target gone meanwhile, or a dangling link)
+                os.chmod(tmp, 0o666 & ~_umask())  # the umask's, as open() gives
         if exclusive:
             _link(tmp, path)
         else:
@@ -64,6 +66,18 @@ def replacing(path: Path, *, exclusive: bool = False) -> Iterator[Path]:
             raise OSError(err.errno, f"{err.strerror or err} while writing it",
                           str(path)) from err
         raise
+
+
+def _umask() -> int:
+    """The process's umask (from /proc on Linux: setting it to read it back
+    would race with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _link(tmp: Path, path: Path) -> None:

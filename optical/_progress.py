@@ -34,6 +34,10 @@ class _Stderr:
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: tqdm asks
         return getattr(self._stream, name)
 
+    # Not equal to sys.stderr: tqdm then flushes sys.stderr itself, outside
+    # this guard (so tqdm.write does not clear and redraw this bar: a log
+    # line may follow the bar's text).
+
 
 class _Silent:
     """Stands in for a tqdm bar when progress is off."""

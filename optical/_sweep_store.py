@@ -274,17 +274,21 @@ class _Damaged:
     def __init__(self) -> None:
         self.errors: list[str] = []
 
-    @contextlib.contextmanager
-    def collect(self) -> Iterator[None]:
+    def read(self, path: Path) -> dict[str, Any] | None:
+        """:func:`read_record` of ``path``, or None (its error kept) if the
+        file is damaged. Only the file's own damage is gathered: a run that
+        does not match the manifest raises at once, with its own advice
+        (rebuild the manifest; deleting runs would lose good ones)."""
         try:
-            yield
+            return read_record(path)
         except ValueError as err:
             self.errors.append(str(err))
+            return None
 
 
 @contextlib.contextmanager
 def damaged_runs(out: Path) -> Iterator[_Damaged]:
-    """Read run files in the block, each under ``.collect()``; at its end one
+    """Read run files in the block with ``.read(path)``; at its end one
     ValueError names every damaged file (one was named per attempt: a
     ``cp -r`` onto a full disk that truncated 300 files took 300 resumes)."""
     damaged = _Damaged()
@@ -334,6 +338,19 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+def _open_lock(path: Path) -> int:
+    """A descriptor of the sweep's lock file, made if missing: read-write, or
+    read-only where a colleague's lock file denies writing (flock takes
+    either), never through a symlink, never blocking on a FIFO."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
+    except PermissionError:
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise
+        return os.open(path, os.O_RDONLY | flags)
+
+
 @contextlib.contextmanager
 def lock(out: Path) -> Iterator[None]:
     """Refuse a second sweep process on the same directory (Unix). A lock
@@ -350,10 +367,10 @@ def lock(out: Path) -> Iterator[None]:
         # Never through a symlink (a directory from someone else: its .lock may
         # name any file), never truncated, never blocking on a FIFO.
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+            fd = _open_lock(path)
         except OSError as err:
-            if not os.path.islink(path) and err.errno in (errno.EACCES, errno.EPERM,
-                                                          errno.EROFS):
+            if not os.path.islink(path) and (err.errno == errno.EROFS or (
+                    err.errno in (errno.EACCES, errno.EPERM) and not os.access(out, os.W_OK))):
                 raise ValueError(f"{out}: the sweep directory cannot be written "
                                  f"({err.strerror}: {path.name}); a sweep here can be read "
                                  "(optical.load_sweep, optical plot) but not run or "
@@ -365,7 +382,7 @@ def lock(out: Path) -> Iterator[None]:
             os.close(fd)
             raise ValueError(f"{path}: the sweep's lock is not a plain file (a FIFO or a "
                              "device); remove it")
-        handle = os.fdopen(fd, "r+")  # closed below, or held until the sweep ends
+        handle = os.fdopen(fd, "r")  # closed below, or held until the sweep ends
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -464,8 +481,8 @@ def read_frame(out: Path, pd: Any) -> Any:
             path = out / RUNS / f"{run_id}.json"
             if path.is_file():
                 point, seed = place[run_id]
-                with damaged.collect():
-                    record = read_record(path)
+                record = damaged.read(path)
+                if record is not None:
                     check_placement(path, record, manifest["points"][point], seed, out)
                     record["point"], record["seed"] = point, seed
                     record["params"] = manifest["points"][record["point"]]

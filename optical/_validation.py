@@ -132,6 +132,8 @@ def _changeable_base(a: np.ndarray) -> bool:
         if base.flags.writeable:
             return True
         base = base.base
+    if isinstance(base, memoryview) and base.readonly:  # (pickle 5's out-of-band
+        base = base.obj                                   # frames: Dask's transfers)
     return base is not None and not isinstance(base, bytes)
 
 

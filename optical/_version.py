@@ -7,6 +7,7 @@ __version__ = "0.1.0"
 #: never mixes runs computed two ways: sweeps record it in their manifest and
 #: runs (a resume refuses another), run ids hash it, and ``--json`` reports
 #: keep it. 1: sweeps and reports that did not record it (before 2026-12-06);
-#: 2: recorded; 3: RoPE frequencies bit for bit transformers' (Llama layers'
-#: numbers moved in the last bits, growing with the position).
+#: 2: recorded; 3: RoPE frequencies as transformers computes them (bit for bit
+#: at Llama's thetas and head sizes; Llama layers' numbers moved in the last
+#: bits, growing with the position).
 RESULTS_VERSION = 3

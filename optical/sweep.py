@@ -80,7 +80,6 @@ from optical._sweep_store import (
     lock,
     read_frame,
     read_manifest,
-    read_record,
     results_version,
     write_run,
 )
@@ -820,8 +819,8 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
             for index, ids in enumerate(run_ids):
                 for seed, run_id in zip(definition.seeds, ids, strict=True):
                     if run_id in done:
-                        with damaged.collect():
-                            record = read_record(runs_dir / f"{run_id}.json")
+                        record = damaged.read(runs_dir / f"{run_id}.json")
+                        if record is not None:
                             check_placement(runs_dir / f"{run_id}.json", record,
                                             stored_points[index], seed, out)
         reserved = set(META_COLUMNS) | set(definition.paths)

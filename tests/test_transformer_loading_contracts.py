@@ -426,6 +426,12 @@ def test_inverse_frequencies_are_transformers_own_bits(head_dim, scaling):
         config["rope_scaling"] = scaling
     theirs = LlamaRotaryEmbedding(_hf_config(transformers, config)).inv_freq.numpy()
     np.testing.assert_array_equal(inverse_frequencies(head_dim, 5e5, scaling), theirs)
+    # Other thetas (CodeLlama's 1e6, Yi's 5e6): torch's float32 power misses
+    # the correctly rounded value in a rare frequency; an ulp at most (review).
+    for theta in (1e6, 5e6):
+        theirs = LlamaRotaryEmbedding(_hf_config(transformers, {**config, "rope_theta": theta}))
+        np.testing.assert_array_max_ulp(inverse_frequencies(head_dim, theta, scaling),
+                                        theirs.inv_freq.numpy(), maxulp=1)
 
 @pytest.mark.parametrize(("rope", "other"), [
     # rope_theta only inside rope_parameters, beside a rope_scaling:

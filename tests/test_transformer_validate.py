@@ -385,7 +385,7 @@ def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsy
     # q_proj 64 -> 64 on a 48-input core: 8 tokens x 2 K-tiles x 1 N-tile, one input pass
     assert data["products"][0]["stats"]["passes"] == 8 * 2 * 1
     assert data["environment"]["numpy"] == np.__version__  # what its last bits depend on
-    assert set(data["environment"]) == {"numpy", "numba", "jax", "jaxlib", "jax_platforms"}
+    assert set(data["environment"]) == {"numpy", "numba", "jax", "jaxlib", "jax_cpu"}
 
 
 def test_cli_validate_json_to_stdout_is_the_json_alone(tiny_dir, capsys):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import sys
 
 __all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "environment", "is_jax_array", "resolve"]
@@ -48,19 +47,25 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
     return tuple(found)
 
 
-def environment() -> dict[str, str | None]:
+def environment() -> dict[str, str | bool | None]:
     """The versions of numpy, numba, jax and jaxlib in this process (None:
-    not installed), and ``JAX_PLATFORMS`` (None: unset), which a run's last
-    bits depend on besides its inputs, config and seed: the numba backend
-    runs its float32 GEMMs in JAX's XLA where JAX is installed with its CPU
-    backend (a ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves
-    it out), else in numpy's BLAS, which round differently (0.017 dB on a
-    Llama-3.2-1B layer's SQNR). Sweep run records (from the worker that ran
-    the run) and ``optical validate --json`` keep it. Not recorded: the CPU
+    not installed), and ``jax_cpu``: whether JAX's CPU backend is there for
+    the numba backend (None: no JAX), which a run's last bits depend on
+    besides its inputs, config and seed: the numba backend runs its float32
+    GEMMs in JAX's XLA where it is, else in numpy's BLAS (a
+    ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves it out),
+    which round differently (0.017 dB on a Llama-3.2-1B layer's SQNR). Sweep
+    run records (from the worker that ran the run) and ``optical validate
+    --json`` keep it. Not recorded: the CPU
     and the BLAS kernel it picks (another CPU generation, or
     ``OPENBLAS_CORETYPE``, moves a run's last bits: 0.004 dB on a small
     layer's output SQNR, measured)."""
-    return {**dict(_versions()), "jax_platforms": os.environ.get("JAX_PLATFORMS")}
+    versions = dict(_versions())
+    if versions["jax"] is None:
+        return {**versions, "jax_cpu": None}
+    from optical.kernels.numba_backend import xla_available
+
+    return {**versions, "jax_cpu": xla_available()}
 
 
 def available() -> list[str]:

@@ -65,7 +65,11 @@ def weights_directory(directory: str | Path) -> Path | None:
     if find_checkpoint_files(directory):
         return directory
     marker = directory / WEIGHTS_PACKAGE_FILE
-    if read_spec(directory).architecture == "bert" and marker.exists():
+    architecture = read_spec(directory).architecture
+    if marker.exists() and architecture != "bert":
+        raise ValueError(f"{marker}: names a package of BERT weights ({_MINILM_DISTRIBUTION}), "
+                         f"beside a {architecture} config; remove it for synthetic weights")
+    if marker.exists():
         named = read_plain(marker, MODEL_JSON_BYTES).decode("utf-8", "replace").strip()
         if named != _MINILM_DISTRIBUTION:
             raise ValueError(f"{marker}: names {named!r}; the one package of weights optical "

@@ -47,6 +47,10 @@ def rope_settings(config: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] |
     for name, value in (("rope_parameters", params), ("rope_scaling", legacy)):
         if value is not None and not isinstance(value, Mapping):
             raise ValueError(f"{name}: must be an object (or null), got {value!r}")
+        if isinstance(value, Mapping) and "type" in value and "rope_type" in value \
+                and value["type"] != value["rope_type"]:  # 4 reads "type", 5 "rope_type"
+            _refuse_disagreement(f"{name}.type = {value['type']!r} but {name}.rope_type = "
+                                 f"{value['rope_type']!r}")
     if params is not None and "rope_scaling" in config and legacy is None \
             and (kind := _rope_field(params, "rope_type")) != "default":
         _refuse_disagreement(f"rope_parameters.rope_type = {kind!r} but rope_scaling = null")
@@ -161,9 +165,11 @@ def inverse_frequencies(head_dim: int, theta: float,
     if head_dim % 2:
         raise ValueError(f"head_dim: {head_dim} must be even for rotary embeddings")
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
-    # The power in float64, rounded once: numpy's float32 power is off by up
-    # to 0.9 ulp where torch's is correctly rounded, and a frequency's error
-    # grows with the position it multiplies (5e-4 rad at 8k tokens).
+    # The power in float64, rounded once (correctly rounded): numpy's float32
+    # power is off by up to 0.9 ulp, and a frequency's error grows with the
+    # position it multiplies (5e-4 rad at 8k tokens). torch's float32 power
+    # is nearly always correctly rounded too: bit for bit at Llama's thetas
+    # and head sizes, an ulp apart in a rare frequency elsewhere.
     powers = (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
     inv_freq = (np.float32(1.0) / powers).astype(np.float32)
     rope_type = _rope_field(scaling or {}, "rope_type")
