@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import weakref
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,11 @@ def adc_rails(config: OpticalConfig) -> np.ndarray:
 
 #: The array fields of :class:`ProgrammedWeights`, read-only once constructed.
 _ARRAYS = ("scale", "weights", "weight_sums", "transmissions", "adc_lo", "adc_hi")
+
+#: The arrays program() made, read-only, by id (weakly: an entry goes with its
+#: array): a ProgrammedWeights keeps them as they are, in a dataclasses.replace
+#: of another field too.
+_OWN_ARRAYS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -157,7 +163,9 @@ class ProgrammedWeights:
                 raise TypeError(f"{name}: {got.dtype}, but weights are {dtype}: every array "
                                 "of one ProgrammedWeights has the weights' dtype")
         for name in _ARRAYS:  # replaced or unpickled arrays too (class docstring)
-            object.__setattr__(self, name, read_only(getattr(self, name)))
+            got = getattr(self, name)
+            if _OWN_ARRAYS.get(id(got)) is not got:  # (program()'s own: as they are)
+                object.__setattr__(self, name, read_only(got))
         t = self.tiling
         n_rails = adc_rails(self.config).shape[0]
         expected = {"scale": (t.k_tiles, t.n), "weights": (t.k, t.n),
@@ -546,8 +554,12 @@ def program(w: np.ndarray, config: OpticalConfig, *,
             lo, hi = _share_windows(lo, hi, tiling)
     for array in (scale, weights, weight_sums, transmissions, lo, hi):
         # Read-only in place (the fast backends cache by identity): these are
-        # program()'s own, views included, which __post_init__ would copy.
+        # program()'s own, views included (of the engines' recycled buffers,
+        # which hand a buffer out again only once no view holds it): kept as
+        # they are, where a read-only view of another's writeable array is
+        # copied (2.6 GB of copies for a Llama-3.1-8B layer otherwise).
         array.flags.writeable = False
+        _OWN_ARRAYS[id(array)] = array
     return ProgrammedWeights(config, tiling, scale, weights, weight_sums, transmissions, lo, hi,
                              input_range=static_range, bypass=bypass)
 
