@@ -115,6 +115,14 @@ def test_a_closed_stderr_runs_a_sweep(tmp_path):
     assert len(list((tmp_path / "s" / "runs").glob("*.json"))) == 2
 
 
+def _python(code, *args):
+    """The stdout of ``python -c code args`` in a fresh process, which must succeed."""
+    run = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
 def test_the_package_imports_and_reads_models_without_posix_only_names(tmp_path):
     """On Windows os has no register_at_fork and no O_NONBLOCK: `import
     optical` failed at once, then every model or sweep file read."""
@@ -130,10 +138,7 @@ def test_the_package_imports_and_reads_models_without_posix_only_names(tmp_path)
             "y = optical.matmul(np.ones((2, 8)), np.ones((8, 3)), optical.presets.get('ideal'), "
             "seed=0)\n"
             "print(spec.hidden_size, round(float(y[0, 0]), 6))\n")
-    run = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True,
-                         text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split() == [str(TINY_LLAMA["hidden_size"]), "8.0"]
+    assert _python(code, model).split() == [str(TINY_LLAMA["hidden_size"]), "8.0"]
 
 
 def test_a_notebook_workload_on_worker_processes_is_named(tmp_path):
@@ -155,10 +160,7 @@ def test_a_notebook_workload_on_worker_processes_is_named(tmp_path):
             "    print(err)\n"
             "print(len(optical.sweep(Toy(), {'adc.bits': [4, 8]}, seeds=2, "
             "out=sys.argv[1] + '/b', executor=1, progress=False)))\n")
-    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    first, second = run.stdout.strip().splitlines()
+    first, second = _python(code, tmp_path).strip().splitlines()
     assert first == ("workload: its class Toy is defined in an interactive session (a notebook, "
                      "python -c), which worker processes cannot import; define it in a .py "
                      "module, or pass executor=1 to run in this process")
