@@ -10,7 +10,10 @@ __all__ = ["progress_bar"]
 
 class _Stderr:
     """stderr for a bar: a write that fails (stderr closed, a reader gone, a
-    full disk) turns the bar off rather than stopping the work it reports."""
+    full disk) turns the bar off rather than stopping the work it reports.
+    Not equal to sys.stderr: tqdm would then flush sys.stderr itself, outside
+    this guard (so tqdm.write does not clear and redraw the bar: a log line
+    may follow the bar's text)."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -33,10 +36,6 @@ class _Stderr:
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: tqdm asks
         return getattr(self._stream, name)
-
-    # Not equal to sys.stderr: tqdm then flushes sys.stderr itself, outside
-    # this guard (so tqdm.write does not clear and redraw this bar: a log
-    # line may follow the bar's text).
 
 
 class _Silent:

@@ -56,10 +56,9 @@ def environment() -> dict[str, str | bool | None]:
     ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves it out),
     which round differently (0.017 dB on a Llama-3.2-1B layer's SQNR). Sweep
     run records (from the worker that ran the run) and ``optical validate
-    --json`` keep it. Not recorded: the CPU
-    and the BLAS kernel it picks (another CPU generation, or
-    ``OPENBLAS_CORETYPE``, moves a run's last bits: 0.004 dB on a small
-    layer's output SQNR, measured)."""
+    --json`` keep it. Not recorded: the CPU and the BLAS kernel it picks
+    (another CPU generation, or ``OPENBLAS_CORETYPE``, moves a run's last
+    bits: 0.004 dB on a small layer's output SQNR, measured)."""
     versions = dict(_versions())
     if versions["jax"] is None:
         return {**versions, "jax_cpu": None}

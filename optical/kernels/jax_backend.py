@@ -211,9 +211,11 @@ def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
     else:
         # A JAX w as its numpy value; a list or a torch tensor refused, as numpy
         # and numba refuse it (not converted on this backend alone).
-        if not isinstance(w, np.ndarray) and not is_jax_value(w):
+        if is_jax_value(w):
+            w = np.asarray(w)
+        elif not isinstance(w, np.ndarray):
             raise TypeError(f"w: expected a JAX or numpy array, got {type(w).__name__}")
-        w_np = check_float_array(np.asarray(w) if is_jax_value(w) else w, "w", ndim=2)
+        w_np = check_float_array(w, "w", ndim=2)
         if 0 in w_np.shape:
             raise ValueError(f"w: shape {w_np.shape} has an empty dimension")
         check_operands(x.shape, x.dtype, w_np.shape[0], w_np.dtype)  # before programming
