@@ -45,6 +45,10 @@ __all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "
            "derive_seed", "engine_for", "matmul_inputs", "sum_stats", "weight_matmuls"]
 
 
+#: Bytes of attention scores a run that keeps no trace holds at once.
+ATTENTION_BYTES = 64 * 2**20
+
+
 def derive_seed(seed: int, *labels: object, bits: int = 63) -> int:
     """A seed in [0, 2**bits) that depends only on ``seed`` and ``labels``:
     every product of every layer gets its own noise. ``bits=32`` for the JAX
@@ -148,6 +152,12 @@ class ReferenceEngine:
     ``stop_after``: names of weight matmuls; once the last of them has
     received its input, :meth:`linear` raises :class:`InputsComplete`
     instead of computing it (see :func:`matmul_inputs`).
+
+    ``keep`` (an attribute, True by default): whether :meth:`record` keeps
+    each product for a :meth:`trace`. A run that reads no trace (BERT's
+    ``encode``) sets it False: only each product's peak is kept, and a
+    padded batch's attention runs a few prompts at a time
+    (:meth:`attention_prompts`), the same bits in a fraction of the memory.
     """
 
     def __init__(self, dtype: str, stop_after: Collection[str] = ()) -> None:
@@ -158,12 +168,28 @@ class ReferenceEngine:
         self.operands: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.pending = set(stop_after)
         self.program_s = 0.0  # time spent programming masks (OpticalEngine)
+        self.keep = True
+        self.peaks: dict[str, float] = {}  # max |product| where not kept (NaN propagates)
 
     def round(self, x: np.ndarray) -> np.ndarray:
         return round_to(x, self.dtype)
 
     def record(self, name: str, value: np.ndarray) -> None:
-        self.products[name] = value
+        if self.keep:
+            self.products[name] = value
+        else:
+            peak = np.max(np.abs(value), initial=0.0)
+            self.peaks[name] = float(np.maximum(peak, self.peaks.get(name, 0.0)))
+
+    def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
+        """How many of a batch's prompts to run attention on at once, one
+        prompt's score matrices taking ``prompt_bytes``: the whole batch where
+        a trace keeps its products, else as many as fit
+        :data:`ATTENTION_BYTES` (at least one). Each prompt's products are
+        their own matrices, so the bits do not depend on it."""
+        if self.keep:
+            return batch
+        return max(1, min(batch, ATTENTION_BYTES // max(1, prompt_bytes)))
 
     def trace(self, output: np.ndarray) -> LayerTrace:
         return LayerTrace(output, self.products, self.stats, self.inputs, self.operands,
@@ -172,7 +198,8 @@ class ReferenceEngine:
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:
         """``x @ w.T (+ bias)``, rounded once (torch's addmm)."""
-        self.inputs[name] = x
+        if self.keep:
+            self.inputs[name] = x
         if self.pending:
             self.pending.discard(name)
             if not self.pending:
@@ -272,8 +299,9 @@ class OpticalEngine(ReferenceEngine):
         """Why a product's own input may be all zero: an earlier product beyond
         sqrt(float32 max), whose square overflows a norm's mean (its 1/rms is 0)."""
         limit = math.sqrt(float(np.finfo(np.float32).max))
-        for name, value in self.products.items():
-            peak = float(np.max(np.abs(value), initial=0.0))
+        peaks = {name: float(np.max(np.abs(value), initial=0.0))
+                 for name, value in self.products.items()} | self.peaks
+        for name, peak in peaks.items():
             if not peak < limit:  # inf and NaN too
                 return (f" (an earlier product overflowed: {name} reaches {peak:.3g}, beyond "
                         f"{limit:.3g}, whose square overflows float32, so the norm after it "
@@ -316,7 +344,8 @@ class OpticalEngine(ReferenceEngine):
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:
-        self.inputs[name] = x
+        if self.keep:
+            self.inputs[name] = x
         y, stats = self._matmul(x, w.T, name)  # HF stores [out, in]: program W.T
         if bias is not None:
             y += bias
@@ -360,6 +389,13 @@ class OpticalEngine(ReferenceEngine):
         self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
         self._done(name)
         return out
+
+    def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
+        """The whole batch with optical attention (its products' seeds and
+        stats are keyed by each prompt's place in it)."""
+        if self.config.mapping.attention == "optical":
+            return batch
+        return super().attention_prompts(batch, prompt_bytes)
 
     def scores(self, q: np.ndarray, k: np.ndarray,
                mask: np.ndarray | None = None) -> np.ndarray:

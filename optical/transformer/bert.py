@@ -204,23 +204,43 @@ class BertLayer:
             return y.reshape(batch, tokens, heads, d).transpose(0, 2, 1, 3)
 
         q, k, v = (split_heads(project(n, rows)) for n in ("query", "key", "value"))
-        scores = rnd(engine.scores(q, k, mask) * np.float32(d ** -0.5))  # (B, heads, T, T)
-        keys = mask[:, None, None, :]
-        engine.record("attention.scores", np.where(keys, scores, np.float32(0)))
-        probs = rnd(softmax(np.where(keys, scores, -np.inf).astype(np.float32)))
-        context = engine.values(probs, v, mask)
-        # Padded queries' rows set to 0, as the optical core leaves them.
-        engine.record("attention.values", np.where(mask[:, None, :, None], context,
-                                                   np.float32(0)))
+        # (B, heads, T, T) scores would take B * 3 MB per copy at 256 tokens:
+        # a run that keeps no trace takes a few prompts at a time.
+        step = engine.attention_prompts(batch, heads * tokens * tokens * 4)
+        if step >= batch:
+            context = _attention(q, k, v, mask, engine)
+        else:
+            context = np.empty((batch, heads, tokens, d), dtype=np.float32)
+            for start in range(0, batch, step):
+                part = slice(start, start + step)
+                context[part] = _attention(q[part], k[part], v[part], mask[part], engine)
         context = context.transpose(0, 2, 1, 3).reshape(batch * tokens, hidden)
         attn = project("attention.output", context)
         x = layer_norm(rnd(attn + rows), w["attention.output.LayerNorm.weight"],
                        w["attention.output.LayerNorm.bias"], self.eps, engine)
-        inter = rnd(_gelu(project("intermediate", x)))
+        inter = project("intermediate", x)
+        if padded:  # GELU(0) = 0: the padding's rows stay as they are
+            inter[real] = rnd(_gelu(inter[real]))
+        else:
+            inter = rnd(_gelu(inter))
         out = project("output", inter)
         out = layer_norm(rnd(out + x), w["output.LayerNorm.weight"], w["output.LayerNorm.bias"],
                          self.eps, engine)
         return out.reshape(batch, tokens, hidden)
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray,
+               engine: ReferenceEngine) -> np.ndarray:
+    """softmax(q k^T / sqrt(d)) v over each prompt's real keys: (B, heads, T, d)."""
+    rnd = engine.round
+    scores = rnd(engine.scores(q, k, mask) * np.float32(q.shape[-1] ** -0.5))  # (B, heads, T, T)
+    keys = mask[:, None, None, :]
+    engine.record("attention.scores", np.where(keys, scores, np.float32(0)))
+    probs = rnd(softmax(np.where(keys, scores, -np.inf).astype(np.float32)))
+    context = engine.values(probs, v, mask)
+    # Padded queries' rows set to 0, as the optical core leaves them.
+    engine.record("attention.values", np.where(mask[:, None, :, None], context, np.float32(0)))
+    return context
 
 
 def check_mask(mask: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:

@@ -525,6 +525,7 @@ class BertModel(_Model):
             layer = self.layer(index)
             engine = engine_for("float32" if config is None else None, config, seed, index,
                                 program_options=program_options, matmul_options=matmul_options)
+            engine.keep = False  # no trace is read: attention a few prompts at a time
             h = layer.forward(h, mask, engine)
         return h
 
@@ -562,6 +563,14 @@ class BertModel(_Model):
         -------
         ndarray, float32, shape (len(sentences), hidden)
             Unit rows where the pipeline normalises.
+
+        Notes
+        -----
+        The sentences run as one batch padded to the longest, so memory grows
+        with their number times that length (all-MiniLM-L6-v2: about 7 MB
+        per sentence where one reaches 256 tokens; attention takes a few
+        prompts at a time). Embed a large corpus in several calls, each then
+        calibrated on its own tokens.
         """
         ids, mask = self.token_ids(sentences)
         hidden = self.encode(ids, mask, config=config, seed=seed,
