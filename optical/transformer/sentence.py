@@ -52,7 +52,10 @@ class SentencePipeline:
         Tokens a sentence keeps, [CLS] and [SEP] included (None: as many as
         the model has positions).
     lower_case : bool
-        Lower-case the text before tokenising (``do_lower_case``).
+        Lower-case the text before tokenising (``do_lower_case``) with
+        Python's ``str.lower``, as sentence-transformers 5 does; 6.3 lower-cases
+        in the tokenizer, which keeps a word-final capital sigma as ``σ``
+        where ``str.lower`` gives ``ς`` (Greek text tokenises differently).
     source : Path or None
         The directory it was read from; None for the default recipe.
     """
