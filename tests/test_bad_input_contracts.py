@@ -301,6 +301,23 @@ def test_validate_names_the_product_where_the_fp16_reference_overflows(tmp_path)
     assert report.output.sqnr_db > 60  # the ideal preset, scored in float32
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_validate_names_a_reference_overflowing_float32(tmp_path, dtype):
+    """Weights 1e18 times too large take the float32 GEMMs themselves to inf:
+    the one error naming the product, not numpy's overflow warnings from
+    inside the GEMM (an error in their place under ``-W error``, as this
+    suite runs), and advice that fits (no input option on the CLI helps)."""
+    pytest.importorskip("safetensors")
+    tensors = random_llama_tensors(TINY_LLAMA)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        tensors[f"model.layers.0.mlp.{name}.weight"] *= 1e18
+    model = transformer.load(write_model(tmp_path / "huge", TINY_LLAMA, tensors))
+    with pytest.raises(ValueError, match=rf"the {dtype} reference holds inf or NaN from "
+                                         r"(gate|up|down)_proj on .* check the weights and "
+                                         r"the input$"):
+        transformer.validate(model, layer=0, tokens=4, config=ideal(), dtype=dtype)
+
+
 def test_embed_truncates_a_long_sentence_within_the_models_positions(tmp_path):
     """Sentences keep their first 256 tokens (sentence-transformers'
     max_seq_length) or, for a model with fewer positions, as many as it has:

@@ -369,7 +369,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 
         bar.set_postfix_str(f"{dtype} reference")
         calibrated = time.perf_counter()
-        reference = block.trace(hidden, dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # named below, once
+            reference = block.trace(hidden, dtype=dtype)
         _check_reference_finite(reference, dtype)
         middle = time.perf_counter()
         bar.update()
@@ -445,14 +446,14 @@ def _check_reference_finite(reference: Any, dtype: str) -> None:
                   if not np.isfinite(value).all()), "the layer output")
     raise ValueError(f"the {dtype} reference holds inf or NaN from {where} on (a value "
                      f"beyond {dtype}'s largest, {largest(dtype):.4g}): nothing finite to "
-                     f"score against; {_wider(dtype)}")
+                     f"score against; {_wider(dtype, 'check the weights and the input')}")
 
 
-def _wider(dtype: str) -> str:
-    """What to try instead: a wider reference dtype, or a smaller input."""
+def _wider(dtype: str, otherwise: str = "scale the input down") -> str:
+    """What to try instead: a wider reference dtype, or ``otherwise``."""
     if dtype == "float16":
         return "validate with dtype='bfloat16' or 'float32'"
-    return "scale the input down"
+    return otherwise
 
 
 def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
