@@ -36,6 +36,7 @@ from optical._config_fields import (
     parse,
     real,
 )
+from optical._files import read_plain
 from optical._validation import parse_json
 
 __all__ = [
@@ -61,6 +62,8 @@ MAX_FINITE_PHOTONS_PER_MAC = 1e30
 #: full-scale units (``~ 1 / photons_per_mac**2``) overflow float32 at
 #: ~1e-40 and float64 (``p * p`` underflows to 0) at ~1e-162.
 MIN_PHOTONS_PER_MAC = 1e-30
+#: Largest file :meth:`OpticalConfig.from_file` reads (a config, or a report holding one).
+_CONFIG_FILE_BYTES = 1 << 24
 
 
 def check_value(path: str, value: Any) -> Any:
@@ -813,8 +816,9 @@ class OpticalConfig:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path: expected a file path, got {type(path).__name__}")
         try:
-            text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as some editors write
-        except (OSError, UnicodeDecodeError) as err:
+            # read_plain: a FIFO would block for ever, /dev/zero fill the memory.
+            text = read_plain(Path(path), _CONFIG_FILE_BYTES).decode("utf-8-sig")  # a BOM,
+        except (OSError, UnicodeDecodeError) as err:  # as some editors write
             reason = (err.strerror or str(err)) if isinstance(err, OSError) \
                 else f"not text ({err})"
             raise ValueError(f"{path}: {reason}") from None

@@ -1,6 +1,9 @@
+import contextlib
 import dataclasses
 import json
 import math
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -134,6 +137,43 @@ def test_from_file_reads_a_config_file_or_a_report_and_from_json_points_to_it(tm
                           ("wrong.json", "adc.bitz")):
         with pytest.raises(ValueError, match=rf"^{tmp_path / name}: .*{message}"):
             OpticalConfig.from_file(tmp_path / name)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_from_file_refuses_what_is_not_a_plain_file(tmp_path):
+    """``--config`` on a FIFO waited for a writer for ever (and /dev/zero
+    filled the memory): refused, as model and sweep files are. A writer
+    thread stands by, so a reader that waits gets ``{}`` and fails the test
+    instead of hanging it."""
+    fifo = tmp_path / "machine.json"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader yet
+            except OSError:
+                stop.wait(0.01)
+                continue
+            with contextlib.suppress(OSError):
+                os.write(fd, b"{}")
+            os.close(fd)
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^{fifo}: not a plain file"):
+            OpticalConfig.from_file(fifo)
+    finally:
+        stop.set()
+        thread.join()
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as handle:  # sparse: claims 1 GiB, costs nothing
+        handle.truncate(1 << 30)
+    with pytest.raises(ValueError, match=rf"^{huge}: 1073741824 bytes, more than"):
+        OpticalConfig.from_file(huge)
 
 
 _REAL = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
