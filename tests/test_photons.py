@@ -92,6 +92,22 @@ def test_a_converter_floor_is_reported_not_extrapolated():
         photons.required_photons(64, target_snr_db=40.0, tokens=8, outputs=16, config=cfg)
 
 
+
+def test_a_target_met_on_a_converter_floor_is_not_called_unreachable():
+    """A 4-bit ADC sets the SNR near 100 photons per MAC (9.9, 9.4, 9.1 dB
+    at 56, 100, 178: the shot noise's dither even helps it), so no photon
+    count is *the* one for 9.2 dB; it was reported "not reachable" while
+    100 photons per MAC gave more. Above every SNR seen, it is unreachable."""
+    cfg = optical.presets.get("ideal").replace({"adc.bits": 4})
+    met = photons.output_snr_db(64, 100.0, tokens=16, outputs=16, config=cfg)
+    assert met > 9.2
+    with pytest.raises(ValueError, match=r"does not rise .* target 9.2 dB is met there: the "
+                                         r"SNR is set by other noise or the converters"):
+        photons.required_photons(64, target_snr_db=9.2, tokens=16, outputs=16, config=cfg)
+    with pytest.raises(ValueError, match=r"target 12.0 dB is not reachable"):
+        photons.required_photons(64, target_snr_db=12.0, tokens=16, outputs=16, config=cfg)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"operands": "gaussian"}, "operands: 'gaussian' is not valid"),
     ({"tokens": 0}, "tokens"),

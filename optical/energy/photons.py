@@ -181,7 +181,7 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
         if (v_next - value) * step <= 0:
             raise ValueError(f"width {width}: the SNR does not rise with photons_per_mac "
                              f"({value:.2f} dB at {p:.3g}, {v_next:.2f} dB at {p_next:.3g}); "
-                             f"target {target_snr_db} dB is not reachable with this config")
+                             f"{_flat(target_snr_db, max(value, v_next))}")
         slope = (v_next - value) / step
         p, value = p_next, v_next
     if not abs(value - target_snr_db) < 0.5:
@@ -193,7 +193,9 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     slope, intercept = np.polyfit(np.log10(probes), values, 1)
     if not slope > 0:
         raise ValueError(f"width {width}: the SNR does not rise with photons_per_mac near "
-                         f"{p:.3g}; target {target_snr_db} dB is not reachable")
+                         f"{p:.3g} ({', '.join(f'{v:.2f}' for v in values)} dB at "
+                         f"{', '.join(f'{q:.3g}' for q in probes)}); "
+                         f"{_flat(target_snr_db, max(values))}")
     p_star = float(10.0 ** ((target_snr_db - intercept) / slope))
     cfg = _width_config(config, width, outputs).replace({"source.photons_per_mac": p_star})
     s = schedule(tokens, width, outputs, cfg)
@@ -201,6 +203,15 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     return PhotonRequirement(width=width, photons_per_mac=p_star,
                              snr_slope_db_per_decade=float(slope), laser_energy_per_mac=laser,
                              points=tuple(zip(probes, values, strict=True)))
+
+
+def _flat(target_snr_db: float, best: float) -> str:
+    """What an SNR that does not rise with photons means for the target: out
+    of reach above its best, else met (no photon count is the one that gives it)."""
+    if target_snr_db > best:
+        return f"target {target_snr_db} dB is not reachable with this config"
+    return (f"target {target_snr_db} dB is met there: the SNR is set by other noise or the "
+            "converters, not by the photons, so no photon count is the one that gives it")
 
 
 @dataclasses.dataclass(frozen=True)
