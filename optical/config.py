@@ -744,6 +744,8 @@ class OpticalConfig:
 
     def diff(self, other: OpticalConfig) -> list[str]:
         """Dotted paths whose values differ between two configs."""
+        if not isinstance(other, OpticalConfig):  # a dict's get() would differ everywhere
+            raise TypeError(f"other: expected an OpticalConfig, got {type(other).__name__}")
         return [p for p in self.paths() if self.get(p) != other.get(p)]  # no NaN: validated
 
     def items(self) -> Iterator[tuple[str, Any]]:

@@ -92,6 +92,9 @@ def _check_param(frame: Any, name: str, option: str) -> None:
 
 
 def _check_runs(frame: Any) -> None:
+    if not hasattr(frame, "empty") or not hasattr(frame, "columns"):
+        raise TypeError(f"frame: expected a pandas DataFrame (optical.sweep's table), got "
+                        f"{type(frame).__name__}")
     if frame.empty:
         raise ValueError("no finished runs to plot")
 

@@ -460,3 +460,28 @@ def test_range_log_and_plot_errorbars_are_bools(tmp_path):
 
     with pytest.raises(TypeError, match="errorbars: expected a bool, got str"):
         plots.line(frame, x="adc.bits", y="sqnr_db", errorbars="no")
+
+
+def test_plausible_wrong_arguments_are_named(tmp_path):
+    """Found by running the checks no test reached: a dict given to
+    ``diff`` reported every path as different; a path that is no directory
+    was "no *.safetensors files"; a plot of ``None`` said
+    ``'NoneType' object has no attribute 'empty'``."""
+    cfg = ideal()
+    with pytest.raises(TypeError, match="other: expected an OpticalConfig, got dict"):
+        cfg.diff(cfg.to_dict())
+    assert cfg.diff(cfg.replace({"adc.bits": 6})) == ["adc.bits"]
+    Checkpoint = transformer.Checkpoint
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / "missing", tmp_path / "file"):
+        with pytest.raises(FileNotFoundError, match=rf"^{path}: not a directory"):
+            Checkpoint(path)
+    with pytest.raises(FileNotFoundError, match=r"no \*.safetensors files"):
+        Checkpoint(tmp_path)
+    pytest.importorskip("matplotlib")
+    from optical import plots
+
+    for call in (lambda: plots.summary(None, "sqnr_db"), lambda: plots.line(None, "a", "b"),
+                 lambda: plots.heatmap(None, "a", "b", "c"), lambda: plots.matmul_bars(None)):
+        with pytest.raises(TypeError, match="frame: expected a pandas DataFrame .*got NoneType"):
+            call()

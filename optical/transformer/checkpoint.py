@@ -210,6 +210,9 @@ class Checkpoint:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise FileNotFoundError(f"{self.directory}: not a directory (a checkpoint is a "
+                                    "model directory holding *.safetensors files)")
         files = find_checkpoint_files(self.directory)
         if not files:
             raise FileNotFoundError(f"{self.directory}: no *.safetensors files")
