@@ -441,6 +441,9 @@ def make_executor(executor: Any) -> tuple[Executor, bool]:
     if isinstance(executor, Executor):
         return executor, False
     if isinstance(executor, int) and not isinstance(executor, bool):
+        if executor < 1:
+            raise ValueError(f"executor: {executor} is not a number of jobs (a positive "
+                             "integer; 1 runs in this process)")
         if executor == 1:
             return SerialExecutor(), True
         return ProcessExecutor(executor), True

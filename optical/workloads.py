@@ -145,6 +145,9 @@ class MatmulWorkload:
         if not match:
             raise ValueError(f"matmul shape {shape!r}: expected TxKxN, e.g. 16x64x32")
         tokens, k, n = (int(g) for g in match.groups())
+        if 0 in (tokens, k, n):
+            raise ValueError(f"matmul shape {shape!r}: T, K and N must be positive, e.g. "
+                             "16x64x32")
         return cls(tokens=tokens, k=k, n=n, **kwargs)
 
     @property

@@ -70,6 +70,7 @@ def test_csv_results(tmp_path):
     (["--param", "adc.bits=4", "--set", "adc.enob_loss=5"],
      "point adc.bits=4: adc.enob_loss: 5.0 leaves no effective bits"),
     (["--matmul", "16x64"], "matmul shape '16x64': expected TxKxN"),
+    (["--matmul", "4x32x0"], "matmul shape '4x32x0': T, K and N must be positive"),
     (["--model", "nowhere", "--param", "adc.bits=4"], "nowhere: no such model directory"),
     (["--matmul", "4x4x4", "--jobs", "0"], "--jobs: 0 must be a positive integer"),
     (["--param", "adc.bits=4"], "give a workload (--matmul TxKxN or --model DIR)"),
