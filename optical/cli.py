@@ -4,16 +4,19 @@ and exposes ``register(subparsers)``; add new ones to ``COMMANDS`` below."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from optical.commands import config as config_command
 from optical.commands import energy as energy_command
 from optical.commands import plot as plot_command
 from optical.commands import sweep as sweep_command
 from optical.commands import validate as validate_command
-from optical.commands._common import check_json_path, describe_os_error
+from optical.commands._common import check_json_path, describe_os_error, die_of
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
 COMMANDS = [config_command, validate_command, sweep_command, plot_command, energy_command]
@@ -58,9 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(_flush_stdout("optical", code)) from None
     if unknown:  # "optical validate: error: ...", with validate's usage
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.program = program
     # A block-buffered pipe whose reader left (or a full disk) fails at this
     # flush, not at the interpreter's exit (exit 120 and "Exception ignored" there).
-    code = _flush_stdout(f"optical {args.command}", _run(args))
+    with _no_swallowed_interrupt(f"optical {args.command}: interrupted", program):
+        code = _run(args)
+    code = _flush_stdout(f"optical {args.command}", code)
     if program and code == 130:  # Ctrl-C, reported in one line: now die of SIGINT, as
         _die_of_sigint()         # Python would, so a shell loop around us stops too
     return code
@@ -69,11 +75,30 @@ def main(argv: list[str] | None = None) -> int:
 def _die_of_sigint() -> None:
     """End this process by SIGINT's default action (a shell sees a process
     killed by Ctrl-C, not one that exited 130, and stops its loop)."""
-    if not hasattr(signal, "SIGINT") or not hasattr(os, "kill"):  # pragma: no cover
-        return
-    sys.stderr.flush()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
+    die_of(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _no_swallowed_interrupt(message: str, program: bool) -> Iterator[None]:
+    """Ctrl-C whose KeyboardInterrupt Python ignores, where it is raised
+    inside a callback from C (numba's compiler calls back into Python while
+    it compiles; JAX's garbage-collection hook): the command would go on for
+    a minute, or numba fail later with "no compiled object yet". Run as the
+    program, print ``message`` and die of SIGINT there; else as before."""
+    hook = sys.unraisablehook
+
+    def stop(unraisable: Any) -> None:
+        if program and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            with contextlib.suppress(OSError, ValueError):
+                print(message, file=sys.stderr)
+            die_of(signal.SIGINT)
+        hook(unraisable)
+
+    sys.unraisablehook = stop
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
 
 
 def _run(args: argparse.Namespace) -> int:

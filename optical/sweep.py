@@ -45,7 +45,7 @@ import reprlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1081,12 +1081,16 @@ def _raise_received() -> None:
 
 
 @contextlib.contextmanager
-def sigterm_as_exit() -> Iterator[None]:
+def sigterm_as_exit(abandon: Callable[[int], None] | None = None) -> Iterator[None]:
     """Turn SIGTERM into :class:`Terminated` (a SystemExit, code 143) in the
     main thread, so a terminated sweep stops its workers and keeps its
     finished runs (used by the CLI); SIGTERM and SIGINT (Ctrl-C) are also
     recorded, so that a sweep stops after its next result even if the
-    exception was swallowed where it was raised."""
+    exception was swallowed where it was raised. ``abandon(signum)``, if
+    given, is called where it is swallowed instead (numba's compiler calls
+    back into Python while it compiles, for a minute or more; a batch
+    scheduler's grace period is often 30 s): the CLI ends the process there,
+    the finished runs being on disk already."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -1103,6 +1107,8 @@ def sigterm_as_exit() -> Iterator[None]:
         # on after the next result, so that traceback is noise.
         if not (_RECEIVED and isinstance(unraisable.exc_value, KeyboardInterrupt | Terminated)):
             hook(unraisable)
+        elif abandon is not None:
+            abandon(_RECEIVED[0])
 
     _RECEIVED.clear()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}

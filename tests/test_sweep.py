@@ -478,8 +478,9 @@ def test_executor_argument_is_checked(tmp_path):
     with pytest.raises(TypeError, match="executor: 'threads' is not valid"):
         optical.sweep(WL, {}, seeds=1, out=tmp_path / "s", executor="threads",
                       progress=False)
-    with pytest.raises(ValueError, match="jobs: 0 must be a positive integer"):
-        optical.sweep(WL, {}, seeds=1, out=tmp_path / "t", executor=0, progress=False)
+    for jobs in (0, -2):  # named as `executor`, the argument given (it said `jobs`)
+        with pytest.raises(ValueError, match=rf"^executor: {jobs} is not a number of jobs"):
+            optical.sweep(WL, {}, seeds=1, out=tmp_path / "t", executor=jobs, progress=False)
 
 
 @pytest.mark.parametrize(("jobs", "workers", "threads"), [

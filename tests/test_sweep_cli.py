@@ -17,6 +17,7 @@ from optical.cli import build_parser, main
 from optical.sweep import load
 
 pd = pytest.importorskip("pandas")
+MODELS = Path(__file__).resolve().parent.parent / "models"
 
 SWEEP = ["sweep", "--matmul", "16x64x32", "--param", "adc.bits=4,8",
          "--param", "source.photons_per_mac=1e4,1e6", "--seeds", "2",
@@ -334,6 +335,56 @@ def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     assert sorted(frame["run_id"]) == sorted(p.stem for p in runs.glob("*.json"))
     assert {n: (runs / n).stat().st_mtime_ns for n in kept} == kept
     assert os.path.getsize(out / "results.parquet") > 0
+
+
+_SWALLOWING = """
+import ctypes, os, signal, sys, time
+import optical.sweep, optical.transformer
+from optical import cli
+
+SIGNUM = getattr(signal, sys.argv[1])
+
+
+def swallowing(*args, **kwargs):
+    @ctypes.CFUNCTYPE(None)
+    def compiling():  # numba's compiler calls back into Python as this does
+        os.kill(os.getpid(), SIGNUM)
+        time.sleep(0.5)  # the handler runs in here: Python ignores what it raises
+    compiling()
+    time.sleep(60)  # the rest of a long compile
+    raise SystemExit(3)
+
+
+if __name__ == "__main__":
+    sys.modules["optical.sweep"].execute = optical.transformer.validate = swallowing
+    sys.argv = ["optical", *sys.argv[2:]]
+    sys.exit(cli.main())
+"""
+
+
+@pytest.mark.parametrize(("signame", "command", "message"), [
+    ("SIGTERM", "sweep", "optical sweep: terminated (SIGTERM); finished runs are kept in "),
+    ("SIGINT", "sweep", "optical sweep: interrupted; finished runs are kept in "),
+    ("SIGINT", "validate", "optical validate: interrupted"),
+])
+def test_a_stop_signal_python_ignores_still_stops_the_command_at_once(tmp_path, signame,
+                                                                       command, message):
+    """A signal that lands while numba compiles has its exception raised in
+    LLVM's callback into Python, which ignores it: a serial sweep went on
+    for 73-82 s (past a batch scheduler's grace period), `optical validate`
+    failed later with numba's "no compiled object yet". The command now says
+    so in one line and dies of the signal there, as a shell expects."""
+    script = tmp_path / "swallowing.py"
+    script.write_text(_SWALLOWING)
+    argv = (["sweep", "--matmul", "4x8x8", "--param", "adc.bits=4", "--seeds", "1",
+             "--out", str(tmp_path / "s")] if command == "sweep"
+            else ["validate", "--model", str(MODELS / "llama-3.2-1b"), "--tokens", "4"])
+    signum = getattr(signal, signame)
+    done = subprocess.run([sys.executable, str(script), signame, *argv, "--quiet"],
+                          capture_output=True, text=True, timeout=40)
+    assert done.returncode == -signum, done.stderr
+    assert message in done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.slow

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import importlib
 import json
 import math
 import os
+import signal
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -273,3 +276,14 @@ def write_json(path: Path | None, data: Any) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_output(path, lambda p: p.write_text(text + "\n"))
+
+
+def die_of(signum: int) -> None:
+    """End this process by the default action of signal ``signum`` (a shell
+    sees a process killed by it)."""
+    if not hasattr(os, "kill"):  # pragma: no cover
+        return
+    with contextlib.suppress(OSError, ValueError):  # a stderr that is gone
+        sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

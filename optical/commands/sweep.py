@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import shlex
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -16,6 +18,7 @@ from optical.commands._common import (
     check_json_model,
     describe_os_error,
     description,
+    die_of,
     json_to_stdout,
     path_argument,
     path_text,
@@ -319,8 +322,19 @@ def run_command(args: argparse.Namespace) -> int:
         executor = "vmap"
     else:
         executor = args.jobs
+    def stopped(signum: int) -> str:
+        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        return (f"optical sweep: {how}; finished runs are kept in {args.out}; run "
+                f"{_resume_command(args.out)} to resume")
+
+    def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
+        with contextlib.suppress(OSError, ValueError):
+            print(stopped(signum), file=sys.stderr)
+        die_of(signum)
+
     try:
-        with sigterm_as_exit():  # to the end: a Ctrl-C while the table prints is one too
+        # To the end: a Ctrl-C while the table prints is one too.
+        with sigterm_as_exit(abandon if getattr(args, "program", False) else None):
             try:
                 summary = execute(definition, args.out, executor=executor,
                                   progress=not args.quiet, results_format=args.format)
@@ -344,9 +358,8 @@ def run_command(args: argparse.Namespace) -> int:
                 _print_table(summary.results_path, definition.paths)
                 print(f"results: {summary.results_path}")
     except (KeyboardInterrupt, Terminated) as stop:
-        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        print(f"optical sweep: {how}; finished runs are kept in {args.out}; run "
-              f"{_resume_command(args.out)} to resume", file=sys.stderr)
+        print(stopped(signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT),
+              file=sys.stderr)
         return int(stop.code) if isinstance(stop, Terminated) else 130
     except SweepError as err:
         print(f"optical sweep: error: {err}", file=sys.stderr)
