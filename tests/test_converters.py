@@ -112,6 +112,10 @@ def test_quantisers_keep_dtype():
         assert converters.quantize_levels(u, 4).dtype == dtype
         assert converters.transmission(u, 0.1).dtype == dtype
         assert converters.adc_quantize(u, 0.0, 1.0, 4)[0].dtype == dtype
+    # float16 cannot hold 2**16 - 1 (inf: every level NaN at 16 bits), nor
+    # resolve a step at 11: refused, not rounded wrongly.
+    with pytest.raises(TypeError, match="u: dtype float16 is not supported"):
+        converters.quantize_levels(np.zeros(3, np.float16), 16)
 
 
 def test_zero_width_window_flags_nothing_however_far_the_readout():

@@ -39,6 +39,8 @@ def quantize_levels(u: np.ndarray, bits: int | None) -> np.ndarray:
     """
     _check_bits(bits)
     u = np.asarray(u)
+    if u.dtype.kind == "f" and u.dtype.itemsize < 4:  # 2**16 - 1 is inf in float16
+        raise TypeError(f"u: dtype {u.dtype} is not supported; pass float32 or float64 levels")
     if bits is None:
         return u
     top = u.dtype.type((1 << bits) - 1)
