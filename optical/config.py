@@ -359,7 +359,9 @@ class ADCConfig(Section):
     full_scale : {"max", "rms", "calibrated"}
         How each column's window is set when the tile is programmed: "max"
         spans every noise-free readout the programmed weights can produce (no
-        clipping without noise; noise at the extremes can still clip);
+        clipping without noise; noise at the extremes can still clip; at 23-24
+        bits in float32 a step falls below the readout's own rounding, and
+        ``clipped_fraction`` counts readouts that rounding takes past an end);
         "rms" spans the mean +- ``headroom`` standard deviations of the readout
         for normalised inputs uniform on [-1, 1], noise included, capped at
         the smallest and largest noise-free readouts the weights can produce
