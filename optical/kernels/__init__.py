@@ -58,7 +58,10 @@ def environment() -> dict[str, str | bool | None]:
     run records (from the worker that ran the run) and ``optical validate
     --json`` keep it. Not recorded: the CPU and the BLAS kernel it picks
     (another CPU generation, or ``OPENBLAS_CORETYPE``, moves a run's last
-    bits: 0.004 dB on a small layer's output SQNR, measured)."""
+    bits, and where Poisson counts or an ADC follow, a few outputs by up to
+    a noise standard deviation: 0.004 dB on a small layer's output SQNR,
+    measured; docs/ARCHITECTURE.md, "Across machines"), so identical
+    records do not promise identical bits."""
     versions = dict(_versions())
     if versions["jax"] is None:
         return {**versions, "jax_cpu": None}
