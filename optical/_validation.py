@@ -77,7 +77,11 @@ def as_plain_array(value: object, name: str) -> np.ndarray:
     stripped of its mask or units."""
     if isinstance(value, np.ndarray):
         check_plain_array(value, name)
-    return np.asarray(value)
+        return np.asarray(value)
+    try:
+        return np.asarray(value)
+    except ValueError as err:  # a ragged list: numpy names no argument
+        raise ValueError(f"{name}: not an array ({err})") from None
 
 
 def check_float_array(a: object, name: str, *, ndim: int | None = None,

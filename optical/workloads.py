@@ -209,6 +209,9 @@ class MatmulWorkload:
 
         if self.backend != "jax":
             raise ValueError("run_batch: only backend='jax' workloads batch runs")
+        if len(configs) != len(seeds) or not configs:
+            raise ValueError(f"run_batch: expected as many seeds as configs, at least one; "
+                             f"got {len(configs)} configs and {len(seeds)} seeds")
         base = _programming_config(configs[0])
         if any(_programming_config(c) != base for c in configs):
             raise ValueError("run_batch: the configs differ in more than the traced noise fields")

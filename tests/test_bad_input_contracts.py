@@ -478,6 +478,14 @@ def test_plausible_wrong_arguments_are_named(tmp_path):
             Checkpoint(path)
     with pytest.raises(FileNotFoundError, match=r"no \*.safetensors files"):
         Checkpoint(tmp_path)
+    with pytest.raises(ValueError, match=r"^reference: not an array \(setting an array"):
+        optical.metrics.sqnr_db([[1.0], [1.0, 2.0]], [[1.0], [1.0, 2.0]])  # ragged
+    if "jax" in optical.kernels.available():  # an IndexError for no runs
+        workload = optical.MatmulWorkload(4, 8, 8, backend="jax")
+        for configs, seeds in (([], []), ([ideal()], [])):
+            with pytest.raises(ValueError, match=rf"run_batch: expected as many seeds as "
+                                                 rf"configs, at least one; got {len(configs)}"):
+                workload.run_batch(configs, seeds)
     pytest.importorskip("matplotlib")
     from optical import plots
 
