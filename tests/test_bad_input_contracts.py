@@ -3,6 +3,7 @@ failing with an error that did not name the problem: each is now refused with
 a message naming the argument or key, before any work is lost."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -493,3 +494,22 @@ def test_plausible_wrong_arguments_are_named(tmp_path):
                  lambda: plots.heatmap(None, "a", "b", "c"), lambda: plots.matmul_bars(None)):
         with pytest.raises(TypeError, match="frame: expected a pandas DataFrame .*got NoneType"):
             call()
+
+
+def test_a_llama_layer_built_by_hand_names_a_wrong_weight(tiny_llama):
+    """``LlamaLayer(spec, index, weights)`` is public: weights of the wrong
+    shape met numpy's gufunc error, fp16 ones an ``out:`` error, a list an
+    AttributeError, ``None`` "argument of type 'NoneType' is not iterable"."""
+    from optical.transformer.llama import LlamaLayer
+
+    layer = tiny_llama.layer(0)
+    weights = layer.weights
+    q = weights["q_proj"]
+    for bad, got in ((q.T.copy() if q.shape[0] != q.shape[1] else q[:-1], "float32 ("),
+                     (q.astype(np.float16), "float16"), (q.tolist(), "list")):
+        with pytest.raises(ValueError, match=rf"layer 0: weight q_proj: expected float32 of "
+                                             rf"shape \({q.shape[0]}, {q.shape[1]}\) .*got {re.escape(got)}"):
+            LlamaLayer(layer.spec, 0, {**weights, "q_proj": bad})
+    with pytest.raises(TypeError, match="weights: expected a mapping of names to arrays"):
+        LlamaLayer(layer.spec, 0, None)
+    np.testing.assert_array_equal(LlamaLayer(layer.spec, 0, weights).weights["q_proj"], q)
