@@ -322,6 +322,7 @@ def run_command(args: argparse.Namespace) -> int:
         executor = "vmap"
     else:
         executor = args.jobs
+
     def stopped(signum: int) -> str:
         how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
         return (f"optical sweep: {how}; finished runs are kept in {args.out}; run "

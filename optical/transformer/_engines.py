@@ -154,8 +154,9 @@ class ReferenceEngine:
     instead of computing it (see :func:`matmul_inputs`).
 
     ``keep`` (an attribute, True by default): whether :meth:`record` keeps
-    each product for a :meth:`trace`. A run that reads no trace (BERT's
-    ``encode``) sets it False: only each product's peak is kept, and a
+    each product, and the engine its inputs and operands, for a
+    :meth:`trace`. A run that reads no trace (BERT's ``encode``) sets it
+    False: only each product's peak is kept, and a
     padded batch's attention runs a few prompts at a time
     (:meth:`attention_prompts`), the same bits in a fraction of the memory.
     """
@@ -386,7 +387,8 @@ class OpticalEngine(ReferenceEngine):
                     out[i, j][real] = y
                 parts.append(stats)
         self.stats[name] = sum_stats(parts)
-        self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
+        if self.keep:  # for a trace's local SQNR
+            self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
         self._done(name)
         return out
 
