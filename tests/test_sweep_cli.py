@@ -362,6 +362,42 @@ if __name__ == "__main__":
 """
 
 
+_TERMINATED = """
+import os, signal, sys, time
+from optical import cli
+
+
+def terminated(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+    raise SystemExit(3)
+
+
+if __name__ == "__main__":
+    sys.modules["optical.sweep"].execute = terminated
+    sys.argv = ["optical", *sys.argv[1:]]
+    sys.exit(cli.main())
+"""
+
+
+def test_sigterm_to_a_vmap_sweep_dies_of_the_signal(tmp_path):
+    """A --vmap sweep's SIGTERM became a normal interpreter exit, which
+    crashed (a segmentation fault) where XLA was still compiling the batch in
+    its threads: it now dies of SIGTERM after its one line, as the process
+    workers' sweeps need not (they exit 143 with their pool seen off)."""
+    pytest.importorskip("jax")
+    script = tmp_path / "terminated.py"
+    script.write_text(_TERMINATED)
+    argv = ["sweep", "--matmul", "8x64x16", "--backend", "jax", "--vmap", "--param",
+            "source.photons_per_mac=1e3,1e5", "--seeds", "2", "--out", str(tmp_path / "s"),
+            "--quiet"]
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert "optical sweep: terminated (SIGTERM); finished runs are kept in " in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(("signame", "command", "message"), [
     ("SIGTERM", "sweep", "optical sweep: terminated (SIGTERM); finished runs are kept in "),
     ("SIGINT", "sweep", "optical sweep: interrupted; finished runs are kept in "),

@@ -361,6 +361,11 @@ def run_command(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Terminated) as stop:
         print(stopped(signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT),
               file=sys.stderr)
+        if isinstance(stop, Terminated) and args.vmap and getattr(args, "program", False):
+            # XLA may still be compiling the batch in its own threads, and an
+            # interpreter exit under it crashed (a segfault in 11 of 20 tries):
+            # die of SIGTERM instead (no worker processes to see off).
+            die_of(signal.SIGTERM)
         return int(stop.code) if isinstance(stop, Terminated) else 130
     except SweepError as err:
         print(f"optical sweep: error: {err}", file=sys.stderr)
