@@ -68,14 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         code = _run(args)
     code = _flush_stdout(f"optical {args.command}", code)
     if program and code == 130:  # Ctrl-C, reported in one line: now die of SIGINT, as
-        _die_of_sigint()         # Python would, so a shell loop around us stops too
-    return code
-
-
-def _die_of_sigint() -> None:
-    """End this process by SIGINT's default action (a shell sees a process
-    killed by Ctrl-C, not one that exited 130, and stops its loop)."""
-    die_of(signal.SIGINT)
+        die_of(signal.SIGINT)    # Python would (a shell sees a process killed by Ctrl-C,
+    return code                  # not one that exited 130, and stops its loop too)
 
 
 @contextlib.contextmanager
@@ -89,9 +83,7 @@ def _no_swallowed_interrupt(message: str, program: bool) -> Iterator[None]:
 
     def stop(unraisable: Any) -> None:
         if program and isinstance(unraisable.exc_value, KeyboardInterrupt):
-            with contextlib.suppress(OSError, ValueError):
-                print(message, file=sys.stderr)
-            die_of(signal.SIGINT)
+            die_of(signal.SIGINT, message)
         hook(unraisable)
 
     sys.unraisablehook = stop

@@ -278,12 +278,14 @@ def write_json(path: Path | None, data: Any) -> None:
     write_output(path, lambda p: p.write_text(text + "\n"))
 
 
-def die_of(signum: int) -> None:
+def die_of(signum: int, message: str | None = None) -> None:
     """End this process by the default action of signal ``signum`` (a shell
-    sees a process killed by it)."""
+    sees a process killed by it), ``message`` printed to stderr first."""
     if not hasattr(os, "kill"):  # pragma: no cover
         return
     with contextlib.suppress(OSError, ValueError):  # a stderr that is gone
+        if message is not None:
+            print(message, file=sys.stderr)
         sys.stderr.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

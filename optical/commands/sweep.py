@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import shlex
 import signal
@@ -329,9 +328,7 @@ def run_command(args: argparse.Namespace) -> int:
                 f"{_resume_command(args.out)} to resume")
 
     def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
-        with contextlib.suppress(OSError, ValueError):
-            print(stopped(signum), file=sys.stderr)
-        die_of(signum)
+        die_of(signum, stopped(signum))
 
     try:
         # To the end: a Ctrl-C while the table prints is one too.

@@ -83,6 +83,15 @@ def _silu(x: np.ndarray) -> np.ndarray:
         return x / (np.float32(1.0) + np.exp(-x))
 
 
+def weight_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """Each weight of a layer (by short name) and its shape under config.json:
+    projections (out_features, in_features) as HF stores them, the norms (hidden,)."""
+    shapes: dict[str, tuple[int, ...]] = {s.name: (s.out_features, s.in_features)
+                                          for s in spec.linear_shapes()}
+    shapes["input_layernorm"] = shapes["post_attention_layernorm"] = (spec.hidden_size,)
+    return shapes
+
+
 class LlamaLayer:
     """Layer ``index`` of a Llama model, with its weights.
 
@@ -104,9 +113,7 @@ class LlamaLayer:
         missing = [name for name in TENSORS if name not in weights]
         if missing:
             raise ValueError(f"layer {index}: missing weights {', '.join(missing)}")
-        shapes = {s.name: (s.out_features, s.in_features) for s in spec.linear_shapes()}
-        shapes["input_layernorm"] = shapes["post_attention_layernorm"] = (spec.hidden_size,)
-        for name, shape in shapes.items():  # load()'s are; a caller's may not be
+        for name, shape in weight_shapes(spec).items():  # load()'s are; a caller's may not be
             w = weights[name]
             if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.shape != shape:
                 got = f"{w.dtype} {w.shape}" if isinstance(w, np.ndarray) \

@@ -266,12 +266,6 @@ class LlamaModel(_Model):
             self._check_layer_tensors(self._prefix, {*llama.TENSORS.values(),
                                                      "self_attn.rotary_emb.inv_freq"}, "Llama")
 
-    def _shapes(self) -> dict[str, tuple[int, ...]]:
-        shapes: dict[str, tuple[int, ...]] = {s.name: (s.out_features, s.in_features)
-                                              for s in self.spec.linear_shapes()}
-        shapes["input_layernorm"] = shapes["post_attention_layernorm"] = (self.spec.hidden_size,)
-        return shapes
-
     def _build_layer(self, index: int) -> llama.LlamaLayer:
         if self.checkpoint is None:
             weights = synthetic.llama_layer_weights(self.spec, index, self.seed)
@@ -281,7 +275,7 @@ class LlamaModel(_Model):
                    f"{self.spec.num_kv_heads}, head_dim {self.spec.head_dim})")
             weights = {short: self.checkpoint.read(f"{self._prefix}{index}.{llama.TENSORS[short]}",
                                                    shape, why=why)
-                       for short, shape in self._shapes().items()}
+                       for short, shape in llama.weight_shapes(self.spec).items()}
         return llama.LlamaLayer(self.spec, index, weights)
 
     def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
