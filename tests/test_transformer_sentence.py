@@ -194,6 +194,98 @@ def test_a_pooling_placed_elsewhere_is_read_where_modules_json_says(tmp_path):
         transformer.load(tmp_path).embed(["w1"])
 
 
+def test_sentence_transformers_6_files_are_read(tmp_path):
+    """sentence-transformers 6 writes the Pooling as ``pooling_mode`` and
+    ``embedding_dimension``, and keeps ``max_seq_length`` in
+    tokenizer_config.json's ``model_max_length`` (sentence_bert_config.json
+    without it): CLS pooling, 8 tokens kept. (They were refused as
+    "pooling none", and a sentence kept every position.)"""
+    directory = _sentence_dir(tmp_path, normalize=False, settings={"do_lower_case": False})
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({
+        "embedding_dimension": TINY_BERT["hidden_size"], "pooling_mode": "cls",
+        "include_prompt": True}))
+    (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8}))
+    model = transformer.load(directory)
+    assert dataclass_values(model.sentence_pipeline()) == ("cls", False, 8, False)
+    expected = _hidden64(_bert_tensors(TINY_BERT), _ids(LONG[:6]))[0]
+    np.testing.assert_allclose(model.embed([" ".join(LONG)])[0], expected, atol=2e-5, rtol=2e-5)
+    # transformers' "no limit" (int(1e30)) is no length: the model's positions
+    (directory / "tokenizer_config.json").write_text('{"model_max_length": 1e30}')
+    assert transformer.load(directory).max_tokens == TINY_BERT["max_position_embeddings"]
+    for mode, refused in (("lasttoken", "pooling_mode 'lasttoken'"),
+                          (["mean"], r"pooling_mode \['mean'\]")):
+        (directory / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": mode}))
+        with pytest.raises(ValueError, match=rf"1_Pooling/config.json: pooling {refused} is "
+                                             r"not supported; supported: pooling_mode 'mean'"):
+            transformer.load(directory).embed(["w1"])
+
+
+def _prompted(directory, prompts, name, include_prompt=True):
+    (directory / "config_sentence_transformers.json").write_text(json.dumps({
+        "prompts": prompts, "default_prompt_name": name, "similarity_fn_name": "cosine"}))
+    pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({
+        **pooling, "include_prompt": include_prompt}))
+    return directory
+
+
+def test_a_default_prompt_is_put_before_every_sentence(tmp_path):
+    """config_sentence_transformers.json's ``default_prompt_name`` (a
+    retrieval model's "query: "): sentence-transformers puts its prompt
+    before every sentence, so the embedding is that of the prompted text
+    (it was embedded without: 0.2 apart on a real model)."""
+    directory = _prompted(_sentence_dir(tmp_path), {"query": "w5 w6 ", "doc": ""}, "query")
+    model = transformer.load(directory)
+    assert model.sentence_pipeline().prompt == "w5 w6 "
+    got = model.embed([" ".join(SHORT), ""])
+    tensors = _bert_tensors(TINY_BERT)
+    for row, words in enumerate([SHORT, []]):
+        expected = _unit(_hidden64(tensors, _ids(["w5", "w6", *words])).mean(axis=0))
+        np.testing.assert_allclose(got[row], expected, atol=2e-5, rtol=2e-5)
+    assert model.token_ids([" ".join(SHORT)])[0].tolist() == [_ids(SHORT)]  # as given
+    # no default named: no prompt
+    _prompted(directory, {"query": "w5 w6 "}, None)
+    assert transformer.load(directory).sentence_pipeline().prompt == ""
+    for name, message in (("passage", r"default_prompt_name 'passage' names none of its "
+                                      r"prompts \('query'\)"),
+                          ("query", r"1_Pooling/config.json: include_prompt false")):
+        _prompted(directory, {"query": "w5 w6 "}, name, include_prompt=name != "query")
+        with pytest.raises(ValueError, match=message):
+            transformer.load(directory).embed(["w1"])
+
+
+def test_the_older_layout_with_the_transformer_in_a_subdirectory(tmp_path):
+    """sentence-transformers 2's layout: modules.json at the top, the
+    encoder's config.json, weights, tokenizer and sentence_bert_config.json
+    in ``0_Transformer/``. The subdirectory embeds by the top's pipeline
+    (here CLS, no Normalize) and its own max_seq_length (it embedded by
+    MiniLM's recipe: mean, L2); the top is refused naming the subdirectory."""
+    root = tmp_path / "st2"
+    sub = write_model(root / "0_Transformer", TINY_BERT, _bert_tensors(TINY_BERT))
+    _tokenizer(sub)
+    (sub / "sentence_bert_config.json").write_text('{"max_seq_length": 8}')
+    (root / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer",
+         "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.models.Pooling"}]))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    model = transformer.load(sub)
+    assert dataclass_values(model.sentence_pipeline()) == ("cls", False, 8, False)
+    assert model.sentence_pipeline().source == root
+    expected = _hidden64(_bert_tensors(TINY_BERT), _ids(LONG[:6]))[0]
+    np.testing.assert_allclose(model.embed([" ".join(LONG)])[0], expected, atol=2e-5, rtol=2e-5)
+    with pytest.raises(FileNotFoundError, match=r"no config.json in model directory .*its "
+                                                r"modules.json puts the Transformer in "
+                                                r"'0_Transformer': give the model directory "
+                                                r".*st2/0_Transformer\)$"):
+        transformer.load(root)
+    # a directory above with its own, unrelated modules.json is not read
+    (root / "modules.json").write_text("not json")
+    assert transformer.load(sub).sentence_pipeline() == transformer.sentence.MINILM
+
+
 def test_tf_era_layer_norm_names_load_as_transformers_renames_them(tmp_path):
     """bert-base-uncased's model.safetensors on the Hub names its LayerNorms
     ``LayerNorm.gamma`` / ``LayerNorm.beta``, which transformers reads as

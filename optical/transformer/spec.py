@@ -183,6 +183,21 @@ def missing_model_directory(model_dir: str | os.PathLike) -> FileNotFoundError:
     return FileNotFoundError(f"{model_dir}: no such model directory{hint}")
 
 
+def _transformer_hint(model_dir: Path) -> str:
+    """Where a sentence-transformers directory of the older layout keeps its
+    encoder (``modules.json``'s first module in ``0_Transformer/``, say)."""
+    try:
+        modules = json.loads(read_plain(model_dir / "modules.json", MODEL_JSON_BYTES))
+        sub = modules[0]["path"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
+    if not isinstance(sub, str) or not sub.strip(". /") or \
+            not (model_dir / sub / "config.json").is_file():
+        return ""
+    return (f" (its modules.json puts the Transformer in {sub!r}: give the model directory "
+            f"{model_dir / sub})")
+
+
 def read_spec(model_dir: str | Path) -> ModelSpec:
     """Read ``model_dir/config.json``.
 
@@ -197,7 +212,8 @@ def read_spec(model_dir: str | Path) -> ModelSpec:
         raise missing_model_directory(model_dir)
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}")
+        raise FileNotFoundError(f"{path}: no config.json in model directory {model_dir}"
+                                f"{_transformer_hint(Path(model_dir))}")
     try:
         config = parse_json(read_plain(path, MODEL_JSON_BYTES).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
