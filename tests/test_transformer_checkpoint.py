@@ -292,6 +292,9 @@ def test_an_index_without_its_shards_is_refused(tmp_path):
      "rope_scaling.factor: must be a positive number within float32's range, got -2"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
      "rope_scaling.rope_type: 'dynamic' is not supported"),
+    # Llama-2-era files name the type "type": the message names the key the file has.
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}},
+     r"^config.json: rope_scaling.type: 'dynamic' is not supported"),
     ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
      "rope_scaling.rope_type: 'longrope' is not supported"),
     ({"rope_scaling": [1]}, "key 'rope_scaling' must be an object"),

@@ -69,7 +69,10 @@ def check_llama_config(spec: ModelSpec) -> None:
             raise ValueError(f"config.json: {prefix}partial_rotary_factor={shown} is not "
                              "supported (Llama rotates the whole head: 1 or absent)")
     theta, scaling, key = rope_settings(raw)
-    inverse_frequencies(spec.head_dim, theta, scaling, key=key)
+    try:
+        inverse_frequencies(spec.head_dim, theta, scaling, key=key)
+    except ValueError as err:  # named as the checks above name theirs
+        raise ValueError(f"config.json: {err}") from None
 
 
 def _rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, engine: ReferenceEngine) -> np.ndarray:

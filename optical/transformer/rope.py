@@ -184,7 +184,8 @@ def inverse_frequencies(head_dim: int, theta: float,
                              f"range, got {factor!r}")
         return (inv_freq / np.float32(factor)).astype(np.float32)
     if rope_type != "llama3":
-        raise ValueError(f"{key}.rope_type: {rope_type!r} is not supported; "
+        named = "rope_type" if "rope_type" in scaling else "type"  # as the file names it
+        raise ValueError(f"{key}.{named}: {rope_type!r} is not supported; "
                          "supported: 'default', 'linear', 'llama3'")
     for field in _LLAMA3_KEYS:
         if field not in scaling:
