@@ -55,7 +55,10 @@ def results_version(manifest: Mapping[str, Any]) -> Any:
 
 
 def encode(value: Any) -> Any:
-    """JSON-safe value: non-finite floats as "inf", "-inf", "nan"."""
+    """JSON-safe value: non-finite floats as "inf", "-inf", "nan"; numpy
+    scalars (and 0-d arrays, anything with a scalar ``item()``) as Python's.
+    The one encoder of every JSON the library writes (run files, manifests,
+    the commands' ``--json``)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):
@@ -66,6 +69,10 @@ def encode(value: Any) -> Any:
         return encode(float(value))
     if isinstance(value, np.generic):
         return encode(value.item())
+    if not isinstance(value, str | bytes | int | float | type(None)) \
+            and callable(getattr(value, "item", None)):  # a 0-d array, say
+        item = value.item()
+        return value if type(item) is type(value) else encode(item)
     return value
 
 

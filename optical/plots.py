@@ -31,12 +31,12 @@ import numpy as np
 
 from optical import _plot_axes
 from optical._files import replacing, write_output
+from optical._sweep_store import META_COLUMNS
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 
 __all__ = ["heatmap", "line", "matmul_bars", "param_columns", "save", "summary"]
 
-_META = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
 
 
 def param_columns(frame: Any) -> list[str]:
@@ -60,7 +60,7 @@ def param_columns(frame: Any) -> list[str]:
 
 def _metric_columns(frame: Any) -> list[str]:
     params = set(param_columns(frame))
-    return [str(c) for c in frame.columns if c not in params and c not in _META]
+    return [str(c) for c in frame.columns if c not in params and c not in META_COLUMNS]
 
 
 def _key(value: Any) -> Any:
@@ -216,7 +216,8 @@ def summary(frame: Any, metric: str, by: Sequence[str] = (), *,
     pandas.DataFrame
         Columns ``*by``, ``mean``, ``std`` (the sample standard deviation;
         0 for one seed), ``seeds`` (those averaged) and ``nan_seeds`` (those
-        left out).
+        left out). A ``by`` column holding None (``adc.bits`` of 4 and
+        None) is of object dtype, None and ints as swept, not NaN and floats.
     """
     import pandas as pd
 
@@ -238,7 +239,11 @@ def summary(frame: Any, metric: str, by: Sequence[str] = (), *,
         mean, std, lost = _mean_std(values)
         rows.append({**dict(zip(by, key, strict=True)), "mean": mean, "std": std,
                      "seeds": values.size - lost, "nan_seeds": lost})
-    return pd.DataFrame(rows, columns=[*by, "mean", "std", "seeds", "nan_seeds"])
+    table = pd.DataFrame(rows, columns=[*by, "mean", "std", "seeds", "nan_seeds"])
+    for path in by:  # None among numbers (adc.bits = 4, None) stays None, 4 an int:
+        if any(row[path] is None for row in rows):  # pandas would make them NaN, 4.0
+            table[path] = pd.Series([row[path] for row in rows], dtype=object)
+    return table
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -562,6 +567,10 @@ def matmul_bars(frame: Any, metric: str = "sqnr_db", *, hue: str | None = None,
 
 #: Formats :func:`save` writes, by file suffix.
 FORMATS = ("png", "svg", "pdf")
+#: Image suffixes a figure's name may end in that are not among FORMATS: refused,
+#: not read as part of a stem (``fig.jpg`` would write ``fig.jpg.png``).
+_OTHER_IMAGE_SUFFIXES = ("jpg", "jpeg", "gif", "bmp", "tif", "tiff", "webp", "eps", "ps",
+                         "svgz", "pgf", "raw", "rgba")
 
 
 def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
@@ -596,6 +605,10 @@ def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list
                         f"(one format: [{formats!r}])")
     stem = given = Path(stem)
     suffix = stem.suffix.lower().lstrip(".")
+    if suffix in _OTHER_IMAGE_SUFFIXES:
+        raise ValueError(f"{stem.name}: .{suffix} figures are not written here; valid: "
+                         f"{', '.join('.' + f for f in FORMATS)}, or a name without a suffix "
+                         "(then every format asked for)")
     named = suffix if suffix in FORMATS else None
     alone = formats is None and named  # written to the stem itself, suffix as given
     if formats is None:

@@ -246,33 +246,15 @@ class ProgrammedWeights:
             )
 
 
-def _weight_scale(w: np.ndarray, tiling: Tiling, policy: str) -> np.ndarray:
-    """Abs-max weight scale of every column of every K-tile, shape (k_tiles, N):
-    0 where the column is all zero (the mask divides by 1, the readouts are
-    multiplied by 0, so such a column's output is exactly 0)."""
-    def absmax(a: np.ndarray) -> np.ndarray:
-        return np.maximum(a.max(axis=0), -a.min(axis=0))
-
-    if policy in ("per_column", "per_tensor"):
-        per = absmax(w)[None, :]
-        if policy == "per_tensor":
-            per = np.full_like(per, per.max())
-        per = np.repeat(per, tiling.k_tiles, axis=0)
-    else:
-        per = np.stack([absmax(w[tiling.k_slice(i)]) for i in range(tiling.k_tiles)])
-        if policy == "per_tile":
-            for j in range(tiling.n_tiles):
-                ns = tiling.n_slice(j)
-                per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
-    return per.astype(w.dtype)
-
-
 def _load(w: np.ndarray, rows: np.ndarray | None, tiling: Tiling,
           policy: str) -> tuple[np.ndarray, np.ndarray]:
     """The weight scale (k_tiles, N) and the normalised weights ``v`` (K, N)
-    of the mask rows ``rows`` of ``w`` (all if None): what
-    ``_weight_scale(w[rows], ...)`` and ``w[rows] / where(scale > 0, scale, 1)``
-    give, in numba
+    of the mask rows ``rows`` of ``w`` (all if None). The scale is the
+    abs-max of every column of every K-tile under ``policy`` (per K-tile and
+    column; per tile: the max over the tile's columns; per column or per
+    tensor: over all K), 0 for an all-zero column (divided by 1, its readout
+    multiplied by 0: an exact 0); ``v`` is ``w[rows] / where(scale > 0,
+    scale, 1)`` tile by tile. Computed in numba
     kernels that gather the rows and read ``w`` in place, row-major or
     transposed (a weight stored [out, in] and passed as its ``.T``), so
     that neither the gathered nor the transposed matrix is ever copied."""

@@ -782,18 +782,23 @@ class SweepSummary:
 
 
 def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: Any = None,
-            progress: bool = True, results_format: str = "parquet") -> SweepSummary:
+            progress: bool = True, results_format: str | None = None) -> SweepSummary:
     """Run every run of ``definition`` not yet in ``out``; see :func:`sweep`."""
     check_not_bootstrapping("optical.sweep")
     progress = check_bool(progress, "progress")
-    if results_format not in ("parquet", "csv"):
-        raise ValueError(f"results_format: {results_format!r} is not valid; valid: parquet, csv")
-    pd = _require("pandas")
-    if results_format == "parquet":
-        _require("pyarrow")
+    if results_format not in (None, "parquet", "csv"):
+        raise ValueError(f"results_format: {results_format!r} is not valid; valid: parquet, "
+                         "csv, None (the format of the results file already there, else "
+                         "parquet)")
     # Absolute now: a workload (or a notebook's thread) changing the working
     # directory mid-sweep would send later runs to another sweep's directory.
     out = Path(out).absolute()
+    if results_format is None:  # a resumed CSV sweep stays one
+        results_format = "csv" if ((out / "results.csv").is_file()
+                                   and not (out / "results.parquet").is_file()) else "parquet"
+    pd = _require("pandas")
+    if results_format == "parquet":
+        _require("pyarrow")
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {out} is a file, not a directory")
     try:
@@ -900,6 +905,10 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                     frame.to_parquet(handle, index=False)
             else:
                 frame.to_csv(tmp, index=False)
+        # The other format's file holds fewer runs now: one results file, never a stale one.
+        stale = out / f"results.{'csv' if results_format == 'parquet' else 'parquet'}"
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink()
     return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),
                         executor=description, results_path=results)
 
@@ -956,7 +965,7 @@ def _metrics_problem(metrics: Any, reserved: set[str]) -> str | None:
 def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int],
           out: str | os.PathLike, executor: Any = None, base: str | OpticalConfig = "iris-like",
           samples: int | None = None, sample_seed: int = 0, progress: bool = True,
-          results_format: str = "parquet") -> Any:
+          results_format: str | None = None) -> Any:
     """Run ``workload`` at every point of a parameter sweep, for every seed.
 
     Parameters
@@ -996,7 +1005,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         ``sample_seed`` applies only with ``samples``.
     progress : bool
         Show a progress bar (tqdm, on stderr).
-    results_format : {"parquet", "csv"}
+    results_format : {"parquet", "csv"} or None
+        The format of ``out/results.*``; None: the format of the results file
+        already in ``out`` (a resumed CSV sweep stays CSV), else parquet.
 
     Returns
     -------
@@ -1037,7 +1048,7 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
 
 
 def resume(out: str | os.PathLike, *, workload: Any = None, executor: Any = None,
-           progress: bool = True, results_format: str = "parquet") -> SweepSummary:
+           progress: bool = True, results_format: str | None = None) -> SweepSummary:
     """Finish the sweep in ``out`` from its manifest (``workload`` for a
     custom workload that the manifest cannot rebuild)."""
     definition = stored_definition(out, workload)

@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import subprocess
 import sys
@@ -49,6 +50,12 @@ COMMANDS_VALIDATE = ["validate", "--model", "models/llama-3.2-1b", "--tokens", "
      "--layer: 16 is out of range; the model has 16 layers (0..15)"),
     (["sweep", "--matmul", "4x8x4", "--samples", "0", "--param", "adc.bits=4:8",
       "--out", "never-written"], "--samples: 0 must be a positive integer"),
+    # The layer workload's checks, named as the sweep's options (were "layer: 99").
+    (["sweep", "--model", "models/llama-3.2-1b", "--layer", "99", "--param", "adc.bits=4",
+      "--out", "never-written"], "error: --layer: 99 is out of range; llama-3.2-1b has layers "
+                                 "0..15"),
+    (["sweep", "--model", "models/llama-3.2-1b", "--tokens", "0", "--param", "adc.bits=4",
+      "--out", "never-written"], "error: --tokens: 0 must be a positive integer"),
     (["sweep", "--matmul", "4x8x4", "--param", "source.photons_per_mac=10:1e5:log", "--out",
       "never-written"],
      "a Range needs random sampling (samples=N; CLI: --samples N)"),
@@ -294,6 +301,23 @@ def test_config_json_writes_infinities_as_strings_that_read_back(tmp_path):
     assert data["source"]["photons_per_mac"] == data["mask"]["contrast_ratio"] == "inf"
     assert data["source"]["rin_db_per_hz"] == "-inf"
     assert optical.OpticalConfig.from_dict(data) == optical.presets.get("ideal")
+
+
+def test_command_json_writes_numpy_scalars_of_every_kind(tmp_path):
+    """--json's writer is the run files' encoder: a long double (whose
+    item() is a long double again: the commands' own copy recursed until
+    RecursionError), a 0-d array, numpy ints and bools, non-finite values
+    as strings; strict JSON."""
+    from optical.commands._common import write_json
+
+    out = tmp_path / "x.json"
+    write_json(out, {"ld": np.longdouble(1.5), "zero_d": np.array(2.5), "i": np.int16(-3),
+                     "b": np.bool_(True), "inf": np.float32(np.inf), "nan": math.nan,
+                     "rows": (np.float64(-np.inf), [np.uint64(2**63)])})
+    data = json.loads(out.read_text(),
+                      parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert data == {"ld": 1.5, "zero_d": 2.5, "i": -3, "b": True, "inf": "inf", "nan": "nan",
+                    "rows": ["-inf", [2**63]]}
 
 
 #: Every command, cheap to start, with the options it needs.

@@ -86,6 +86,29 @@ def test_summary_is_the_seed_mean_std_and_count_of_each_point(grid):
         plots.summary(frame, "sqnr_db", "adc.bits")
 
 
+def test_summary_keeps_a_swept_none_and_the_ints_beside_it(grid):
+    """adc.bits swept over 4 and None (no ADC): the summary's rows (and
+    `optical plot --json`'s data) say None and 4, as the sweep stored them;
+    pandas made them NaN and 4.0, so the JSON read "nan" where the sweep
+    meant "no ADC", and the field's type changed with the values swept."""
+    import json
+
+    from optical._sweep_store import encode
+
+    frame = grid.copy()
+    frame["adc.bits"] = frame["adc.bits"].astype(object).where(frame["adc.bits"] != 8, None)
+    table = plots.summary(frame, "sqnr_db", ["adc.bits"], where={"source.photons_per_mac": 10.0})
+    records = table.to_dict("records")
+    assert [r["adc.bits"] for r in records] == [4, 6, None]
+    assert [type(r["adc.bits"]) for r in records[:2]] == [int, int]
+    assert json.loads(json.dumps(encode(records)))[2]["adc.bits"] is None
+    mean = frame[(frame["adc.bits"].isna()) & (frame["source.photons_per_mac"] == 10.0)]
+    assert records[2]["mean"] == pytest.approx(mean["sqnr_db"].mean())
+    # without None the column keeps its numeric dtype (the figures' axes)
+    assert plots.summary(grid, "sqnr_db", ["adc.bits"], where={"source.photons_per_mac": 10.0}
+                         )["adc.bits"].dtype.kind == "i"
+
+
 def test_plot_json_data_is_each_kind_s_summary(grid):
     """`optical plot --json` holds the figure's numbers: a heatmap's per cell,
     the bars' per matmul (the layer output last) and hue."""
@@ -330,6 +353,14 @@ def test_save_writes_at_the_dpi_asked_and_needs_a_list_of_formats(grid, tmp_path
                                         r"string 'png' \(one format: \['png'\]\)$"):
         plots.output_paths(tmp_path / "one", "png")
     assert not list(tmp_path.glob("none*")) and not list(tmp_path.glob("one*"))
+    # An image suffix not written here is refused, not taken into the stem
+    # (fig.jpg wrote fig.jpg.png and fig.jpg.svg); another dot is a stem's.
+    for name in ("fig.jpg", "fig.TIFF", "fig.eps"):
+        with pytest.raises(ValueError, match=rf"^{name}: \.{name[4:].lower()} figures are not "
+                                             r"written here; valid: \.png, \.svg, \.pdf"):
+            plots.output_paths(tmp_path / name)
+    assert [p.name for p in plots.output_paths(tmp_path / "run.v2")] == ["run.v2.png",
+                                                                         "run.v2.svg"]
 
 
 def test_save_png_svg_without_pyplot(grid, tmp_path):

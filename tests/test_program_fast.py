@@ -4,7 +4,7 @@
 loads the mask through the lens physics (``optical.kernels._program``) and
 calibrates ADC windows (``calibration.mse_windows``, numba backend) in
 compiled kernels; the references are the readable numpy code they replace
-(``quant._weight_scale``, ``compensation.pre_distort`` with
+(``_weight_scale`` here, ``compensation.pre_distort`` with
 ``crosstalk.effective_transmissions``, ``mse_windows(backend="numpy")``).
 They do the same float operations in the same order, so everything
 ``program`` returns must agree to the bit -- whatever the layout of ``w``,
@@ -50,9 +50,31 @@ class _Reference:
         return self.optics.leak_parts(tiling)
 
 
+def _weight_scale(w, tiling, policy):
+    """The readable reference of ``quant._load``'s scale: the abs-max of
+    every column of every K-tile, shape (k_tiles, N); 0 where the column is
+    all zero (the mask divides by 1, the readouts are multiplied by 0, so
+    such a column's output is exactly 0)."""
+    def absmax(a):
+        return np.maximum(a.max(axis=0), -a.min(axis=0))
+
+    if policy in ("per_column", "per_tensor"):
+        per = absmax(w)[None, :]
+        if policy == "per_tensor":
+            per = np.full_like(per, per.max())
+        per = np.repeat(per, tiling.k_tiles, axis=0)
+    else:
+        per = np.stack([absmax(w[tiling.k_slice(i)]) for i in range(tiling.k_tiles)])
+        if policy == "per_tile":
+            for j in range(tiling.n_tiles):
+                ns = tiling.n_slice(j)
+                per[:, ns] = per[:, ns].max(axis=1, keepdims=True)
+    return per.astype(w.dtype)
+
+
 def _reference_load(w, rows, tiling, policy):
     wr = w if rows is None else w[rows]
-    scale = quant._weight_scale(wr, tiling, policy)
+    scale = _weight_scale(wr, tiling, policy)
     v = np.empty_like(wr)
     for i in range(tiling.k_tiles):
         v[tiling.k_slice(i)] = wr[tiling.k_slice(i)] / np.where(scale[i] > 0, scale[i], 1)

@@ -729,6 +729,13 @@ def test_plot_output_suffix_against_formats_is_refused(finished_sweep, tmp_path,
                  "--formats", "png"]) == 2
     assert "names the format svg, but --formats is png" in capsys.readouterr().err
     assert not list(tmp_path.glob("fig*"))
+    assert main(["plot", str(finished_sweep), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+                 "source.photons_per_mac=1e6", "--output", str(tmp_path / "fig.jpg")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"optical plot: error: --output {tmp_path / 'fig.jpg'}: .jpg figures are not written "
+        "here; valid: .png, .svg, .pdf, or a name without a suffix (then every format asked "
+        "for)")
+    assert not list(tmp_path.glob("fig*"))
 
 
 @pytest.mark.parametrize("missing", ["matplotlib", "pandas"])

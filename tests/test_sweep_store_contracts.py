@@ -444,6 +444,29 @@ def test_resume_writes_the_results_format_it_is_given(tmp_path):
     assert pd.read_csv(out / "results.csv")["adc.bits"].tolist() == [4, 6]
 
 
+def test_a_resumed_csv_sweep_stays_csv_and_a_switch_leaves_one_results_file(tmp_path):
+    """No format given, a resume writes the format already in ``out`` (an
+    interrupted CSV sweep, resumed with ``--out`` alone, used to switch to
+    parquet and leave a stale results.csv with fewer runs); a format given
+    replaces the other format's file."""
+    out = tmp_path / "s"
+    first = SweepDefinition.build(_Toy(), {"adc.bits": [4]}, seeds=1, base=BASE)
+    execute(first, out, executor="serial", progress=False, results_format="csv")
+    definition = SweepDefinition.build(_Toy(), {"adc.bits": [4, 6]}, seeds=1, base=BASE)
+    (out / "manifest.json").unlink()  # the same directory, now a larger sweep
+    summary = execute(definition, out, executor="serial", progress=False)
+    assert summary.results_path == out / "results.csv"
+    assert not (out / "results.parquet").exists()
+    assert pd.read_csv(out / "results.csv")["adc.bits"].tolist() == [4, 6]
+    summary = resume(out, workload=_Toy(), executor="serial", progress=False,
+                     results_format="parquet")
+    assert summary.results_path == out / "results.parquet"
+    assert not (out / "results.csv").exists()
+    assert pd.read_parquet(out / "results.parquet")["adc.bits"].tolist() == [4, 6]
+    resume(out, workload=_Toy(), executor="serial", progress=False)  # parquet now
+    assert sorted(p.name for p in out.glob("results.*")) == ["results.parquet"]
+
+
 def test_an_executor_passed_in_is_not_closed_by_the_sweep(tmp_path):
     """make_executor: an Executor given is borrowed (owned False); only the
     executors the sweep makes itself are closed when it is done."""

@@ -7,7 +7,6 @@ import contextlib
 import fnmatch
 import importlib
 import json
-import math
 import os
 import signal
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 
 from optical import presets
 from optical._files import replacing_target, write_output
+from optical._sweep_store import encode
 from optical._validation import missing_or_broken
 from optical.config import OpticalConfig, parse_value
 
@@ -235,18 +235,6 @@ def require(module: str, extra: str, purpose: str) -> Any:
                                             extra)) from err
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return _jsonable(value.item())
-    return value
-
-
 def write_json_and_show(args: argparse.Namespace, data: Any, show: Callable[[], None]) -> None:
     """``--json``'s file first (a reader gone, ``| head``, loses no report),
     then ``show()`` the report unless stdout holds the JSON; a file that
@@ -270,7 +258,7 @@ def write_json(path: Path | None, data: Any) -> None:
     would break), where a full disk leaves it partly written."""
     if path is None:
         return
-    text = json.dumps(_jsonable(data), indent=2)
+    text = json.dumps(encode(data), indent=2)
     if str(path) == "-":
         print(text)
         return

@@ -50,24 +50,17 @@ The model, its formulas and the source of every default: docs/energy.md.
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} must be a positive finite number")
-    return value
+def _check_counts(args: argparse.Namespace) -> None:
+    """The counts and rates in range, named as their options (after parsing,
+    as validate and sweep check theirs: one line, not argparse's usage)."""
+    for option in ("--prompt-tokens", "--batch", "--output-tokens"):
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None and value < 1:
+            raise ValueError(f"{option}: {value} must be a positive integer")
+    for option in ("--gpu-utilization", "--requests-per-s"):
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None and not 0 < value < float("inf"):
+            raise ValueError(f"{option}: {value} must be a positive finite number")
 
 
 def register(subparsers) -> None:
@@ -77,22 +70,22 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, type=path_argument, metavar="DIR",
                         help="model directory with a config.json")
-    parser.add_argument("--prompt-tokens", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
                         help="tokens per prompt (default 2048, a long prompt: the mask "
                              "loads are amortised over it; or the model's "
                              "max_position_embeddings if smaller, e.g. 512 for "
                              "all-MiniLM-L6-v2, less --output-tokens for a decoder; "
                              "validate defaults to 256)")
-    parser.add_argument("--batch", type=_positive_int, default=1,
+    parser.add_argument("--batch", type=int, default=1,
                         help="prompts prefilled together, i.e. per weight load (default 1)")
     parser.add_argument("--gpu", default="h100", choices=sorted(gpu_model.GPUS),
                         help="GPU baseline (default h100)")
-    parser.add_argument("--gpu-utilization", type=_positive_float, default=None, metavar="U",
+    parser.add_argument("--gpu-utilization", type=float, default=None, metavar="U",
                         help="achieved fraction of the GPU's peak FLOP/s (default 0.5)")
-    parser.add_argument("--output-tokens", type=_positive_int, default=256, metavar="N",
+    parser.add_argument("--output-tokens", type=int, default=256, metavar="N",
                         help="tokens generated per request, for the disaggregated estimate "
                              "(default 256)")
-    parser.add_argument("--requests-per-s", type=_positive_float, default=1.0, metavar="R",
+    parser.add_argument("--requests-per-s", type=float, default=1.0, metavar="R",
                         help="request rate of the disaggregated estimate (default 1)")
     parser.add_argument("--plot", type=path_argument, metavar="PATH",
                         help="write a stacked-bar figure (needs matplotlib)")
@@ -137,6 +130,7 @@ def _table(report: model.PrefillEnergy) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_counts(args)
     if args.plot is not None:  # before the work, not after it
         from optical.energy.plot import figure_path
 

@@ -144,7 +144,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--output {args.output}: names the format {suffix}, but "
                              f"--formats is {','.join(formats)}; drop the suffix or add "
                              "the format")
-        planned_paths = plots.output_paths(args.output, formats)
+        try:
+            planned_paths = plots.output_paths(args.output, formats)
+        except ValueError as err:  # "fig.jpg: .jpg figures are not ...": named as the option
+            raise ValueError(f"--output {args.output}: {str(err).partition(': ')[2]}") from None
         for path in planned_paths:  # writable, before the work
             check_output_path(path, "--output")
         check_not_json(args, planned_paths, "--output")

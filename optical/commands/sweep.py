@@ -139,8 +139,9 @@ def register(subparsers) -> None:
     where.add_argument("--vmap", action="store_true",
                        help="run in this process, vmapping the runs of a --backend jax "
                             "--matmul that differ only in seed and numeric noise fields")
-    run.add_argument("--format", choices=("parquet", "csv"), default="parquet",
-                     help="format of DIR/results.* (default parquet)")
+    run.add_argument("--format", choices=("parquet", "csv"), default=None,
+                     help="format of DIR/results.* (default: that of the results file "
+                          "already in DIR, else parquet)")
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     add_json_option(parser)
     parser.set_defaults(run=run_command)
@@ -256,9 +257,15 @@ def _definition(args: argparse.Namespace) -> Any:
             outlier_scale=args.outlier_scale, dtype=args.dtype,
             data_seed=0 if args.data_seed is None else args.data_seed, backend=args.backend)
     else:
-        workload = LayerWorkload(args.model, layer=args.layer, tokens=args.tokens,
-                                 weights_seed=args.weights_seed, local=args.local,
-                                 data_seed=args.data_seed)
+        try:
+            workload = LayerWorkload(args.model, layer=args.layer, tokens=args.tokens,
+                                     weights_seed=args.weights_seed, local=args.local,
+                                     data_seed=args.data_seed)
+        except ValueError as err:  # "layer: 99 is out of range": named as the option
+            field, colon, rest = str(err).partition(":")
+            if colon and field in ("layer", "tokens", "weights_seed", "data_seed"):
+                raise ValueError(f"--{field.replace('_', '-')}:{rest}") from None
+            raise
     return SweepDefinition.build(workload, params, seeds=args.seeds, base=base,
                                  samples=args.samples, sample_seed=args.sample_seed)
 
