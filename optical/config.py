@@ -638,6 +638,14 @@ _SECTIONS: dict[str, type[Section]] = {
 }
 
 
+#: The sections' derived properties, by path: what each is made of.
+_DERIVED = {
+    "source.rin_sigma": "sqrt(10**(source.rin_db_per_hz / 10) * source.rin_bandwidth)",
+    "mask.min_transmission": "1 / mask.contrast_ratio",
+    "adc.enob": "adc.bits - adc.enob_loss",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class OpticalConfig:
     """A complete, immutable description of one optical matmul accelerator.
@@ -686,6 +694,9 @@ class OpticalConfig:
                              f"valid sections: {', '.join(_SECTIONS)}")
         fields = {f.name: f for f in dataclasses.fields(_SECTIONS[section])}
         if leaf not in fields:
+            if path in _DERIVED:  # a property of the section, read in docs and papers
+                raise ValueError(f"config path {path!r} is derived, not set: it is "
+                                 f"{_DERIVED[path]}; set those")
             valid = ", ".join(f"{section}.{n}" for n in fields) or "(none yet)"
             raise ValueError(f"unknown config path {path!r}; valid paths in "
                              f"{section!r}: {valid}")

@@ -241,8 +241,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         reference; "auto" takes "jax" for JAX arrays, else "numba" (or
         "numpy" for cores of fewer than ``kernels.MIN_FAST_TILE`` weights).
     exact : bool
-        On the numba backend, reproduce the reference's noise exactly rather
-        than in distribution; on numba and JAX, compute the shot noise of
+        On the numba backend, reproduce the reference's noise draw for draw
+        rather than in distribution (to float32 rounding of the means: a
+        Poisson count above a mean of 10 whose mean is an ulp off can be
+        redrawn, a few outputs in 1e4 at 1e3 photons per MAC; none in
+        float64 where measured); on numba and JAX, compute the shot noise of
         balanced rails without the low-rank approximation and draw every
         noise separately (slower; JAX's draws still differ from the
         reference's, in distribution alike). The numpy backend is always exact.

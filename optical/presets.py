@@ -38,17 +38,13 @@ from optical.config import (
     SourceConfig,
     check_config,
 )
-from optical.physics.noise import ELEMENTARY_CHARGE, tia_noise_electrons
+from optical.physics.noise import ELEMENTARY_CHARGE, LIGHT_SPEED, PLANCK, tia_noise_electrons
 
 __all__ = ["describe", "get", "name_of", "names"]
 
-_PLANCK = 6.62607015e-34  # J s
-_LIGHT_SPEED = 299792458.0  # m / s
-
-
 def _quantum_efficiency(responsivity: float, wavelength: float) -> float:
     """Quantum efficiency from responsivity, ``eta = R h c / (q lambda)``."""
-    return responsivity * _PLANCK * _LIGHT_SPEED / (ELEMENTARY_CHARGE * wavelength)
+    return responsivity * PLANCK * LIGHT_SPEED / (ELEMENTARY_CHARGE * wavelength)
 
 
 def ideal() -> OpticalConfig:

@@ -197,6 +197,29 @@ def test_from_dict_names_unknown_fields():
         OpticalConfig.from_dict({"adc": {"resolution": 8}})
 
 
+def test_a_derived_property_given_as_a_path_says_what_to_set():
+    """adc.enob (docs/energy.md's tables name it) and mask.min_transmission
+    read like fields but are made of others: a path to one names them (it
+    was "unknown config path", listing the valid ones). Every property of
+    every section is covered, and its formula is what the property gives."""
+    from optical import config
+
+    properties = {f"{name}.{attr}" for name, cls in config._SECTIONS.items()
+                  for attr in dir(cls) if isinstance(getattr(cls, attr), property)}
+    assert properties == set(config._DERIVED)
+    cfg = optical.presets.get("iris-like")
+    assert cfg.adc.enob == cfg.adc.bits - cfg.adc.enob_loss
+    assert cfg.mask.min_transmission == 1 / cfg.mask.contrast_ratio
+    assert cfg.source.rin_sigma == pytest.approx(
+        (10 ** (cfg.source.rin_db_per_hz / 10) * cfg.source.rin_bandwidth) ** 0.5)
+    with pytest.raises(ValueError, match=r"^config path 'adc.enob' is derived, not set: it is "
+                                         r"adc.bits - adc.enob_loss; set those$"):
+        cfg.replace({"adc.enob": 6.5})
+    with pytest.raises(ValueError, match=r"'mask.min_transmission' is derived, not set: it is "
+                                         r"1 / mask.contrast_ratio"):
+        OpticalConfig.field_spec("mask.min_transmission")
+
+
 def test_from_dict_names_an_unknown_section_even_when_it_is_empty():
     # An empty misspelt section was dropped, so a typo went unseen.
     with pytest.raises(ValueError, match="unknown config section .adcc.; valid sections: source, dac"):

@@ -60,6 +60,7 @@ from optical.config import OpticalConfig, check_config
 from optical.core import Schedule
 from optical.energy import counts
 from optical.physics import encoding
+from optical.physics.noise import LIGHT_SPEED, PLANCK
 from optical.transformer.schedule import layer_schedule
 from optical.transformer.spec import ModelSpec
 
@@ -74,8 +75,6 @@ __all__ = [
     "prefill",
 ]
 
-PLANCK = 6.62607015e-34  # J s (exact, SI 2019)
-LIGHT_SPEED = 299792458.0  # m / s (exact)
 
 #: Schedule counts summed over a prefill's matmuls and layers in reports.
 _SUMMED = ("passes", "weight_loads", "dac_conversions", "adc_conversions",

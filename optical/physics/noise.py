@@ -18,6 +18,8 @@ from optical import _rng
 
 __all__ = [
     "ELEMENTARY_CHARGE",
+    "LIGHT_SPEED",
+    "PLANCK",
     "dark_noise",
     "read_noise",
     "rin_factors",
@@ -28,6 +30,10 @@ __all__ = [
 
 #: Elementary charge, C (exact, SI 2019).
 ELEMENTARY_CHARGE = 1.602176634e-19
+#: Planck constant, J s, and the speed of light, m / s (exact, SI 2019): the
+#: library's one copy (photon energies, quantum efficiency from responsivity).
+PLANCK = 6.62607015e-34
+LIGHT_SPEED = 299792458.0
 
 
 def rin_sigma(rin_db_per_hz: float, bandwidth: float) -> float:
