@@ -636,6 +636,9 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     assert "note: 3 of the sweep's 4 runs are finished" in captured.err
     assert f"`optical sweep --out {out}` finishes the rest" in captured.err
     assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (3, 4)
+    # --json names the metric its means are of, and the values held
+    assert {k: json.loads(captured.out)[k] for k in ("kind", "metric", "where")} == {
+        "kind": "line", "metric": "sqnr_db", "where": {}}
     # --json holds what the figure draws: each point's mean, std and seeds
     frame = load(out)
     data = json.loads(captured.out)["data"]

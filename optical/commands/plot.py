@@ -170,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
         paths = plots.save(fig, stem, formats, follow_links=False)
     else:
         paths = plots.save(fig, args.output, formats)
+    metric = args.z if args.kind == "heatmap" else (args.y or "sqnr_db")
     write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
+                                "metric": metric, "where": _where(args.where),
                                 "runs": len(frame), "planned_runs": planned,
                                 "data": plotted_data(frame, args)})  # first: a reader gone
     if not json_to_stdout(args):  # '-': stdout is the JSON
