@@ -126,9 +126,11 @@ def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
     """Count the passes, loads and conversions of a (tokens, k) @ (k, n) matmul.
 
     The same counting :func:`matmul` reports in its stats, without running it,
-    for the channels the optics carry: with outlier channels bypassing the
-    optics (``outliers.policy``), a run reports fewer DAC conversions and
-    MACs, since its bypassed channels are known only from the data.
+    for the channels the optics carry: with static outlier channels bypassing
+    the optics (``outliers.policy = "static"``), a run reports fewer DAC
+    conversions and MACs, since its bypassed channels are known only from
+    the data (the dynamic policy keeps the schedule's counts: the whole
+    matrix stays on the mask, the outlier inputs zeroed there).
 
     Parameters
     ----------
@@ -266,7 +268,8 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     ValueError
         Shapes that do not chain (``x``'s last axis is not ``w``'s K), NaN or
         inf in ``x`` or ``w``, a seed out of range, ``chunk_tokens`` < 1, an
-        unknown or unavailable ``backend``, ``ProgrammedWeights`` programmed
+        unknown or unavailable ``backend`` (or a JAX ``x`` given to the numpy
+        or numba backend, which runs on the host), ``ProgrammedWeights`` programmed
         for another config, or raw weights whose calibration on ``x`` cannot
         work (e.g. an all-zero ``x``).
 

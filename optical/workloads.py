@@ -582,6 +582,8 @@ def workload_label(data: Mapping[str, Any], swept: Collection[str] = ()) -> str:
     (a sweep's ``workload.*`` parameters, whose base value no run uses) are
     left out: ``"matmul Tx1024x1024"``, ``"llama-3.2-1b, 64 tokens"``."""
     kind = data.get("kind")
+    # "workload.layer" as a sweep's params name it, or the field's name alone
+    swept = {name.removeprefix("workload.") for name in swept}
 
     def shown(name: str, text: str) -> str:
         return "" if name in swept else text

@@ -208,6 +208,9 @@ def test_labels_leave_out_the_swept_fields():
     assert workload_label(layer, swept={"model_dir"}) == "layer 3, 32 tokens, data seed 1"
     matmul = {"kind": "matmul", "tokens": 16, "k": 64, "n": 32}
     assert workload_label(matmul, swept={"tokens", "n"}) == "matmul Tx64xN"
+    # named as a sweep's params name them (they were ignored: "matmul 16x64x32")
+    assert workload_label(matmul, swept={"workload.tokens", "workload.n"}) == "matmul Tx64xN"
+    assert workload_label(layer, swept=["workload.layer"]) == workload_label(layer, ["layer"])
 
 
 def test_a_results_table_read_without_its_sweep_knows_the_workload_fields(tmp_path):

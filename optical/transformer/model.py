@@ -66,11 +66,11 @@ def weights_directory(directory: str | Path) -> Path | None:
         return directory
     marker = directory / WEIGHTS_PACKAGE_FILE
     architecture = read_spec(directory).architecture
-    if marker.exists() and architecture != "bert":
-        raise ValueError(f"{marker}: names a package of BERT weights ({_MINILM_DISTRIBUTION}), "
-                         f"beside a {architecture} config; remove it for synthetic weights")
     if marker.exists():
         named = read_plain(marker, MODEL_JSON_BYTES).decode("utf-8", "replace").strip()
+        if named == _MINILM_DISTRIBUTION and architecture != "bert":
+            raise ValueError(f"{marker}: names a package of BERT weights ({named}), beside a "
+                             f"{architecture} config; remove it for synthetic weights")
         if named != _MINILM_DISTRIBUTION:
             raise ValueError(f"{marker}: names {named!r}; the one package of weights optical "
                              f"reads is {_MINILM_DISTRIBUTION!r}")
@@ -399,7 +399,9 @@ class BertModel(_Model):
     def max_tokens(self) -> int:
         """Tokens a sentence keeps ([CLS] and [SEP] included): the
         sentence-transformers ``max_seq_length`` (256 for all-MiniLM-L6-v2,
-        and where the directory has none), or the model's
+        and for a directory without ``modules.json``; where the
+        sentence-transformers files give none, ``tokenizer_config.json``'s
+        ``model_max_length``, else every position), or the model's
         ``max_position_embeddings`` when that is smaller."""
         length = self._text_settings()[0]
         if length is None:
