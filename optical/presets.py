@@ -259,6 +259,8 @@ def get(name: str) -> OpticalConfig:
     ------
     ValueError
         For an unknown name, listing the valid ones.
+    TypeError
+        For a name that is not a string.
     """
     if not isinstance(name, str):
         raise TypeError(f"name: a preset's name is a string, got {type(name).__name__}; "

@@ -1020,7 +1020,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         ``finished``, the number it holds (``len(frame)``; fewer while it is
         unfinished), ``workload``, the workload's label, and ``base``, the
         base config's :func:`optical.presets.describe` (its preset, or the
-        nearest preset with the few fields it changes, else "custom config").
+        nearest preset with the few fields it changes, else "custom config"),
+        and ``results_version``, the results version its runs were computed
+        under (:data:`optical._version.RESULTS_VERSION`).
 
     Raises
     ------
@@ -1029,6 +1031,8 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         sweep already in ``out`` -- before any run starts.
     SweepError
         A run failed; the runs finished before it are kept.
+    TypeError
+        An ``executor`` that is none of the kinds above (a bool, say).
 
     Notes
     -----
@@ -1058,7 +1062,8 @@ def resume(out: str | os.PathLike, *, workload: Any = None, executor: Any = None
 
 def load(out: str | os.PathLike) -> Any:
     """Every finished run of the sweep in ``out`` as a tidy DataFrame (see
-    :func:`sweep` for the columns), sorted by point and seed."""
+    :func:`sweep` for the columns and ``attrs``), sorted by point and seed;
+    FileNotFoundError where ``out`` holds no sweep (no manifest)."""
     return read_frame(Path(out), _require("pandas"))
 
 
