@@ -218,9 +218,11 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
     ``TAIL_SAMPLES`` most extreme samples of each column on each side: the
     largest of a few hundred samples falls well short of the tail that an
     8-bit window must hold, and a window fitted to the samples alone clips
-    new inputs (measured at 8 bits on 512 Gaussian or gamma samples: 1 to
-    15 dB short of the best window for new readouts; with the tails, 0.5 to
-    4 dB, erring wide). The objective is convex in (lo, hi);
+    new inputs (measured at 8 bits on 512 Gaussian or gamma samples, 100
+    draws: a median 10 dB short of the best window for new readouts; with
+    the tails, a median 1.4 dB, 90 % of draws within 2.8 dB, the worst 10 dB,
+    where the tail fitted to 16 samples came out short and the window
+    narrow). The objective is convex in (lo, hi);
     the ends are chosen among ``n_bins + 1`` evenly spaced edges of each
     group's range by alternating exact line minimisations.
 

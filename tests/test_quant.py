@@ -202,12 +202,16 @@ def test_mse_window_on_its_own_samples_is_near_the_brute_force_best(rng, bits):
 @pytest.mark.parametrize("bits", [6, 8])
 def test_window_with_fitted_tails_holds_new_readouts(bits):
     """A window chosen from 512 samples must hold new readouts' tails. Over
-    four draws of Gaussian and of gamma samples, its error on 20 000 fresh
-    samples stays within 3x (4.8 dB; typically 1.2x to 2x) of the best window
-    for those (an oracle on a grid); the window fitted to the samples alone,
-    ending near the largest sample, loses 10x or more at 8 bits."""
-    worst, worst_raw = 0.0, 0.0
-    for seed in range(4):
+    50 draws each of Gaussian and of gamma samples, its error on 20 000
+    fresh samples against the best window for those (an oracle on a grid):
+    median within 2 dB, 90 % of draws within 4 dB (measured at 8 bits: 1.4
+    and 2.8 dB; the worst draw 10 dB, a window the noisy tail fit made
+    narrow; at 6 bits 0.4, 1.4 and 5 dB). The window fitted to the samples
+    alone, ending near the largest sample, loses a median 10 dB at 8 bits.
+    (Four draws, as this test had, passed a bound of 3x that 14 of 400
+    draws break: a quality claim needs the distribution.)"""
+    ratios, raw = [], []
+    for seed in range(50):
         rng = np.random.default_rng(seed)
         for sample in (rng.standard_normal, lambda n, rng=rng: rng.gamma(3.0, 1.0, n)):
             fit, fresh = sample(512)[:, None], sample(20_000)
@@ -220,11 +224,12 @@ def test_window_with_fitted_tails_holds_new_readouts(bits):
                        for b in np.quantile(fresh, 1 - tail))
             lo, hi = calibration.mse_windows(fit, np.zeros(1), bits)
             raw_lo, raw_hi = calibration.mse_windows(fit, np.zeros(1), bits, tails=False)
-            worst = max(worst, error(lo[0], hi[0]) / best)
-            worst_raw = max(worst_raw, error(raw_lo[0], raw_hi[0]) / best)
-    assert worst < 3.0
+            ratios.append(error(lo[0], hi[0]) / best)
+            raw.append(error(raw_lo[0], raw_hi[0]) / best)
+    loss_db = 10 * np.log10(ratios)
+    assert np.median(loss_db) < 2.0 and np.quantile(loss_db, 0.9) < 4.0, loss_db
     if bits == 8:
-        assert worst_raw > 10.0
+        assert np.median(10 * np.log10(raw)) > 6.0
 
 
 def test_shared_window_is_the_window_of_the_pooled_readouts(rng):
