@@ -56,9 +56,11 @@ def results_version(manifest: Mapping[str, Any]) -> Any:
 
 def encode(value: Any) -> Any:
     """JSON-safe value: non-finite floats as "inf", "-inf", "nan"; numpy
-    scalars (and 0-d arrays, anything with a scalar ``item()``) as Python's.
-    The one encoder of every JSON the library writes (run files, manifests,
-    the commands' ``--json``)."""
+    scalars and 0-d arrays (numpy's, JAX's, torch's: a ``shape`` of ``()``
+    and an ``item()``) as Python's. The one encoder of every JSON the
+    library writes (run files, manifests, the commands' ``--json``); what
+    JSON cannot hold (a complex number, a larger array) is left for
+    ``json.dumps`` to refuse by type."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):
@@ -67,10 +69,12 @@ def encode(value: Any) -> Any:
         return [encode(v) for v in value]
     if isinstance(value, np.floating):  # a longdouble's item() is a longdouble
         return encode(float(value))
+    if isinstance(value, np.complexfloating | np.ma.MaskedArray):
+        return value  # (a clongdouble's item() is itself; the masked constant is no 0.0)
     if isinstance(value, np.generic):
         return encode(value.item())
     if not isinstance(value, str | bytes | int | float | type(None)) \
-            and callable(getattr(value, "item", None)):  # a 0-d array, say
+            and getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):
         item = value.item()
         return value if type(item) is type(value) else encode(item)
     return value

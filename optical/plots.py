@@ -596,6 +596,18 @@ def save(fig: Any, stem: str | Path, formats: Sequence[str] | None = None,
     return paths
 
 
+def unwritten_suffix(stem: str | Path) -> str | None:
+    """Why ``stem``'s suffix names no figure written here (``.jpg``: an
+    image format not among :data:`FORMATS`), or None: a format's suffix, or
+    none an image has (``run.v2`` is a stem)."""
+    suffix = Path(stem).suffix.lower().lstrip(".")
+    if suffix not in _OTHER_IMAGE_SUFFIXES:
+        return None
+    return (f".{suffix} figures are not written here; valid: "
+            f"{', '.join('.' + f for f in FORMATS)}, or a name without a suffix (then every "
+            "format asked for)")
+
+
 def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list[Path]:
     """The files :func:`save` writes for ``stem`` and ``formats``, without
     writing them; ValueError for a format that is not valid, TypeError for
@@ -605,10 +617,8 @@ def output_paths(stem: str | Path, formats: Sequence[str] | None = None) -> list
                         f"(one format: [{formats!r}])")
     stem = given = Path(stem)
     suffix = stem.suffix.lower().lstrip(".")
-    if suffix in _OTHER_IMAGE_SUFFIXES:
-        raise ValueError(f"{stem.name}: .{suffix} figures are not written here; valid: "
-                         f"{', '.join('.' + f for f in FORMATS)}, or a name without a suffix "
-                         "(then every format asked for)")
+    if reason := unwritten_suffix(stem):
+        raise ValueError(f"{stem.name}: {reason}")
     named = suffix if suffix in FORMATS else None
     alone = formats is None and named  # written to the stem itself, suffix as given
     if formats is None:

@@ -793,7 +793,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
     # Absolute now: a workload (or a notebook's thread) changing the working
     # directory mid-sweep would send later runs to another sweep's directory.
     out = Path(out).absolute()
-    if results_format is None:  # a resumed CSV sweep stays one
+    if results_format is None:  # a resumed CSV sweep stays one (a link to a file counts)
         results_format = "csv" if ((out / "results.csv").is_file()
                                    and not (out / "results.parquet").is_file()) else "parquet"
     pd = _require("pandas")
@@ -907,7 +907,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                 frame.to_csv(tmp, index=False)
         # The other format's file holds fewer runs now: one results file, never a stale one.
         stale = out / f"results.{'csv' if results_format == 'parquet' else 'parquet'}"
-        if stale.is_file() and not stale.is_symlink():
+        if stale.is_symlink() or stale.is_file():  # a link goes, never what it points at
             stale.unlink()
     return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),
                         executor=description, results_path=results)

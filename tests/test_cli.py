@@ -318,6 +318,12 @@ def test_command_json_writes_numpy_scalars_of_every_kind(tmp_path):
                       parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
     assert data == {"ld": 1.5, "zero_d": 2.5, "i": -3, "b": True, "inf": "inf", "nan": "nan",
                     "rows": ["-inf", [2**63]]}
+    # What JSON cannot hold is refused by type, not recursed on or made a scalar
+    # (a complex long double recursed; a one-element array read as its element).
+    for value, kind in ((np.clongdouble(1 + 1j), "clongdouble"), (np.array([5.0]), "ndarray"),
+                        (np.ma.masked, "MaskedConstant")):
+        with pytest.raises(TypeError, match=f"Object of type {kind} is not JSON serializable"):
+            write_json(out, {"v": value})
 
 
 #: Every command, cheap to start, with the options it needs.

@@ -465,6 +465,14 @@ def test_a_resumed_csv_sweep_stays_csv_and_a_switch_leaves_one_results_file(tmp_
     assert pd.read_parquet(out / "results.parquet")["adc.bits"].tolist() == [4, 6]
     resume(out, workload=_Toy(), executor="serial", progress=False)  # parquet now
     assert sorted(p.name for p in out.glob("results.*")) == ["results.parquet"]
+    # a results file that is a link: the link goes, what it points at stays
+    kept = tmp_path / "elsewhere.parquet"
+    (out / "results.parquet").rename(kept)
+    (out / "results.parquet").symlink_to(kept)
+    resume(out, workload=_Toy(), executor="serial", progress=False, results_format="csv")
+    assert sorted(p.name for p in out.glob("results.*")) == ["results.csv"] and kept.is_file()
+    resume(out, workload=_Toy(), executor="serial", progress=False)
+    assert sorted(p.name for p in out.glob("results.*")) == ["results.csv"]
 
 
 def test_an_executor_passed_in_is_not_closed_by_the_sweep(tmp_path):

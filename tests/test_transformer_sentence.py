@@ -212,6 +212,18 @@ def test_sentence_transformers_6_files_are_read(tmp_path):
     # transformers' "no limit" (int(1e30)) is no length: the model's positions
     (directory / "tokenizer_config.json").write_text('{"model_max_length": 1e30}')
     assert transformer.load(directory).max_tokens == TINY_BERT["max_position_embeddings"]
+    # read only where sentence_bert_config.json gives no max_seq_length; refused by name
+    # where it is read and is no length
+    (directory / "tokenizer_config.json").write_text('{"model_max_length": 1}')
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: model_max_length must be an "
+                                         r"integer >= 2 \(\[CLS\] and \[SEP\]\), got 1$"):
+        transformer.load(directory).token_ids(["w1"])
+    (directory / "tokenizer_config.json").write_text('{"model_max_length": "512"}')
+    with pytest.raises(ValueError, match=r"model_max_length must be an integer >= 2 .* got "
+                                         r"'512'"):
+        transformer.load(directory).token_ids(["w1"])
+    (directory / "sentence_bert_config.json").write_text('{"max_seq_length": 8}')
+    assert transformer.load(directory).max_tokens == 8
     for mode, refused in (("lasttoken", "pooling_mode 'lasttoken'"),
                           (["mean"], r"pooling_mode \['mean'\]")):
         (directory / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": mode}))
@@ -243,13 +255,17 @@ def test_a_default_prompt_is_put_before_every_sentence(tmp_path):
         expected = _unit(_hidden64(tensors, _ids(["w5", "w6", *words])).mean(axis=0))
         np.testing.assert_allclose(got[row], expected, atol=2e-5, rtol=2e-5)
     assert model.token_ids([" ".join(SHORT)])[0].tolist() == [_ids(SHORT)]  # as given
-    # no default named: no prompt
-    _prompted(directory, {"query": "w5 w6 "}, None)
-    assert transformer.load(directory).sentence_pipeline().prompt == ""
-    for name, message in (("passage", r"default_prompt_name 'passage' names none of its "
-                                      r"prompts \('query'\)"),
-                          ("query", r"1_Pooling/config.json: include_prompt false")):
-        _prompted(directory, {"query": "w5 w6 "}, name, include_prompt=name != "query")
+    # no default named, a name without a prompt, a null prompt: no prompt, as
+    # sentence-transformers 5 and 6 read them
+    for prompts, name in (({"query": "w5 w6 "}, None), ({"query": "w5 w6 "}, "passage"),
+                          ({"query": None}, "query")):
+        _prompted(directory, prompts, name)
+        assert transformer.load(directory).sentence_pipeline().prompt == ""
+    for prompts, name, include, message in (
+            ({"query": "w5 w6 "}, "query", False, r"1_Pooling/config.json: include_prompt false"),
+            ({"query": 5}, "query", True, r"prompts\['query'\] must be text, got 5"),
+            (["w5"], "query", True, r"default_prompt_name must be a prompt's name and prompts")):
+        _prompted(directory, prompts, name, include_prompt=include)
         with pytest.raises(ValueError, match=message):
             transformer.load(directory).embed(["w1"])
 
@@ -270,7 +286,10 @@ def test_the_older_layout_with_the_transformer_in_a_subdirectory(tmp_path):
         {"idx": 1, "name": "1", "path": "1_Pooling",
          "type": "sentence_transformers.models.Pooling"}]))
     (root / "1_Pooling").mkdir()
-    (root / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({  # every mode, as ST writes
+        "word_embedding_dimension": TINY_BERT["hidden_size"], "pooling_mode_cls_token": True,
+        "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False}))
     model = transformer.load(sub)
     assert dataclass_values(model.sentence_pipeline()) == ("cls", False, 8, False)
     assert model.sentence_pipeline().source == root
@@ -281,6 +300,15 @@ def test_the_older_layout_with_the_transformer_in_a_subdirectory(tmp_path):
                                                 r"'0_Transformer': give the model directory "
                                                 r".*st2/0_Transformer\)$"):
         transformer.load(root)
+    # a 0_Transformer that is a symlink (to a directory elsewhere) reads the
+    # parent it is listed in, not its target's (MiniLM's recipe before)
+    linked = tmp_path / "st2-linked"
+    linked.mkdir()
+    for name in ("modules.json", "1_Pooling"):
+        (linked / name).symlink_to(root / name)
+    (linked / "0_Transformer").symlink_to(sub)
+    pipeline = transformer.load(linked / "0_Transformer").sentence_pipeline()
+    assert dataclass_values(pipeline) == ("cls", False, 8, False) and pipeline.source == linked
     # a directory above with its own, unrelated modules.json is not read
     (root / "modules.json").write_text("not json")
     assert transformer.load(sub).sentence_pipeline() == transformer.sentence.MINILM

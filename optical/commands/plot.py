@@ -144,10 +144,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--output {args.output}: names the format {suffix}, but "
                              f"--formats is {','.join(formats)}; drop the suffix or add "
                              "the format")
-        try:
-            planned_paths = plots.output_paths(args.output, formats)
-        except ValueError as err:  # "fig.jpg: .jpg figures are not ...": named as the option
-            raise ValueError(f"--output {args.output}: {str(err).partition(': ')[2]}") from None
+        if reason := plots.unwritten_suffix(args.output):  # .jpg: named as the option
+            raise ValueError(f"--output {args.output}: {reason}")
+        planned_paths = plots.output_paths(args.output, formats)
         for path in planned_paths:  # writable, before the work
             check_output_path(path, "--output")
         check_not_json(args, planned_paths, "--output")

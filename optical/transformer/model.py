@@ -365,11 +365,15 @@ class BertModel(_Model):
     # -- tokens -> embeddings ------------------------------------------------ #
 
     def sentence_pipeline(self) -> sentence.SentencePipeline:
-        """How :meth:`embed` pools, normalises and truncates: read from the
-        sentence-transformers files (``modules.json``, the Pooling's
-        ``config.json``, ``sentence_bert_config.json``) of the model
-        directory, else of the checkpoint's; all-MiniLM-L6-v2's recipe (mean,
-        L2, 256 tokens) where neither has ``modules.json``.
+        """How :meth:`embed` pools, normalises, truncates, lower-cases and
+        prompts: read from the sentence-transformers files (``modules.json``,
+        the Pooling's ``config.json``, ``sentence_bert_config.json`` or
+        ``tokenizer_config.json``, ``config_sentence_transformers.json``;
+        see :func:`optical.transformer.sentence.read_pipeline`) of the model
+        directory, else of the checkpoint's, or of the parent whose
+        ``modules.json`` lists the directory as its Transformer
+        (``0_Transformer/``); all-MiniLM-L6-v2's recipe (mean, L2, 256
+        tokens) where none has ``modules.json``.
 
         Raises
         ------

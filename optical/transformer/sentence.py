@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,9 @@ class SentencePipeline:
         in the tokenizer, and some text then tokenises differently (Greek
         "ΣΊΣΥΦΟΣ": 8 tokens here and in 5.1, 9 in 6.3).
     source : Path or None
-        The directory it was read from (the one holding ``modules.json``);
-        None for the default recipe.
+        The directory it was read from (the one holding ``modules.json``:
+        the model directory as given, or the parent of a ``0_Transformer``
+        given); None for the default recipe.
     prompt : str
         Text put before every sentence (sentence-transformers'
         ``default_prompt_name`` in ``config_sentence_transformers.json``, a
@@ -171,8 +173,10 @@ def _sentence_directory(directories: Sequence[Path]) -> tuple[Path, Path] | None
     for d in directories:
         if (d / "modules.json").is_file():
             return d, d
-        parent = d.resolve().parent
-        if (parent / "modules.json").is_file():
+        # The parent as written (a symlinked 0_Transformer's), then its target's.
+        for parent in dict.fromkeys((Path(os.path.abspath(d)).parent, d.resolve().parent)):
+            if not (parent / "modules.json").is_file():
+                continue
             try:
                 modules = _read(parent / "modules.json")
             except (ValueError, OSError):  # not this model's: the directory above is another's
@@ -196,18 +200,19 @@ def _read_prompt(directory: Path) -> str:
     name = raw.get("default_prompt_name")
     if name is None:
         return ""
-    prompts = raw.get("prompts")
-    if not isinstance(prompts, dict) or not isinstance(name, str) \
-            or not isinstance(prompts.get(name), str):
-        known = ", ".join(map(repr, prompts)) if isinstance(prompts, dict) else repr(prompts)
-        raise ValueError(f"{path}: default_prompt_name {name!r} names none of its prompts "
-                         f"({known or 'none'})")
-    return prompts[name]
+    prompts = raw.get("prompts") or {}
+    if not isinstance(name, str) or not isinstance(prompts, dict):
+        raise ValueError(f"{path}: default_prompt_name must be a prompt's name and prompts an "
+                         f"object of them, got {name!r} and {prompts!r}")
+    prompt = prompts.get(name)  # absent or null: no prompt, as sentence-transformers reads it
+    if prompt is not None and not isinstance(prompt, str):
+        raise ValueError(f"{path}: prompts[{name!r}] must be text, got {prompt!r}")
+    return prompt or ""
 
 
 def _read_settings(directory: Path) -> tuple[int | None, bool]:
     settings = directory / "sentence_bert_config.json"
-    max_seq_length, lower_case = _model_max_length(directory), False
+    max_seq_length, lower_case = None, False
     if settings.is_file():
         raw = _read(settings)
         if not isinstance(raw, dict):
@@ -222,6 +227,8 @@ def _read_settings(directory: Path) -> tuple[int | None, bool]:
         if not isinstance(lower_case, bool):
             raise ValueError(f"{settings}: do_lower_case must be true or false, got "
                              f"{lower_case!r}")
+    if max_seq_length is None:  # the tokenizer's, as sentence-transformers takes it
+        max_seq_length = _model_max_length(directory)
     return max_seq_length, lower_case
 
 
@@ -233,15 +240,17 @@ def _model_max_length(directory: Path) -> int | None:
     if not path.is_file():
         return None
     raw = _read(path)
-    length = raw.get("model_max_length") if isinstance(raw, dict) else None
-    if isinstance(length, float) and length.is_integer():
-        length = int(length)
-    if isinstance(length, bool) or not isinstance(length, int) or length >= _NO_LIMIT:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    length = raw.get("model_max_length")
+    if length is None:
         return None
-    if length < 2:
+    if isinstance(length, float) and length.is_integer():
+        length = int(length)  # (transformers writes its "no limit" as 1e30)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
         raise ValueError(f"{path}: model_max_length must be an integer >= 2 ([CLS] and [SEP]), "
-                         f"got {length!r}")
-    return length
+                         f"got {raw['model_max_length']!r}")
+    return None if length >= _NO_LIMIT else length
 
 
 def _read(path: Path) -> Any:
@@ -269,12 +278,12 @@ def _read_pooling(path: Path, hidden_size: int) -> tuple[str, bool]:
     if not isinstance(include_prompt, bool):
         raise ValueError(f"{path}: include_prompt must be true or false, got {include_prompt!r}")
     chosen = [key for key in (*_POOLING, *_UNSUPPORTED) if raw.get(key) is True]
-    if "pooling_mode" in raw:
+    if "pooling_mode" in raw:  # over the per-mode keys, as sentence-transformers 6 reads it
         mode = raw["pooling_mode"]
-        if chosen or mode not in _POOLING.values():
-            shown = ", ".join([f"pooling_mode {mode!r}", *chosen])
-            raise ValueError(f"{path}: pooling {shown} is not supported; supported: "
-                             f"pooling_mode {', '.join(map(repr, _POOLING.values()))}")
+        if not isinstance(mode, str) or mode not in _POOLING.values():
+            raise ValueError(f"{path}: pooling pooling_mode {mode!r} is not supported; "
+                             f"supported: pooling_mode "
+                             f"{', '.join(map(repr, _POOLING.values()))}")
         return mode, include_prompt
     if len(chosen) != 1 or chosen[0] in _UNSUPPORTED:
         found = ", ".join(chosen) or "none"
