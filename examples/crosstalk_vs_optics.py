@@ -17,6 +17,8 @@ Requires matplotlib (``pip install -e ".[plot]"``).
 """
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -82,11 +84,26 @@ def plot(results: dict[str, tuple[np.ndarray, np.ndarray]], path: str):
     return fig
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="crosstalk_vs_optics.png", help="PNG to write")
-    parser.add_argument("--points", type=int, default=12, help="points per sweep")
+    parser.add_argument("--points", type=_positive, default=12, help="points per sweep")
     args = parser.parse_args()
+    # Before the sweep's minute of work: the figure's package and directory.
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError("the figure needs matplotlib: pip install 'optical[plot]'") from None
+    if not Path(args.out).absolute().parent.is_dir():
+        raise FileNotFoundError(f"--out {args.out}: no such directory")
     results = sweep(args.points)
     for name, (x, rows) in results.items():
         print(f"{name:>12s} mm   input dB  output dB  fall-off flat  fall-off gauss")
@@ -98,4 +115,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {err}")

@@ -1,7 +1,7 @@
 """Precision sweep of one Llama-3.1-8B layer: ADC bits x mask (weight) bits, with plots.
 
 Run:  python examples/llama_layer_sweep.py [--model models/llama-3.1-8b] [--layer 0]
-          [--tokens 128] [--seeds 2] [--out runs/llama-3.1-8b-precision] [--jobs N]
+          [--tokens 128] [--seeds 2] [--out runs/<model>-precision] [--jobs N]
 
 Every point runs the layer's prefill on the "iris-like" machine with the ADC and
 mask resolutions changed, against the layer's floating-point reference
@@ -25,6 +25,7 @@ are synthetic (seeded, with the outlier statistics of real Llamas).
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 import optical
@@ -33,16 +34,27 @@ from optical import plots
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "models" / "llama-3.1-8b"))
     parser.add_argument("--layer", type=int, default=0)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--out", default="runs/llama-3.1-8b-precision")
-    parser.add_argument("--jobs", type=int, default=None,
+    parser.add_argument("--tokens", type=_positive, default=128)
+    parser.add_argument("--seeds", type=_positive, default=2)
+    parser.add_argument("--out", default=None,
+                        help="sweep directory (default runs/<model directory name>-precision)")
+    parser.add_argument("--jobs", type=_positive, default=None,
                         help="worker processes (default: every core)")
     args = parser.parse_args()
+    if args.out is None:  # one directory per model: another model's sweep there is refused
+        args.out = f"runs/{Path(args.model).resolve().name}-precision"
 
     workload = optical.LayerWorkload(args.model, layer=args.layer, tokens=args.tokens)
     frame = optical.sweep(
@@ -51,8 +63,10 @@ def main() -> None:
         seeds=args.seeds, out=args.out, base="iris-like", executor=args.jobs,
     )
 
-    summary = frame.groupby(["mask.bits", "adc.bits"])["sqnr_db"].agg(["mean", "std"])
-    print(f"{workload.label}: layer-output SQNR (dB), mean and std over {args.seeds} seeds")
+    stats = ["mean", "std"] if args.seeds > 1 else ["mean"]  # (one seed has no spread)
+    summary = frame.groupby(["mask.bits", "adc.bits"])["sqnr_db"].agg(stats)
+    print(f"{workload.label}: layer-output SQNR (dB), {' and '.join(stats)} over "
+          f"{args.seeds} seed{'s' if args.seeds > 1 else ''}")
     print(summary.round(2).to_string())
 
     out = Path(args.out) / "plots"
@@ -68,4 +82,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {err}")

@@ -19,6 +19,8 @@ configuration's own noise, are where they do).
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -71,11 +73,19 @@ def budget(preset, x, w, x_calibration, seed=0):
     return parts, floor, error_power(x, w, x_calibration, exact, preset, seed)
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="iris-like", choices=optical.presets.names())
-    parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--tokens", type=_positive, default=256)
+    parser.add_argument("--size", type=_positive, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -104,4 +114,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {err}")

@@ -25,20 +25,31 @@ in turn leaves zero-mean sums, which grow only as sqrt(d), too few ADC codes).
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import optical
 from optical.config import parse_value
 from optical.energy import photons
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--widths", type=int, nargs="+", default=[2048, 4096, 8192, 14336, 28672])
+    parser.add_argument("--widths", type=_positive, nargs="+",
+                        default=[2048, 4096, 8192, 14336, 28672])
     parser.add_argument("--target-snr", type=float, default=20.0, help="output SNR, dB")
     parser.add_argument("--preset", default="ideal", choices=optical.presets.names())
-    parser.add_argument("--tokens", type=int, default=16)
-    parser.add_argument("--outputs", type=int, default=64)
+    parser.add_argument("--tokens", type=_positive, default=16)
+    parser.add_argument("--outputs", type=_positive, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="PATH=VALUE", help="override a config field (repeatable)")
@@ -70,4 +81,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {err}")

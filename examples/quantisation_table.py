@@ -17,7 +17,9 @@ product.
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -65,10 +67,18 @@ def activations(rng: np.random.Generator, tokens: int, channels: np.ndarray,
     return x
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="ideal", choices=optical.presets.names())
-    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--tokens", type=_positive, default=128)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -107,4 +117,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {err}")

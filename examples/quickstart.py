@@ -10,17 +10,27 @@ preset's mapping needs it); the time includes programming.
 
 import argparse
 import math
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import optical
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count: a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=512)
-    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--tokens", type=_positive, default=512)
+    parser.add_argument("--size", type=_positive, default=4096)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -48,4 +58,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {err}")

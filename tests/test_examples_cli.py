@@ -1,0 +1,47 @@
+"""The example scripts refuse bad arguments in one line, as the CLI does:
+a count of 0 by argparse before any work (exit 2), a library error as
+``NAME: error: ...`` (exit 1), never a traceback or a table of nothing
+(``noise_budget.py --tokens 0`` printed a budget of empty means; others
+ended in numpy's tracebacks). Run as a user runs them, in a subprocess."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def _run(*argv, cwd):
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize(("script", "option"), [
+    ("quickstart.py", "--tokens"), ("quickstart.py", "--size"),
+    ("noise_budget.py", "--tokens"), ("crosstalk_vs_optics.py", "--points"),
+    ("photon_scaling.py", "--outputs"), ("quantisation_table.py", "--tokens"),
+    ("llama_layer_sweep.py", "--seeds"),
+])
+def test_a_count_of_zero_is_refused_before_any_work(script, option, tmp_path):
+    done = _run(EXAMPLES / script, option, "0", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (f"{script}: error: argument {option}: 0 must be a "
+                                            "positive integer")
+    assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["llama_layer_sweep.py", "--model", "no-such-model"],
+     "llama_layer_sweep.py: error: no-such-model: no such model directory"),
+    (["photon_scaling.py", "--set", "adc.bitz=4"],
+     "photon_scaling.py: error: unknown config path 'adc.bitz'"),
+    (["crosstalk_vs_optics.py", "--out", "missing/x.png"],
+     "crosstalk_vs_optics.py: error: --out missing/x.png: no such directory"),
+])
+def test_a_library_error_is_one_line_naming_the_script(argv, message, tmp_path):
+    done = _run(EXAMPLES / argv[0], *argv[1:], cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith(message), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
