@@ -127,9 +127,16 @@ def _run(args: argparse.Namespace) -> int:
 def _silence_stdout() -> None:
     """Point stdout at devnull, so no later flush fails."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
+        target = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # (a stream without a descriptor)
+        return
+    try:
+        os.dup2(null, target)
+    except OSError:
         pass
+    finally:
+        os.close(null)  # (dup2 made its own; one descriptor per broken pipe leaked)
 
 
 def _flush_stdout(prog: str, code: int) -> int:

@@ -1,11 +1,29 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import settings
 
 # Timing deadlines make property tests flaky on a loaded 2-core machine; the
-# examples themselves are what is tested.
-settings.register_profile("optical", deadline=None)
+# examples themselves are what is tested. Derandomized: the same examples on
+# every run and machine, so CI's verdict is the one a developer reproduces.
+settings.register_profile("optical", deadline=None, derandomize=True)
 settings.load_profile("optical")
+
+#: The tests name the bundled models as the README does (``models/llama-3.2-1b``),
+#: relative to the checkout: run from anywhere (an IDE, ``pytest /path/to/tests``),
+#: they run from its root, as ``.ci/run`` does.
+ROOT = Path(__file__).resolve().parents[1]
+os.chdir(ROOT)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _dask_scratch_in_pytest_tmp(tmp_path_factory):
+    """Dask's clusters keep their scratch space (and its lock files) in the
+    session's temporary directory, not in $TMPDIR, where they were left."""
+    os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", str(tmp_path_factory.mktemp("dask")))
+    yield
 
 #: Relative Frobenius error allowed for "exact to float rounding" results. The
 #: offset encodings subtract a large pedestal, which costs a few bits on the

@@ -326,6 +326,27 @@ def test_command_json_writes_numpy_scalars_of_every_kind(tmp_path):
             write_json(out, {"v": value})
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_silencing_stdout_after_a_broken_pipe_leaks_no_descriptor(monkeypatch):
+    """After a reader leaves, stdout is pointed at /dev/null; the descriptor
+    opened for that was never closed (one more per broken pipe in a process
+    that calls main() again and again)."""
+    from optical import cli
+
+    read, write = os.pipe()
+    stream = os.fdopen(write, "w")
+    monkeypatch.setattr(sys, "stdout", stream)
+    try:
+        before = sorted(os.listdir("/proc/self/fd"))
+        cli._silence_stdout()
+        cli._silence_stdout()
+        assert sorted(os.listdir("/proc/self/fd")) == before
+        assert os.readlink(f"/proc/self/fd/{write}") == os.devnull
+    finally:
+        stream.close()
+        os.close(read)
+
+
 #: Every command, cheap to start, with the options it needs.
 COMMANDS = {
     "config": ["config"],

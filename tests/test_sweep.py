@@ -979,6 +979,21 @@ def test_sigterm_becomes_terminated_inside_the_context_only():
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_the_caller_ignores_stays_ignored(signum):
+    """nohup, or a background job of a shell script (SIGINT ignored): the
+    sweep must not take back a signal its caller chose to ignore, as Python
+    does not (it stopped such a sweep, exit 130)."""
+    previous = signal.signal(signum, signal.SIG_IGN)
+    try:
+        with sigterm_as_exit():
+            assert signal.getsignal(signum) == signal.SIG_IGN
+            signal.raise_signal(signum)  # ignored: nothing raised, nothing recorded
+        assert signal.getsignal(signum) == signal.SIG_IGN
+    finally:
+        signal.signal(signum, previous)
+
+
 @dataclasses.dataclass(frozen=True)
 class SignalledRun:
     """Like WL, but its second run receives a stop signal inside a library

@@ -571,6 +571,7 @@ def test_padded_attention_operands_are_what_each_prompt_sent(tiny_bert):
             assert not a[i][:, ~mask[i]].any() and not raw[i][:, ~mask[i]].any(), name
 
 
+@pytest.mark.slow  # ~20 s alone: 120 padded prompts through three configs, twice
 def test_encode_holds_a_few_prompts_attention_at_a_time_with_the_same_bits(tiny_bert,
                                                                           monkeypatch):
     """encode() reads no trace, so a padded batch's attention runs a few
