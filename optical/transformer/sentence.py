@@ -217,7 +217,7 @@ def _read_settings(directory: Path) -> tuple[int | None, bool]:
         raw = _read(settings)
         if not isinstance(raw, dict):
             raise ValueError(f"{settings}: expected a JSON object")
-        if raw.get("max_seq_length") is not None:  # else the tokenizer's, as ST takes it
+        if raw.get("max_seq_length") is not None:
             max_seq_length = raw["max_seq_length"]
         if max_seq_length is not None and (isinstance(max_seq_length, bool) or not isinstance(
                 max_seq_length, int) or max_seq_length < 2):
@@ -235,7 +235,8 @@ def _read_settings(directory: Path) -> tuple[int | None, bool]:
 def _model_max_length(directory: Path) -> int | None:
     """``tokenizer_config.json``'s ``model_max_length`` where it is a length
     (sentence-transformers 6 keeps ``max_seq_length`` there); None without
-    one, or for transformers' "no limit"."""
+    one, or for transformers' "no limit"; ValueError naming it where it is
+    no length (a string, a fraction, below 2)."""
     path = directory / "tokenizer_config.json"
     if not path.is_file():
         return None
