@@ -86,7 +86,10 @@ def plot(results: dict[str, tuple[np.ndarray, np.ndarray]], path: str):
 
 def _positive(text: str) -> int:
     """argparse type of a count: a positive integer."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
     return value
@@ -97,11 +100,11 @@ def main() -> None:
     parser.add_argument("--out", default="crosstalk_vs_optics.png", help="PNG to write")
     parser.add_argument("--points", type=_positive, default=12, help="points per sweep")
     args = parser.parse_args()
-    # Before the sweep's minute of work: the figure's package and directory.
+    # Before the sweep's work: the figure's package and directory.
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ImportError("the figure needs matplotlib: pip install 'optical[plot]'") from None
+        raise ImportError("the figure needs matplotlib: pip install -e '.[plot]'") from None
     if not Path(args.out).absolute().parent.is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such directory")
     results = sweep(args.points)
@@ -117,5 +120,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+    except (ValueError, OSError, ImportError) as err:  # bad input: one line, not a traceback
         sys.exit(f"{Path(__file__).name}: error: {err}")

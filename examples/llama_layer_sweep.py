@@ -36,7 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _positive(text: str) -> int:
     """argparse type of a count: a positive integer."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
     return value
@@ -84,5 +87,9 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+    except (ValueError, OSError, ImportError, optical.SweepError) as err:  # one line
         sys.exit(f"{Path(__file__).name}: error: {err}")
+    except KeyboardInterrupt:  # the finished runs are on disk: the same command resumes
+        print(f"{Path(__file__).name}: interrupted; run the same command again to resume "
+              "the sweep", file=sys.stderr)
+        sys.exit(130)

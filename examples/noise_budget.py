@@ -75,7 +75,10 @@ def budget(preset, x, w, x_calibration, seed=0):
 
 def _positive(text: str) -> int:
     """argparse type of a count: a positive integer."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
     return value
@@ -116,5 +119,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (ValueError, TypeError, OSError, ImportError) as err:  # one line, not a traceback
+    except (ValueError, OSError, ImportError) as err:  # bad input: one line, not a traceback
         sys.exit(f"{Path(__file__).name}: error: {err}")

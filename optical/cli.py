@@ -129,7 +129,9 @@ def _silence_stdout() -> None:
     try:
         target = sys.stdout.fileno()
         null = os.open(os.devnull, os.O_WRONLY)
-    except (OSError, ValueError):  # (a stream without a descriptor)
+    except (OSError, ValueError, AttributeError):  # (no descriptor; stdout None: `>&-`)
+        return
+    if null == target:  # the descriptor was closed under sys.stdout: it is devnull now
         return
     try:
         os.dup2(null, target)

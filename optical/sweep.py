@@ -1127,8 +1127,8 @@ def sigterm_as_exit(abandon: Callable[[int], None] | None = None) -> Iterator[No
             abandon(_RECEIVED[0])
 
     _RECEIVED.clear()
-    # A signal the caller ignores (nohup, a background job of a shell script:
-    # SIGINT) stays ignored, as Python leaves it.
+    # A signal the caller ignores (SIGINT in a background job of a shell
+    # script) stays ignored, as Python leaves it.
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)
                 if signal.getsignal(s) != signal.SIG_IGN}
     sys.unraisablehook = quiet

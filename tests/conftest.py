@@ -1,4 +1,5 @@
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,22 @@ settings.load_profile("optical")
 #: relative to the checkout: run from anywhere (an IDE, ``pytest /path/to/tests``),
 #: they run from its root, as ``.ci/run`` does.
 ROOT = Path(__file__).resolve().parents[1]
-os.chdir(ROOT)
+
+# The suite tests what Ctrl-C does: started with SIGINT ignored (a background
+# job of a shell script, `make test &`), Python installs no handler, and
+# neither would the processes the tests start; give it the one Python gives.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _run_from_the_checkout_root():
+    """Into the checkout's root for the tests, and back after (pytest has
+    resolved its own relative paths, --basetemp, --junitxml, by then)."""
+    previous = os.getcwd()
+    os.chdir(ROOT)
+    yield
+    os.chdir(previous)
 
 
 @pytest.fixture(autouse=True, scope="session")

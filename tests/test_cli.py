@@ -345,6 +345,8 @@ def test_silencing_stdout_after_a_broken_pipe_leaks_no_descriptor(monkeypatch):
     finally:
         stream.close()
         os.close(read)
+    monkeypatch.setattr(sys, "stdout", None)  # closed when Python started (`>&-`)
+    cli._silence_stdout()  # (AttributeError before: a traceback from the CLI)
 
 
 #: Every command, cheap to start, with the options it needs.

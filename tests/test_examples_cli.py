@@ -45,3 +45,24 @@ def test_a_library_error_is_one_line_naming_the_script(argv, message, tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().startswith(message), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("raised", "code", "message"), [
+    ('optical.SweepError("run failed at point adc.bits=4: out of memory")', 1,
+     "llama_layer_sweep.py: error: run failed at point adc.bits=4: out of memory"),
+    ("KeyboardInterrupt()", 130,
+     "llama_layer_sweep.py: interrupted; run the same command again to resume the sweep"),
+])
+def test_a_failed_or_interrupted_sweep_is_one_line(raised, code, message, tmp_path):
+    """A worker out of memory (the example's docstring warns of it) arrives as
+    a SweepError, a Ctrl-C as KeyboardInterrupt: one line each (a traceback
+    before), the second saying how to resume."""
+    script = EXAMPLES / "llama_layer_sweep.py"
+    model = EXAMPLES.parent / "models" / "llama-3.2-1b"
+    code_text = (f"import runpy, sys, optical\n"
+                 f"def stopped(*args, **kwargs):\n    raise {raised}\n"
+                 f"optical.sweep = stopped\n"
+                 f"sys.argv = [{str(script)!r}, '--model', {str(model)!r}, '--tokens', '4']\n"
+                 f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
+    done = _run("-c", code_text, cwd=tmp_path)
+    assert done.returncode == code and done.stderr.strip() == message, done.stderr

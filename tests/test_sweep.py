@@ -981,7 +981,8 @@ def test_sigterm_becomes_terminated_inside_the_context_only():
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_the_caller_ignores_stays_ignored(signum):
-    """nohup, or a background job of a shell script (SIGINT ignored): the
+    """A background job of a shell script (SIGINT ignored), or a SIGTERM a
+    caller ignores: the
     sweep must not take back a signal its caller chose to ignore, as Python
     does not (it stopped such a sweep, exit 130)."""
     previous = signal.signal(signum, signal.SIG_IGN)
