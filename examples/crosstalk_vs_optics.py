@@ -17,7 +17,6 @@ Requires matplotlib (``pip install -e ".[plot]"``).
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -84,21 +83,13 @@ def plot(results: dict[str, tuple[np.ndarray, np.ndarray]], path: str):
     return fig
 
 
-def _positive(text: str) -> int:
-    """argparse type of a count: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
-
 
 def main() -> None:
+    from _cli import positive  # (examples/_cli.py, beside this script)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="crosstalk_vs_optics.png", help="PNG to write")
-    parser.add_argument("--points", type=_positive, default=12, help="points per sweep")
+    parser.add_argument("--points", type=positive, default=12, help="points per sweep")
     args = parser.parse_args()
     # Before the sweep's work: the figure's package and directory.
     try:
@@ -118,7 +109,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, OSError, ImportError) as err:  # bad input: one line, not a traceback
-        sys.exit(f"{Path(__file__).name}: error: {err}")
+    from _cli import run
+
+    run(main, __file__)

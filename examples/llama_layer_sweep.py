@@ -25,7 +25,6 @@ are synthetic (seeded, with the outlier statistics of real Llamas).
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import optical
@@ -34,26 +33,18 @@ from optical import plots
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _positive(text: str) -> int:
-    """argparse type of a count: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
-
 
 def main() -> None:
+    from _cli import positive  # (examples/_cli.py, beside this script)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "models" / "llama-3.1-8b"))
     parser.add_argument("--layer", type=int, default=0)
-    parser.add_argument("--tokens", type=_positive, default=128)
-    parser.add_argument("--seeds", type=_positive, default=2)
+    parser.add_argument("--tokens", type=positive, default=128)
+    parser.add_argument("--seeds", type=positive, default=2)
     parser.add_argument("--out", default=None,
                         help="sweep directory (default runs/<model directory name>-precision)")
-    parser.add_argument("--jobs", type=_positive, default=None,
+    parser.add_argument("--jobs", type=positive, default=None,
                         help="worker processes (default: every core)")
     args = parser.parse_args()
     if args.out is None:  # one directory per model: another model's sweep there is refused
@@ -85,11 +76,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, OSError, ImportError, optical.SweepError) as err:  # one line
-        sys.exit(f"{Path(__file__).name}: error: {err}")
-    except KeyboardInterrupt:  # the finished runs are on disk: the same command resumes
-        print(f"{Path(__file__).name}: interrupted; run the same command again to resume "
-              "the sweep", file=sys.stderr)
-        sys.exit(130)
+    from _cli import run
+
+    run(main, __file__, resumable=True)

@@ -19,8 +19,6 @@ configuration's own noise, are where they do).
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -73,22 +71,14 @@ def budget(preset, x, w, x_calibration, seed=0):
     return parts, floor, error_power(x, w, x_calibration, exact, preset, seed)
 
 
-def _positive(text: str) -> int:
-    """argparse type of a count: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
-
 
 def main() -> None:
+    from _cli import positive  # (examples/_cli.py, beside this script)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="iris-like", choices=optical.presets.names())
-    parser.add_argument("--tokens", type=_positive, default=256)
-    parser.add_argument("--size", type=_positive, default=1024)
+    parser.add_argument("--tokens", type=positive, default=256)
+    parser.add_argument("--size", type=positive, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -117,7 +107,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, OSError, ImportError) as err:  # bad input: one line, not a traceback
-        sys.exit(f"{Path(__file__).name}: error: {err}")
+    from _cli import run
+
+    run(main, __file__)

@@ -25,34 +25,23 @@ in turn leaves zero-mean sums, which grow only as sqrt(d), too few ADC codes).
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import optical
 from optical.config import parse_value
 from optical.energy import photons
 
 
-def _positive(text: str) -> int:
-    """argparse type of a count: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
-
-
 def main() -> None:
+    from _cli import positive  # (examples/_cli.py, beside this script)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--widths", type=_positive, nargs="+",
+    parser.add_argument("--widths", type=positive, nargs="+",
                         default=[2048, 4096, 8192, 14336, 28672])
     parser.add_argument("--target-snr", type=float, default=20.0, help="output SNR, dB")
     parser.add_argument("--preset", default="ideal", choices=optical.presets.names())
-    parser.add_argument("--tokens", type=_positive, default=16)
-    parser.add_argument("--outputs", type=_positive, default=64)
+    parser.add_argument("--tokens", type=positive, default=16)
+    parser.add_argument("--outputs", type=positive, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="PATH=VALUE", help="override a config field (repeatable)")
@@ -84,7 +73,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, OSError, ImportError) as err:  # bad input: one line, not a traceback
-        sys.exit(f"{Path(__file__).name}: error: {err}")
+    from _cli import run
+
+    run(main, __file__)

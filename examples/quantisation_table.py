@@ -17,9 +17,7 @@ product.
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -67,21 +65,13 @@ def activations(rng: np.random.Generator, tokens: int, channels: np.ndarray,
     return x
 
 
-def _positive(text: str) -> int:
-    """argparse type of a count: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
-
 
 def main() -> None:
+    from _cli import positive  # (examples/_cli.py, beside this script)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="ideal", choices=optical.presets.names())
-    parser.add_argument("--tokens", type=_positive, default=128)
+    parser.add_argument("--tokens", type=positive, default=128)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -120,7 +110,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, OSError, ImportError) as err:  # bad input: one line, not a traceback
-        sys.exit(f"{Path(__file__).name}: error: {err}")
+    from _cli import run
+
+    run(main, __file__)

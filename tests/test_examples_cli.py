@@ -60,6 +60,7 @@ def test_a_failed_or_interrupted_sweep_is_one_line(raised, code, message, tmp_pa
     script = EXAMPLES / "llama_layer_sweep.py"
     model = EXAMPLES.parent / "models" / "llama-3.2-1b"
     code_text = (f"import runpy, sys, optical\n"
+                 f"sys.path.insert(0, {str(EXAMPLES)!r})  # as `python examples/...` puts it\n"
                  f"def stopped(*args, **kwargs):\n    raise {raised}\n"
                  f"optical.sweep = stopped\n"
                  f"sys.argv = [{str(script)!r}, '--model', {str(model)!r}, '--tokens', '4']\n"
