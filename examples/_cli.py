@@ -10,6 +10,7 @@ file beside it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +29,17 @@ def positive(text: str) -> int:
 
 def run(main: Callable[[], None], script: str, *, resumable: bool = False) -> None:
     """``main()``; a ValueError, OSError, ImportError or failed sweep run as
-    ``SCRIPT: error: ...`` (exit 1). With ``resumable`` (a sweep), Ctrl-C
-    says that the same command resumes it (exit 130)."""
+    ``SCRIPT: error: ...`` (exit 1), a reader of stdout gone (``| head``)
+    quietly (exit 1). With ``resumable`` (a sweep), Ctrl-C says that the
+    same command resumes it (exit 130)."""
     from optical import SweepError
 
     name = Path(script).name
     try:
         main()
+    except BrokenPipeError:  # `| head`: the reader left; quietly, as the optical commands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no flush error)
+        sys.exit(1)
     except (ValueError, OSError, ImportError, SweepError) as err:  # bad input, a failed run
         sys.exit(f"{name}: error: {err}")
     except KeyboardInterrupt:

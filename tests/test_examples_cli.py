@@ -4,6 +4,7 @@ a count of 0 by argparse before any work (exit 2), a library error as
 (``noise_budget.py --tokens 0`` printed a budget of empty means; others
 ended in numpy's tracebacks). Run as a user runs them, in a subprocess."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,18 @@ def test_a_failed_or_interrupted_sweep_is_one_line(raised, code, message, tmp_pa
                  f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
     done = _run("-c", code_text, cwd=tmp_path)
     assert done.returncode == code and done.stderr.strip() == message, done.stderr
+
+
+def test_a_reader_gone_is_quiet(tmp_path):
+    """`python examples/quickstart.py | head -1`: the pipe's reader leaves;
+    the script stops quietly, as the optical commands do (it ended
+    "error: [Errno 32] Broken pipe")."""
+    read, write = os.pipe()
+    os.close(read)  # gone before the first line
+    try:
+        done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py"), "--tokens", "4",
+                               "--size", "64"], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path, timeout=300)
+    finally:
+        os.close(write)
+    assert done.returncode == 1 and done.stderr == ""
