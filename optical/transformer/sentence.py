@@ -122,12 +122,10 @@ def read_pipeline(directories: Sequence[Path], hidden_size: int) -> SentencePipe
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise ValueError(f"{where}: modules {kinds} are not supported; expected Transformer, "
                          "Pooling and optionally Normalize, in that order")
-    if _module_directory(directory, modules[0]) != _module_directory(directory, {}) \
-            and transformer == directory:
+    if (sub := _subdirectory(directory, modules[0])) is not None and transformer == directory:
         raise ValueError(f"{where}: the Transformer module is in {modules[0]['path']!r}; "
-                         "point the model directory at that subdirectory "
-                         f"({directory / str(modules[0]['path'])}), which holds its "
-                         "config.json and weights")
+                         f"point the model directory at that subdirectory ({sub}), which "
+                         "holds its config.json and weights")
     pooling_file = directory / str(modules[1].get("path", "")) / "config.json"
     pooling, include_prompt = _read_pooling(pooling_file, hidden_size)
     max_seq_length, lower_case = _read_settings(transformer)
@@ -157,11 +155,25 @@ def read_text_settings(directories: Sequence[Path]) -> tuple[int | None, bool]:
     return _read_settings(found[1])
 
 
-def _module_directory(root: Path, module: Any) -> Path:
-    """Where a module of ``root/modules.json`` keeps its files (``path``;
-    ``root`` itself for "" or "."), as an absolute path for comparing."""
-    path = module.get("path", "") if isinstance(module, dict) else ""
-    return (root / str(path or ".")).resolve()
+def _subdirectory(root: Path, module: Any) -> Path | None:
+    """Where a module of ``root/modules.json`` keeps its files when that is
+    not ``root`` itself (``"path": "0_Transformer"``); None for no path, ""
+    or "."."""
+    path = module.get("path") if isinstance(module, dict) else None
+    if path is None or (root / str(path)).resolve() == root.resolve():
+        return None
+    return root / str(path)
+
+
+def transformer_subdirectory(root: Path) -> Path | None:
+    """The subdirectory ``root/modules.json`` puts the Transformer's files in
+    (sentence-transformers 2's ``0_Transformer``); None where it puts them
+    in ``root``, or where there is no ``modules.json`` list to read."""
+    try:
+        modules = _read(root / "modules.json")
+    except (ValueError, OSError):  # none, or not a model's: nothing to say
+        return None
+    return _subdirectory(root, modules[0]) if isinstance(modules, list) and modules else None
 
 
 def _sentence_directory(directories: Sequence[Path]) -> tuple[Path, Path] | None:
@@ -175,15 +187,8 @@ def _sentence_directory(directories: Sequence[Path]) -> tuple[Path, Path] | None
             return d, d
         # The parent as written (a symlinked 0_Transformer's), then its target's.
         for parent in dict.fromkeys((Path(os.path.abspath(d)).parent, d.resolve().parent)):
-            if not (parent / "modules.json").is_file():
-                continue
-            try:
-                modules = _read(parent / "modules.json")
-            except (ValueError, OSError):  # not this model's: the directory above is another's
-                continue
-            first = modules[0] if isinstance(modules, list) and modules else None
-            if isinstance(first, dict) and first.get("path") not in (None, "", ".") \
-                    and _module_directory(parent, first) == d.resolve():
+            sub = transformer_subdirectory(parent)  # (another's modules.json: not d's)
+            if sub is not None and sub.resolve() == d.resolve():
                 return parent, d
     return None
 

@@ -186,16 +186,13 @@ def missing_model_directory(model_dir: str | os.PathLike) -> FileNotFoundError:
 def _transformer_hint(model_dir: Path) -> str:
     """Where a sentence-transformers directory of the older layout keeps its
     encoder (``modules.json``'s first module in ``0_Transformer/``, say)."""
-    try:
-        modules = json.loads(read_plain(model_dir / "modules.json", MODEL_JSON_BYTES))
-        sub = modules[0]["path"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    from optical.transformer.sentence import transformer_subdirectory
+
+    sub = transformer_subdirectory(model_dir)
+    if sub is None or not (sub / "config.json").is_file():
         return ""
-    if not isinstance(sub, str) or not sub.strip(". /") or \
-            not (model_dir / sub / "config.json").is_file():
-        return ""
-    return (f" (its modules.json puts the Transformer in {sub!r}: give the model directory "
-            f"{model_dir / sub})")
+    return (f" (its modules.json puts the Transformer in {str(sub.relative_to(model_dir))!r}: "
+            f"give the model directory {sub})")
 
 
 def read_spec(model_dir: str | Path) -> ModelSpec:
