@@ -26,7 +26,7 @@ import numpy as np
 from optical import presets
 from optical._executors import Task
 from optical._files import atomic_write, read_plain
-from optical._validation import parse_json
+from optical._validation import DuplicateKeyError, parse_json
 from optical._version import RESULTS_VERSION
 from optical.config import OpticalConfig
 from optical.workloads import workload_label
@@ -137,8 +137,8 @@ _MAX_MANIFEST_BYTES, _MAX_RECORD_BYTES = 1 << 30, 1 << 24
 
 def _read_json(path: Path, advice: str, limit: int = _MAX_MANIFEST_BYTES) -> Any:
     try:  # a sweep directory may come from someone else: plain files, within limits
-        return parse_json(read_plain(path, limit).decode())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return parse_json(read_plain(path, limit).decode(), unique_keys=True)
+    except (json.JSONDecodeError, UnicodeDecodeError, DuplicateKeyError) as err:
         raise ValueError(f"{path}: not valid JSON ({err}). {advice}") from None
 
 

@@ -14,15 +14,33 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _FINITE_CHUNK = 1 << 20
 
 
-def parse_json(text: str | bytes, **kwargs: Any) -> Any:
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``json.loads`` keeps the last)."""
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"key {key!r} appears twice in one object (JSON would "
+                                    "keep the last and drop the first without a word)")
+        out[key] = value
+    return out
+
+
+def parse_json(text: str | bytes, *, unique_keys: bool = False, **kwargs: Any) -> Any:
     """``json.loads(text, **kwargs)``, with text nested too deeply for the
     parser (a RecursionError) or an integer too long to read (a plain
-    ValueError) raised as the JSONDecodeError it is."""
+    ValueError) raised as the JSONDecodeError it is. ``unique_keys``: an
+    object naming a key twice raises :class:`DuplicateKeyError` (a file
+    this library reads as settings, where the first of two would be lost)."""
+    if unique_keys:
+        kwargs["object_pairs_hook"] = _unique_object
     try:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, DuplicateKeyError):
         raise
     except ValueError as err:  # an integer literal longer than int() reads (4300 digits)
         raise json.JSONDecodeError(str(err), "", 0) from None

@@ -37,7 +37,7 @@ from optical._config_fields import (
     real,
 )
 from optical._files import read_plain
-from optical._validation import parse_json
+from optical._validation import DuplicateKeyError, parse_json
 
 __all__ = [
     "ADCConfig",
@@ -817,7 +817,7 @@ class OpticalConfig:
     def from_json(cls, text: str) -> OpticalConfig:
         """Inverse of :meth:`to_json` (JSON text; a file: :meth:`from_file`)."""
         try:
-            data = parse_json(text, parse_float=_json_number)
+            data = parse_json(text, unique_keys=True, parse_float=_json_number)
         except json.JSONDecodeError as err:
             if isinstance(text, str) and text.strip()[:1] not in ("", "{", "["):
                 raise ValueError(f"text: not JSON ({err}); from_json reads JSON text: for "
@@ -843,9 +843,11 @@ class OpticalConfig:
                 else f"not text ({err})"
             raise ValueError(f"{path}: {reason}") from None
         try:
-            data = parse_json(text, parse_float=_json_number)
+            data = parse_json(text, unique_keys=True, parse_float=_json_number)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not JSON ({err})") from None
+        except DuplicateKeyError as err:
+            raise ValueError(f"{path}: {err}") from None
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
             data = data["config"]  # a report of optical validate / energy
         try:

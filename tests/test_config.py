@@ -139,6 +139,26 @@ def test_from_file_reads_a_config_file_or_a_report_and_from_json_points_to_it(tm
             OpticalConfig.from_file(tmp_path / name)
 
 
+def test_a_config_file_naming_a_section_or_field_twice_is_refused(tmp_path):
+    """A machine file with an override appended at its end ({"adc": {...},
+    ..., "adc": {"enob_loss": 0.5}}) was read as the last "adc" alone: the
+    first's bits and full_scale were dropped without a word (an exact ADC
+    emulated). Named now, as --set given twice is."""
+    machine = tmp_path / "machine.json"
+    for text, key in (('{"adc": {"bits": 6, "full_scale": "max"}, "source": {"photons_per_mac":'
+                       ' 1000}, "adc": {"enob_loss": 0.5}}', "adc"),
+                      ('{"adc": {"bits": 6, "bits": 8}}', "bits"),
+                      ('{"model": "x", "config": {"dac": {"bits": 4, "bits": 6}}}', "bits")):
+        machine.write_text(text)
+        with pytest.raises(ValueError, match=rf"^{machine}: key '{key}' appears twice"):
+            OpticalConfig.from_file(machine)
+        with pytest.raises(ValueError, match=rf"^key '{key}' appears twice"):
+            OpticalConfig.from_json(text)
+    machine.write_text('{"adc": {"bits": 6}, "dac": {"bits": 6}}')  # one key per object
+    assert OpticalConfig.from_file(machine) == OpticalConfig().replace({"adc.bits": 6,
+                                                                       "dac.bits": 6})
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
 def test_from_file_refuses_what_is_not_a_plain_file(tmp_path):
     """``--config`` on a FIFO waited for a writer for ever (and /dev/zero

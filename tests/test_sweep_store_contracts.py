@@ -510,6 +510,23 @@ def test_a_binary_garbage_file_is_refused_naming_it(tmp_path, damaged, content):
         execute(definition, out, executor="serial", progress=False, results_format="csv")
 
 
+@pytest.mark.parametrize("damaged", ["run", "manifest"])
+def test_a_file_naming_a_key_twice_is_refused_naming_it(tmp_path, damaged):
+    """An edited run or manifest naming a key twice is damaged: the first
+    value would have been dropped without a word."""
+    out = tmp_path / "s"
+    definition = SweepDefinition.build(_Toy(), {"adc.bits": [4, 6]}, seeds=1, base=BASE)
+    execute(definition, out, executor="serial", progress=False, results_format="csv")
+    path = (sorted((out / "runs").glob("*.json"))[0] if damaged == "run"
+            else out / "manifest.json")
+    text = path.read_text()
+    key = next(iter(json.loads(text)))
+    path.write_text(text.replace("{", "{" + json.dumps(key) + ": 0, ", 1))
+    with pytest.raises(ValueError, match="^" + re.escape(f"{path}: not valid JSON (key "
+                                                         f"{key!r} appears twice")):
+        execute(definition, out, executor="serial", progress=False, results_format="csv")
+
+
 def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path):
     """replacing(): a failed write raises an OSError naming ``path``."""
     import os
