@@ -307,7 +307,8 @@ class LayerWorkload:
     tokens : int
         Prompt tokens of the prefill.
     weights_seed : int
-        Seed of the synthetic weights of a directory without weights.
+        Seed of the synthetic weights of a directory without weights (with
+        a checkpoint, 0: refused otherwise).
     local : bool
         Also score each product on the optical core against the exact product
         of the inputs it received (validate's ``local=True``): the hardware's
@@ -384,8 +385,12 @@ class LayerWorkload:
         object.__setattr__(self, "batch", _positive_int("batch", self.batch))
         weights = weights_directory(path)
         found = None if weights is None else fingerprint(weights)
-        _load_model(str(path), self.weights_seed, found,  # a damaged checkpoint is named now
-                    _config_bytes(path))
+        try:  # a damaged checkpoint is named now
+            _load_model(str(path), self.weights_seed, found, _config_bytes(path))
+        except ValueError as err:  # a weights seed beside a checkpoint: named as the field
+            if str(err).startswith("seed: "):
+                raise ValueError("weights_seed: " + str(err).removeprefix("seed: ")) from None
+            raise
         if self.checkpoint is not None and self.checkpoint != found:
             now = "no checkpoint (synthetic weights)" if found is None else f"checkpoint {found}"
             raise ValueError(f"checkpoint: {path} held checkpoint {self.checkpoint} and now "

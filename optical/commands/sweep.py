@@ -88,7 +88,8 @@ def register(subparsers) -> None:
                       help="prompt tokens of --model's prefill (default 512; validate's "
                            "default is 256)")
     what.add_argument("--weights-seed", type=int,
-                      help="seed of --model's synthetic weights (default 0)")
+                      help="seed of --model's synthetic weights (default 0; refused "
+                           "beside a checkpoint)")
     what.add_argument("--local", action="store_const", const=True,
                       help="also record each optical product of --model against the exact "
                            "product of its own inputs (local_sqnr_db.<product>: the "

@@ -54,7 +54,8 @@ def register(subparsers) -> None:
     parser.add_argument("--weights-seed", type=int, default=0, metavar="S",
                         help="seed of the synthetic weights of a directory without a "
                              "checkpoint (default 0, as in a sweep: like a checkpoint's, they "
-                             "do not change with --seed or --data-seed)")
+                             "do not change with --seed or --data-seed); refused beside a "
+                             "checkpoint")
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"),
                         help="reference dtype (default float16)")
     parser.add_argument("--local", action="store_true",
@@ -80,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     if args.data_seed is not None:
         check_seed(args.data_seed, "--data-seed")
     check_seed(args.weights_seed, "--weights-seed")
-    model = load(args.model, seed=args.weights_seed)
+    try:
+        model = load(args.model, seed=args.weights_seed)
+    except ValueError as err:  # a weights seed beside a checkpoint: named as the option
+        if str(err).startswith("seed: "):
+            raise ValueError("--weights-seed: " + str(err).removeprefix("seed: ")) from None
+        raise
     layers = model.spec.num_layers
     if not 0 <= args.layer < layers:  # named as the option, as --tokens is
         raise ValueError(f"--layer: {args.layer} is out of range; the model has {layers} "

@@ -94,7 +94,8 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         A directory with ``config.json`` (``models/llama-3.1-8b``, a Hugging
         Face snapshot, ...).
     seed : int
-        Seed of the synthetic weights when the directory has no checkpoint.
+        Seed of the synthetic weights when the directory has no checkpoint
+        (with one, 0: the checkpoint's weights are the model's).
 
     Returns
     -------
@@ -113,8 +114,10 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
         (naming it), a ``*.safetensors`` that is not a regular file, a
         quantized checkpoint (``quantization_config``), weights in another
         format (PyTorch pickles, Flax, TensorFlow, GGUF, ONNX) or a shard
-        index without safetensors, or a ``weights-package`` file that names
-        another package or sits beside another model's config.
+        index without safetensors, a ``weights-package`` file that names
+        another package or sits beside another model's config, or a
+        ``seed`` other than 0 with a checkpoint (it would seed nothing but
+        be recorded as if it did).
     """
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path: expected a model directory (str or os.PathLike), got "
@@ -125,6 +128,13 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
     spec = read_spec(directory)
     seed = check_seed(seed)
     weights_dir = weights_directory(directory)
+    if weights_dir is not None and seed != 0:
+        # The synthetic layer input's outlier channels followed it: two runs
+        # of one checkpoint differed, and their reports said the same weights.
+        raise ValueError(f"seed: {seed} seeds synthetic weights, but {directory} holds a "
+                         f"checkpoint ({weights_dir}), whose weights are the model's; leave the "
+                         "weights seed at 0 (the seed of validate and of a sweep's runs varies "
+                         "the input and the noise)")
     quantized = spec.raw.get("quantization_config")
     if weights_dir is not None and quantized is not None:
         # GPTQ / AWQ store q_proj.qweight, scales ... in place of q_proj.weight.
