@@ -422,7 +422,7 @@ class SweepDefinition:
                 workload: Any = None) -> list[str]:
         """:meth:`run_id` of ``config`` at each of ``seeds`` (the workload and
         config serialised once)."""
-        workload = (self.workload if workload is None else workload).to_dict()
+        workload = _hashed(self.workload if workload is None else workload)
         data = json.loads(config.to_json())
         # The results version too: a run another version computed differently
         # is never taken for this one's (copied runs, a rebuilt manifest).
@@ -608,6 +608,22 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _unhashed(workload: Any) -> set[str]:
+    """The fields a run's id leaves out of ``workload``'s ``to_dict()``
+    (``metadata={"unhashed": True}``: a LayerWorkload's model_digest, checked
+    on resume instead, so the runs of versions before it keep their ids)."""
+    if not dataclasses.is_dataclass(workload) or isinstance(workload, type):
+        return set()
+    return {f.name for f in dataclasses.fields(workload) if f.metadata.get("unhashed")}
+
+
+def _hashed(workload: Any) -> dict[str, Any]:
+    """What a run's id hashes of ``workload``: its ``to_dict()`` without the
+    :func:`_unhashed` fields."""
+    leave_out = _unhashed(workload)
+    return {k: v for k, v in workload.to_dict().items() if k not in leave_out}
+
+
 def _may_share(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether two sweep definitions can have runs in common: their
     workloads agree but for the fields either sweeps (a run's id hashes its
@@ -618,7 +634,9 @@ def _may_share(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
         return a == b
     if "model_dir" in swept:  # a point's checkpoint is its directory's
-        swept.add("checkpoint")
+        swept |= {"checkpoint", "model_digest"}
+    if "model_digest" not in a or "model_digest" not in b:  # a version before it
+        swept.add("model_digest")
     return ({k: v for k, v in a.items() if k not in swept}
             == {k: v for k, v in b.items() if k not in swept})
 
@@ -667,6 +685,19 @@ def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
     return None
 
 
+def _as_stored(old: Mapping[str, Any], new: dict[str, Any], workload: Any) -> dict[str, Any]:
+    """``new`` (a definition's ``to_dict()``) as a version that did not
+    record the workload's :func:`_unhashed` fields stored it, where ``old``
+    (the manifest's) has none of them: nothing to check them against."""
+    stored, now = old.get("workload"), new.get("workload")
+    if not (isinstance(stored, Mapping) and isinstance(now, Mapping)):
+        return new
+    missing = {name for name in _unhashed(workload) if name not in stored}
+    if not missing:
+        return new
+    return {**new, "workload": {k: v for k, v in now.items() if k not in missing}}
+
+
 def _prepare(definition: SweepDefinition, out: Path
              ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[Any], list[list[str]]]:
     """Create ``out`` with its manifest, or check the one there; returns the
@@ -688,7 +719,8 @@ def _prepare(definition: SweepDefinition, out: Path
                 "finishing it here would mix runs computed two ways. Finish it with the "
                 "version that began it, or run the sweep again into a new --out directory "
                 "(load() and optical plot still read the runs it has)")
-        changed = _changes(manifest["definition"], new)
+        changed = _changes(manifest["definition"], _as_stored(manifest["definition"], new,
+                                                              definition.workload))
         if changed:
             old = manifest["definition"].get("workload")
             shared = _may_share(manifest["definition"], new)

@@ -14,6 +14,7 @@ from scipy import stats as scipy_stats
 
 import optical
 import optical.transformer
+from optical.sweep import _hashed
 from optical.workloads import (
     LayerWorkload,
     MatmulWorkload,
@@ -381,8 +382,8 @@ def test_a_local_layer_workload_records_each_products_own_error(tmp_path):
                                                      "adc.bits": 6})
     plain = LayerWorkload(str(model_dir), layer=1, tokens=6)
     local = LayerWorkload(str(model_dir), layer=1, tokens=6, local=True)
-    assert plain.to_dict() == {"kind": "layer", "model_dir": str(model_dir), "layer": 1,
-                               "tokens": 6, "weights_seed": 0}
+    assert _hashed(plain) == {"kind": "layer", "model_dir": str(model_dir), "layer": 1,
+                              "tokens": 6, "weights_seed": 0}  # what a run's id hashes
     assert local.to_dict() == {**plain.to_dict(), "local": True}
     assert workload_from_dict(local.to_dict()) == local
     assert workload_from_dict(plain.to_dict()) == plain
@@ -442,7 +443,9 @@ def test_a_layer_workload_is_identified_by_its_checkpoint(tmp_path):
                                                             dtype=ml_dtypes.bfloat16))
     real = LayerWorkload(str(directory), layer=0, tokens=4)
     assert real.checkpoint == fingerprint(directory) is not None
-    assert real.to_dict() == {**synthetic.to_dict(), "checkpoint": real.checkpoint}
+    assert real.to_dict() == {**synthetic.to_dict(), "checkpoint": real.checkpoint,
+                              "model_digest": real.model_digest}
+    assert real.model_digest != synthetic.model_digest
     for again in (lambda: optical.sweep(real, {"adc.bits": [8]}, seeds=1, out=out, base=base,
                                         executor="serial", progress=False),
                   lambda: resume(out, executor="serial", progress=False)):
@@ -455,6 +458,55 @@ def test_a_layer_workload_is_identified_by_its_checkpoint(tmp_path):
     with pytest.raises(ValueError, match=rf"checkpoint: .* held checkpoint {real.checkpoint} "
                                          r"and now holds no checkpoint \(synthetic weights\)"):
         workload_from_dict(real.to_dict())
+
+
+def test_a_sweep_resumed_after_its_model_files_were_rewritten_is_refused(tmp_path):
+    """A synthetic model's config.json edited (rms_norm_eps, rope_theta), or
+    a checkpoint rewritten in place at the same shapes (a fine-tune saved
+    over its base): the resumed sweep refilled a missing run with the new
+    model's number under the old id, and mixed two models' results without a
+    word. The workload's model_digest (config.json and samples of the
+    checkpoint's bytes) is checked on resume, from the manifest or from a
+    definition given again; a run's id does not hash it, so a manifest
+    written before it (no model_digest) resumes with its ids."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical._sweep_store import content_hash
+    from optical.sweep import resume
+    from tests.transformer_helpers import random_llama_tensors
+
+    base = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40})
+    tensors = random_llama_tensors(TINY_LLAMA, seed=1, dtype=ml_dtypes.bfloat16)
+    for kind in ("synthetic", "checkpoint"):
+        directory = write_model(tmp_path / kind, TINY_LLAMA,
+                                tensors if kind == "checkpoint" else None)
+        workload = LayerWorkload(str(directory), layer=0, tokens=4)
+        out = tmp_path / f"{kind}-sweep"
+        optical.sweep(workload, {"adc.bits": [6, 8]}, seeds=1, out=out, base=base,
+                      executor="serial", progress=False)
+        ids = json.loads((out / "manifest.json").read_text())["run_ids"]
+        (out / "runs" / f"{ids[1][0]}.json").unlink()  # an interrupted sweep
+        if kind == "synthetic":
+            write_model(directory, {**TINY_LLAMA, "rms_norm_eps": 1e-3, "rope_theta": 5e4})
+        else:  # the same shapes, dtype and header: other values
+            write_model(directory, TINY_LLAMA, random_llama_tensors(
+                TINY_LLAMA, seed=2, dtype=ml_dtypes.bfloat16))
+            assert LayerWorkload(str(directory), layer=0, tokens=4).checkpoint \
+                == workload.checkpoint  # the fingerprint alone does not see it
+        with pytest.raises(ValueError, match=rf"model_digest: .*{kind} gave digest "
+                                             rf"{workload.model_digest} and now gives "):
+            resume(out, executor="serial", progress=False)
+        with pytest.raises(ValueError, match=r"holds a different sweep; .*Changed: workload "
+                                             r"model_digest"):
+            optical.sweep(LayerWorkload(str(directory), layer=0, tokens=4), {"adc.bits": [6, 8]},
+                          seeds=1, out=out, base=base, executor="serial", progress=False)
+        assert not (out / "runs" / f"{ids[1][0]}.json").exists()
+    # A manifest of a version before model_digest: resumed, its ids kept.
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["definition"]["workload"]["model_digest"]
+    manifest["definition_hash"] = content_hash(manifest["definition"])
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    resume(out, executor="serial", progress=False)
+    assert (out / "runs" / f"{ids[1][0]}.json").exists()
 
 
 def test_an_old_minilm_sweep_is_told_its_weights_come_from_the_wheel(tmp_path):

@@ -22,7 +22,7 @@ import numpy as np
 from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._validation import parse_json
 
-__all__ = ["Checkpoint", "find_checkpoint_files", "fingerprint"]
+__all__ = ["Checkpoint", "find_checkpoint_files", "fingerprint", "sampled_digest"]
 
 INDEX_FILE = "model.safetensors.index.json"
 #: TF-era names of a LayerNorm's scale and shift (bert-base-uncased on the Hub
@@ -119,6 +119,41 @@ def fingerprint(directory: str | Path) -> str | None:
             length = int.from_bytes(handle.read(8), "little")
             digest.update(handle.read(min(length, _MAX_HEADER)))
     return digest.hexdigest()[:20]
+
+
+def sampled_digest(directory: str | Path, weights: str | Path | None = None) -> str:
+    """A short hash of the bytes a model's numbers come from, where
+    :func:`fingerprint` stops: ``directory``'s ``config.json`` (a synthetic
+    model's shapes and statistics follow it; :func:`fingerprint` is None
+    there) and, for the checkpoint in ``weights`` (None: synthetic weights),
+    samples of each ``*.safetensors`` file's bytes, :data:`_SAMPLES`
+    stretches of :data:`_SAMPLE_BYTES` spread evenly over it and its last
+    one. Weights rewritten in place at the same shapes (a fine-tune saved
+    over its base) change nearly every byte, so the samples tell them apart
+    for ~70 KiB read per file, where hashing a 70B checkpoint's every byte
+    would take minutes; a change confined to a few unsampled bytes is not
+    seen."""
+    directory = Path(directory)
+    digest = hashlib.sha256()
+    config = directory / "config.json"
+    try:
+        digest.update(read_plain(config, MODEL_JSON_BYTES))
+    except (OSError, ValueError):  # named by the load that reads it
+        digest.update(b"\0unreadable")
+    for path in find_checkpoint_files(Path(weights)) if weights is not None else ():
+        size = path.stat().st_size
+        digest.update(f"\0{path.name}\0{size}\0".encode())
+        with open(path, "rb") as handle:
+            for start in sorted({size * i // _SAMPLES for i in range(_SAMPLES)}
+                                | {max(0, size - _SAMPLE_BYTES)}):
+                handle.seek(start)
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()[:20]
+
+
+#: sampled_digest's samples of each file: how many, and their length in bytes.
+_SAMPLES = 16
+_SAMPLE_BYTES = 4096
 
 
 def _safe_open():
