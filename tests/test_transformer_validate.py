@@ -388,6 +388,41 @@ def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsy
     assert set(data["environment"]) == {"numpy", "numba", "jax", "jaxlib", "jax_cpu"}
 
 
+def test_cli_validate_json_tells_two_models_of_one_name_apart(tmp_path, capsys, monkeypatch):
+    """Two directories named alike whose config.json differ (rms_norm_eps,
+    rope_theta), or one before and after its checkpoint was rewritten, gave
+    reports with the same identity ("model": "tiny", "weights": "synthetic
+    (seed 0)") and other numbers; `--model .` recorded "model": "". The
+    report records the directory, the checkpoint's fingerprint and the
+    sampled digest a sweep's workload records, and the weights seed."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical.workloads import LayerWorkload
+    from tests.transformer_helpers import random_llama_tensors
+
+    def report(directory, *extra):
+        assert main(["validate", "--model", str(directory), "--layer", "1", "--tokens", "4",
+                     "--set", "core.inputs=48", "--quiet", "--json", "-", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    a = write_model(tmp_path / "a" / "tiny", TINY_LLAMA)
+    b = write_model(tmp_path / "b" / "tiny", {**TINY_LLAMA, "rms_norm_eps": 1e-3})
+    ra, rb = report(a), report(b)
+    assert ra["model"] == rb["model"] == "tiny" and ra["output"] != rb["output"]
+    assert (ra["model_dir"], rb["model_dir"]) == (str(a.resolve()), str(b.resolve()))
+    assert ra["checkpoint"] is None and ra["weights_seed"] == 0
+    assert ra["model_digest"] != rb["model_digest"]
+    assert ra["model_digest"] == LayerWorkload(str(a), layer=1, tokens=4).model_digest
+    monkeypatch.chdir(a)
+    assert report(".")["model"] == "tiny"
+    c = write_model(tmp_path / "c", TINY_LLAMA, random_llama_tensors(
+        TINY_LLAMA, seed=1, dtype=ml_dtypes.bfloat16))
+    first = report(c)
+    write_model(c, TINY_LLAMA, random_llama_tensors(TINY_LLAMA, seed=2, dtype=ml_dtypes.bfloat16))
+    second = report(c)
+    assert first["checkpoint"] == second["checkpoint"] is not None  # same names and shapes
+    assert first["model_digest"] != second["model_digest"]
+
+
 def test_cli_validate_json_to_stdout_is_the_json_alone(tiny_dir, capsys):
     argv = ["validate", "--model", str(tiny_dir), "--layer", "1", "--tokens", "4",
             "--set", "core.inputs=48", "--quiet", "--json", "-"]
@@ -454,13 +489,17 @@ def _cli_report(capsys, *argv):
     return data
 
 
-def _api_report(report, preset, overrides):
-    """What the command writes for ``report`` run on ``preset`` + ``overrides``."""
+def _api_report(report, preset, overrides, directory, weights_seed=0):
+    """What the command writes for ``report`` run on ``preset`` + ``overrides``
+    with the model in ``directory``."""
     from optical._version import RESULTS_VERSION
+    from optical.commands.validate import model_identity
     from optical.kernels import environment
 
     data = _as_written(report.to_dict())
     del data["timings"]
+    data.update(model_identity(transformer.load(directory, seed=weights_seed)),
+                weights_seed=weights_seed)
     return {**data, "preset": preset, "overrides": list(overrides), "config_file": None,
             "environment": environment(), "optical_version": optical.__version__,
             "results_version": RESULTS_VERSION}
@@ -479,9 +518,9 @@ def test_cli_validate_batch_is_validate_of_that_many_prompts(tiny_dir, capsys):
     two = _cli_report(capsys, *argv, "--batch", "2")
     model = transformer.load(tiny_dir)
     assert two == _api_report(transformer.validate(model, layer=1, tokens=6, config=CFG, batch=2),
-                              "iris-like", CORE_SETS)
+                              "iris-like", CORE_SETS, tiny_dir)
     assert one == _api_report(transformer.validate(model, layer=1, tokens=6, config=CFG),
-                              "iris-like", CORE_SETS)
+                              "iris-like", CORE_SETS, tiny_dir)
     assert (one["batch"], two["batch"]) == (1, 2)
     on_core = [(a["stats"], b["stats"]) for a, b in zip(one["products"], two["products"],
                                                         strict=True) if a["optical"]]
@@ -509,7 +548,7 @@ def test_cli_validate_seed_seeds_input_and_noise_not_the_weights(tiny_dir, capsy
     assert _cli_report(capsys, *argv, "--seed", "7") == seven
     expected = transformer.validate(transformer.load(tiny_dir), layer=1, tokens=6,
                                     config=CFG, seed=7)
-    assert seven == _api_report(expected, "iris-like", CORE_SETS)
+    assert seven == _api_report(expected, "iris-like", CORE_SETS, tiny_dir)
     assert (seven["seed"], seven["weights"]) == (7, "synthetic (seed 0)")
     eight = _cli_report(capsys, *argv, "--seed", "8")
     assert eight["weights"] == "synthetic (seed 0)"
@@ -519,7 +558,7 @@ def test_cli_validate_seed_seeds_input_and_noise_not_the_weights(tiny_dir, capsy
     default = _cli_report(capsys, *argv)
     assert default == _api_report(transformer.validate(transformer.load(tiny_dir), layer=1,
                                                        tokens=6, config=CFG),
-                                  "iris-like", CORE_SETS)
+                                  "iris-like", CORE_SETS, tiny_dir)
     assert default["seed"] == 0
 
 
@@ -589,12 +628,12 @@ def test_cli_validate_data_seed_is_validate_s_not_the_weights(tiny_dir, capsys):
     data = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2")
     expected = transformer.validate(transformer.load(tiny_dir), layer=1, tokens=6,
                                     config=CFG, seed=7, data_seed=2)
-    assert data == _api_report(expected, "iris-like", CORE_SETS)
+    assert data == _api_report(expected, "iris-like", CORE_SETS, tiny_dir)
     assert (data["seed"], data["data_seed"], data["weights"]) == (7, 2, "synthetic (seed 0)")
     weights = _cli_report(capsys, *argv, "--seed", "7", "--data-seed", "2", "--weights-seed", "3")
     assert weights == _api_report(transformer.validate(
         transformer.load(tiny_dir, seed=3), layer=1, tokens=6, config=CFG, seed=7, data_seed=2),
-        "iris-like", CORE_SETS)
+        "iris-like", CORE_SETS, tiny_dir, weights_seed=3)
     assert weights["weights"] == "synthetic (seed 3)"
     assert _cli_report(capsys, *argv)["data_seed"] is None
 
@@ -619,7 +658,7 @@ def test_cli_validate_dtype_is_the_reference_dtype(tiny_dir, tiny_bert_dir, caps
     for dtype, data in reports.items():
         assert data["reference_dtype"] == dtype
         expected = transformer.validate(model, layer=1, tokens=8, config=IDEAL, dtype=dtype)
-        assert data == _api_report(expected, "ideal", CORE_SETS), dtype
+        assert data == _api_report(expected, "ideal", CORE_SETS, directory), dtype
 
 
 @pytest.mark.parametrize("architecture", ["llama", "bert"])

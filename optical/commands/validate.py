@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from typing import Any
 
 from optical.commands._common import (
     add_config_options,
@@ -95,8 +97,25 @@ def run(args: argparse.Namespace) -> int:
                       batch=args.batch, dtype=args.dtype, local=args.local,
                       progress=not args.quiet, data_seed=args.data_seed)
     data = report.to_dict()
+    data.update(model_identity(model), weights_seed=args.weights_seed)
     data.update(config_source(args))
     data["environment"] = environment()  # numpy, numba, JAX: its GEMMs' rounding
     data.update(optical_version=__version__, results_version=RESULTS_VERSION)
     write_json_and_show(args, data, lambda: print(report.table(preset=config_label(args))))
     return 0
+
+
+def model_identity(model: Any) -> dict[str, str | None]:
+    """What the JSON report records of the model beyond its name: the
+    directory as an absolute path, the checkpoint's
+    :func:`~optical.transformer.checkpoint.fingerprint` (None for synthetic
+    weights) and :func:`~optical.transformer.checkpoint.sampled_digest`
+    (config.json and samples of the weights' bytes), as a sweep's
+    LayerWorkload records them: two directories of one name, or one
+    directory before and after its files changed, are told apart."""
+    from optical.transformer.checkpoint import fingerprint, sampled_digest
+
+    weights = None if model.checkpoint is None else model.checkpoint.directory
+    return {"model_dir": os.path.abspath(model.directory),
+            "checkpoint": None if weights is None else fingerprint(weights),
+            "model_digest": sampled_digest(model.directory, weights)}

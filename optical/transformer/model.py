@@ -186,7 +186,8 @@ class _Model:
 
     @property
     def name(self) -> str:
-        return self.directory.name
+        """The directory's name (``--model .`` names the working directory's)."""
+        return Path(os.path.abspath(self.directory)).name
 
     @property
     def weights_source(self) -> str:
