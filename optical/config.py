@@ -751,7 +751,17 @@ class OpticalConfig:
         new_sections = dict(kwargs)
         for name, section in new_sections.items():
             if name not in _SECTIONS:
-                raise ValueError(f"unknown config section {name!r}; valid: {', '.join(_SECTIONS)}")
+                # replace(**{"adc.bits": 6}) or replace(bits=6): a field, not a section
+                paths = [f"{key}.{name.partition('.')[2] if '.' in name else name}"
+                         for key, spec in _SECTIONS.items()
+                         if ("." not in name or name.partition(".")[0] == key)
+                         and (name.partition(".")[2] or name) in spec.__dataclass_fields__]
+                hint = "" if not paths else (
+                    " (keywords are whole sections; a field is changed by its dotted path "
+                    f"in a mapping: replace({{{paths[0]!r}: value}})"
+                    + (f"; {name} is {', '.join(paths)}" if len(paths) > 1 else "") + ")")
+                raise ValueError(f"unknown config section {name!r}; valid: "
+                                 f"{', '.join(_SECTIONS)}{hint}")
             if not isinstance(section, _SECTIONS[name]):  # before a dotted change edits it
                 raise TypeError(f"{name}: expected an instance of {_SECTIONS[name].__name__}, "
                                 f"got {type(section).__name__}")

@@ -103,7 +103,10 @@ class MatmulStats(Schedule):
     mean_photoelectrons : float, electrons
         Mean photoelectrons per detector readout.
     clipped_fraction : float
-        Fraction of ADC conversions that fell outside the window.
+        Fraction of ADC conversions that fell outside the window (a window
+        of zero width, as "max" gives a column of zero weights, counts
+        none; inputs clipped at the DAC's range, ``dac.scaling`` "static",
+        are not counted here).
     digital_channels : int
         Input channels multiplied digitally (``outliers.policy``). With a
         static bypass their mask rows are not programmed, and the counts above

@@ -3,6 +3,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import threading
 
 import numpy as np
@@ -238,6 +239,22 @@ def test_a_derived_property_given_as_a_path_says_what_to_set():
     with pytest.raises(ValueError, match=r"'mask.min_transmission' is derived, not set: it is "
                                          r"1 / mask.contrast_ratio"):
         OpticalConfig.field_spec("mask.min_transmission")
+
+
+def test_replace_with_a_field_as_a_keyword_points_to_the_mapping():
+    """replace(**{"adc.bits": 6}) and replace(bits=6) said only "unknown
+    config section", where from_dict hints: a field is changed by its dotted
+    path in a mapping; a name of no field gets no hint."""
+    cfg = optical.presets.get("iris-like")
+    for kwargs, hint in (({"adc.bits": 6}, "replace({'adc.bits': value}))"),
+                         ({"photons_per_mac": 3.0}, "replace({'source.photons_per_mac': value}))"),
+                         ({"bits": 6}, "replace({'dac.bits': value}); bits is dac.bits, "
+                                       "mask.bits, adc.bits)")):
+        with pytest.raises(ValueError, match=r"keywords are whole sections; .*" + re.escape(hint)):
+            cfg.replace(**kwargs)
+    for name in ("adcc.bits", "adc.bitz", "foo"):
+        with pytest.raises(ValueError, match=rf"unknown config section '{name}'; valid: [a-z, ]*$"):
+            cfg.replace(**{name: 1})
 
 
 def test_from_dict_names_an_unknown_section_even_when_it_is_empty():

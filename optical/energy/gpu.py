@@ -48,6 +48,10 @@ class GPUSpec:
     power : float, W
         Board power under load (TDP).
     memory : float, byte
+        The datasheet's "80 GB" read as 80e9 bytes: the board holds 80 GiB
+        (85.9e9) and reports ~85.5e9, so ~6 % is left for the CUDA context,
+        activations and fragmentation (a 70B bf16 model, 141.1e9 bytes,
+        then takes two H200s: "141 GB", 150.8e9 reported).
     compute_utilization : float, dimensionless
         Achieved fraction of ``peak_flops`` (model FLOPs utilisation).
     bandwidth_utilization : float, dimensionless
