@@ -776,6 +776,32 @@ class OpticalConfig:
             raise TypeError(f"other: expected an OpticalConfig, got {type(other).__name__}")
         return [p for p in self.paths() if self.get(p) != other.get(p)]  # no NaN: validated
 
+    def unread(self, path: str) -> str | None:
+        """Why the field ``path`` cannot change what this config computes,
+        given its other fields (None: it may): ``adc.headroom`` sets the
+        "rms" window alone, the ADC's fields do nothing without ``adc.bits``,
+        ``dac.percentile`` sets a "static" range alone, ideal optics read no
+        other ``optics.*`` field nor ``mask.compensate``, and outlier rules
+        do nothing with ``outliers.policy`` "none". Only these rules of the
+        accuracy arithmetic are known here (``energy.*`` prices the machine
+        and is never called unread). ValueError names an unknown path."""
+        self.field_spec(path)
+        section, _, name = path.partition(".")
+        if section == "adc" and name != "bits" and self.adc.bits is None:
+            return "adc.bits is None (an ideal ADC): no window or converter noise"
+        if path == "adc.headroom" and self.adc.full_scale != "rms":
+            return (f"adc.full_scale is {self.adc.full_scale!r}: the headroom sets the 'rms' "
+                    "window alone")
+        if path == "dac.percentile" and self.dac.scaling != "static":
+            return (f"dac.scaling is {self.dac.scaling!r}: the percentile sets the 'static' "
+                    "input range alone")
+        if self.optics.model == "ideal" and (
+                (section == "optics" and name != "model") or path == "mask.compensate"):
+            return "optics.model is 'ideal': no lens geometry, no crosstalk to compensate"
+        if path in ("outliers.threshold", "outliers.top_k") and self.outliers.policy == "none":
+            return "outliers.policy is 'none': no outlier channels are chosen"
+        return None
+
     def items(self) -> Iterator[tuple[str, Any]]:
         """(dotted path, value) for every field."""
         for path in self.paths():

@@ -305,6 +305,7 @@ class SweepDefinition:
                 for seed in seeds:
                     each.check_seed(seed)
         if check_points:
+            _check_read(definition, configs)
             checked: set[tuple[str, OpticalConfig]] = set()
             for point, config, each, name in zip(points, configs, workloads, keys, strict=True):
                 key = (name, config)
@@ -606,6 +607,24 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         else:
             lines.append(f"{key}: {a!r} -> {b!r}")
     return lines
+
+
+def _check_read(definition: SweepDefinition, configs: list[OpticalConfig]) -> None:
+    """Refuse a swept config path that no point's config reads
+    (:meth:`OpticalConfig.unread`): its values would give the same numbers,
+    a flat line taken for a measurement. Built-in workloads only: a custom
+    one may read a field in its own way."""
+    if not isinstance(definition.workload, MatmulWorkload | LayerWorkload):
+        return
+    for path in definition.paths:
+        if path.startswith(WORKLOAD_PREFIX):
+            continue
+        reasons = [config.unread(path) for config in configs]
+        if all(reasons):
+            why = "; ".join(dict.fromkeys(reasons))  # each reason once, in order
+            raise ValueError(f"{path}: no point of this sweep reads it ({why}), so each of "
+                             "its values would give the same numbers; sweep or set the field "
+                             "that makes it count, or leave it out")
 
 
 def _unhashed(workload: Any) -> set[str]:

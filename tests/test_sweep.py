@@ -38,6 +38,8 @@ PARAMS = {"adc.bits": [4, 8], "source.photons_per_mac": [1e4, 1e6]}
 # K = 64 fits one K-tile of the 1024-input core; give it several tiles so the
 # sweep exercises the tiled path.
 BASE = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
+# The headroom sets the "rms" window alone (iris-like calibrates its windows).
+RMS_BASE = BASE.replace({"adc.full_scale": "rms"})
 
 
 def metric_frame(frame):
@@ -685,7 +687,8 @@ def test_integer_range_draws_every_integer_uniformly():
     from scipy import stats
 
     params = {"adc.bits": Range(3, 6), "adc.headroom": Range(1.0, 8.0)}
-    points = SweepDefinition.build(WL, params, seeds=1, samples=2000, sample_seed=1).points()
+    points = SweepDefinition.build(WL, params, seeds=1, samples=2000, sample_seed=1,
+                                   base=RMS_BASE).points()
     assert len(points) == 2000  # the continuous headroom makes every draw distinct
     bits = np.array([p["adc.bits"] for p in points])
     counts = np.bincount(bits, minlength=7)
@@ -1716,7 +1719,7 @@ def test_ranges_are_independent_and_log_ranges_uniform_in_log():
     each p-value above 1e-4 / 7 (false alarms at most 1e-4 in all)."""
     from scipy import stats
 
-    points = SweepDefinition.build(WL, RANDOM_PARAMS, seeds=1, base=BASE, samples=2000,
+    points = SweepDefinition.build(WL, RANDOM_PARAMS, seeds=1, base=RMS_BASE, samples=2000,
                                    sample_seed=1).points()
     assert len(points) == 2000
     col = {p: np.array([pt[p] for pt in points]) for p in RANDOM_PARAMS}
@@ -1737,13 +1740,13 @@ def test_ranges_are_independent_and_log_ranges_uniform_in_log():
 def test_the_same_sample_seed_draws_the_same_points_in_another_process():
     """Points depend on sample_seed alone, not on the process's string hashing
     (a draw order by hash(path) passed the in-process order test)."""
-    here = SweepDefinition.build(WL, RANDOM_PARAMS, seeds=1, base=BASE, samples=20,
+    here = SweepDefinition.build(WL, RANDOM_PARAMS, seeds=1, base=RMS_BASE, samples=20,
                                  sample_seed=9).points()
     code = (
         "import json, optical; from optical.sweep import Range, SweepDefinition\n"
         "wl = optical.MatmulWorkload(tokens=16, k=64, n=32)\n"
         "base = optical.presets.get('iris-like').replace({'core.inputs': 32, "
-        "'core.outputs': 16})\n"
+        "'core.outputs': 16, 'adc.full_scale': 'rms'})\n"
         "p = {'adc.bits': Range(3, 6), 'adc.headroom': Range(1.0, 8.0), "
         "'source.photons_per_mac': Range(1e2, 1e5, log=True), "
         "'encoding.inputs': ['offset', 'split']}\n"

@@ -12,6 +12,7 @@ JAX path's photoelectrons per detector readout."""
 import dataclasses
 import json
 import math
+import re
 import shutil
 import statistics
 
@@ -194,13 +195,13 @@ def test_a_swept_path_added_or_dropped_is_a_changed_sweep(tmp_path, before, afte
 def test_numpy_arrays_of_values_are_their_values():
     """Values computed with numpy (np.arange, an array of floats) sweep the
     grid of their elements, stored as Python numbers."""
-    params = {"adc.bits": np.arange(4, 9, 2), "adc.headroom": np.array([2.0, 4.0])}
+    params = {"adc.bits": np.arange(4, 9, 2), "adc.enob_loss": np.array([0.5, 1.5])}
     definition = SweepDefinition.build(WL, params, seeds=1, base=BASE)
-    assert definition.points() == [{"adc.bits": b, "adc.headroom": h}
-                                   for b in (4, 6, 8) for h in (2.0, 4.0)]
+    assert definition.points() == [{"adc.bits": b, "adc.enob_loss": h}
+                                   for b in (4, 6, 8) for h in (0.5, 1.5)]
     assert all(type(p["adc.bits"]) is int for p in definition.points())
     assert definition.hash == SweepDefinition.build(
-        WL, {"adc.bits": [4, 6, 8], "adc.headroom": [2.0, 4.0]}, seeds=1, base=BASE).hash
+        WL, {"adc.bits": [4, 6, 8], "adc.enob_loss": [0.5, 1.5]}, seeds=1, base=BASE).hash
 
 
 def test_a_single_value_is_a_one_value_list():
@@ -302,9 +303,9 @@ def test_a_range_without_its_bounds_in_the_manifest_is_named(tmp_path):
     """A manifest whose Range lost its bounds: the error names the manifest
     and the missing key, not a bare KeyError."""
     out = tmp_path / "s"
-    _serial(WL, {"adc.headroom": Range(2.0, 6.0)}, out, samples=2)
+    _serial(WL, {"adc.enob_loss": Range(0.5, 2.0)}, out, samples=2)
     manifest = json.loads((out / "manifest.json").read_text())
-    del manifest["definition"]["params"]["adc.headroom"]["range"]
+    del manifest["definition"]["params"]["adc.enob_loss"]["range"]
     manifest["definition_hash"] = content_hash(manifest["definition"])  # not a hand edit
     (out / "manifest.json").write_text(json.dumps(manifest))
     for call in (lambda: stored_definition(out),
@@ -486,3 +487,55 @@ def test_the_gain_is_checked_on_the_rows_static_outliers_leave_on_the_mask():
     check_programmable(4, 32, alone)
     with pytest.raises(ValueError, match="leave no gain"):
         check_programmable(4, 32, alone.replace({"outliers.policy": "none"}))
+
+
+# (base changes, a field the base leaves unread, two of its values, the change that makes it read)
+_UNREAD = [
+    ({}, "adc.headroom", (2.0, 8.0), {"adc.full_scale": "rms"}),
+    ({"adc.full_scale": "max"}, "adc.headroom", (2.0, 8.0), {"adc.full_scale": "rms"}),
+    ({"adc.bits": None}, "adc.enob_loss", (0.0, 1.5), {"adc.bits": 8}),
+    ({"adc.bits": None}, "adc.full_scale", ("max", "rms"), {"adc.bits": 8}),
+    ({}, "dac.percentile", (50.0, 99.99), {"dac.scaling": "static"}),
+    ({"optics.model": "ideal"}, "optics.pixel_pitch", (10e-6, 20e-6),
+     {"optics.model": "diffraction"}),
+    ({"optics.model": "ideal"}, "mask.compensate", (True, False),
+     {"optics.model": "diffraction"}),
+    ({"outliers.policy": "none"}, "outliers.threshold", (2.0, 50.0), {"outliers.policy": "static"}),
+]
+
+
+@pytest.mark.parametrize(("changes", "path", "values", "read"), _UNREAD)
+def test_a_field_the_config_leaves_unread_changes_nothing_and_is_not_swept(
+        changes, path, values, read):
+    """OpticalConfig.unread's rules against the arithmetic: the field's two
+    values give the same metrics (counts included) where the rule says it is
+    unread, and other ones once the config reads it. A sweep of it over
+    such a base ran identical points (iris-like's calibrated windows ignore
+    adc.headroom: 26.691 dB at every headroom), a flat line taken for a
+    measurement; refused, naming why."""
+    workload = MatmulWorkload(tokens=24, k=80, n=40, inputs="laplace", outlier_channels=2)
+    base = BASE.replace(changes)
+    assert base.unread(path) is not None and base.replace(read).unread(path) is None
+    same = [workload.run(base.replace({path: v}), 3) for v in values]
+    assert same[0] == same[1]
+    differ = [workload.run(base.replace({**read, path: v}), 3) for v in values]
+    assert differ[0]["sqnr_db"] != differ[1]["sqnr_db"]
+    with pytest.raises(ValueError, match=rf"^{re.escape(path)}: no point of this sweep reads it "
+                                         rf"\({re.escape(base.unread(path))}\)"):
+        SweepDefinition.build(workload, {path: list(values)}, seeds=1, base=base)
+    # Swept beside the field that makes it count, at some point: accepted.
+    (key, value), = read.items()
+    SweepDefinition.build(workload, {path: list(values), key: [base.get(key), value]}, seeds=1,
+                          base=base)
+
+
+def test_an_unread_swept_field_is_one_line_from_the_cli(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["sweep", "--matmul", "16x64x32", "--param", "adc.headroom=2,4",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("optical sweep: error: adc.headroom: no point of this sweep reads it "
+                   "(adc.full_scale is 'calibrated': the headroom sets the 'rms' window alone), "
+                   "so each of its values would give the same numbers; sweep or set the field "
+                   "that makes it count, or leave it out")
+    assert not out.exists()

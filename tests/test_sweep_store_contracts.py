@@ -149,9 +149,9 @@ def test_a_run_shared_with_another_sweep_is_placed_by_its_config(tmp_path):
                   progress=False)
     second = tmp_path / "second"
     shutil.copytree(first / "runs", second / "runs")
-    # adc.headroom at the base's own value: the first sweep's adc.bits=8 run.
+    # adc.enob_loss at the base's own value: the first sweep's adc.bits=8 run.
     base = BASE.replace({"adc.bits": 8})
-    summary = execute(SweepDefinition.build(WL, {"adc.headroom": [BASE.adc.headroom]},
+    summary = execute(SweepDefinition.build(WL, {"adc.enob_loss": [BASE.adc.enob_loss]},
                                             seeds=1, base=base),
                       second, executor="serial", progress=False)
     assert (summary.already_done, summary.ran) == (1, 0)
