@@ -893,7 +893,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         version = library_version()
         expected, received = {t.run_id for t in tasks}, set()
         try:
-            with contextlib.closing(runner.run(tasks)) as outcomes:
+            with _ctrl_c_recorded(), contextlib.closing(runner.run(tasks)) as outcomes:
                 for task, outcome in outcomes:
                     if task.run_id not in expected:
                         raise SweepError(
@@ -940,6 +940,12 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                     f"the executor ({runner.describe()}) returned no outcome for {lost} of the "
                     f"{len(tasks)} runs it was given. The {finished} runs finished so far are "
                     f"kept in {out}; running the sweep again runs the rest.")
+        except KeyboardInterrupt as err:  # Ctrl-C: say what is kept (the CLI says it its way)
+            if err.args:
+                raise
+            raise KeyboardInterrupt(
+                f"sweep interrupted: the {finished} runs finished so far are kept in {out}; "
+                "run the sweep again to resume").with_traceback(err.__traceback__) from None
         finally:
             bar.close()
             description = runner.describe()
@@ -1161,6 +1167,32 @@ def sigterm_as_exit(abandon: Callable[[int], None] | None = None) -> Iterator[No
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    with _recording((signal.SIGTERM, signal.SIGINT), abandon):
+        yield
+
+
+@contextlib.contextmanager
+def _ctrl_c_recorded() -> Iterator[None]:
+    """Record Ctrl-C (SIGINT) during a sweep called from Python, as
+    :func:`sigterm_as_exit` does for the CLI, so one swallowed by a
+    garbage-collection callback (JAX's, imported by the numba backend for
+    its GEMMs: 1 to 3 of 20 interrupts in a notebook) still stops the sweep
+    after its next result. Only in the main thread where SIGINT has Python's
+    own handler: a caller's handler, or the CLI's, is left alone."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    with _recording((signal.SIGINT,)):
+        yield
+
+
+@contextlib.contextmanager
+def _recording(signals: tuple[int, ...],
+               abandon: Callable[[int], None] | None = None) -> Iterator[None]:
+    """Handlers of ``signals`` that record the signal and raise its stop
+    exception, and an unraisable hook that drops that exception's traceback
+    where Python ignores it (calling ``abandon``); main thread only."""
 
     def handler(signum: int, frame: Any) -> None:
         _RECEIVED.append(signum)
@@ -1180,7 +1212,7 @@ def sigterm_as_exit(abandon: Callable[[int], None] | None = None) -> Iterator[No
     _RECEIVED.clear()
     # A signal the caller ignores (SIGINT in a background job of a shell
     # script) stays ignored, as Python leaves it.
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, handler) for s in signals
                 if signal.getsignal(s) != signal.SIG_IGN}
     sys.unraisablehook = quiet
     try:

@@ -1050,6 +1050,33 @@ def test_a_swallowed_ctrl_c_still_stops_the_sweep_after_the_run(tmp_path):
                              progress=False)) == 8
 
 
+def test_a_swallowed_ctrl_c_stops_a_sweep_called_from_python_too(tmp_path):
+    """From Python (a notebook: no sigterm_as_exit), Ctrl-C swallowed by a
+    garbage-collection callback (JAX's) was lost: the sweep ran to its end
+    (1 to 3 of 20 interrupts in a notebook). Where SIGINT has Python's own
+    handler, the sweep records it, stops after the run it hit and says what
+    is kept; a caller's own handler is left alone (its choice)."""
+    out = tmp_path / "s"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    workload = SignalledRun(WL)
+    with pytest.raises(KeyboardInterrupt, match=rf"^sweep interrupted: the 2 runs finished so "
+                                                rf"far are kept in {re.escape(str(out))}; run "
+                                                r"the sweep again to resume$"):
+        optical.sweep(workload, PARAMS, seeds=2, out=out, base=BASE, executor="serial",
+                      progress=False)
+    assert len(workload.calls) == 2 and len(load(out)) == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        own = SignalledRun(WL)
+        assert len(optical.sweep(own, PARAMS, seeds=2, out=tmp_path / "own", base=BASE,
+                                 executor="serial", progress=False)) == 8
+        assert seen == [signal.SIGINT] and len(own.calls) == 8
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_ctrl_c_that_makes_a_run_fail_stops_the_sweep_as_an_interruption(tmp_path):
     """The user pressed Ctrl-C: the sweep is interrupted (resume it), not a
     run failure with the library's error. (It was reported as "run failed
