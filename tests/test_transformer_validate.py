@@ -303,6 +303,7 @@ def test_table_columns_are_labelled_as_the_legend_names_them(tiny_dir):
     model = transformer.load(tiny_dir)
     report = transformer.validate(model, layer=1, tokens=6, config=NAIVE, seed=3, local=True)
     lines = report.table().splitlines()
+    assert str(report) == report.table()  # print(report) in a notebook: the table, not repr
     header = next(line for line in lines if line.startswith("product"))
     assert header.split()[:13] == ["product", "runs", "on", "SQNR", "dB", "cosine", "rel.err",
                                    "worst", "dB", "at", "local", "dB", "passes"]

@@ -90,7 +90,8 @@ class ProductReport:
 
 @dataclasses.dataclass(frozen=True)
 class ValidationReport:
-    """The result of :func:`validate`; :meth:`table` renders it, :meth:`to_dict` serialises it.
+    """The result of :func:`validate`; :meth:`table` (and ``print``) renders it,
+    :meth:`to_dict` serialises it.
 
     Attributes
     ----------
@@ -178,6 +179,10 @@ class ValidationReport:
             "totals": dict(self.totals), "timings": dict(self.timings),
             "calibration_tokens": self.calibration_tokens, "data_seed": self.data_seed,
         }
+
+    def __str__(self) -> str:
+        """:meth:`table` (``print(report)``); ``repr`` keeps every field."""
+        return self.table()
 
     def _token_label(self, where: tuple[int, int] | None) -> str:
         if where is None:
