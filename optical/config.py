@@ -651,6 +651,12 @@ _DERIVED = {
 }
 
 
+#: The fields :meth:`OpticalConfig.unread` decides by: whether another field
+#: counts depends on these alone.
+UNREAD_CONDITIONS = ("adc.bits", "adc.full_scale", "dac.scaling", "optics.model",
+                     "outliers.policy")
+
+
 @dataclasses.dataclass(frozen=True)
 class OpticalConfig:
     """A complete, immutable description of one optical matmul accelerator.
@@ -755,7 +761,8 @@ class OpticalConfig:
                 paths = [f"{key}.{name.partition('.')[2] if '.' in name else name}"
                          for key, spec in _SECTIONS.items()
                          if ("." not in name or name.partition(".")[0] == key)
-                         and (name.partition(".")[2] or name) in spec.__dataclass_fields__]
+                         and (name.partition(".")[2] or name)
+                         in {f.name for f in dataclasses.fields(spec)}]
                 hint = "" if not paths else (
                     " (keywords are whole sections; a field is changed by its dotted path "
                     f"in a mapping: replace({{{paths[0]!r}: value}})"
@@ -778,8 +785,9 @@ class OpticalConfig:
 
     def unread(self, path: str) -> str | None:
         """Why the field ``path`` cannot change what this config computes,
-        given its other fields (None: it may): ``adc.headroom`` sets the
-        "rms" window alone, the ADC's fields do nothing without ``adc.bits``,
+        given its other fields (:data:`UNREAD_CONDITIONS`; None: it may):
+        ``adc.headroom`` sets the "rms" window alone, the ADC's window and
+        noise fields do nothing without ``adc.bits``,
         ``dac.percentile`` sets a "static" range alone, ideal optics read no
         other ``optics.*`` field nor ``mask.compensate``, and outlier rules
         do nothing with ``outliers.policy`` "none". Only these rules of the
@@ -787,7 +795,9 @@ class OpticalConfig:
         and is never called unread). ValueError names an unknown path."""
         self.field_spec(path)
         section, _, name = path.partition(".")
-        if section == "adc" and name != "bits" and self.adc.bits is None:
+        # Not adc.full_scale: on JAX a calibrated ADC runs another program
+        # than the rule-based ones, whose counts round otherwise.
+        if path in ("adc.enob_loss", "adc.headroom", "adc.window") and self.adc.bits is None:
             return "adc.bits is None (an ideal ADC): no window or converter noise"
         if path == "adc.headroom" and self.adc.full_scale != "rms":
             return (f"adc.full_scale is {self.adc.full_scale!r}: the headroom sets the 'rms' "

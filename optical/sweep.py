@@ -85,7 +85,7 @@ from optical._sweep_store import (
 )
 from optical._validation import check_bool, check_positive_int, check_seed, missing_or_broken
 from optical._version import RESULTS_VERSION
-from optical.config import OpticalConfig, check_value, parse_value
+from optical.config import UNREAD_CONDITIONS, OpticalConfig, check_value, parse_value
 from optical.workloads import (
     LayerWorkload,
     MatmulWorkload,
@@ -305,7 +305,7 @@ class SweepDefinition:
                 for seed in seeds:
                     each.check_seed(seed)
         if check_points:
-            _check_read(definition, configs)
+            _check_read(definition)
             checked: set[tuple[str, OpticalConfig]] = set()
             for point, config, each, name in zip(points, configs, workloads, keys, strict=True):
                 key = (name, config)
@@ -609,22 +609,38 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _check_read(definition: SweepDefinition, configs: list[OpticalConfig]) -> None:
-    """Refuse a swept config path that no point's config reads
+def _check_read(definition: SweepDefinition) -> None:
+    """Refuse a swept config path that no config the sweep can make reads
     (:meth:`OpticalConfig.unread`): its values would give the same numbers,
-    a flat line taken for a measurement. Built-in workloads only: a custom
-    one may read a field in its own way."""
+    a flat line taken for a measurement. Decided on every combination of the
+    :data:`~optical.config.UNREAD_CONDITIONS` the params and base give (a
+    Range by its ends), not on the points drawn, so a random sweep's
+    acceptance does not hang on its sample seed. Built-in workloads only: a
+    custom one may read a field in its own way."""
     if not isinstance(definition.workload, MatmulWorkload | LayerWorkload):
         return
+    params = dict(definition.params)
+    choices = [(c, [definition.base.get(c)] if c not in params
+                else [params[c].lo, params[c].hi] if isinstance(params[c], Range)
+                else list(params[c])) for c in UNREAD_CONDITIONS]
+    configs = []
+    for combo in itertools.product(*(values for _, values in choices)):
+        try:
+            configs.append(definition.base.replace(dict(zip(UNREAD_CONDITIONS, combo,
+                                                            strict=True))))
+        except ValueError:  # a combination no point makes (enob_loss >= bits, say)
+            continue
     for path in definition.paths:
         if path.startswith(WORKLOAD_PREFIX):
             continue
         reasons = [config.unread(path) for config in configs]
-        if all(reasons):
+        if reasons and all(reasons):
             why = "; ".join(dict.fromkeys(reasons))  # each reason once, in order
             raise ValueError(f"{path}: no point of this sweep reads it ({why}), so each of "
                              "its values would give the same numbers; sweep or set the field "
-                             "that makes it count, or leave it out")
+                             "that makes it count, or leave it out (a sweep stored by an "
+                             "earlier version resumes from its directory alone: optical "
+                             "sweep --out DIR, optical.resume_sweep)")
 
 
 def _unhashed(workload: Any) -> set[str]:
@@ -634,6 +650,26 @@ def _unhashed(workload: Any) -> set[str]:
     if not dataclasses.is_dataclass(workload) or isinstance(workload, type):
         return set()
     return {f.name for f in dataclasses.fields(workload) if f.metadata.get("unhashed")}
+
+
+def _check_unhashed(path: Path, record: Mapping[str, Any], workload: Any, out: Path) -> None:
+    """Refuse a finished run whose recorded :func:`_unhashed` fields (a
+    LayerWorkload's model_digest) differ from its point's workload now: the
+    model's config.json or weights were rewritten since it ran, and its id,
+    which does not hash them, would pass it off as this model's. A run of a
+    version that did not record them is not checked."""
+    stored = record.get("workload")
+    if not isinstance(stored, Mapping):
+        return
+    for name in sorted(_unhashed(workload)):
+        before, now = stored.get(name), getattr(workload, name)
+        if before is not None and now is not None and before != now:
+            where = getattr(workload, "model_dir", None)
+            raise ValueError(
+                f"{path}: this run was made when {where or 'its workload'} gave {name} "
+                f"{before}; it gives {now} now (its config.json or weights were rewritten "
+                "since): finishing the sweep would mix two models' runs. Run the sweep into a "
+                f"new --out directory (load() and optical plot still read the runs in {out})")
 
 
 def _hashed(workload: Any) -> dict[str, Any]:
@@ -653,9 +689,8 @@ def _may_share(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
         return a == b
     if "model_dir" in swept:  # a point's checkpoint is its directory's
-        swept |= {"checkpoint", "model_digest"}
-    if "model_digest" not in a or "model_digest" not in b:  # a version before it
-        swept.add("model_digest")
+        swept.add("checkpoint")
+    swept.add("model_digest")  # checked run by run, not by the definition
     return ({k: v for k, v in a.items() if k not in swept}
             == {k: v for k, v in b.items() if k not in swept})
 
@@ -704,17 +739,16 @@ def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
     return None
 
 
-def _as_stored(old: Mapping[str, Any], new: dict[str, Any], workload: Any) -> dict[str, Any]:
-    """``new`` (a definition's ``to_dict()``) as a version that did not
-    record the workload's :func:`_unhashed` fields stored it, where ``old``
-    (the manifest's) has none of them: nothing to check them against."""
-    stored, now = old.get("workload"), new.get("workload")
-    if not (isinstance(stored, Mapping) and isinstance(now, Mapping)):
-        return new
-    missing = {name for name in _unhashed(workload) if name not in stored}
-    if not missing:
-        return new
-    return {**new, "workload": {k: v for k, v in now.items() if k not in missing}}
+def _without_unhashed(definition: Mapping[str, Any], workload: Any) -> dict[str, Any]:
+    """A definition's ``to_dict()`` without the workload's :func:`_unhashed`
+    fields, which a resumed sweep checks run by run (a point's own, where
+    the definition's workload is only the base of a swept model_dir), and
+    which versions before them did not store."""
+    stored = definition.get("workload")
+    if not isinstance(stored, Mapping):
+        return dict(definition)
+    leave_out = _unhashed(workload)
+    return {**definition, "workload": {k: v for k, v in stored.items() if k not in leave_out}}
 
 
 def _prepare(definition: SweepDefinition, out: Path
@@ -738,8 +772,8 @@ def _prepare(definition: SweepDefinition, out: Path
                 "finishing it here would mix runs computed two ways. Finish it with the "
                 "version that began it, or run the sweep again into a new --out directory "
                 "(load() and optical plot still read the runs it has)")
-        changed = _changes(manifest["definition"], _as_stored(manifest["definition"], new,
-                                                              definition.workload))
+        changed = _changes(_without_unhashed(manifest["definition"], definition.workload),
+                           _without_unhashed(new, definition.workload))
         if changed:
             old = manifest["definition"].get("workload")
             shared = _may_share(manifest["definition"], new)
@@ -879,6 +913,8 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                         if record is not None:
                             check_placement(runs_dir / f"{run_id}.json", record,
                                             stored_points[index], seed, out)
+                            _check_unhashed(runs_dir / f"{run_id}.json", record,
+                                            workloads[index], out)
         reserved = set(META_COLUMNS) | set(definition.paths)
         tasks, total = [], 0
         for index, config in enumerate(configs):
@@ -1134,10 +1170,11 @@ def _require(module: str) -> Any:
                                             "sweep")) from err
 
 
-#: Signals received under :func:`sigterm_as_exit`. Its handlers raise at
-#: once, but Python ignores an exception raised inside a garbage-collection
-#: callback (JAX registers one), so :func:`execute` also stops on this
-#: record after each result.
+#: Signals received under :func:`sigterm_as_exit` (the CLI) or
+#: :func:`_ctrl_c_recorded` (a sweep called from Python). Their handlers raise
+#: at once, but Python ignores an exception raised inside a
+#: garbage-collection callback (JAX registers one), so :func:`execute` also
+#: stops on this record after each result, in the main thread.
 _RECEIVED: list[int] = []
 
 
@@ -1148,8 +1185,10 @@ def _stop(signum: int) -> None:
 
 
 def _raise_received() -> None:
-    """Raise again for a signal whose exception was swallowed."""
-    if _RECEIVED:
+    """Raise again for a signal whose exception was swallowed: in the main
+    thread, whose sweep recorded it (one in another thread, which Python
+    never signals, runs on)."""
+    if _RECEIVED and threading.current_thread() is threading.main_thread():
         _stop(_RECEIVED[0])
 
 

@@ -337,11 +337,12 @@ class LayerWorkload:
         :func:`optical.transformer.checkpoint.sampled_digest` of the
         directory: its ``config.json`` (for synthetic weights, which the
         checkpoint's None does not cover) and samples of the checkpoint's
-        bytes (weights rewritten in place at the same shapes); computed
-        here. Given (as a stored sweep gives it), the directory must still
-        give it, so a sweep resumed after either changed is refused. A
-        run's id does not hash it (runs of versions before it keep their
-        ids; a manifest without it is not checked).
+        bytes (weights rewritten in place at the same shapes); always
+        computed here (a given one is replaced). Each run file records it,
+        and a sweep refuses to resume where a finished run's differs from
+        its point's now, so runs of two models are never mixed. A run's id
+        does not hash it: runs of versions before it keep their ids (and,
+        recording none, are not checked).
 
     The directory is opened here (headers, not tensors), so a damaged or
     incomplete checkpoint is named before a sweep writes anything.
@@ -402,7 +403,6 @@ class LayerWorkload:
             if str(err).startswith("seed: "):
                 raise ValueError("weights_seed: " + str(err).removeprefix("seed: ")) from None
             raise
-        stored_checkpoint = self.checkpoint
         if self.checkpoint is not None and self.checkpoint != found:
             now = "no checkpoint (synthetic weights)" if found is None else f"checkpoint {found}"
             raise ValueError(f"checkpoint: {path} held checkpoint {self.checkpoint} and now "
@@ -410,16 +410,9 @@ class LayerWorkload:
                              "the other weights do not belong here; start a new sweep in a new "
                              "directory")
         object.__setattr__(self, "checkpoint", found)
-        digest = sampled_digest(path, weights)
-        # Weights added to a synthetic directory are named by the definition's
-        # changed checkpoint (a stored synthetic workload gives none to check).
-        added = stored_checkpoint is None and found is not None
-        if self.model_digest is not None and self.model_digest != digest and not added:
-            raise ValueError(f"model_digest: {path} gave digest {self.model_digest} and now "
-                             f"gives {digest}: its config.json or its weights were rewritten "
-                             "since, and runs made with the old ones do not belong here; start "
-                             "a new sweep in a new directory")
-        object.__setattr__(self, "model_digest", digest)
+        # Derived afresh, a given one replaced: a sweep compares each finished
+        # run's with its point's (sweep.execute), not the definition's.
+        object.__setattr__(self, "model_digest", sampled_digest(path, weights))
 
     @property
     def label(self) -> str:

@@ -1,6 +1,7 @@
 """Sweeps: definition and validation, results against direct runs, resume,
 refusal of a changed sweep, executors agreeing bit for bit."""
 
+import contextlib
 import dataclasses
 import fractions
 import functools
@@ -1075,6 +1076,62 @@ def test_a_swallowed_ctrl_c_stops_a_sweep_called_from_python_too(tmp_path):
         assert seen == [signal.SIGINT] and len(own.calls) == 8
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_recorded_by_the_main_thread_s_sweep_leaves_a_thread_s_sweep_running(
+        tmp_path):
+    """The record of a swallowed Ctrl-C is the main thread's sweep's: a sweep
+    in a background thread (which Python never signals) stopped on it too,
+    after its next result (the review)."""
+    recorded, checked = threading.Event(), threading.Event()
+
+    @dataclasses.dataclass(frozen=True)
+    class Background:
+        calls: list = dataclasses.field(default_factory=list, compare=False)
+
+        def run(self, config, seed):
+            self.calls.append(seed)
+            if len(self.calls) == 1:
+                recorded.wait(30)  # returns once the main sweep has recorded its Ctrl-C
+            else:
+                checked.set()  # the first result was taken after the record
+            return WL.run(config, seed)
+
+        def to_dict(self):
+            return WL.to_dict()
+
+    @dataclasses.dataclass(frozen=True)
+    class Main:
+        calls: list = dataclasses.field(default_factory=list, compare=False)
+
+        def run(self, config, seed):
+            self.calls.append(seed)
+            if len(self.calls) == 2:
+                with contextlib.suppress(KeyboardInterrupt):
+                    signal.raise_signal(signal.SIGINT)  # swallowed, recorded
+                recorded.set()
+                checked.wait(30)
+            return WL.run(config, seed)
+
+        def to_dict(self):
+            return WL.to_dict()
+
+    background, errors = Background(), []
+
+    def other():
+        try:
+            optical.sweep(background, PARAMS, seeds=1, out=tmp_path / "bg", base=BASE,
+                          executor="serial", progress=False)
+        except BaseException as err:  # noqa: BLE001  (reported below)
+            errors.append(err)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt, match="sweep interrupted"):
+        optical.sweep(Main(), PARAMS, seeds=1, out=tmp_path / "main", base=BASE,
+                      executor="serial", progress=False)
+    thread.join(60)
+    assert not errors and len(background.calls) == 4 and len(load(tmp_path / "bg")) == 4
 
 
 def test_a_ctrl_c_that_makes_a_run_fail_stops_the_sweep_as_an_interruption(tmp_path):

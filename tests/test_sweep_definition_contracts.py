@@ -494,7 +494,7 @@ _UNREAD = [
     ({}, "adc.headroom", (2.0, 8.0), {"adc.full_scale": "rms"}),
     ({"adc.full_scale": "max"}, "adc.headroom", (2.0, 8.0), {"adc.full_scale": "rms"}),
     ({"adc.bits": None}, "adc.enob_loss", (0.0, 1.5), {"adc.bits": 8}),
-    ({"adc.bits": None}, "adc.full_scale", ("max", "rms"), {"adc.bits": 8}),
+    ({"adc.bits": None}, "adc.window", ("per_column", "per_tile"), {"adc.bits": 8}),
     ({}, "dac.percentile", (50.0, 99.99), {"dac.scaling": "static"}),
     ({"optics.model": "ideal"}, "optics.pixel_pitch", (10e-6, 20e-6),
      {"optics.model": "diffraction"}),
@@ -537,5 +537,22 @@ def test_an_unread_swept_field_is_one_line_from_the_cli(tmp_path, capsys):
     assert err == ("optical sweep: error: adc.headroom: no point of this sweep reads it "
                    "(adc.full_scale is 'calibrated': the headroom sets the 'rms' window alone), "
                    "so each of its values would give the same numbers; sweep or set the field "
-                   "that makes it count, or leave it out")
+                   "that makes it count, or leave it out (a sweep stored by an earlier version "
+                   "resumes from its directory alone: optical sweep --out DIR, "
+                   "optical.resume_sweep)")
     assert not out.exists()
+
+
+def test_whether_an_unread_field_is_refused_does_not_hang_on_the_draws():
+    """Decided on the values the params can take, not on the points drawn: a
+    random sweep of adc.headroom beside adc.full_scale in ["calibrated",
+    "rms"] was refused for the sample seeds whose two draws were both
+    calibrated (3 of 40) and accepted for the rest (the review)."""
+    params = {"adc.full_scale": ["calibrated", "rms"], "adc.headroom": Range(1.0, 8.0)}
+    draws = [SweepDefinition.build(WL, params, seeds=1, base=BASE, samples=2, sample_seed=s)
+             for s in range(40)]
+    assert any(all(p["adc.full_scale"] == "calibrated" for p in d.points()) for d in draws)
+    with pytest.raises(ValueError, match="adc.headroom: no point of this sweep reads it"):
+        SweepDefinition.build(WL, {"adc.full_scale": ["calibrated", "max"],
+                                   "adc.headroom": Range(1.0, 8.0)}, seeds=1, base=BASE,
+                              samples=2)

@@ -175,8 +175,8 @@ def test_a_weights_seed_beside_a_checkpoint_is_refused_where_it_is_given(tmp_pat
 
     directory = write_model(tmp_path / "m", TINY_LLAMA, bf16_tensors)
     assert transformer.load(directory, seed=0).checkpoint is not None
-    with pytest.raises(ValueError, match=r"^seed: 5 seeds synthetic weights, but .* holds a "
-                                         r"checkpoint"):
+    with pytest.raises(ValueError, match=r"^seed: 5 seeds synthetic weights, but .* takes its "
+                                         r"weights from a checkpoint"):
         transformer.load(directory, seed=5)
     with pytest.raises(ValueError, match=r"^weights_seed: 5 seeds synthetic weights"):
         LayerWorkload(str(directory), layer=0, tokens=4, weights_seed=5)

@@ -465,48 +465,72 @@ def test_a_sweep_resumed_after_its_model_files_were_rewritten_is_refused(tmp_pat
     a checkpoint rewritten in place at the same shapes (a fine-tune saved
     over its base): the resumed sweep refilled a missing run with the new
     model's number under the old id, and mixed two models' results without a
-    word. The workload's model_digest (config.json and samples of the
-    checkpoint's bytes) is checked on resume, from the manifest or from a
-    definition given again; a run's id does not hash it, so a manifest
-    written before it (no model_digest) resumes with its ids."""
+    word. Each run file records the workload's model_digest (config.json and
+    samples of the checkpoint's bytes), compared with its point's on resume:
+    from the manifest, from a definition given again, with model_dir swept
+    (each point its own directory; an unused base directory changed is no
+    matter) and with the manifest lost. A run's id does not hash it, so runs
+    recorded before it (no model_digest) resume with their ids."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    from optical._sweep_store import content_hash
     from optical.sweep import resume
     from tests.transformer_helpers import random_llama_tensors
 
     base = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40})
     tensors = random_llama_tensors(TINY_LLAMA, seed=1, dtype=ml_dtypes.bfloat16)
-    for kind in ("synthetic", "checkpoint"):
-        directory = write_model(tmp_path / kind, TINY_LLAMA,
-                                tensors if kind == "checkpoint" else None)
-        workload = LayerWorkload(str(directory), layer=0, tokens=4)
-        out = tmp_path / f"{kind}-sweep"
-        optical.sweep(workload, {"adc.bits": [6, 8]}, seeds=1, out=out, base=base,
-                      executor="serial", progress=False)
-        ids = json.loads((out / "manifest.json").read_text())["run_ids"]
-        (out / "runs" / f"{ids[1][0]}.json").unlink()  # an interrupted sweep
+
+    def rewrite(directory, kind):
         if kind == "synthetic":
             write_model(directory, {**TINY_LLAMA, "rms_norm_eps": 1e-3, "rope_theta": 5e4})
         else:  # the same shapes, dtype and header: other values
             write_model(directory, TINY_LLAMA, random_llama_tensors(
                 TINY_LLAMA, seed=2, dtype=ml_dtypes.bfloat16))
+
+    def sweep(workload, out, params):
+        return optical.sweep(workload, params, seeds=1, out=out, base=base, executor="serial",
+                             progress=False)
+
+    refused = r"this run was made when .*{} gave model_digest {}; it gives [0-9a-f]+ now"
+    for kind in ("synthetic", "checkpoint"):
+        directory = write_model(tmp_path / kind, TINY_LLAMA,
+                                tensors if kind == "checkpoint" else None)
+        workload = LayerWorkload(str(directory), layer=0, tokens=4)
+        out = tmp_path / f"{kind}-sweep"
+        sweep(workload, out, {"adc.bits": [6, 8]})
+        ids = json.loads((out / "manifest.json").read_text())["run_ids"]
+        (out / "runs" / f"{ids[1][0]}.json").unlink()  # an interrupted sweep
+        rewrite(directory, kind)
+        if kind == "checkpoint":
             assert LayerWorkload(str(directory), layer=0, tokens=4).checkpoint \
                 == workload.checkpoint  # the fingerprint alone does not see it
-        with pytest.raises(ValueError, match=rf"model_digest: .*{kind} gave digest "
-                                             rf"{workload.model_digest} and now gives "):
+        message = refused.format(kind, workload.model_digest)
+        with pytest.raises(ValueError, match=message):
             resume(out, executor="serial", progress=False)
-        with pytest.raises(ValueError, match=r"holds a different sweep; .*Changed: workload "
-                                             r"model_digest"):
-            optical.sweep(LayerWorkload(str(directory), layer=0, tokens=4), {"adc.bits": [6, 8]},
-                          seeds=1, out=out, base=base, executor="serial", progress=False)
+        with pytest.raises(ValueError, match=message):
+            sweep(LayerWorkload(str(directory), layer=0, tokens=4), out, {"adc.bits": [6, 8]})
+        (out / "manifest.json").unlink()  # lost: the runs are found again by their ids
+        with pytest.raises(ValueError, match=message):
+            sweep(LayerWorkload(str(directory), layer=0, tokens=4), out, {"adc.bits": [6, 8]})
         assert not (out / "runs" / f"{ids[1][0]}.json").exists()
-    # A manifest of a version before model_digest: resumed, its ids kept.
-    manifest = json.loads((out / "manifest.json").read_text())
-    del manifest["definition"]["workload"]["model_digest"]
-    manifest["definition_hash"] = content_hash(manifest["definition"])
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    # model_dir swept: each point's directory is checked, not the base's.
+    a, b, c = (write_model(tmp_path / name, TINY_LLAMA) for name in "abc")
+    out = tmp_path / "over-dirs"
+    params = {"workload.model_dir": [str(b), str(c)], "adc.bits": [6, 8]}
+    sweep(LayerWorkload(str(a), layer=0, tokens=4), out, params)
+    ids = json.loads((out / "manifest.json").read_text())["run_ids"]
+    (out / "runs" / f"{ids[3][0]}.json").unlink()  # c at 8 bits
+    rewrite(a, "synthetic")  # no run reads the base directory
+    assert sweep(LayerWorkload(str(a), layer=0, tokens=4), out, params)["sqnr_db"].notna().all()
+    (out / "runs" / f"{ids[3][0]}.json").unlink()
+    rewrite(c, "synthetic")
+    with pytest.raises(ValueError, match=refused.format("c", r"[0-9a-f]+")):
+        resume(out, executor="serial", progress=False)
+    # Runs recorded before model_digest: resumed, their ids kept.
+    for path in (out / "runs").glob("*.json"):
+        record = json.loads(path.read_text())
+        del record["workload"]["model_digest"]
+        path.write_text(json.dumps(record))
     resume(out, executor="serial", progress=False)
-    assert (out / "runs" / f"{ids[1][0]}.json").exists()
+    assert (out / "runs" / f"{ids[3][0]}.json").exists()
 
 
 def test_an_old_minilm_sweep_is_told_its_weights_come_from_the_wheel(tmp_path):

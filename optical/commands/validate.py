@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
+from pathlib import Path
 from typing import Any
 
 from optical.commands._common import (
@@ -116,6 +116,6 @@ def model_identity(model: Any) -> dict[str, str | None]:
     from optical.transformer.checkpoint import fingerprint, sampled_digest
 
     weights = None if model.checkpoint is None else model.checkpoint.directory
-    return {"model_dir": os.path.abspath(model.directory),
+    return {"model_dir": str(Path(model.directory).resolve()),
             "checkpoint": None if weights is None else fingerprint(weights),
             "model_digest": sampled_digest(model.directory, weights)}

@@ -131,8 +131,8 @@ def load(path: str | Path, *, seed: int = 0) -> LlamaModel | BertModel:
     if weights_dir is not None and seed != 0:
         # The synthetic layer input's outlier channels followed it: two runs
         # of one checkpoint differed, and their reports said the same weights.
-        raise ValueError(f"seed: {seed} seeds synthetic weights, but {directory} holds a "
-                         f"checkpoint ({weights_dir}), whose weights are the model's; leave the "
+        raise ValueError(f"seed: {seed} seeds synthetic weights, but {directory} takes its "
+                         f"weights from a checkpoint ({weights_dir}); leave the "
                          "weights seed at 0 (the seed of validate and of a sweep's runs varies "
                          "the input and the noise)")
     quantized = spec.raw.get("quantization_config")
