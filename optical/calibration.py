@@ -148,10 +148,31 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
     -------
     lo, hi : ndarray, shape (k_tiles, adc_rails, N)
         With ``adc.window == "per_tile"`` every column of an N-tile shares one window.
+
+    Raises
+    ------
+    ValueError
+        Arguments whose shapes disagree (``xn``'s K or the transmissions'
+        (K, N) not the tiling's, ``rails`` not one column per rail of the
+        transmissions), named: the compiled kernel indexes by them unchecked.
     """
     from optical.kernels import _windows
     from optical.kernels.numba_backend import engine_matmul
 
+    xn, transmissions, rails = (np.asarray(a) for a in (xn, transmissions, rails))
+    # The kernels index by these shapes unchecked: they must agree.
+    if transmissions.ndim != 3 or transmissions.shape[1:] != (tiling.k, tiling.n):
+        raise ValueError(f"transmissions: expected shape (rails, {tiling.k}, {tiling.n}) of the "
+                         f"tiling, got {transmissions.shape}")
+    if rails.ndim != 2 or rails.shape[1] != transmissions.shape[0]:
+        raise ValueError(f"rails: expected shape (adc_rails, {transmissions.shape[0]}), one "
+                         f"column per rail of transmissions, got {rails.shape}")
+    if xn.ndim != 2 or xn.shape[1] != tiling.k:
+        raise ValueError(f"xn: expected shape (tokens, {tiling.k}) of the tiling, got "
+                         f"{xn.shape}")
+    # C order: the DAC levels' means and the GEMM below round by memory order
+    # (a Fortran-ordered float64 input moved the windows by 1e-15).
+    xn = np.ascontiguousarray(xn)
     bits = config.adc.bits
     p = config.source.photons_per_mac
     det = config.detector

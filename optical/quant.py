@@ -167,6 +167,13 @@ class ProgrammedWeights:
             if _OWN_ARRAYS.get(id(got)) is not got:  # (program()'s own: as they are)
                 object.__setattr__(self, name, read_only(got))
         t = self.tiling
+        core = (self.config.core.inputs, self.config.core.outputs)
+        if not isinstance(t, Tiling) or (t.tile_k, t.tile_n) != core:
+            # The kernels cut the matrix by the tiling and plan by the config:
+            # the two must agree (another tiling read other tiles, or others
+            # than a cached plan's).
+            raise ValueError(f"tiling: expected a Tiling of the config's core {core[0]} x "
+                             f"{core[1]} (tile_k, tile_n), got {t!r}")
         n_rails = adc_rails(self.config).shape[0]
         expected = {"scale": (t.k_tiles, t.n), "weights": (t.k, t.n),
                     "weight_sums": (t.k_tiles, t.n), "adc_lo": (t.k_tiles, n_rails, t.n),
@@ -177,9 +184,11 @@ class ProgrammedWeights:
                 raise ValueError(f"{name}: expected an array of shape {shape}, got "
                                  f"{getattr(got, 'shape', type(got).__name__)}")
         trans = self.transmissions
-        if not isinstance(trans, np.ndarray) or trans.ndim != 3 or trans.shape[1:] != (t.k, t.n):
-            raise ValueError(f"transmissions: expected an array of shape (rails, {t.k}, {t.n}), "
-                             f"got {getattr(trans, 'shape', type(trans).__name__)}")
+        rails = encoding.n_rails(self.config.encoding.weights)  # the kernels read this many
+        if not isinstance(trans, np.ndarray) or trans.shape != (rails, t.k, t.n):
+            raise ValueError(f"transmissions: expected an array of shape ({rails}, {t.k}, {t.n}) "
+                             f"(encoding.weights = {self.config.encoding.weights!r}: {rails} "
+                             f"rail(s)), got {getattr(trans, 'shape', type(trans).__name__)}")
         lo, hi = self.adc_lo, self.adc_hi
         for name, ends in (("adc_lo", lo), ("adc_hi", hi)):
             if ends.dtype.kind != "f" or not np.isfinite(ends).all():

@@ -721,6 +721,15 @@ def test_a_fortran_ordered_x_gives_the_same_bits(backend):
         for form in (np.asfortranarray(x), np.repeat(x, 2, axis=1)[:, ::2]):
             np.testing.assert_array_equal(optical.matmul(form, pw, cfg, seed=1,
                                                          backend=backend), y)
+    # Calibrated on x itself (raw weights): the windows followed x's memory
+    # order, by 1e-15 (the pairwise audit).
+    x = np.random.default_rng(2).standard_normal((16, 32))
+    w = np.random.default_rng(2).standard_normal((32, 24)) / np.sqrt(32)
+    cfg = ideal(**{"adc.bits": 3, "adc.full_scale": "calibrated", "encoding.inputs": "offset",
+                   "core.inputs": 16, "core.outputs": 12})
+    y = optical.matmul(x, w, cfg, seed=1, backend=backend)
+    for form in (np.asfortranarray(x), np.repeat(x, 2, axis=1)[:, ::2]):
+        np.testing.assert_array_equal(optical.matmul(form, w, cfg, seed=1, backend=backend), y)
 
 
 

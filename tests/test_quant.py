@@ -764,6 +764,43 @@ def test_replaced_fields_of_another_kind_are_refused(rng, change, error, message
         dataclasses.replace(pw, **change(pw))
 
 
+def test_a_config_of_another_weight_encoding_is_refused_with_its_transmissions(rng):
+    """Weights programmed offset (one rail) given a split config (two): both
+    have one ADC rail, so the replacement passed, and numba returned a
+    result 25x off (the review of kernel safety)."""
+    offset = optical.presets.get("ideal").replace({"encoding.weights": "offset",
+                                                   "core.inputs": 32, "core.outputs": 32})
+    pw = optical.program(rng.standard_normal((40, 24)), offset)
+    with pytest.raises(ValueError, match=r"transmissions: expected an array of shape "
+                                         r"\(2, 40, 24\) \(encoding.weights = 'split'"):
+        dataclasses.replace(pw, config=offset.replace({"encoding.weights": "split"}))
+
+
+def test_readout_windows_refuses_arguments_that_disagree(rng):
+    """calibration.readout_windows is public, and its kernel indexes by the
+    arguments' shapes unchecked: rails of another rail count wrote past an
+    array (heap corruption), a larger tiling read past the transmissions
+    (finite, wrong windows), narrower inputs were refolded without a word."""
+    from optical.calibration import readout_windows
+    from optical.quant import Tiling, adc_rails
+
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 32,
+                                                   "detector.balanced": False})
+    pw = optical.program(rng.standard_normal((48, 40)), cfg,
+                         calibration=rng.standard_normal((16, 48)))
+    xn = rng.uniform(-1, 1, (16, 48))
+    rails, t = adc_rails(cfg), pw.transmissions
+    lo, hi = readout_windows(xn, t, pw.tiling, rails, cfg)  # consistent: runs
+    np.testing.assert_array_equal(readout_windows(np.asfortranarray(xn), t, pw.tiling, rails,
+                                                  cfg)[0], lo)  # memory order: same bits
+    for args, message in (((xn, t, pw.tiling, rails[:1, :1]), r"rails: expected shape"),
+                          ((xn, t, Tiling(64, 40, 32, 32), rails), r"transmissions: expected"),
+                          ((xn[:, :40], t, pw.tiling, rails), r"xn: expected shape \(tokens, "
+                                                              r"48\)")):
+        with pytest.raises(ValueError, match=message):
+            readout_windows(*args, cfg)
+
+
 def _lower(a):
     return a[..., :-1]
 
@@ -777,6 +814,15 @@ def _lower(a):
     (lambda pw: {"scale": _lower(pw.scale)}, r"scale: expected an array of shape"),
     (lambda pw: {"transmissions": _lower(pw.transmissions)},
      r"transmissions: expected an array of shape"),
+    # One rail of split weights' two: numba's fast path read past the array
+    # (NaN; a segfault at 3072 x 3072), numpy raised IndexError.
+    (lambda pw: {"transmissions": pw.transmissions[:1].copy()},
+     r"transmissions: expected an array of shape \(2, 128, 96\) \(encoding.weights = "
+     r"'split': 2 rail\(s\)\), got \(1, 128, 96\)"),
+    # A tiling of another core with the same tile counts: numba's cached plan
+    # kept the old cut (the result hung on the call history).
+    (lambda pw: {"tiling": optical.quant.Tiling(128, 96, 100, 64)},
+     r"tiling: expected a Tiling of the config's core 64 x 64"),
     (lambda pw: {"input_range": -1.0}, r"input_range: -1.0 is not valid"),
     (lambda pw: {"input_range": 0.0}, r"input_range: 0.0 is not valid"),
     (lambda pw: {"input_range": math.nan}, r"input_range: nan is not valid"),
