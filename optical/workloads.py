@@ -186,6 +186,10 @@ class MatmulWorkload:
         from optical.core import matmul
 
         if self.backend == "jax":
+            if config.outliers.policy == "dynamic":  # a backend's limit, not run_batch's
+                from optical.kernels.jax_backend import _DYNAMIC_BYPASS  # batching
+
+                raise ValueError(_DYNAMIC_BYPASS)
             return self.run_batch([config], [seed])[0]
         x, w, exact = self.data()
         y, stats = matmul(x, w, config, seed=seed, return_stats=True, backend=self.backend)
