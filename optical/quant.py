@@ -168,7 +168,9 @@ class ProgrammedWeights:
                 object.__setattr__(self, name, read_only(got))
         t = self.tiling
         core = (self.config.core.inputs, self.config.core.outputs)
-        if not isinstance(t, Tiling) or (t.tile_k, t.tile_n) != core:
+        if not isinstance(t, Tiling):
+            raise TypeError(f"tiling: expected a Tiling, got {type(t).__name__}")
+        if (t.tile_k, t.tile_n) != core:
             # The kernels cut the matrix by the tiling and plan by the config:
             # the two must agree (another tiling read other tiles, or others
             # than a cached plan's).

