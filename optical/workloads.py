@@ -401,8 +401,11 @@ class LayerWorkload:
         object.__setattr__(self, "batch", _positive_int("batch", self.batch))
         weights = weights_directory(path)
         found = None if weights is None else fingerprint(weights)
-        try:  # a damaged checkpoint is named now
-            _load_model(str(path), self.weights_seed, found, _config_bytes(path))
+        # Derived afresh, a given one replaced: a sweep compares each finished
+        # run's with its point's (sweep.execute), not the definition's.
+        digest = sampled_digest(path, weights)
+        try:  # a damaged checkpoint is named now (and the model kept for run())
+            _load_model(str(path), self.weights_seed, found, _config_bytes(path), digest)
         except ValueError as err:  # a weights seed beside a checkpoint: named as the field
             if str(err).startswith("seed: "):
                 raise ValueError("weights_seed: " + str(err).removeprefix("seed: ")) from None
@@ -414,9 +417,7 @@ class LayerWorkload:
                              "the other weights do not belong here; start a new sweep in a new "
                              "directory")
         object.__setattr__(self, "checkpoint", found)
-        # Derived afresh, a given one replaced: a sweep compares each finished
-        # run's with its point's (sweep.execute), not the definition's.
-        object.__setattr__(self, "model_digest", sampled_digest(path, weights))
+        object.__setattr__(self, "model_digest", digest)
 
     @property
     def label(self) -> str:
