@@ -15,8 +15,9 @@ its output at 8-bit masks.
 Same sweep from the command line:
 
     optical sweep --model models/llama-3.1-8b --layer 0 --tokens 128 \\
-        --param adc.bits=4,6,8,10 --param mask.bits=4,6,8 --seeds 2 --out runs/llama
-    optical plot runs/llama --x adc.bits --y sqnr_db --hue mask.bits
+        --param adc.bits=4,6,8,10 --param mask.bits=4,6,8 --seeds 2 \\
+        --out runs/llama-3.1-8b-precision
+    optical plot runs/llama-3.1-8b-precision --x adc.bits --y sqnr_db --hue mask.bits
 
 Memory: each worker process holds one layer (about 0.9 GB in float32 for
 Llama-3.1-8B's 218 M weights per layer) plus its activations; lower --jobs if

@@ -343,6 +343,21 @@ def test_unpriceable_configs_are_refused_naming_the_field(changes, message):
         model.prefill(TINY, 3, tiny_config(**changes))
 
 
+def test_every_unpriceable_field_is_named_at_once():
+    """The ideal preset's four (source, DAC, ADC, mask) took four tries of
+    `optical energy --preset ideal`, each naming the next; one refusal
+    names them all, and setting them prices it."""
+    cfg = optical.presets.get("ideal")
+    with pytest.raises(ValueError) as info:
+        model.prefill(TINY, 3, cfg)
+    named = [part.split(" is ")[0] for part in str(info.value).split("; ")
+             if " is " in part.split(":")[0]]
+    assert named == ["source.photons_per_mac", "dac.bits", "adc.bits", "mask.bits"]
+    priced = cfg.replace({"source.photons_per_mac": 1e4, "dac.bits": 8, "adc.bits": 8,
+                          "mask.bits": 8})
+    assert model.prefill(TINY, 3, priced).total > 0
+
+
 def test_ideal_converters_with_explicit_energies_are_priced():
     cfg = tiny_config(**{"dac.bits": None, "adc.bits": None, "energy.dac_energy": 1e-12,
                          "energy.adc_energy": 2e-12})

@@ -1,11 +1,13 @@
 """``optical sweep`` and ``optical plot``: end to end, resume, bad options,
 SIGTERM mid-sweep."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -996,6 +998,42 @@ def test_a_scheduler_port_that_never_answers_is_one_line_not_a_hang(tmp_path, ca
     assert err.startswith(f"optical sweep: error: --scheduler {address}: no Dask scheduler "
                           "answered within 1 s")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("banner", [b"HTTP/1.1 400 Bad Request\r\n\r\n",
+                                    b"SSH-2.0-OpenSSH_9.6\r\n"])
+def test_a_scheduler_port_that_speaks_something_else_is_one_line_naming_it(
+        tmp_path, capsys, monkeypatch, banner):
+    """A port that answers first in another protocol (the epilog's example
+    address hit a proxy's): Dask read its bytes as a frame length, asked for
+    3 EiB, and the sweep said "out of memory"."""
+    import socket
+
+    pytest.importorskip("distributed")
+    from optical.commands import sweep as sweep_command
+
+    monkeypatch.setattr(sweep_command, "SCHEDULER_TIMEOUT_S", 5)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+        def talk():
+            with contextlib.suppress(OSError):
+                connection, _ = server.accept()
+                with connection:
+                    connection.sendall(banner)
+                    connection.recv(1 << 16)  # until the client gives up
+
+        thread = threading.Thread(target=talk, daemon=True)
+        thread.start()
+        out = tmp_path / "s"
+        argv = [a for a in SWEEP if a not in ("--jobs", "1")]
+        assert main([*argv, "--out", str(out), "--scheduler", address]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"optical sweep: error: --scheduler {address}: ")
+    assert "out of memory" not in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
 
 
 def _table(out):

@@ -452,6 +452,8 @@ def test_cli_validate_progress_bar_counts_every_step(tiny_dir, capsys, changes, 
     (["--model", "no/such/dir"], "no such model directory"),
     (["--layer", "9"], "layer: 9 is out of range"),
     (["--tokens", "0"], "--tokens: 0 must be a positive integer"),
+    # validate()'s own check, named as the option (it said "tokens:")
+    (["--tokens", "200000"], "error: --tokens: 200000 exceed max_position_embeddings 131072"),
     (["--batch", "0"], "--batch: 0 must be a positive integer"),
     (["--set", "mapping.attention=maybe"], "mapping.attention"),
 ])

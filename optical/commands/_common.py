@@ -31,11 +31,11 @@ def description(doc: str | None) -> str | None:
 
 
 def add_config_options(parser: argparse.ArgumentParser, *,
-                       default_preset: str = "iris-like") -> None:
+                       default_preset: str = "iris-like", preset_note: str = "") -> None:
     """``--preset NAME`` or ``--config FILE``, and repeatable ``--set path=value``."""
     parser.add_argument("--preset", default=None,
                         help=f"hardware preset (default {default_preset}; one of "
-                             f"{', '.join(presets.names())})")
+                             f"{', '.join(presets.names())}{preset_note})")
     parser.add_argument("--config", dest="config_file", type=path_argument, metavar="FILE",
                         help="the hardware config from a JSON file instead of a preset: what "
                              "'optical config --json' writes, or a JSON that 'optical "

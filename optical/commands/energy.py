@@ -89,7 +89,9 @@ def register(subparsers) -> None:
                         help="request rate of the disaggregated estimate (default 1)")
     parser.add_argument("--plot", type=path_argument, metavar="PATH",
                         help="write a stacked-bar figure (needs matplotlib)")
-    add_config_options(parser)
+    add_config_options(parser, preset_note=(
+        "; the ideal preset's source, converters and mask, and wang-2022's ADC, have no "
+        "finite price: give them with --set, as the error lists"))
     add_json_option(parser)
     parser.set_defaults(run=run)
 

@@ -304,7 +304,13 @@ def _connect(address: str) -> Any:
     if isinstance(outcome, ValueError | TypeError):  # a bad address; TLS without its settings
         raise ValueError(f"--scheduler {address}: {outcome}") from None
     if isinstance(outcome, Exception):
-        raise outcome
+        # Something that speaks first and not Dask (an HTTP or SSH port): Dask
+        # read its bytes as a frame's length and failed allocating 3 EiB,
+        # which the CLI printed as "out of memory".
+        text = str(outcome)
+        text = text if len(text) <= 120 else text[:117] + "..."
+        raise ConnectionError(f"--scheduler {address}: what answered is not a Dask scheduler "
+                              f"({type(outcome).__name__}: {text})") from None
     return outcome
 
 

@@ -93,9 +93,14 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.layer < layers:  # named as the option, as --tokens is
         raise ValueError(f"--layer: {args.layer} is out of range; the model has {layers} "
                          f"layers (0..{layers - 1})")
-    report = validate(model, layer=args.layer, tokens=args.tokens, config=config, seed=args.seed,
-                      batch=args.batch, dtype=args.dtype, local=args.local,
-                      progress=not args.quiet, data_seed=args.data_seed)
+    try:
+        report = validate(model, layer=args.layer, tokens=args.tokens, config=config,
+                          seed=args.seed, batch=args.batch, dtype=args.dtype, local=args.local,
+                          progress=not args.quiet, data_seed=args.data_seed)
+    except ValueError as err:  # "tokens: 600 exceed max_position_embeddings 512"
+        if str(err).startswith("tokens: "):
+            raise ValueError("--tokens: " + str(err).removeprefix("tokens: ")) from None
+        raise
     data = report.to_dict()
     data.update(model_identity(model), weights_seed=args.weights_seed)
     data.update(config_source(args))

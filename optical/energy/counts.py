@@ -182,13 +182,18 @@ def mask_bytes(s: Schedule, config: OpticalConfig) -> int:
     ValueError
         If ``mask.bits`` is None: continuous levels have no finite size.
     """
+    check_mask_bits(config)
     bits = config.mask.bits
-    if bits is None:
-        raise ValueError("mask.bits is None: continuous mask levels have no finite storage "
-                         "cost; set mask.bits to count the weight memory traffic")
     d = matmul_dims(s, config)
     pixels = d.matrices * d.k * d.n * encoding.n_rails(config.encoding.weights)
     return -(-pixels * bits // 8)
+
+
+def check_mask_bits(config: OpticalConfig) -> None:
+    """ValueError if ``mask.bits`` is None: continuous levels have no finite size."""
+    if config.mask.bits is None:
+        raise ValueError("mask.bits is None: continuous mask levels have no finite storage "
+                         "cost; set mask.bits to count the weight memory traffic")
 
 
 def _check_spec(spec: object) -> None:

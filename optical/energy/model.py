@@ -140,17 +140,33 @@ def conversion_energies(config: OpticalConfig) -> tuple[float, float]:
         If a converter is ideal (``bits`` None) and has no explicit energy.
     """
     e = config.energy
-    values = []
+    values, problems = [], []
     for name, explicit, bits in (("dac", e.dac_energy, config.dac.bits),
                                  ("adc", e.adc_energy, config.adc.enob)):
         if explicit is not None:
             values.append(explicit)
         elif bits is None:
-            raise ValueError(f"{name}.bits is None: an ideal converter has no finite energy; "
-                             f"set {name}.bits or energy.{name}_energy")
+            problems.append(f"{name}.bits is None: an ideal converter has no finite energy; "
+                            f"set {name}.bits or energy.{name}_energy")
         else:
             values.append(e.walden_fom * 2.0 ** bits)
+    if problems:  # both named at once
+        raise ValueError("; ".join(problems))
     return values[0], values[1]
+
+
+def _check_priced(config: OpticalConfig) -> None:
+    """One ValueError naming every field that leaves the machine without a
+    finite price (an ideal source, converter or mask), so that a preset's
+    are all set in one go (the ideal preset's four took four tries)."""
+    problems = []
+    for check in (laser_energy_per_activation, conversion_energies, counts.check_mask_bits):
+        try:
+            check(config)
+        except ValueError as err:
+            problems.append(str(err))
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def matmul_energy(s: Schedule, config: OpticalConfig, *, resident: bool = False,
@@ -380,6 +396,7 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     """
     counts._check_spec(spec)
     check_config(config)
+    _check_priced(config)
     counts._check_counts(tokens, batch)
     spec.check_tokens(tokens)
     e = config.energy
