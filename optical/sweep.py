@@ -617,7 +617,9 @@ def _check_read(definition: SweepDefinition) -> None:
     a flat line taken for a measurement. Decided on every combination of the
     :data:`~optical.config.UNREAD_CONDITIONS` the params and base give (a
     Range by its ends), not on the points drawn, so a random sweep's
-    acceptance does not hang on its sample seed. Built-in workloads only: a
+    acceptance does not hang on its sample seed; undecided, and so never
+    refused, where a combination is invalid beside the base's other fields
+    (it may be valid beside the swept ones). Built-in workloads only: a
     custom one may read a field in its own way."""
     if not isinstance(definition.workload, MatmulWorkload | LayerWorkload):
         return
