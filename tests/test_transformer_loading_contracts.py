@@ -228,7 +228,7 @@ def test_rope_parameters_without_rope_theta_take_the_top_level_one():
     assert rope_settings(config)[0] == 123.0
     assert rope_settings({"rope_parameters": {"rope_type": "default"}})[0] == 10000.0
     transformers = pytest.importorskip("transformers")
-    hf = transformers.LlamaConfig.from_dict({**SMALL, **config})
+    hf = transformers.LlamaConfig.from_dict(json.loads(json.dumps({**SMALL, **config})))
     if getattr(hf, "rope_parameters", None) is not None:
         assert hf.rope_parameters["rope_theta"] == 123.0
 

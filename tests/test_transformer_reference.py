@@ -180,7 +180,10 @@ def hf_llama(tmp_path_factory):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    kwargs = {k: v for k, v in TINY_LLAMA.items()
+    # A copy: transformers 5 writes rope_theta into the rope_scaling dict it
+    # is given, which was TINY_LLAMA's own (a later test of the same worker
+    # then wrote a config.json whose RoPE settings disagreed).
+    kwargs = {k: v for k, v in copy.deepcopy(TINY_LLAMA).items()
               if k not in ("architectures", "model_type", "torch_dtype")}
     config = transformers.LlamaConfig(**kwargs, attn_implementation="eager")
     model = transformers.LlamaForCausalLM(config).float().eval()
