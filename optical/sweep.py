@@ -694,7 +694,6 @@ def _may_share(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return a == b
     if "model_dir" in swept:  # a point's checkpoint is its directory's
         swept.add("checkpoint")
-    swept.add("model_digest")  # checked run by run, not by the definition
     return ({k: v for k, v in a.items() if k not in swept}
             == {k: v for k, v in b.items() if k not in swept})
 
@@ -776,11 +775,13 @@ def _prepare(definition: SweepDefinition, out: Path
                 "finishing it here would mix runs computed two ways. Finish it with the "
                 "version that began it, or run the sweep again into a new --out directory "
                 "(load() and optical plot still read the runs it has)")
-        changed = _changes(_without_unhashed(manifest["definition"], definition.workload),
-                           _without_unhashed(new, definition.workload))
+        # The workload's unhashed fields are checked run by run, not here.
+        stored, fresh = (_without_unhashed(d, definition.workload)
+                         for d in (manifest["definition"], new))
+        changed = _changes(stored, fresh)
         if changed:
             old = manifest["definition"].get("workload")
-            shared = _may_share(manifest["definition"], new)
+            shared = _may_share(stored, fresh)
             keep = (f"to keep the runs the two sweeps share, copy {out / RUNS}/*.json into the "
                     "new directory first (a run's id is its workload, config, seed and results "
                     "version, so the new sweep finds them there)" if shared

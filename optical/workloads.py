@@ -173,6 +173,11 @@ class MatmulWorkload:
         from optical.quant import check_programmable
 
         check_programmable(self.k, self.n, config)
+        self._check_backend(config)
+
+    def _check_backend(self, config: OpticalConfig) -> None:
+        """Refuse the dynamic outlier policy on the JAX backend (its bypass
+        must be static), in its words rather than run_batch's batching."""
         if self.backend == "jax" and config.outliers.policy == "dynamic":
             from optical.kernels.jax_backend import _DYNAMIC_BYPASS
 
@@ -186,10 +191,7 @@ class MatmulWorkload:
         from optical.core import matmul
 
         if self.backend == "jax":
-            if config.outliers.policy == "dynamic":  # a backend's limit, not run_batch's
-                from optical.kernels.jax_backend import _DYNAMIC_BYPASS  # batching
-
-                raise ValueError(_DYNAMIC_BYPASS)
+            self._check_backend(config)
             return self.run_batch([config], [seed])[0]
         x, w, exact = self.data()
         y, stats = matmul(x, w, config, seed=seed, return_stats=True, backend=self.backend)

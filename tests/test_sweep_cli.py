@@ -973,22 +973,30 @@ def test_samples_of_a_list_are_its_distinct_draws(tmp_path):
     assert sorted(frame["adc.bits"]) == [4, 6, 8] and frame["point"].tolist() == [0, 1, 2]
 
 
+@contextlib.contextmanager
+def _listening():
+    """A TCP server socket on a free local port, listening, and its address
+    as --scheduler takes it."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server, f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
 def test_a_scheduler_port_that_never_answers_is_one_line_not_a_hang(tmp_path, capsys,
                                                                      monkeypatch):
     """Something accepts the connection and says nothing (the dashboard's port
     given for the scheduler's, say): Client's timeout covers the connect
     only, and the sweep hung for good."""
-    import socket
     import time
 
     pytest.importorskip("distributed")
     from optical.commands import sweep as sweep_command
 
     monkeypatch.setattr(sweep_command, "SCHEDULER_TIMEOUT_S", 1)
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    with _listening() as (server, address):
         out = tmp_path / "s"
         argv = [a for a in SWEEP if a not in ("--jobs", "1")]
         start = time.monotonic()
@@ -1007,16 +1015,11 @@ def test_a_scheduler_port_that_speaks_something_else_is_one_line_naming_it(
     """A port that answers first in another protocol (the epilog's example
     address hit a proxy's): Dask read its bytes as a frame length, asked for
     3 EiB, and the sweep said "out of memory"."""
-    import socket
-
     pytest.importorskip("distributed")
     from optical.commands import sweep as sweep_command
 
     monkeypatch.setattr(sweep_command, "SCHEDULER_TIMEOUT_S", 5)
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    with _listening() as (server, address):
 
         def talk():
             with contextlib.suppress(OSError):
