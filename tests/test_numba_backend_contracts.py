@@ -290,3 +290,30 @@ def test_the_numba_backends_own_matmul_passes_exact_on():
         np.testing.assert_array_equal(got, want)
     assert not np.array_equal(optical.matmul(x, w, cfg, seed=3, backend="numba", exact=True),
                               optical.matmul(x, w, cfg, seed=3, backend="numba"))
+
+
+def test_accumulate_checks_what_its_compiled_loops_index():
+    """`accumulate` is public: arguments its numba loops would index out of
+    bounds (narrower tokens: NaN; a short scale: wrong finite values) or read
+    in another dtype are refused by name (a style audit)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 32)).astype(np.float32)
+    cfg = noisy()
+    pw = optical.program(w, cfg)
+    x = rng.standard_normal((5, 256)).astype(np.float32)
+    scale = np.abs(x).max(axis=1)
+    good = numba_backend.accumulate(x, scale, pw, cfg, 0, np.zeros(3))
+    assert good.shape == (5, 32) and np.isfinite(good).all()
+    with pytest.raises(ValueError, match="x2 has 8 features but the programmed weights have 256"):
+        numba_backend.accumulate(x[:, :8].copy(), scale, pw, cfg, 0, np.zeros(3))
+    with pytest.raises(ValueError, match=r"scale has shape \(4,\); expected \(5,\)"):
+        numba_backend.accumulate(x, scale[:4].copy(), pw, cfg, 0, np.zeros(3))
+    with pytest.raises(TypeError, match="float32"):
+        numba_backend.accumulate(x.astype(np.float64), scale.astype(np.float64), pw, cfg, 0,
+                                 np.zeros(3))
+    with pytest.raises(ValueError, match="totals"):
+        numba_backend.accumulate(x, scale, pw, cfg, 0, np.zeros(2))
+    with pytest.raises(TypeError, match="ProgrammedWeights"):
+        numba_backend.accumulate(x, scale, w, cfg, 0, np.zeros(3))
+    with pytest.raises(ValueError, match="re-program"):
+        numba_backend.accumulate(x, scale, pw, cfg.replace({"adc.bits": 4}), 0, np.zeros(3))

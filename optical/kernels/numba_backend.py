@@ -293,6 +293,32 @@ def _gemm(plan: _Plan, light: np.ndarray, blocks: list, out: np.ndarray) -> np.n
 # --------------------------------------------------------------------------- #
 
 
+def _check_accumulate(x2: object, scale: object, pw: object, config: OpticalConfig,
+                      totals: object) -> None:
+    """What :func:`accumulate` needs of its arguments before its compiled loops
+    index them: TypeError or ValueError naming the argument."""
+    if not isinstance(pw, ProgrammedWeights):
+        raise TypeError(f"pw: expected ProgrammedWeights, got {type(pw).__name__}")
+    pw.check_compatible(config)
+    for name, a, ndim in (("x2", x2, 2), ("scale", scale, 1), ("totals", totals, 1)):
+        if not isinstance(a, np.ndarray) or a.ndim != ndim:
+            raise TypeError(f"{name}: expected a {ndim}-d numpy array, got "
+                            + (f"shape {a.shape}" if isinstance(a, np.ndarray)
+                               else type(a).__name__))
+    if x2.dtype != pw.dtype or scale.dtype != pw.dtype:
+        raise TypeError(f"x2 ({x2.dtype}) and scale ({scale.dtype}) must have the "
+                        f"programmed weights' dtype, {pw.dtype}")
+    if x2.shape[1] != pw.tiling.k:
+        raise ValueError(f"x2 has {x2.shape[1]} features but the programmed weights "
+                         f"have {pw.tiling.k} optical rows")
+    if scale.shape != (x2.shape[0],):
+        raise ValueError(f"scale has shape {scale.shape}; expected ({x2.shape[0]},), "
+                         "one per token of x2")
+    if totals.shape != (3,) or totals.dtype != np.float64 or not totals.flags.writeable:
+        raise ValueError(f"totals must be a writeable float64 array of shape (3,), got "
+                         f"{totals.dtype} {totals.shape}")
+
+
 def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig,
                seed: int, totals: np.ndarray, *, exact: bool = False,
                gemm: str = "auto") -> np.ndarray:
@@ -300,10 +326,17 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
     input scale not yet applied): the numba counterpart of the reference's
     per-chunk ``_accumulate``, over all tokens at once.
 
-    ``x2`` (T, K) and ``scale`` (T,) are checked by :func:`optical.matmul`;
-    ``totals`` gets the detected photons [0] and the clipped conversions [2].
+    ``x2`` (T, K) holds the tokens and ``scale`` (T,) the divisor of each
+    (its input range; :func:`optical.matmul` passes them C-ordered and
+    checked); both of ``pw``'s dtype, with ``K = pw.tiling.k``.
+    ``totals`` (3,) float64 gets the detected photons [0] and the clipped
+    conversions [2] added to it. The compiled loops index these arrays
+    unchecked, so their shapes and dtypes are checked here (ValueError,
+    TypeError), and ``pw`` against ``config``.
     """
     from optical.kernels import _numba
+
+    _check_accumulate(x2, scale, pw, config, totals)
 
     dtype = x2.dtype
     engine = _choose_gemm(gemm, dtype, pw)
