@@ -155,3 +155,28 @@ def test_a_bundled_model_named_from_elsewhere_says_where_they_are(tmp_path, monk
         "directories come with optical's source checkout: run from there, or give a full path)")
     with pytest.raises(FileNotFoundError, match=r"^elsewhere: no such model directory$"):
         read_spec("elsewhere")
+
+
+def test_spec_is_frozen_through_its_config_and_refuses_an_unknown_architecture():
+    """A style audit changed `spec.raw["rms_norm_eps"]` in place and the next
+    layer built from the "frozen" spec followed it; two specs of other norm
+    epsilons compared equal; `ModelSpec(architecture="mistral", ...)` was
+    accepted and counted BERT's six matmuls for it."""
+    import pickle
+
+    spec = read_spec(MODELS / "llama-3.2-1b")
+    with pytest.raises(TypeError):
+        spec.raw["rms_norm_eps"] = 0.5
+    nested = spec.raw["rope_scaling"]
+    nested["factor"] = 1.0  # a copy: the spec's own value is unchanged
+    assert spec.raw["rope_scaling"]["factor"] == 32.0
+    other = ModelSpec.from_config({**dict(spec.raw), "rms_norm_eps": 0.5})
+    assert other != spec and hash(ModelSpec.from_config(dict(spec.raw))) == hash(spec)
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    fields = {f: getattr(spec, f) for f in ("hidden_size", "intermediate_size", "num_layers",
+                                            "num_heads", "num_kv_heads", "head_dim",
+                                            "vocab_size")}
+    with pytest.raises(ValueError, match="architecture 'mistral' is not supported"):
+        ModelSpec(architecture="mistral", raw={}, **fields)
+    with pytest.raises(ValueError, match="head_dim must be a positive integer, got 0"):
+        ModelSpec(architecture="llama", raw={}, **{**fields, "head_dim": 0})
