@@ -87,8 +87,10 @@ from optical._validation import check_bool, check_positive_int, check_seed, miss
 from optical._version import RESULTS_VERSION
 from optical.config import UNREAD_CONDITIONS, OpticalConfig, check_value, parse_value
 from optical.workloads import (
+    BUILTIN_KINDS,
     LayerWorkload,
     MatmulWorkload,
+    check_own_kind,
     clear_caches,
     workload_from_dict,
     workload_label,
@@ -268,6 +270,7 @@ class SweepDefinition:
         for attr in ("run", "to_dict"):
             if not callable(getattr(workload, attr, None)):
                 raise TypeError(f"workload: {type(workload).__name__} has no {attr}() method")
+        check_own_kind(workload)
         if isinstance(base, str):
             base = presets.get(base)
         if not isinstance(base, OpticalConfig):
@@ -574,8 +577,17 @@ def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefi
     ValueError names the manifest when it cannot be rebuilt."""
     manifest = read_manifest(out)
     if workload is None:  # its model directory may have changed since: say so, not "manifest"
+        stored = manifest["definition"]["workload"]
+        kind = stored.get("kind") if isinstance(stored, Mapping) else None
+        if kind not in BUILTIN_KINDS:
+            raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload, of kind {kind!r}, "
+                             "is not one its manifest can rebuild (built-in: "
+                             f"{', '.join(BUILTIN_KINDS)}): a custom workload's sweep resumes "
+                             "from Python with the workload object, optical.resume_sweep(out, "
+                             "workload=...). Its finished runs stay readable "
+                             "(optical.load_sweep, optical plot)")
         try:
-            workload = workload_from_dict(manifest["definition"]["workload"])
+            workload = workload_from_dict(stored)
         except (ValueError, TypeError, OSError) as err:
             raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload it stores "
                              f"({workload_label(manifest['definition']['workload'])}) cannot "
@@ -621,8 +633,8 @@ def _check_read(definition: SweepDefinition) -> None:
     refused, where a combination is invalid beside the base's other fields
     (it may be valid beside the swept ones). Built-in workloads only: a
     custom one may read a field in its own way."""
-    if not isinstance(definition.workload, MatmulWorkload | LayerWorkload):
-        return
+    if type(definition.workload) not in (MatmulWorkload, LayerWorkload):
+        return  # (a subclass of one, of its own kind, may read a field its own way)
     params = dict(definition.params)
     choices = [(c, [definition.base.get(c)] if c not in params
                 else [params[c].lo, params[c].hi] if isinstance(params[c], Range)

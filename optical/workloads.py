@@ -2,7 +2,8 @@
 
 A workload is any object with ``run(config, seed) -> dict[str, float]`` (the
 metrics of one run) and ``to_dict()`` (a JSON description for the sweep's
-manifest, with a ``"kind"`` key), and optionally ``check_seed(seed)``, which
+manifest, with a ``"kind"`` key; a subclass of a built-in workload names
+a kind of its own, :func:`check_own_kind`), and optionally ``check_seed(seed)``, which
 a sweep calls on every seed before its first run. Its result must depend
 only on (workload, config, seed), so that a run gives the same numbers in
 this process, in a worker process and on a Dask cluster.
@@ -33,8 +34,8 @@ from optical._gemm import cols_matmul
 from optical._validation import check_bool, check_nonnegative_int, check_positive_int, check_seed
 from optical.config import OpticalConfig
 
-__all__ = ["LayerWorkload", "MatmulWorkload", "flatten_report", "layer_metrics",
-           "workload_from_dict", "workload_label"]
+__all__ = ["BUILTIN_KINDS", "LayerWorkload", "MatmulWorkload", "check_own_kind", "flatten_report",
+           "layer_metrics", "workload_from_dict", "workload_label"]
 
 _INPUTS = ("gaussian", "uniform", "laplace")
 _DTYPES = ("float32", "float64")
@@ -603,6 +604,9 @@ def _number(value: Any) -> float | int:
 
 _WORKLOADS: dict[str, type] = {"matmul": MatmulWorkload, "layer": LayerWorkload}
 
+#: The kinds a sweep's manifest rebuilds a workload of (:func:`workload_from_dict`).
+BUILTIN_KINDS = tuple(_WORKLOADS)
+
 
 def workload_label(data: Mapping[str, Any], swept: Collection[str] = ()) -> str:
     """A workload's short label from its ``to_dict()`` form, without building
@@ -635,6 +639,26 @@ def workload_label(data: Mapping[str, Any], swept: Collection[str] = ()) -> str:
     except (KeyError, TypeError):  # a field missing, or not a path
         pass
     return f"{kind} workload" if isinstance(kind, str) else "custom workload"
+
+
+def check_own_kind(workload: Any) -> None:
+    """TypeError for a subclass of a built-in workload that describes itself
+    (``to_dict()["kind"]``) as the built-in's kind, as it does unless it
+    names its own: its runs would share the built-in's ids, and a sweep
+    resumed from its directory alone would rebuild and run the built-in. (A
+    wrapper that hands on a built-in's ``to_dict()`` claims its identity on
+    purpose and is left alone.)"""
+    builtin = next((cls for cls in _WORKLOADS.values() if isinstance(workload, cls)), None)
+    if builtin is None or type(workload) is builtin:
+        return
+    kind = workload.to_dict().get("kind")
+    if kind == builtin.kind:
+        raise TypeError(
+            f"workload: {type(workload).__name__}, a subclass of {builtin.__name__}, describes "
+            f"itself as the built-in {kind!r} workload: its runs would share "
+            f"{builtin.__name__}'s ids, and a sweep resumed from its directory alone would run "
+            f"{builtin.__name__}. Give the class its own kind (kind: ClassVar[str] = "
+            f"'my-{kind}')")
 
 
 def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkload:

@@ -861,8 +861,8 @@ def _damage(manifest, change):
     # Another version's workload kind (that version wrote its own hash).
     (lambda m: (m["definition"]["workload"].update(kind="mystery"),
                 m.update(definition_hash=content_hash(m["definition"]))),
-     r"manifest.json: the sweep's workload it stores \(mystery workload\) cannot be made "
-     r"now: workload kind 'mystery'"),
+     r"manifest.json: the sweep's workload, of kind 'mystery', is not one its manifest can "
+     r"rebuild \(built-in: matmul, layer\): a custom workload's sweep resumes from Python"),
 ])
 def test_damaged_manifest_is_named_with_what_is_wrong(tmp_path, change, message):
     out = sweep_dir(tmp_path)
@@ -1861,3 +1861,44 @@ def test_a_range_past_what_the_base_config_allows_is_refused_whatever_the_seed(s
         SweepDefinition.build(WL, {"source.photons_per_mac": Range(1e3, 1e31, log=True)},
                               seeds=1, base=BASE, samples=3, sample_seed=seed,
                               check_points=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class KLMatmul(optical.MatmulWorkload):
+    """A researcher's subclass of a built-in workload that adds a metric."""
+
+    def run(self, config, seed):
+        return {**super().run(config, seed), "extra": 1.0}
+
+
+def test_a_subclass_of_a_built_in_workload_needs_a_kind_of_its_own(tmp_path):
+    """An extension audit's subclass inherited kind "matmul": its runs took
+    MatmulWorkload's ids (a built-in sweep into its directory was "the same
+    sweep"), and `optical sweep --out DIR` resumed it by running the
+    built-in (its runs without the metric). A kind of its own gives its runs
+    their own ids, and the resume from the directory alone points to Python."""
+    from optical.cli import main
+
+    with pytest.raises(TypeError, match=r"KLMatmul, a subclass of MatmulWorkload, describes "
+                                        r"itself as the built-in 'matmul' workload"):
+        SweepDefinition.build(KLMatmul(tokens=4, k=8, n=4), {}, seeds=1)
+
+    @dataclasses.dataclass(frozen=True)
+    class OwnKind(KLMatmul):
+        kind = "kl-matmul"
+
+    own = OwnKind(tokens=4, k=8, n=4)
+    built_in = optical.MatmulWorkload(tokens=4, k=8, n=4)
+    base = optical.presets.get("iris-like")
+    assert (SweepDefinition.build(own, {}, seeds=1).run_id(base, 0)
+            != SweepDefinition.build(built_in, {}, seeds=1).run_id(base, 0))
+    out = tmp_path / "s"
+    optical.sweep(own, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
+                  progress=False)
+    next((out / "runs").glob("*.json")).unlink()
+    with pytest.raises(ValueError, match=r"of kind 'kl-matmul', is not one its manifest can "
+                                         r"rebuild.*resumes from Python with the workload object"):
+        resume(out)
+    assert main(["sweep", "--out", str(out), "--quiet"]) != 0
+    summary = optical.resume_sweep(out, workload=own, executor="serial", progress=False)
+    assert summary.ran == 1 and (load(out)["extra"] == 1.0).all()
