@@ -513,3 +513,22 @@ def test_a_llama_layer_built_by_hand_names_a_wrong_weight(tiny_llama):
     with pytest.raises(TypeError, match="weights: expected a mapping of names to arrays"):
         LlamaLayer(layer.spec, 0, None)
     np.testing.assert_array_equal(LlamaLayer(layer.spec, 0, weights).weights["q_proj"], q)
+
+
+def test_a_sliding_window_and_a_missing_model_type_are_named(tmp_path):
+    """An extension audit relabelled a Mistral config "llama": its
+    sliding_window=4 was ignored (the layer attended to every earlier token,
+    1.3 dB against Hugging Face's Mistral layer); a config without
+    model_type was called "unknown architecture model_type=None"."""
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    write_model(tmp_path, {**TINY_LLAMA, "sliding_window": 4})
+    with pytest.raises(ValueError, match=r"config.json: sliding_window=4 is not supported"):
+        transformer.load(tmp_path)
+    for ok in ({"sliding_window": None}, {"sliding_window": 4, "use_sliding_window": False}):
+        write_model(tmp_path, {**TINY_LLAMA, **ok})  # Qwen2's switch off, or no window
+        transformer.load(tmp_path)
+    write_model(tmp_path, {k: v for k, v in TINY_LLAMA.items() if k != "model_type"})
+    with pytest.raises(ValueError, match=r"config.json: missing key 'model_type' \(supported: "
+                                         r"llama, bert\)"):
+        transformer.load(tmp_path)

@@ -49,7 +49,8 @@ TENSORS = {
 
 def check_llama_config(spec: ModelSpec) -> None:
     """Raise ValueError naming the config.json key of a Llama variant this
-    layer does not implement (biases, another activation, another RoPE)."""
+    layer does not implement (biases, another activation, another RoPE, a
+    sliding attention window)."""
     raw = spec.raw
     act = raw.get("hidden_act", "silu")
     if act not in ("silu", "swish"):  # one function: transformers maps both to SiLU
@@ -60,9 +61,15 @@ def check_llama_config(spec: ModelSpec) -> None:
             shown = json.dumps(value) if isinstance(value, bool | str | int | float) else value
             raise ValueError(f"config.json: {key}={shown} is not supported (Llama has no "
                              "biases: false or absent)")
+    window = raw.get("sliding_window")
+    if window is not None and raw.get("use_sliding_window", True) not in (False, 0, None):
+        # Mistral's or Qwen2's key, in a config relabelled "llama": it was ignored
+        shown = json.dumps(window) if isinstance(window, bool | str | int | float) else window
+        raise ValueError(f"config.json: sliding_window={shown} is not supported (Llama "
+                         "attends to every earlier token: null or absent)")
     for prefix, where in (("", raw), ("rope_parameters.", raw.get("rope_parameters") or {}),
                           ("rope_scaling.", raw.get("rope_scaling") or {})):
-        partial = where.get("partial_rotary_factor", 1.0) if isinstance(where, dict) else 1.0
+        partial = where.get("partial_rotary_factor", 1.0) if isinstance(where, Mapping) else 1.0
         if partial != 1.0:  # another model's (Phi, GLM rotate part of each head)
             shown = json.dumps(partial) if isinstance(partial, bool | str | int | float) \
                 else partial

@@ -120,6 +120,9 @@ class ModelSpec:
     def from_config(cls, config: Mapping[str, Any], *, source: str = "config.json") -> ModelSpec:
         """Build from a parsed ``config.json``; ValueError names a missing or bad key."""
         model_type = config.get("model_type")
+        if "model_type" not in config:
+            raise ValueError(f"{source}: missing key 'model_type' (supported: "
+                             f"{', '.join(_ARCHITECTURES)})")
         if not isinstance(model_type, str) or model_type not in _ARCHITECTURES:
             raise ValueError(f"{source}: unknown architecture model_type={model_type!r}; "
                              f"supported: {', '.join(_ARCHITECTURES)}")
