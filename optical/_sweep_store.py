@@ -63,7 +63,7 @@ def encode(value: Any) -> Any:
     ``json.dumps`` to refuse by type."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [encode(v) for v in value]

@@ -218,6 +218,12 @@ class ColumnErrors:
     sqnr_db: np.ndarray
     relative_error: np.ndarray
 
+    def __post_init__(self) -> None:
+        for name in ("sqnr_db", "relative_error"):  # read-only views: the record is frozen
+            view = np.asarray(getattr(self, name)).view()
+            view.flags.writeable = False
+            object.__setattr__(self, name, view)
+
     @property
     def worst_sqnr_db(self) -> float:
         return float(np.min(self.sqnr_db))

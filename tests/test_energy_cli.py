@@ -691,3 +691,35 @@ def test_a_json_file_that_cannot_be_written_still_shows_the_report(tmp_path, cap
     captured = capsys.readouterr()
     assert "optical prefill" in captured.out and "GPU / optical" in captured.out
     assert "No space left on device" in captured.err and "e.json" in captured.err
+
+
+def test_a_report_is_read_only_and_shows_every_component_it_counts():
+    """A style audit's `report.components["laser"] += 1` moved the frozen
+    report's total from 1.151 to 2.151 J; an extension audit's component
+    added with dataclasses.replace was in the total and left out of the
+    figure's stack, which was labelled with the smaller sum."""
+    import dataclasses
+    import pickle
+
+    pytest.importorskip("matplotlib")
+    from optical.commands.energy import _table
+    from optical.energy.plot import breakdown_figure
+
+    spec, cfg = read_spec(MODEL), optical.presets.get("iris-like")
+    opt = optical.energy.prefill(spec, PROMPT, cfg, model="llama-3.2-1b")
+    total = opt.total
+    with pytest.raises(TypeError):
+        opt.components["laser"] += 1.0
+    opt.by_matmul["q_proj"]["laser"] = 1e9  # a nested mapping is handed out as a copy
+    assert opt.total == total and opt.by_matmul["q_proj"]["laser"] < 1e9
+    assert pickle.loads(pickle.dumps(opt)) == opt and hash(opt) == hash(pickle.loads(
+        pickle.dumps(opt)))
+    thermal = dataclasses.replace(opt, components={**opt.components, "thermal": total})
+    assert thermal.total == pytest.approx(2 * total, rel=1e-12)
+    assert thermal.component_names[-1] == "thermal"
+    assert any(line.split()[0] == "thermal" for line in _table(thermal))
+    ref = gpu.prefill(spec, PROMPT, gpu.get_gpu("h100"))
+    energy = breakdown_figure(thermal, ref).axes[0]
+    (bar,) = {c.get_label(): c.patches for c in energy.containers}["thermal"]
+    assert bar.get_height() == pytest.approx(total / PROMPT, rel=1e-12)
+    assert energy.texts[0].get_text() == f"{thermal.per_token:.3g} J"

@@ -234,3 +234,25 @@ def test_a_batch_is_calibrated_on_one_held_out_prompt(tiny_dir):
     for row in report.products:
         assert row.sqnr_db == metrics.sqnr_db(ref.products[row.name],
                                               run.products[row.name]), row.name
+
+
+def test_a_report_and_its_column_errors_are_read_only(tiny_dir):
+    """A style audit set `report.totals["passes"] = -1` (a sweep's
+    layer_metrics reads it) and `ColumnErrors.sqnr_db[...] = 99`, which moved
+    worst_sqnr_db from 38.76 to 99.0 dB, on "frozen" records."""
+    import pickle
+
+    import numpy as np
+
+    model = transformer.load(tiny_dir)
+    report = transformer.validate(model, layer=0, tokens=8, config=NAIVE, seed=0)
+    with pytest.raises(TypeError):
+        report.totals["passes"] = -1
+    with pytest.raises(TypeError):
+        report.timings["optical_s"] = 0.0
+    assert pickle.loads(pickle.dumps(report)).to_dict() == report.to_dict()
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((16, 4))
+    cols = optical.metrics.column_errors(ref, ref + 0.01 * rng.standard_normal((16, 4)))
+    with pytest.raises(ValueError, match="read-only"):
+        cols.sqnr_db[cols.worst_column] = 99.0

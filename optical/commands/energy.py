@@ -117,8 +117,8 @@ def _table(report: model.PrefillEnergy) -> list[str]:
     tokens = report.batch * report.tokens
     total = report.total
     lines = [f"  {'component':18s} {'J (batch)':>11s} {'J/token':>11s} {'share':>7s}"]
-    for name in model.COMPONENTS:
-        value = report.components[name]
+    for name in report.component_names:
+        value = report.components.get(name, 0.0)
         share = value / total if total > 0 else 0.0
         lines.append(f"  {name:18s} {value:11.4g} {value / tokens:11.4g} {share:7.1%}")
     lines.append(f"  {'total':18s} {total:11.4g} {report.per_token:11.4g} {1:7.1%}")

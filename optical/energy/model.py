@@ -55,6 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from optical._frozen import frozen
 from optical._validation import check_bool, check_positive_int
 from optical.config import OpticalConfig, check_config
 from optical.core import Schedule
@@ -251,35 +252,38 @@ def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: boo
 class PrefillEnergy:
     """Energy and time of one batched prefill on the optical machine.
 
+    Its mappings are read-only (a nested one is handed out as a copy);
+    :func:`dataclasses.replace` makes another report.
+
     Attributes
     ----------
     model : str
     tokens, batch : int
         ``batch`` prompts of ``tokens`` tokens, prefilled together.
-    components : dict of str to float, J
+    components : mapping of str to float, J
         Energy of the whole batch by component (see :data:`COMPONENTS`).
-    by_matmul : dict of str to dict of str to float, J
+    by_matmul : mapping of str to mapping of str to float, J
         Energy of each matmul name summed over the layers, by component.
-    digital : dict of str to float, J
+    digital : mapping of str to float, J
         Energy of each item of digital work (its operations and memory
         traffic) over the whole prefill, the optical matmuls' decoding
         included as ``"decode"``: a view across ``components``.
-    time : dict of str to float, s
+    time : mapping of str to float, s
         ``streaming`` (the chain of matmuls' streaming), ``mask_load`` (the
         rest of the optical time: loads that prefetching cannot hide) and
         ``digital``; they add up to the TTFT.
-    counts : dict of str to int
+    counts : mapping of str to int
         Totals over the layers: the schedule counts (passes, weight loads,
         conversions, readouts, MACs), bytes written to masks, digital
         operations and their on- and off-chip bytes, weight tiles of the
         model, rows streamed per weight load.
-    schedule : dict of str to Schedule
+    schedule : mapping of str to Schedule
         One layer's schedule, the counts the report was computed from.
     num_layers : int
     weights_resident : bool
     cores : int
         Optical cores the prefill ran on (``energy.cores``).
-    faster_if_reloaded : dict of str to float, optional
+    faster_if_reloaded : mapping of str to float, optional
         With resident weights and optical attention, the TTFT (``ttft_s``, s)
         and energy (``energy_j``, J) of reloading the weights every prefill
         instead, where that is faster (None otherwise).
@@ -298,6 +302,19 @@ class PrefillEnergy:
     weights_resident: bool
     cores: int = 1
     faster_if_reloaded: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        # Read-only: a component changed in place moved ``total`` after the fact.
+        frozen(self, "components", "by_matmul", "digital", "time", "counts", "schedule",
+               "faster_if_reloaded")
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        """The components of :attr:`components`: :data:`COMPONENTS`' order,
+        then any a caller added (``dataclasses.replace``), which the table
+        and the figure show as well (the figure left them out of a bar
+        whose total :attr:`total` counts them in)."""
+        return (*COMPONENTS, *(k for k in self.components if k not in COMPONENTS))
 
     @property
     def total(self) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 
 from optical._files import write_output
 from optical.energy.gpu import GPUReport
-from optical.energy.model import COMPONENTS, PrefillEnergy
+from optical.energy.model import PrefillEnergy
 
 __all__ = ["breakdown_figure", "plot_breakdown"]
 
@@ -70,8 +70,14 @@ def breakdown_figure(optical: PrefillEnergy, gpu: GPUReport, *,
     bottom = 0.0
     palette = colormaps["tab10"]
     colors = [palette(i) for i in (0, 1, 2, 3, 4, 5, 6, 8, 9)]  # no grey: that is the GPU
-    for color, name in zip(colors, COMPONENTS, strict=True):
-        value = optical.components[name] / tokens
+    # A caller's added components next, in tab20's light shades (no grey either).
+    colors += [colormaps["tab20"](i) for i in (1, 3, 5, 7, 9, 11, 13, 17, 19)]
+    names = optical.component_names
+    if len(names) > len(colors):
+        raise ValueError(f"the figure tells {len(colors)} components apart; the report has "
+                         f"{len(names)}")
+    for color, name in zip(colors, names, strict=False):
+        value = optical.components.get(name, 0.0) / tokens
         if value <= 0:
             continue
         ax_e.bar("optical", value, bottom=bottom, color=color, label=name)

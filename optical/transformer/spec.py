@@ -6,19 +6,19 @@ from here, so a schedule is counted from the same shapes that are emulated.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from optical._files import MODEL_JSON_BYTES, read_plain
+from optical._frozen import frozen
 from optical._validation import parse_json
 
-__all__ = ["ConfigView", "LinearShape", "ModelSpec", "read_spec"]
+__all__ = ["LinearShape", "ModelSpec", "read_spec"]
 
 _ARCHITECTURES = {"llama": "llama", "bert": "bert"}
 
@@ -44,37 +44,6 @@ class LinearShape:
     out_features: int
 
 
-class ConfigView(Mapping[str, Any]):
-    """A read-only view of a parsed ``config.json``: a nested object or list
-    is handed out as a copy, so no caller can change what a frozen
-    :class:`ModelSpec` (and the layers built from it) reads; equal views
-    hash alike (their canonical JSON)."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        self._data = copy.deepcopy(dict(data))
-
-    def __getitem__(self, key: str) -> Any:
-        value = self._data[key]
-        return copy.deepcopy(value) if isinstance(value, dict | list) else value
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(self._data, sort_keys=True, default=repr))
-
-    def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
-        return (type(self), (self._data,))
-
-    def __repr__(self) -> str:
-        return f"ConfigView({self._data!r})"
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """The architecture facts of a model directory's ``config.json``.
@@ -86,9 +55,9 @@ class ModelSpec:
     vocab_size : int
     raw : Mapping
         The whole ``config.json``, for the architecture-specific keys (RoPE
-        scaling, norm epsilons, ...): a read-only :class:`ConfigView` (a
-        nested object is handed out as a copy), compared and hashed with the
-        rest, since the layers read it.
+        scaling, norm epsilons, ...): a read-only mapping (a nested
+        object is handed out as a copy: ``optical._frozen.FrozenMapping``),
+        compared and hashed with the rest, since the layers read it.
     """
 
     architecture: str
@@ -113,8 +82,7 @@ class ModelSpec:
         if not isinstance(self.raw, Mapping):
             raise TypeError(f"raw must be a mapping (the parsed config.json), got "
                             f"{type(self.raw).__name__}")
-        if not isinstance(self.raw, ConfigView):
-            object.__setattr__(self, "raw", ConfigView(self.raw))
+        frozen(self, "raw")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, source: str = "config.json") -> ModelSpec:

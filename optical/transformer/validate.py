@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from optical import metrics, presets
+from optical._frozen import frozen
 from optical._gemm import cols_matmul, stack_matmul
 from optical._progress import progress_bar
 from optical._validation import check_bool, check_positive_int, check_seed
@@ -121,7 +122,7 @@ class ValidationReport:
         which the optical run does not round: on the ideal preset, tiny
         Llama, 45 dB against an fp16 reference (output 67 dB), 27 dB against
         bf16 (48 dB), 109 dB against float32.
-    totals : dict of str to float
+    totals : mapping of str to float (read-only)
         Over the products on the optical core: the sums of the
         :class:`optical.Schedule` counts (``passes``, ``weight_loads``,
         ``dac_conversions``, ``adc_conversions``, ``detector_readouts``,
@@ -132,7 +133,7 @@ class ValidationReport:
         MACs of input channels an outlier policy multiplied digitally and
         their share of these products' MACs; ``clipped_fraction``, the ADC
         conversions that clipped, pooled over the products.
-    timings : dict of str to float, s
+    timings : mapping of str to float (read-only), s
         Wall time: ``calibration_s`` (the held-out run; ~0 without
         calibration), ``reference_s``, ``optical_s`` (the optical run) and
         ``program_s`` (the part of it spent programming the masks).
@@ -155,11 +156,14 @@ class ValidationReport:
     config: OpticalConfig
     products: tuple[ProductReport, ...]
     output: ProductReport
-    totals: dict[str, float]
-    timings: dict[str, float]
+    totals: Mapping[str, float]
+    timings: Mapping[str, float]
     calibration_tokens: int | None = None
     data_seed: int | None = None
     update: ProductReport | None = None
+
+    def __post_init__(self) -> None:
+        frozen(self, "totals", "timings")  # read-only: layer_metrics reads them
 
     def product(self, name: str) -> ProductReport:
         """The row of product ``name`` (``"down_proj"``, ``"attention.scores"``, ...)."""
