@@ -67,6 +67,7 @@ class DigitalBypass:
 
     @classmethod
     def static(cls, w: np.ndarray, channels: np.ndarray) -> DigitalBypass:
+        channels = np.array(channels, dtype=np.int64)  # a copy: the caller's stays writeable
         keep = np.setdiff1d(np.arange(w.shape[0]), channels)
         return cls(w.shape[0], channels, keep, w[channels].copy())
 

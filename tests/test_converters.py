@@ -112,6 +112,11 @@ def test_quantisers_keep_dtype():
         assert converters.quantize_levels(u, 4).dtype == dtype
         assert converters.transmission(u, 0.1).dtype == dtype
         assert converters.adc_quantize(u, 0.0, 1.0, 4)[0].dtype == dtype
+        assert converters.adc_step(u[:1], u[1:2], 6).dtype == dtype
+        # ENOB noise is float64 with and without an ENOB loss (a style audit
+        # found float32 windows gave float64 with one, float32 without)
+        for enob in (None, 5.5, 6.0):
+            assert converters.enob_noise_std(u[:1], u[1:2], 6, enob).dtype == np.float64, enob
     # float16 cannot hold 2**16 - 1 (inf: every level NaN at 16 bits), nor
     # resolve a step at 11: refused, not rounded wrongly.
     with pytest.raises(TypeError, match="u: dtype float16 is not supported"):

@@ -798,6 +798,23 @@ def test_readout_windows_refuses_arguments_that_disagree(rng):
                                                               r"48\)")):
         with pytest.raises(ValueError, match=message):
             readout_windows(*args, cfg)
+    # dtypes too (a style audit: float16 transmissions failed inside numba,
+    # int64 ones gave integer windows, widths such as 445 and 609)
+    for x_, t_ in ((xn, t.astype(np.float16)), (xn, (t * 100).astype(np.int64)),
+                   (xn.astype(np.float32), t)):
+        with pytest.raises(TypeError, match=r"must both be float32 or both float64"):
+            readout_windows(x_, t_, pw.tiling, rails, cfg)
+
+
+def test_a_static_bypass_leaves_the_callers_channels_writeable():
+    """DigitalBypass.static made the caller's own channel array read-only."""
+    from optical.outliers import DigitalBypass
+
+    channels = np.array([3, 1])
+    bypass = DigitalBypass.static(np.ones((6, 2)), channels)
+    assert channels.flags.writeable and not bypass.channels.flags.writeable
+    channels[0] = 5
+    assert bypass.channels.tolist() == [3, 1]
 
 
 def _lower(a):

@@ -77,11 +77,15 @@ def enob_noise_std(lo: np.ndarray, hi: np.ndarray, bits: int, enob: float | None
     An ideal converter's error variance is ``step**2 / 12``; one with ``enob``
     effective bits has ``(step * 2**(bits - enob))**2 / 12``. The difference is
     added as input-referred Gaussian noise before rounding.
+
+    Returned in float64 whatever the windows' dtype (the noise is drawn in
+    float64 and added to the readouts before they are rounded; it was float64
+    with an ENOB loss and the windows' dtype without one).
     """
-    step = adc_step(lo, hi, bits)
+    step = np.asarray(adc_step(lo, hi, bits), dtype=np.float64)
     if enob is None or enob >= bits:
         return np.zeros_like(step)
-    return step * np.sqrt((4.0 ** (bits - enob) - 1.0) / 12.0)
+    return step * float(np.sqrt((4.0 ** (bits - enob) - 1.0) / 12.0))
 
 
 def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,
