@@ -156,7 +156,7 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
         (K, N) not the tiling's, ``rails`` not one column per rail of the
         transmissions), named: the compiled kernel indexes by them unchecked.
     TypeError
-        ``xn`` and ``transmissions`` not both float32 or both float64.
+        ``xn`` or ``transmissions`` not float32 or float64.
     """
     from optical.kernels import _windows
     from optical.kernels.numba_backend import engine_matmul
@@ -174,9 +174,9 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np
                          f"{xn.shape}")
     # ... and compile for float32 or float64 alone (float16 failed inside numba;
     # integer transmissions gave integer windows).
-    if transmissions.dtype not in (np.float32, np.float64) or xn.dtype != transmissions.dtype:
-        raise TypeError(f"xn ({xn.dtype}) and transmissions ({transmissions.dtype}) must both "
-                        "be float32 or both float64")
+    for name, a in (("xn", xn), ("transmissions", transmissions)):
+        if a.dtype not in (np.float32, np.float64):
+            raise TypeError(f"{name}: dtype {a.dtype} is not supported (float32 or float64)")
     # C order: the DAC levels' means and the GEMM below round by memory order
     # (a Fortran-ordered float64 input moved the windows by 1e-15).
     xn = np.ascontiguousarray(xn)

@@ -800,10 +800,13 @@ def test_readout_windows_refuses_arguments_that_disagree(rng):
             readout_windows(*args, cfg)
     # dtypes too (a style audit: float16 transmissions failed inside numba,
     # int64 ones gave integer windows, widths such as 445 and 609)
-    for x_, t_ in ((xn, t.astype(np.float16)), (xn, (t * 100).astype(np.int64)),
-                   (xn.astype(np.float32), t)):
-        with pytest.raises(TypeError, match=r"must both be float32 or both float64"):
+    for x_, t_, name in ((xn, t.astype(np.float16), "transmissions: dtype float16"),
+                         (xn, (t * 100).astype(np.int64), "transmissions: dtype int64"),
+                         (xn.astype(np.float16), t, "xn: dtype float16")):
+        with pytest.raises(TypeError, match=rf"{name} is not supported \(float32 or float64\)"):
             readout_windows(x_, t_, pw.tiling, rails, cfg)
+    lo32, hi32 = readout_windows(xn, t.astype(np.float32), pw.tiling, rails, cfg)  # as program
+    assert lo32.shape == lo.shape
 
 
 def test_a_static_bypass_leaves_the_callers_channels_writeable():

@@ -301,8 +301,9 @@ def _readout_fast_pass(m, row, g, p_low, r_low, lo, step, inv_step, var_col, var
                 # float32 is ample for the size of a noise term (the root is taken in
                 # float64: a variance past float32's range is a finite deviation).
                 value = mean_e[j] + np.float64(np.float32(math.sqrt(v)) * noise[j + shift])
-                # A zero-width window has inv_step 0: code 0, value lo, never clipped.
-                code = np.rint((value - lo_e[j]) * inv_e[j])
+                # A zero-width window has inv_step 0: code 0, value lo, never clipped
+                # (also for a deviation past float32's range: inf * 0 would be NaN).
+                code = np.rint((value - lo_e[j]) * inv_e[j]) if inv_e[j] != 0.0 else 0.0
                 n_clip += (code < 0.0) | (code > top)
                 zsum[j] += he * (lo_e[j] + min(max(code, 0.0), top) * step_e[j])
         else:
@@ -368,7 +369,7 @@ def _readout_fast_single(t, m, g0, p_low, r_low, asum, lo, step, inv_step, var_c
         value = g0 * np.float64(mean[j]) \
             + np.float64(np.float32(math.sqrt(v)) * noise[j + shift])
         if top > 0.0:
-            code = np.rint((value - lo[j]) * inv_step[j])
+            code = np.rint((value - lo[j]) * inv_step[j]) if inv_step[j] != 0.0 else 0.0
             n_clip += (code < 0.0) | (code > top)
             value = lo[j] + min(max(code, 0.0), top) * step[j]
         z = (h0 * value - offset) * inv_span + pedestal
