@@ -8,7 +8,7 @@ With none writable -- a read-only install in a container started with
 ``cache=True`` when the kernel is defined, which would make importing the
 kernels, and so every matmul (``backend="numpy"`` included: programming
 uses them), fail. The kernels then compile in memory at each start, with
-one warning per kernel module (in each process) that says how to keep them.
+one warning (in each process) that says how to keep them.
 
 Two processes filling one cache at once (a ``--jobs 2`` sweep of float32 and
 float64 workloads, a job array sharing ``NUMBA_CACHE_DIR``) could break it
@@ -32,10 +32,34 @@ from typing import Any
 import numba
 
 
+def warn_outside(message: str) -> None:
+    """A RuntimeWarning attributed to the first frame outside optical, numba
+    and the import machinery: the user's line that imported or ran the
+    kernels (a fixed ``stacklevel`` pointed into numba's dispatcher or at
+    the kernel module's import), so that filters by module see it there."""
+    import sys
+
+    inside = tuple(os.path.dirname(m.__file__) + os.sep for m in (sys.modules["optical"], numba))
+    frame = sys._getframe(1)
+    while frame.f_back is not None and (
+            frame.f_code.co_filename.startswith(inside)
+            or ("importlib" in frame.f_code.co_filename
+                and "_bootstrap" in frame.f_code.co_filename)):
+        frame = frame.f_back
+    warnings.warn_explicit(message, RuntimeWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__", "<string>"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
+
+
+#: The kernel source whose cache was refused first: the warning is given once
+#: per process (every kernel module of an install shares the cause).
+_no_cache: list[str] = []
+
+
 @functools.cache
 def can_cache(source: str) -> bool:
     """Whether numba can cache kernels defined in the file ``source`` (a
-    module's ``__file__``); warns once per file when it cannot."""
+    module's ``__file__``); warns, once per process, when it cannot."""
     namespace: dict = {}
     exec(compile("def _probe():\n    return 0\n", source, "exec"), namespace)
     try:
@@ -43,11 +67,12 @@ def can_cache(source: str) -> bool:
     except RuntimeError as err:
         if "cannot cache" not in str(err):
             raise
-        warnings.warn(f"numba finds no writable directory to cache the kernels of {source} "
-                      "in; they compile at each start instead (about a minute for a "
-                      "matmul's kernels). Set NUMBA_CACHE_DIR to a writable directory to "
-                      "keep them.",
-                      RuntimeWarning, stacklevel=2)
+        if not _no_cache:
+            _no_cache.append(source)
+            warn_outside(f"numba finds no writable directory to cache the kernels of {source} "
+                         "(or of optical's other kernel modules) in; they compile at each "
+                         "start instead (about a minute for a matmul's kernels). Set "
+                         "NUMBA_CACHE_DIR to a writable directory to keep them.")
         return False
     return True
 
@@ -109,11 +134,10 @@ def _tolerant(method: Callable[..., Any], directory: str, doing: str) -> Callabl
 
 @functools.cache
 def _warn_cache_failed(directory: str, doing: str, why: str) -> None:
-    warnings.warn(f"numba could not {doing} its kernel cache in {directory} ({why}); the "
-                  "kernels run from memory and compile again in each new process "
-                  "(about a minute for a matmul's kernels). Free the disk, or set "
-                  "NUMBA_CACHE_DIR to a writable directory with space.", RuntimeWarning,
-                  stacklevel=3)
+    warn_outside(f"numba could not {doing} its kernel cache in {directory} ({why}); the "
+                 "kernels run from memory and compile again in each new process "
+                 "(about a minute for a matmul's kernels). Free the disk, or set "
+                 "NUMBA_CACHE_DIR to a writable directory with space.")
 
 
 def serialise(namespace: dict[str, Any]) -> None:

@@ -467,7 +467,8 @@ def test_fast_and_exact_runs_of_one_programmed_matrix_keep_their_own_plans(rng):
                                   optical.matmul(x, pw, cfg, seed=4, backend="numpy"))
 
 
-def test_kernels_are_cached_where_numba_can_write_and_said_where_it_cannot(tmp_path):
+def test_kernels_are_cached_where_numba_can_write_and_said_where_it_cannot(tmp_path,
+                                                                           monkeypatch):
     """``can_cache``: True for a source file in a writable directory (numba
     keeps the kernels in its __pycache__); False, with one warning saying how
     to keep them, where numba finds no cache locator (here a source that is
@@ -478,9 +479,15 @@ def test_kernels_are_cached_where_numba_can_write_and_said_where_it_cannot(tmp_p
     source = tmp_path / "kernels.py"
     source.write_text("")
     assert probe(str(source)) is True
+    monkeypatch.setattr(_numba_cache, "_no_cache", [])  # as in a fresh process
     with pytest.warns(RuntimeWarning, match=r"numba finds no writable directory to cache the "
-                                            r"kernels of <no file> in.*Set NUMBA_CACHE_DIR"):
+                                            r"kernels of <no file> \(or of optical's other "
+                                            r"kernel modules\) in.*Set NUMBA_CACHE_DIR") as got:
         assert probe("<no file>") is False
+        # once per process (a warnings audit counted four, one per kernel module,
+        # times each worker of a sweep), at the caller's line, not optical's
+        assert probe("<another>") is False
+    assert len(got) == 1 and got[0].filename == __file__
 
 
 def test_two_live_programmed_matrices_of_one_shape_keep_their_own_plans(rng):
@@ -846,6 +853,8 @@ def test_a_full_cache_disk_warns_and_the_kernel_runs(tmp_path):
     assert run.stdout.split() == ["42", "8"]
     assert run.stderr.count("numba could not write its kernel cache in") == 1, run.stderr
     assert str(cache) in run.stderr and "File too large" in run.stderr
+    # at the script's line that ran the kernel, not numba's dispatcher.py
+    assert "<string>:6: RuntimeWarning: numba could not write" in run.stderr, run.stderr
 
 _CACHE_RACER = r'''
 import itertools, os, sys, time
