@@ -708,7 +708,7 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
     """Where numba finds no directory to cache in (a read-only install
     without a writable user cache: numba's cache locators all decline),
     importing the kernels must not fail: they compile in memory, with one
-    warning per module naming NUMBA_CACHE_DIR, and compute the same bits
+    warning (per process) naming NUMBA_CACHE_DIR, and compute the same bits
     (the matmul's kernels and the transformer's rounding kernels alike)."""
     import subprocess
     import sys
@@ -739,7 +739,7 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "rounding 1" in run.stdout  # the transformer's fp16 rounding ran, numpy's bits
-    assert int(run.stdout.split()[-1]) >= 3  # one per kernel module imported
+    assert int(run.stdout.split()[-1]) == 1  # once per process, not once per kernel module
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((8, 64)), rng.standard_normal((64, 16))
     cfg = optical.presets.get("iris-like").replace({"core.inputs": 32, "core.outputs": 16})
