@@ -574,7 +574,9 @@ class BertModel(_Model):
             laid end to end (padding never reaches a product), so a
             sentence's noise depends on its place in the batch and on the
             lengths of the sentences before it, not on the padded length:
-            only the first sentence draws the noise of its own call.
+            only the first sentence draws the noise of its own call. (The
+            digital attention's GEMMs run over the padded keys, so the
+            padded length can move a float32 result's last bits: ~1e-7.)
         program_options, matmul_options : mapping, optional
             Passed to every ``optical.program`` / ``optical.matmul`` call.
 
@@ -589,7 +591,9 @@ class BertModel(_Model):
         with their number times that length (all-MiniLM-L6-v2: about 7 MB
         per sentence where one reaches 256 tokens; attention takes a few
         prompts at a time). Embed a large corpus in several calls, each then
-        calibrated on its own tokens.
+        calibrated on its own tokens, and each with its own ``seed``: calls
+        of one seed draw the same noise for their first sentence, their
+        second, ... (see ``seed``).
         """
         pipeline = self.sentence_pipeline()
         ids, mask = self.token_ids(sentences, prompt=pipeline.prompt)
