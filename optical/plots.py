@@ -167,7 +167,9 @@ def _mean_std(values: np.ndarray) -> tuple[float, float, int]:
     if not np.all(np.isfinite(kept)):
         signs = set(np.sign(kept[np.isinf(kept)]))
         return (math.inf * signs.pop() if len(signs) == 1 else math.nan), 0.0, dropped
-    std = float(np.std(kept, ddof=1)) if kept.size > 1 else 0.0
+    # Equal seeds have no spread (np.std of three equal float64 values is ~1e-14:
+    # an error bar drawn for none).
+    std = float(np.std(kept, ddof=1)) if kept.size > 1 and np.ptp(kept) > 0 else 0.0
     return float(np.mean(kept)), std, dropped
 
 

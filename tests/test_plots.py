@@ -751,6 +751,12 @@ def test_zero_spreads_draw_no_error_bars():
     (container,) = plots.line(frame, "adc.bits", "sqnr_db").axes[0].containers
     segments = container[2][0].get_segments()
     assert [len(s) for s in segments] == [2, 0, 2]
+    # equal seeds whose float64 std is not 0 (three of 56.83792588989611: 8.7e-15,
+    # a metrics audit): no spread either
+    three = one_param("adc.bits", [4, 6], values=[1.0, 2.0], seeds=3)
+    three.loc[three["adc.bits"] == 6, "sqnr_db"] = 56.83792588989611
+    assert np.std(np.full(3, 56.83792588989611), ddof=1) > 0
+    assert plots.summary(three, "sqnr_db", ["adc.bits"])["std"].tolist()[1] == 0.0
 
 
 def test_the_legend_sits_outside_the_data():

@@ -130,6 +130,13 @@ def test_sweep_prints_its_summary_table_and_results_file(tmp_path, capsys):
     value = load(one)["sqnr_db"].iloc[0]
     assert lines[1].split() == ["point", "sqnr_db", "mean", "std", "n"]
     assert lines[2].split() == ["0", f"{value:.3f}", "1"]  # no std of one seed
+    # an infinite mean over several seeds has no std: "-", not the blank of one
+    # seed (a metrics audit; the ideal preset's exact float64 matmul)
+    exact = tmp_path / "exact"
+    assert main(["sweep", "--matmul", "1x1x1", "--dtype", "float64", "--preset", "ideal",
+                 "--seeds", "2", "--jobs", "1", "--out", str(exact)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["0", "inf", "-", "2"]
 
 
 def test_quiet_sweep_prints_nothing(tmp_path, capfd):

@@ -11,7 +11,7 @@ import pytest
 import optical
 from optical import metrics, transformer
 from optical.cli import main
-from optical.transformer.validate import worst_row_sqnr_db
+from optical.transformer.validate import worst_row, worst_row_sqnr_db
 from tests.transformer_helpers import TINY_BERT, TINY_LLAMA, write_model
 
 CFG = optical.presets.get("iris-like").replace({"core.inputs": 48, "core.outputs": 40})
@@ -789,6 +789,24 @@ def test_worst_row_sqnr_of_an_all_zero_reference():
     zero = np.zeros((3, 4))
     assert worst_row_sqnr_db(zero, zero) == math.inf
     assert worst_row_sqnr_db(zero, zero + 0.1) == -math.inf
+
+
+def test_worst_row_sqnr_at_any_magnitude_and_of_nan():
+    """A metrics audit: float64 rows near 1e200 squared to inf (NaN), near
+    1e-200 to 0 ("every row zero"), and NaN was ranked, where the pair
+    metrics scale by a power of two first and refuse NaN."""
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((4, 16))
+    test = ref + 0.1 * rng.standard_normal((4, 16))
+    test[2] = ref[2] + 0.5 * rng.standard_normal(16)  # the worst row
+    db, where = worst_row(ref, test)
+    for scale in (1e200, 1e-200):
+        assert worst_row(ref * scale, test * scale) == (pytest.approx(db, abs=1e-9), where)
+    assert where == (2,)
+    bad = test.copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(ValueError, match="test contains NaN or infinite values"):
+        worst_row(ref, bad)
 
 
 def test_report_output_and_every_total_against_recomputed_values(tiny_dir):

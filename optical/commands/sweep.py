@@ -405,8 +405,9 @@ def _resume_command(out: str) -> str:
 
 
 def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:
-    """Mean, sample standard deviation (blank for one seed) and count of
-    ``metric`` over seeds at each point."""
+    """Mean, sample standard deviation (blank for one seed, "-" where it is
+    undefined: an infinite mean) and count of ``metric`` over seeds at each
+    point."""
     from optical.sweep import load
 
     frame = load(results.parent)
@@ -421,7 +422,7 @@ def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> No
     print(header)
     for point, (mean, std, count) in zip(stats.index, stats.itertuples(index=False),
                                          strict=True):
-        std_text = "" if not math.isfinite(std) else f"{std:8.3f}"
+        std_text = f"{std:8.3f}" if math.isfinite(std) else "" if count <= 1 else "-"
         values = shown.loc[point] if paths else [point]
         print(" ".join(f"{_shown(v):>24s}" for v in values) +
               f" {mean:14.3f} {std_text:>8s} {count:3d}")

@@ -25,7 +25,7 @@ from optical import metrics, presets
 from optical._frozen import frozen
 from optical._gemm import cols_matmul, stack_matmul
 from optical._progress import progress_bar
-from optical._validation import check_bool, check_positive_int, check_seed
+from optical._validation import all_finite, check_bool, check_positive_int, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
@@ -473,14 +473,22 @@ def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
 
 def worst_row(reference: np.ndarray, test: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
     """:func:`worst_row_sqnr_db` and that row's index over the leading axes
-    (the first such row on a tie; None when every reference row is zero)."""
-    ref = np.asarray(reference).reshape(-1, reference.shape[-1])
-    out = np.asarray(test).reshape(ref.shape)
+    (the first such row on a tie; None when every reference row is zero).
+    Both are scaled by one power of two first, as :mod:`optical.metrics`
+    scales them (float64 arrays near 1e200 gave NaN, near 1e-200 "every row
+    zero"); NaN or inf is refused, as there."""
+    reference, test = np.asarray(reference), np.asarray(test)
+    ref = reference.reshape(-1, reference.shape[-1])
+    out = test.reshape(ref.shape)
+    for name, arr in (("reference", ref), ("test", out)):
+        if not all_finite(arr):
+            raise ValueError(f"{name} contains NaN or infinite values")
+    shift = -metrics.exponent(ref, out) if ref.size else 0
     rows = max(1, metrics.SUM_CHUNK // max(ref.shape[1], 1))
     signal, noise = np.empty(ref.shape[0]), np.empty(ref.shape[0])
     for r0 in range(0, ref.shape[0], rows):
-        r = ref[r0:r0 + rows].astype(np.float64)
-        err = r - out[r0:r0 + rows].astype(np.float64)
+        r = np.ldexp(ref[r0:r0 + rows].astype(np.float64), shift)
+        err = r - np.ldexp(out[r0:r0 + rows].astype(np.float64), shift)
         signal[r0:r0 + rows] = np.einsum("ij,ij->i", r, r)
         noise[r0:r0 + rows] = np.einsum("ij,ij->i", err, err)
     keep = np.flatnonzero(signal > 0)
