@@ -2,8 +2,11 @@
 a Dask cluster.
 
 An executor gets the whole list of pending :class:`Task` s at once and yields
-``(task, outcome)`` as runs finish, in any order; ``outcome`` is the metrics
-dict or the exception the run raised. Getting the whole list lets an executor
+``(task, outcome)`` as runs finish, in any order; ``outcome`` is what
+:func:`evaluate` returns for the task (the run's metrics under ``"metrics"``,
+with its time and the environment that ran it) or the exception the run
+raised. A custom executor (``optical.sweep.Executor``) calls
+``optical.sweep.evaluate(task)`` where it runs a task. Getting the whole list lets an executor
 batch runs (:class:`VmapExecutor` ``vmap`` s the JAX tasks that differ only in
 numeric noise parameters and seeds). Closing the generator early (an error,
 Ctrl-C, SIGTERM turned into SystemExit) cancels what has not started and stops

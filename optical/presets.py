@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection
 
 from optical.config import (
@@ -266,6 +267,10 @@ def get(name: str) -> OpticalConfig:
         raise TypeError(f"name: a preset's name is a string, got {type(name).__name__}; "
                         f"valid: {', '.join(_PRESETS)}")
     if name not in _PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(_PRESETS)}")
+        hint = ""
+        if name.endswith(".json") or "/" in name or os.sep in name:
+            hint = (" (a machine file is read by OpticalConfig.from_file(path), or the "
+                    "commands' --config FILE, not as a preset)")
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(_PRESETS)}{hint}")
     return _PRESETS[name]()
 

@@ -59,6 +59,7 @@ from optical._executors import (
     SerialExecutor,
     Task,
     check_not_bootstrapping,
+    evaluate,
     make_executor,
 )
 from optical._files import atomic_write, replacing
@@ -98,7 +99,8 @@ from optical.workloads import (
 
 __all__ = ["MAX_RUNS", "DaskExecutor", "Executor", "LayerWorkload", "MatmulWorkload",
            "ProcessExecutor", "Range", "SerialExecutor",
-           "SweepDefinition", "SweepError", "SweepSummary", "Terminated", "execute", "load",
+           "SweepDefinition", "SweepError", "SweepSummary", "Task", "Terminated", "evaluate",
+           "execute", "load",
            "parse_swept_value", "read_manifest", "resume", "stored_definition", "sweep"]
 
 
@@ -955,6 +957,15 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"finished so far are kept in {out}.")
                     if task.run_id in received:  # once is enough: counted and written once
                         continue
+                    if not isinstance(outcome, BaseException | Mapping) \
+                            or isinstance(outcome, Mapping) and "metrics" not in outcome:
+                        raise SweepError(
+                            f"the executor ({runner.describe()}) gave run {task.run_id} "
+                            f"{type(outcome).__name__} {reprlib.repr(outcome)}, not an outcome: "
+                            "an executor yields (task, evaluate(task)), the dict of the run's "
+                            "metrics, time and environment that optical.sweep.evaluate "
+                            "returns, or the exception the run raised. The "
+                            f"{finished} runs finished so far are kept in {out}.")
                     if isinstance(outcome, BaseException):
                         # A stop signal that arrived inside the run may come
                         # back as its failure (jaxlib turns one raised while

@@ -12,6 +12,10 @@ def test_names_and_unknown_preset():
     assert {"ideal", "iris-like", "wang-2022"} <= set(optical.presets.names())
     with pytest.raises(ValueError, match=r"unknown preset 'iris'; valid: ideal, iris-like"):
         optical.presets.get("iris")
+    # a machine file's path given as a preset says where a file goes (an extension audit)
+    with pytest.raises(ValueError, match=r"unknown preset 'cfgs/mine.json'; valid: .* \(a "
+                                         r"machine file is read by OpticalConfig.from_file"):
+        optical.presets.get("cfgs/mine.json")
     for name in (["ideal"], {"ideal": 1}, None):  # not an unhashable-type TypeError
         with pytest.raises(TypeError, match=r"name: a preset's name is a string, got \w+; "
                                             "valid: ideal, iris-like"):

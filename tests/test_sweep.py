@@ -1594,6 +1594,33 @@ def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path
         execute(definition, tmp_path / "f", executor=Foreign(), progress=False)
     assert not list((tmp_path / "f" / "runs").glob("not-a-run*"))
 
+    # An executor yielding what the run returned (the metrics), not what
+    # evaluate() returns, was told the workload "returned NoneType, not a dict
+    # of metrics" (an extension audit); evaluate is exported beside Executor.
+    from optical.sweep import evaluate
+
+    class Bare(Executor):
+        def run(self, tasks):
+            for task in tasks:
+                yield task, task.workload.run(task.config, task.seed)
+
+        def describe(self):
+            return "bare"
+
+    with pytest.raises(SweepError, match=r"the executor \(bare\) gave run \w+ dict .*not an "
+                                         r"outcome: an executor yields \(task, evaluate\(task\)\)"):
+        execute(definition, tmp_path / "b", executor=Bare(), progress=False)
+
+    class Evaluating(Executor):
+        def run(self, tasks):
+            for task in tasks:
+                yield task, evaluate(task)
+
+        def describe(self):
+            return "evaluating"
+
+    assert execute(definition, tmp_path / "e", executor=Evaluating(), progress=False).ran == 4
+
 
 def test_the_executor_argument_maps_as_documented():
     """None or "processes": a pool on every core; 1: this process (no pool);
