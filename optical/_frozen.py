@@ -4,7 +4,9 @@
 dict it holds being changed in place: a report's ``components["laser"] += 1``
 moved its ``total``, and a spec's ``raw`` changed the layers built from it.
 :class:`FrozenMapping` refuses item assignment, hands out a nested dict or
-list as a copy, hashes as its canonical JSON and pickles as a dict.
+list as a copy, hashes as its canonical JSON and pickles as a dict. A
+layer's weights are held as one of read-only array views
+(:func:`read_only_arrays`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["FrozenMapping", "frozen"]
+import numpy as np
+
+__all__ = ["FrozenMapping", "frozen", "read_only_arrays"]
 
 
 class FrozenMapping(Mapping[str, Any]):
@@ -23,7 +27,9 @@ class FrozenMapping(Mapping[str, Any]):
     __slots__ = ("_data",)
 
     def __init__(self, data: Mapping[str, Any]) -> None:
-        self._data = copy.deepcopy(dict(data))
+        # Nested containers copied; other values (arrays, frozen records) kept.
+        self._data = {k: copy.deepcopy(v) if isinstance(v, dict | list) else v
+                      for k, v in data.items()}
 
     def __getitem__(self, key: str) -> Any:
         value = self._data[key]
@@ -43,6 +49,18 @@ class FrozenMapping(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"FrozenMapping({self._data!r})"
+
+
+def read_only_arrays(arrays: Mapping[str, Any]) -> FrozenMapping:
+    """A :class:`FrozenMapping` of read-only views of ``arrays``' numpy arrays
+    (the caller's own arrays keep their flags; nothing is copied)."""
+    out = {}
+    for name, value in arrays.items():
+        if isinstance(value, np.ndarray):
+            value = value.view()
+            value.flags.writeable = False
+        out[name] = value
+    return FrozenMapping(out)
 
 
 def frozen(instance: object, *names: str) -> None:

@@ -201,3 +201,26 @@ def test_the_jax_backend_runs_every_product_of_a_layer(tmp_path, monkeypatch, sp
         assert labels[:2] == (3, 0) and seed == derive(*labels) >> 31 < 2**32
     assert len(set(seeds)) == len(seeds)
     np.testing.assert_array_equal(run(noisy, seed=3, matmul_options={"backend": "jax"}), first)
+
+
+def test_a_cached_layers_weights_are_read_only(tmp_path):
+    """A style audit scaled `model.layer(1).weights["q_proj"]` in place: every
+    later `model.layer(1)` (the model keeps its last layer) ran the scaled
+    weights, until another layer evicted it and the result silently
+    reverted. The weights are read-only views; a caller's own arrays given
+    to a layer keep their flags."""
+    import numpy as np
+
+    from optical import transformer
+    from optical.transformer.llama import LlamaLayer
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA))
+    layer = model.layer(1)
+    with pytest.raises(ValueError, match="read-only"):
+        layer.weights["q_proj"] *= 2
+    with pytest.raises(TypeError):
+        layer.weights["q_proj"] = layer.weights["q_proj"] * 2
+    mine = {k: np.array(v) for k, v in layer.weights.items()}
+    LlamaLayer(model.spec, 1, mine)
+    assert all(a.flags.writeable for a in mine.values())

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._frozen import read_only_arrays
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
@@ -111,8 +112,10 @@ class LlamaLayer:
     ----------
     spec : ModelSpec
     index : int
-    weights : dict of str to ndarray
+    weights : mapping of str to ndarray
         float32; projections (out_features, in_features) as HF stores them.
+        Read-only (the model keeps its last layer and hands it out again):
+        change a weight by building a layer of new arrays.
     """
 
     def __init__(self, spec: ModelSpec, index: int, weights: Mapping[str, np.ndarray]) -> None:
@@ -132,7 +135,7 @@ class LlamaLayer:
                                  f"{shape} (config.json's), got {got}")
         self.spec = spec
         self.index = index
-        self.weights = dict(weights)
+        self.weights = read_only_arrays(weights)  # the model's cached layer is shared
         raw = spec.raw
         self.eps = float(raw.get("rms_norm_eps", 1e-6))
         theta, scaling, key = rope_settings(raw)
