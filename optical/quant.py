@@ -598,6 +598,15 @@ def _adc_windows(transmissions: np.ndarray, tiling: Tiling,
         # never needs more than the noise-free extremes, the noise part may.
         half = config.adc.headroom * np.sqrt(signal_var + noise_var)
         noise_half = config.adc.headroom * np.sqrt(noise_var)
-        lo[i] = np.maximum(mean - half, floor - noise_half)
-        hi[i] = np.minimum(mean + half, ceiling + noise_half)
+        window_lo = np.maximum(mean - half, floor - noise_half)
+        window_hi = np.minimum(mean + half, ceiling + noise_half)
+        top = float(np.finfo(lo.dtype).max)
+        if not (np.all(np.abs(window_lo) <= top) and np.all(np.abs(window_hi) <= top)):
+            raise ValueError(
+                f"adc.full_scale 'rms': the noise makes a window wider than {lo.dtype} holds "
+                f"(read noise {config.detector.read_noise_electrons:g} electrons over "
+                f"{p:g} photons per MAC, headroom {config.adc.headroom:g}: a readout "
+                f"deviation of {float(np.max(noise_half)):.3g} full-scale MACs); raise "
+                "source.photons_per_mac, lower the detector noise, or compute in float64")
+        lo[i], hi[i] = window_lo, window_hi
     return lo, hi

@@ -964,3 +964,20 @@ def test_programs_own_views_are_not_copied():
         again = dataclasses.replace(pw, input_range=pw.input_range)
         assert all(getattr(again, name) is array for name, array in views.items())
     _memory.release()
+
+
+def test_an_rms_window_past_float32_is_named():
+    """A warnings audit: 1e9 read-noise electrons over 1e-30 photons per MAC
+    (both in range) gave a float32 "rms" window of inf: numpy's overflow
+    warning from quant.py, then "adc_lo: expected finite float window ends".
+    Named now, with what to change; float64 holds it."""
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-1, 1, (64, 32))
+    cfg = optical.presets.get("iris-like").replace({
+        "adc.full_scale": "rms", "source.photons_per_mac": 1e-30, "outliers.policy": "none",
+        "detector.read_noise_electrons": 1e9})
+    with pytest.raises(ValueError, match=r"adc.full_scale 'rms': the noise makes a window wider "
+                                         r"than float32 holds .* raise source.photons_per_mac"):
+        optical.program(w.astype(np.float32), cfg)
+    pw = optical.program(w, cfg)
+    assert np.isfinite(pw.adc_lo).all() and np.isfinite(pw.adc_hi).all()
