@@ -147,10 +147,12 @@ class SourceConfig(Section):
 
     @property
     def rin_sigma(self) -> float:
-        """Standard deviation of the relative intensity of one source in one pass."""
-        if self.rin_db_per_hz == -math.inf:
-            return 0.0
-        return math.sqrt(10.0 ** (self.rin_db_per_hz / 10.0) * self.rin_bandwidth)
+        """Standard deviation of the relative intensity of one source in one pass
+        (:func:`optical.physics.noise.rin_sigma`, the one place it is converted
+        on the host; the JAX pass traces the same formula)."""
+        from optical.physics import noise
+
+        return noise.rin_sigma(self.rin_db_per_hz, self.rin_bandwidth)
 
     def _check_consistency(self) -> None:
         # Near float64's maximum, mean * photons_per_mac overflows to NaN; at

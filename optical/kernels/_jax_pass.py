@@ -238,6 +238,7 @@ def noise_params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> 
     # Validates the ranges and the rules between fields (e.g. RIN), naming the paths.
     config.replace(concrete)
     p = jnp.asarray(values["source.photons_per_mac"], dtype=jnp.float32)
+    # optical.physics.noise.rin_sigma's formula, traced (vmap over the RIN level)
     rin_var = 10.0 ** (jnp.asarray(values["source.rin_db_per_hz"], jnp.float32) / 10.0) \
         * values["source.rin_bandwidth"]
     return {"inv_p": 1.0 / p, "rin_sigma": jnp.sqrt(rin_var),
