@@ -228,7 +228,8 @@ def thin_lens(field: np.ndarray, *, wavelength: float, pixel_pitch: float,
 
     A 1-D field (or ``axis``) gets a cylindrical lens, a 2-D field a
     spherical one, centred on the grid's origin. Negative ``focal_length``
-    is a diverging lens.
+    is a diverging lens. ``wavelength``, ``pixel_pitch`` (the grid's
+    sample spacing) and ``focal_length`` are in m.
     """
     u = _field(field)
     lam = _positive("wavelength", wavelength)
@@ -406,7 +407,8 @@ def imaging_relay(field: np.ndarray, *, wavelength: float, pixel_pitch: float,
 def gaussian_beam_radius(distance: float | np.ndarray, *, waist: float,
                          wavelength: float) -> float | np.ndarray:
     """1/e**2 intensity radius of a Gaussian beam a distance from its waist,
-    ``w(z) = w0 sqrt(1 + (z / z_R)**2)`` with ``z_R = pi w0**2 / lambda``, m."""
+    ``w(z) = w0 sqrt(1 + (z / z_R)**2)`` with ``z_R = pi w0**2 / lambda``, m
+    (``distance``, ``waist`` and ``wavelength`` in m)."""
     w0 = _positive("waist", waist)
     lam = _positive("wavelength", wavelength)
     z_r = math.pi * w0 * w0 / lam
