@@ -4,15 +4,14 @@
 dict it holds being changed in place: a report's ``components["laser"] += 1``
 moved its ``total``, and a spec's ``raw`` changed the layers built from it.
 :class:`FrozenMapping` refuses item assignment, hands out a nested dict or
-list as a copy, hashes as its canonical JSON and pickles as a dict. A
-layer's weights are held as one of read-only array views
-(:func:`read_only_arrays`).
+list as a copy, holds numpy arrays as read-only views, hashes by its keys
+(equal mappings hash alike) and pickles as a dict. A layer's weights are
+held as one (:func:`read_only_arrays`).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -27,8 +26,10 @@ class FrozenMapping(Mapping[str, Any]):
     __slots__ = ("_data",)
 
     def __init__(self, data: Mapping[str, Any]) -> None:
-        # Nested containers copied; other values (arrays, frozen records) kept.
-        self._data = {k: copy.deepcopy(v) if isinstance(v, dict | list) else v
+        # Nested containers copied, arrays held as read-only views (also after
+        # pickling or copying, which come back through here); other values
+        # (frozen records) kept.
+        self._data = {k: copy.deepcopy(v) if isinstance(v, dict | list) else _read_only(v)
                       for k, v in data.items()}
 
     def __getitem__(self, key: str) -> Any:
@@ -42,7 +43,9 @@ class FrozenMapping(Mapping[str, Any]):
         return len(self._data)
 
     def __hash__(self) -> int:
-        return hash(json.dumps(self._data, sort_keys=True, default=repr))
+        # The keys alone: equal mappings have equal keys (10000 == 10000.0 but
+        # their JSON differs, so a hash of the JSON broke hash-equals-eq).
+        return hash(frozenset(self._data))
 
     def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
         return (type(self), (self._data,))
@@ -51,16 +54,18 @@ class FrozenMapping(Mapping[str, Any]):
         return f"FrozenMapping({self._data!r})"
 
 
+def _read_only(value: Any) -> Any:
+    """A numpy array as a read-only view (the caller's keeps its flags)."""
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        value = value.view()
+        value.flags.writeable = False
+    return value
+
+
 def read_only_arrays(arrays: Mapping[str, Any]) -> FrozenMapping:
-    """A :class:`FrozenMapping` of read-only views of ``arrays``' numpy arrays
+    """A :class:`FrozenMapping` of ``arrays``, its numpy arrays read-only views
     (the caller's own arrays keep their flags; nothing is copied)."""
-    out = {}
-    for name, value in arrays.items():
-        if isinstance(value, np.ndarray):
-            value = value.view()
-            value.flags.writeable = False
-        out[name] = value
-    return FrozenMapping(out)
+    return FrozenMapping(arrays)
 
 
 def frozen(instance: object, *names: str) -> None:

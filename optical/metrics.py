@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def compare(reference: object, test: object) -> tuple[float, float, float]:
     return sums.sqnr_db(), sums.cosine(), sums.relative_error()
 
 
-def exponent(*arrays: np.ndarray) -> int:
+def _exponent(*arrays: np.ndarray) -> int:
     """``e`` with ``2**e`` at or above the largest magnitude in ``arrays`` (0
     if all are zero): ``np.ldexp(a, -e)`` is exact and brings every value into
     [-1, 1] (not ``a * 2.0**-e``: that factor overflows for subnormal arrays)."""
@@ -133,7 +134,7 @@ class _Sums:
         dB move in their eighth digit; from ~1e-162 the smaller array's
         squares are 0: it reads as zero, a cosine of 0, an SQNR of -inf or a
         relative error of inf. See the module docstring.)"""
-        shift = -exponent(ref, out)
+        shift = -_exponent(ref, out)
         signal = error = test = cross = 0.0
         for start in range(0, ref.size, SUM_CHUNK):
             r = np.ldexp(ref[start:start + SUM_CHUNK].astype(np.float64), shift)
@@ -224,6 +225,9 @@ class ColumnErrors:
             view.flags.writeable = False
             object.__setattr__(self, name, view)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # through __post_init__: read-only once unpickled
+        return (type(self), (self.sqnr_db, self.relative_error))
+
     @property
     def worst_sqnr_db(self) -> float:
         return float(np.min(self.sqnr_db))
@@ -247,7 +251,7 @@ def column_errors(reference: object, test: object) -> ColumnErrors:
         raise ValueError("column_errors: expected arrays with a column axis, got scalars")
     # Exact scaling keeps the squares in range (see _Sums.of); C order makes
     # the column sums add in one order whatever the inputs' layout.
-    shift = -exponent(ref, out)
+    shift = -_exponent(ref, out)
     ref = np.ldexp(np.ascontiguousarray(ref.reshape(-1, ref.shape[-1])), shift)
     out = np.ldexp(np.ascontiguousarray(out.reshape(-1, ref.shape[-1])), shift)
     signal = np.sum(ref * ref, axis=0)

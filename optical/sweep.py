@@ -272,7 +272,8 @@ class SweepDefinition:
         for attr in ("run", "to_dict"):
             if not callable(getattr(workload, attr, None)):
                 raise TypeError(f"workload: {type(workload).__name__} has no {attr}() method")
-        check_own_kind(workload)
+        if check_points:  # (a stored sweep resumes with the object that made it)
+            check_own_kind(workload)
         if isinstance(base, str):
             base = presets.get(base)
         if not isinstance(base, OpticalConfig):
@@ -958,7 +959,8 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                     if task.run_id in received:  # once is enough: counted and written once
                         continue
                     if not isinstance(outcome, BaseException | Mapping) \
-                            or isinstance(outcome, Mapping) and "metrics" not in outcome:
+                            or isinstance(outcome, Mapping) \
+                            and not {"metrics", "elapsed_s"} <= outcome.keys():
                         raise SweepError(
                             f"the executor ({runner.describe()}) gave run {task.run_id} "
                             f"{type(outcome).__name__} {reprlib.repr(outcome)}, not an outcome: "

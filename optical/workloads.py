@@ -646,24 +646,37 @@ def workload_label(data: Mapping[str, Any], swept: Collection[str] = ()) -> str:
     return f"{kind} workload" if isinstance(kind, str) else "custom workload"
 
 
+#: What makes a workload's runs what they are: a subclass of a built-in that
+#: overrides one of these (or adds a field) computes something else.
+_BEHAVIOUR = ("run", "run_batch", "batch_key", "to_dict", "check_config", "check_seed")
+
+
 def check_own_kind(workload: Any) -> None:
     """TypeError for a subclass of a built-in workload that describes itself
     (``to_dict()["kind"]``) as the built-in's kind, as it does unless it
-    names its own: its runs would share the built-in's ids, and a sweep
-    resumed from its directory alone would rebuild and run the built-in. (A
-    wrapper that hands on a built-in's ``to_dict()`` claims its identity on
-    purpose and is left alone.)"""
+    names its own, while computing something else (it overrides ``run`` or
+    another method of :data:`_BEHAVIOUR`, or adds a field): its runs would
+    share the built-in's ids, and a sweep resumed from its directory alone
+    would rebuild and run the built-in. A subclass that only changes
+    defaults, and a wrapper that hands on a built-in's ``to_dict()``, claim
+    the built-in's identity rightly and are left alone."""
     builtin = next((cls for cls in _WORKLOADS.values() if isinstance(workload, cls)), None)
     if builtin is None or type(workload) is builtin:
         return
     kind = workload.to_dict().get("kind")
-    if kind == builtin.kind:
+    changed = [name for name in _BEHAVIOUR
+               if getattr(type(workload), name, None) is not getattr(builtin, name, None)]
+    if {f.name for f in dataclasses.fields(workload)} != \
+            {f.name for f in dataclasses.fields(builtin)}:
+        changed.append("its fields")
+    if kind == builtin.kind and changed:
         raise TypeError(
-            f"workload: {type(workload).__name__}, a subclass of {builtin.__name__}, describes "
-            f"itself as the built-in {kind!r} workload: its runs would share "
-            f"{builtin.__name__}'s ids, and a sweep resumed from its directory alone would run "
-            f"{builtin.__name__}. Give the class its own kind (kind: ClassVar[str] = "
-            f"'my-{kind}')")
+            f"workload: {type(workload).__name__}, a subclass of {builtin.__name__} that "
+            f"changes {', '.join(changed)}, describes itself as the built-in {kind!r} "
+            f"workload: its runs would share {builtin.__name__}'s ids, and a sweep resumed "
+            f"from its directory alone would run {builtin.__name__}. Give the class its own "
+            f"kind (kind: ClassVar[str] = 'my-{kind}'); a sweep stored before this check "
+            "resumes with its object: optical.resume_sweep(out, workload=...)")
 
 
 def workload_from_dict(data: Mapping[str, Any]) -> MatmulWorkload | LayerWorkload:

@@ -319,19 +319,22 @@ def test_accumulate_checks_what_its_compiled_loops_index():
         numba_backend.accumulate(x, scale, pw, cfg.replace({"adc.bits": 4}), 0, np.zeros(3))
 
 
-def test_a_noise_deviation_past_float32_on_zero_width_windows_reads_the_window():
+@pytest.mark.parametrize("change", [{}, {"encoding.inputs": "split"},
+                                    {"detector.balanced": False}])
+def test_a_noise_deviation_past_float32_on_zero_width_windows_reads_the_window(change):
     """A warnings audit: 1e-30 photons per MAC with 1e9 read-noise electrons
     (both in range) calibrates every window to zero width, and the fast
     path's float32 deviation overflowed to inf; inf times the window's zero
     inverse step made every output NaN, where the reference reads each
-    window's one value."""
+    window's one value (in both fused readout loops: the diff review found
+    the first version of this test reached one)."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (16, 256)).astype(np.float32)
     w = rng.uniform(-1, 1, (256, 64)).astype(np.float32)
     cfg = optical.presets.get("iris-like").replace({
         "detector.shot_noise": "gaussian", "source.photons_per_mac": 1e-30,
-        "detector.read_noise_electrons": 1e9})
-    pw = optical.program(w, cfg, calibration=x)
+        "detector.read_noise_electrons": 1e9, **change})  # one pass and rail; two of either:
+    pw = optical.program(w, cfg, calibration=x)  # the two fused readout loops
     assert np.all(pw.adc_lo == pw.adc_hi)
     ref = optical.matmul(x, pw, cfg, seed=0, backend="numpy")
     assert np.isfinite(ref).all()

@@ -173,6 +173,10 @@ def test_spec_is_frozen_through_its_config_and_refuses_an_unknown_architecture()
     other = ModelSpec.from_config({**dict(spec.raw), "rms_norm_eps": 0.5})
     assert other != spec and hash(ModelSpec.from_config(dict(spec.raw))) == hash(spec)
     assert pickle.loads(pickle.dumps(spec)) == spec
+    # equal specs hash alike (the diff review: 10000 and 10000.0 compared equal,
+    # and their JSON hashed apart)
+    a, b = (ModelSpec.from_config({**dict(spec.raw), "rope_theta": t}) for t in (5e5, 500000))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     fields = {f: getattr(spec, f) for f in ("hidden_size", "intermediate_size", "num_layers",
                                             "num_heads", "num_kv_heads", "head_dim",
                                             "vocab_size")}

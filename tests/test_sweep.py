@@ -1611,6 +1611,14 @@ def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path
                                          r"outcome: an executor yields \(task, evaluate\(task\)\)"):
         execute(definition, tmp_path / "b", executor=Bare(), progress=False)
 
+    class HalfBuilt(Bare):  # {"metrics": ...} alone: named too, not KeyError('elapsed_s')
+        def run(self, tasks):
+            for task in tasks:
+                yield task, {"metrics": task.workload.run(task.config, task.seed)}
+
+    with pytest.raises(SweepError, match=r"not an outcome: an executor yields"):
+        execute(definition, tmp_path / "h", executor=HalfBuilt(), progress=False)
+
     class Evaluating(Executor):
         def run(self, tasks):
             for task in tasks:
@@ -1906,8 +1914,9 @@ def test_a_subclass_of_a_built_in_workload_needs_a_kind_of_its_own(tmp_path):
     their own ids, and the resume from the directory alone points to Python."""
     from optical.cli import main
 
-    with pytest.raises(TypeError, match=r"KLMatmul, a subclass of MatmulWorkload, describes "
-                                        r"itself as the built-in 'matmul' workload"):
+    with pytest.raises(TypeError, match=r"KLMatmul, a subclass of MatmulWorkload that changes "
+                                        r"run, describes itself as the built-in 'matmul' "
+                                        r"workload"):
         SweepDefinition.build(KLMatmul(tokens=4, k=8, n=4), {}, seeds=1)
 
     @dataclasses.dataclass(frozen=True)
@@ -1929,3 +1938,30 @@ def test_a_subclass_of_a_built_in_workload_needs_a_kind_of_its_own(tmp_path):
     assert main(["sweep", "--out", str(out), "--quiet"]) != 0
     summary = optical.resume_sweep(out, workload=own, executor="serial", progress=False)
     assert summary.ran == 1 and (load(out)["extra"] == 1.0).all()
+
+
+def test_a_subclass_sweep_stored_before_the_kind_check_resumes_with_its_object(tmp_path,
+                                                                                monkeypatch):
+    """The diff review: a sweep a KLMatmul made before the check (kind
+    "matmul") could not be resumed with its object, only from the directory
+    alone, which runs the built-in. A subclass that changes defaults alone
+    is the built-in's runs and passes."""
+    out = tmp_path / "old"
+    with monkeypatch.context() as m:  # as an earlier version wrote it
+        m.setitem(optical.sweep.__globals__, "check_own_kind", lambda workload: None)
+        optical.sweep(KLMatmul(tokens=4, k=8, n=4), {"adc.bits": [4, 6]}, seeds=1, out=out,
+                      executor="serial", progress=False)
+    next((out / "runs").glob("*.json")).unlink()
+    summary = optical.resume_sweep(out, workload=KLMatmul(tokens=4, k=8, n=4),
+                                   executor="serial", progress=False)
+    assert summary.ran == 1 and (load(out)["extra"] == 1.0).all()
+
+    @dataclasses.dataclass(frozen=True)
+    class Wide(optical.MatmulWorkload):
+        tokens: int = 8
+        k: int = 16
+        n: int = 8
+
+    assert (SweepDefinition.build(Wide(), {}, seeds=1).run_id(BASE, 0)
+            == SweepDefinition.build(optical.MatmulWorkload(8, 16, 8), {}, seeds=1)
+            .run_id(BASE, 0))

@@ -803,6 +803,11 @@ def test_worst_row_sqnr_at_any_magnitude_and_of_nan():
     for scale in (1e200, 1e-200):
         assert worst_row(ref * scale, test * scale) == (pytest.approx(db, abs=1e-9), where)
     assert where == (2,)
+    # rows far apart in magnitude keep their own SQNRs (the diff review: one
+    # shared scale read the 1e-100 row as zero and named the 1e100 one)
+    spread = np.stack([ref[0] * 1e100, ref[2] * 1e-100])
+    assert worst_row(spread, np.stack([test[0] * 1e100, test[2] * 1e-100])) == \
+        (pytest.approx(db, abs=1e-9), (1,))
     bad = test.copy()
     bad[1, 3] = np.nan
     with pytest.raises(ValueError, match="test contains NaN or infinite values"):

@@ -256,3 +256,13 @@ def test_a_report_and_its_column_errors_are_read_only(tiny_dir):
     cols = optical.metrics.column_errors(ref, ref + 0.01 * rng.standard_normal((16, 4)))
     with pytest.raises(ValueError, match="read-only"):
         cols.sqnr_db[cols.worst_column] = 99.0
+    # ... also once pickled or copied (the diff review: they came back writeable)
+    import copy
+
+    for again in (pickle.loads(pickle.dumps(cols)), copy.deepcopy(cols)):
+        assert not again.sqnr_db.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            again.sqnr_db[0] = 99.0
+    layer = transformer.load(tiny_dir).layer(0)
+    for weights in (pickle.loads(pickle.dumps(layer.weights)), copy.deepcopy(layer.weights)):
+        assert not weights["q_proj"].flags.writeable

@@ -80,12 +80,14 @@ def enob_noise_std(lo: np.ndarray, hi: np.ndarray, bits: int, enob: float | None
 
     Returned in float64 whatever the windows' dtype (the noise is drawn in
     float64 and added to the readouts before they are rounded; it was float64
-    with an ENOB loss and the windows' dtype without one).
+    with an ENOB loss and the windows' dtype without one). The product is
+    taken as before, then widened: the same values under numpy 1.x, whose
+    value-based casting keeps a float32 step's product in float32, and 2.x.
     """
-    step = np.asarray(adc_step(lo, hi, bits), dtype=np.float64)
+    step = adc_step(lo, hi, bits)
     if enob is None or enob >= bits:
-        return np.zeros_like(step)
-    return step * float(np.sqrt((4.0 ** (bits - enob) - 1.0) / 12.0))
+        return np.zeros(np.shape(step))
+    return np.asarray(step * np.sqrt((4.0 ** (bits - enob) - 1.0) / 12.0), dtype=np.float64)
 
 
 def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,

@@ -474,21 +474,23 @@ def worst_row_sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
 def worst_row(reference: np.ndarray, test: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
     """:func:`worst_row_sqnr_db` and that row's index over the leading axes
     (the first such row on a tie; None when every reference row is zero).
-    Both are scaled by one power of two first, as :mod:`optical.metrics`
-    scales them (float64 arrays near 1e200 gave NaN, near 1e-200 "every row
-    zero"); NaN or inf is refused, as there."""
+    Each row pair is scaled by its own power of two first (exact, so no
+    ratio moves; float64 rows near 1e200 gave NaN, near 1e-200 "every row
+    zero"); NaN or inf is refused, as :mod:`optical.metrics` refuses it."""
     reference, test = np.asarray(reference), np.asarray(test)
     ref = reference.reshape(-1, reference.shape[-1])
     out = test.reshape(ref.shape)
     for name, arr in (("reference", ref), ("test", out)):
         if not all_finite(arr):
             raise ValueError(f"{name} contains NaN or infinite values")
-    shift = -metrics.exponent(ref, out) if ref.size else 0
     rows = max(1, metrics.SUM_CHUNK // max(ref.shape[1], 1))
     signal, noise = np.empty(ref.shape[0]), np.empty(ref.shape[0])
     for r0 in range(0, ref.shape[0], rows):
-        r = np.ldexp(ref[r0:r0 + rows].astype(np.float64), shift)
-        err = r - np.ldexp(out[r0:r0 + rows].astype(np.float64), shift)
+        r, o = (a[r0:r0 + rows].astype(np.float64) for a in (ref, out))
+        top = np.maximum(np.abs(r).max(axis=1, initial=0.0), np.abs(o).max(axis=1, initial=0.0))
+        shift = -np.frexp(top)[1][:, None]  # 2**e at or above each row's largest magnitude
+        r, o = np.ldexp(r, shift), np.ldexp(o, shift)
+        err = r - o
         signal[r0:r0 + rows] = np.einsum("ij,ij->i", r, r)
         noise[r0:r0 + rows] = np.einsum("ij,ij->i", err, err)
     keep = np.flatnonzero(signal > 0)
