@@ -1,65 +1,68 @@
-"""A read-only mapping for the fields of frozen dataclasses.
+"""A read-only dict for the fields of frozen dataclasses.
 
 ``dataclasses.dataclass(frozen=True)`` stops a field being rebound, not a
 dict it holds being changed in place: a report's ``components["laser"] += 1``
 moved its ``total``, and a spec's ``raw`` changed the layers built from it.
-:class:`FrozenMapping` refuses item assignment, hands out a nested dict or
-list as a copy, holds numpy arrays as read-only views, hashes by its keys
-(equal mappings hash alike) and pickles as a dict. A layer's weights are
+:class:`FrozenMapping` is a ``dict`` (so ``json.dumps``, ``|``, pandas and
+``dict(...)`` take it as one) that refuses every change: nested dicts are
+frozen too and lists held as tuples, numpy arrays as read-only views (also
+after pickling or copying, which come back through its constructor). It
+hashes by its keys, so equal mappings hash alike. A layer's weights are
 held as one (:func:`read_only_arrays`).
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 import numpy as np
 
 __all__ = ["FrozenMapping", "frozen", "read_only_arrays"]
 
 
-class FrozenMapping(Mapping[str, Any]):
-    """A read-only copy of a mapping (see the module docstring)."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        # Nested containers copied, arrays held as read-only views (also after
-        # pickling or copying, which come back through here); other values
-        # (frozen records) kept.
-        self._data = {k: copy.deepcopy(v) if isinstance(v, dict | list) else _read_only(v)
-                      for k, v in data.items()}
-
-    def __getitem__(self, key: str) -> Any:
-        value = self._data[key]
-        return copy.deepcopy(value) if isinstance(value, dict | list) else value
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __hash__(self) -> int:
-        # The keys alone: equal mappings have equal keys (10000 == 10000.0 but
-        # their JSON differs, so a hash of the JSON broke hash-equals-eq).
-        return hash(frozenset(self._data))
-
-    def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
-        return (type(self), (self._data,))
-
-    def __repr__(self) -> str:
-        return f"FrozenMapping({self._data!r})"
-
-
-def _read_only(value: Any) -> Any:
-    """A numpy array as a read-only view (the caller's keeps its flags)."""
+def _freeze(value: Any) -> Any:
+    if isinstance(value, FrozenMapping):
+        return value
+    if isinstance(value, Mapping):
+        return FrozenMapping(value)
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
     if isinstance(value, np.ndarray) and value.flags.writeable:
-        value = value.view()
+        value = value.view()  # a view: the caller's array keeps its flags
         value.flags.writeable = False
     return value
+
+
+class FrozenMapping(dict):
+    """A read-only dict (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        for key, value in dict(*args, **kwargs).items():
+            dict.__setitem__(self, key, _freeze(value))
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} is read-only: build a new mapping "
+                        "(dataclasses.replace for a record's field)")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self))
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
+        return (type(self), (dict(self),))
+
+    def __copy__(self) -> FrozenMapping:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenMapping:
+        return self  # nothing in it can change
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({dict.__repr__(self)})"
 
 
 def read_only_arrays(arrays: Mapping[str, Any]) -> FrozenMapping:

@@ -162,14 +162,16 @@ def test_spec_is_frozen_through_its_config_and_refuses_an_unknown_architecture()
     layer built from the "frozen" spec followed it; two specs of other norm
     epsilons compared equal; `ModelSpec(architecture="mistral", ...)` was
     accepted and counted BERT's six matmuls for it."""
+    import json
     import pickle
 
     spec = read_spec(MODELS / "llama-3.2-1b")
     with pytest.raises(TypeError):
         spec.raw["rms_norm_eps"] = 0.5
-    nested = spec.raw["rope_scaling"]
-    nested["factor"] = 1.0  # a copy: the spec's own value is unchanged
+    with pytest.raises(TypeError):  # nested objects too
+        spec.raw["rope_scaling"]["factor"] = 1.0
     assert spec.raw["rope_scaling"]["factor"] == 32.0
+    assert json.loads(json.dumps(spec.raw)) == json.loads(json.dumps(dict(spec.raw)))
     other = ModelSpec.from_config({**dict(spec.raw), "rms_norm_eps": 0.5})
     assert other != spec and hash(ModelSpec.from_config(dict(spec.raw))) == hash(spec)
     assert pickle.loads(pickle.dumps(spec)) == spec

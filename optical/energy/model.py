@@ -252,7 +252,7 @@ def matmul_time(s: Schedule, config: OpticalConfig, *, cores: int, resident: boo
 class PrefillEnergy:
     """Energy and time of one batched prefill on the optical machine.
 
-    Its mappings are read-only (a nested one is handed out as a copy);
+    Its mappings are read-only dicts, nested ones too;
     :func:`dataclasses.replace` makes another report.
 
     Attributes

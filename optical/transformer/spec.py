@@ -55,9 +55,9 @@ class ModelSpec:
     vocab_size : int
     raw : Mapping
         The whole ``config.json``, for the architecture-specific keys (RoPE
-        scaling, norm epsilons, ...): a read-only mapping (a nested
-        object is handed out as a copy: ``optical._frozen.FrozenMapping``),
-        compared and hashed with the rest, since the layers read it.
+        scaling, norm epsilons, ...): a read-only dict, nested objects
+        too (``optical._frozen.FrozenMapping``; lists as tuples), compared
+        and hashed with the rest, since the layers read it.
     """
 
     architecture: str
