@@ -201,9 +201,9 @@ class LlamaLayer:
             product), keyed within it by each token's row in the batch laid end
             to end: a prompt's noise depends on its place in the batch (not on
             its neighbours' values), and only the first prompt draws the noise
-            of its own call. Its *result* is its neighbours' free only where
-            nothing is calibrated or pooled over the call's own inputs: with
-            ``calibration`` given (held-out rows) and per-token input scaling.
+            of its own call. Its *result* is free of its neighbours only
+            where nothing is calibrated or pooled over the call's own inputs:
+            with ``calibration`` given (held-out rows) and per-token scaling.
             Without it, the settings that need calibration are calibrated on
             the whole batch (every value of prompt 0 moved when prompt 1 was
             swapped), and ``dac.scaling="per_tensor"`` or the dynamic
