@@ -8,7 +8,7 @@ moved its ``total``, and a spec's ``raw`` changed the layers built from it.
 frozen too and lists held as tuples, numpy arrays as read-only views (also
 after pickling or copying, which come back through its constructor). It
 hashes by its keys, so equal mappings hash alike. A layer's weights are
-held as one (:func:`read_only_arrays`).
+held as one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-__all__ = ["FrozenMapping", "frozen", "read_only_arrays"]
+__all__ = ["FrozenMapping", "frozen", "read_only_view"]
 
 
 def _freeze(value: Any) -> Any:
@@ -28,8 +28,14 @@ def _freeze(value: Any) -> Any:
         return FrozenMapping(value)
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
+    return read_only_view(value)
+
+
+def read_only_view(value: Any) -> Any:
+    """A writeable numpy array as a read-only view (the caller's array keeps
+    its flags; nothing is copied); anything else as it is."""
     if isinstance(value, np.ndarray) and value.flags.writeable:
-        value = value.view()  # a view: the caller's array keeps its flags
+        value = value.view()
         value.flags.writeable = False
     return value
 
@@ -63,12 +69,6 @@ class FrozenMapping(dict):
 
     def __repr__(self) -> str:
         return f"FrozenMapping({dict.__repr__(self)})"
-
-
-def read_only_arrays(arrays: Mapping[str, Any]) -> FrozenMapping:
-    """A :class:`FrozenMapping` of ``arrays``, its numpy arrays read-only views
-    (the caller's own arrays keep their flags; nothing is copied)."""
-    return FrozenMapping(arrays)
 
 
 def frozen(instance: object, *names: str) -> None:

@@ -24,6 +24,7 @@ failing the call whose kernel had just compiled) into a warning.
 import contextlib
 import functools
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -37,8 +38,6 @@ def warn_outside(message: str) -> None:
     and the import machinery: the user's line that imported or ran the
     kernels (a fixed ``stacklevel`` pointed into numba's dispatcher or at
     the kernel module's import), so that filters by module see it there."""
-    import sys
-
     inside = tuple(os.path.dirname(m.__file__) + os.sep for m in (sys.modules["optical"], numba))
     frame = sys._getframe(1)
     while frame.f_back is not None and (

@@ -38,6 +38,7 @@ from optical._config_fields import (
 )
 from optical._files import read_plain
 from optical._validation import DuplicateKeyError, parse_json
+from optical.physics import noise
 
 __all__ = [
     "ADCConfig",
@@ -150,8 +151,6 @@ class SourceConfig(Section):
         """Standard deviation of the relative intensity of one source in one pass
         (:func:`optical.physics.noise.rin_sigma`, the one place it is converted
         on the host; the JAX pass traces the same formula)."""
-        from optical.physics import noise
-
         return noise.rin_sigma(self.rin_db_per_hz, self.rin_bandwidth)
 
     def _check_consistency(self) -> None:

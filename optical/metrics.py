@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from optical._frozen import read_only_view
 from optical._validation import all_finite, as_plain_array
 
 __all__ = ["ColumnErrors", "column_errors", "compare", "cosine", "kl_divergence",
@@ -221,9 +222,7 @@ class ColumnErrors:
 
     def __post_init__(self) -> None:
         for name in ("sqnr_db", "relative_error"):  # read-only views: the record is frozen
-            view = np.asarray(getattr(self, name)).view()
-            view.flags.writeable = False
-            object.__setattr__(self, name, view)
+            object.__setattr__(self, name, read_only_view(np.asarray(getattr(self, name))))
 
     def __reduce__(self) -> tuple[Any, ...]:  # through __post_init__: read-only once unpickled
         return (type(self), (self.sqnr_db, self.relative_error))

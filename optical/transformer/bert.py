@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from optical._frozen import read_only_arrays
+from optical._frozen import FrozenMapping
 from optical._validation import as_plain_array, check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
@@ -110,7 +110,7 @@ class BertLayer:
         check_bert_config(spec)
         self.spec = spec
         self.index = index
-        self.weights = read_only_arrays(weights)  # the model's cached layer is shared
+        self.weights = FrozenMapping(weights)  # the model's cached layer is shared
         self.eps = float(spec.raw.get("layer_norm_eps", 1e-12))
 
     def __repr__(self) -> str:

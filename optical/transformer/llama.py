@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from optical._frozen import read_only_arrays
+from optical._frozen import FrozenMapping
 from optical._validation import check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
@@ -135,7 +135,7 @@ class LlamaLayer:
                                  f"{shape} (config.json's), got {got}")
         self.spec = spec
         self.index = index
-        self.weights = read_only_arrays(weights)  # the model's cached layer is shared
+        self.weights = FrozenMapping(weights)  # the model's cached layer is shared
         raw = spec.raw
         self.eps = float(raw.get("rms_norm_eps", 1e-6))
         theta, scaling, key = rope_settings(raw)
