@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import optical
-from optical import _executors
+from optical import _executors, _signals, _sweep_definition
+from optical._signals import sigterm_as_exit
 from optical._sweep_store import content_hash, lock
 from optical.sweep import (
     Range,
@@ -29,7 +30,6 @@ from optical.sweep import (
     load,
     read_manifest,
     resume,
-    sigterm_as_exit,
 )
 
 pd = pytest.importorskip("pandas")
@@ -1199,7 +1199,7 @@ def test_a_swallowed_stop_signal_prints_no_traceback(monkeypatch):
     with sigterm_as_exit():
         Raises(KeyboardInterrupt())  # no signal recorded: the hook sees it
         assert seen == ["KeyboardInterrupt"]
-        sys.modules["optical.sweep"]._RECEIVED.append(signal.SIGTERM)
+        _signals._RECEIVED.append(signal.SIGTERM)
         Raises(Terminated(143))
         Raises(KeyboardInterrupt())
         assert seen == ["KeyboardInterrupt"]
@@ -1948,7 +1948,7 @@ def test_a_subclass_sweep_stored_before_the_kind_check_resumes_with_its_object(t
     is the built-in's runs and passes."""
     out = tmp_path / "old"
     with monkeypatch.context() as m:  # as an earlier version wrote it
-        m.setitem(optical.sweep.__globals__, "check_own_kind", lambda workload: None)
+        m.setattr(_sweep_definition, "check_own_kind", lambda workload: None)
         optical.sweep(KLMatmul(tokens=4, k=8, n=4), {"adc.bits": [4, 6]}, seeds=1, out=out,
                       executor="serial", progress=False)
     next((out / "runs").glob("*.json")).unlink()

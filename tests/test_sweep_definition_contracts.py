@@ -64,7 +64,7 @@ def test_integer_ranges_draw_each_integer_by_its_share():
     """Linear: each integer of [lo, hi] equally likely. Log: each as likely as
     its share of [lo - 1/2, hi + 1/2] in log space (rounding reaches it from
     both sides; the ends had half their share). 20 000 draws, within 4 sigma."""
-    from optical.sweep import _draw
+    from optical._sweep_definition import _draw
 
     n = 20_000
     for log, share in ((False, {1: 1 / 3, 2: 1 / 3, 3: 1 / 3}),

@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 
 import optical
 import optical.transformer
-from optical.sweep import _hashed
+from optical._sweep_definition import _hashed
 from optical.workloads import (
     LayerWorkload,
     MatmulWorkload,

@@ -315,7 +315,8 @@ def _connect(address: str) -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from optical.sweep import SweepError, Terminated, execute, sigterm_as_exit, stored_definition
+    from optical._signals import sigterm_as_exit
+    from optical.sweep import SweepError, Terminated, execute, stored_definition
 
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
