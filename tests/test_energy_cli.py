@@ -727,3 +727,20 @@ def test_a_report_is_read_only_and_shows_every_component_it_counts():
     (bar,) = {c.get_label(): c.patches for c in energy.containers}["thermal"]
     assert bar.get_height() == pytest.approx(total / PROMPT, rel=1e-12)
     assert energy.texts[0].get_text() == f"{thermal.per_token:.3g} J"
+
+
+def test_the_gpu_presets_are_read_only():
+    """A style finding carried for a dozen stops: ``energy.GPUS`` was a
+    plain dict, so ``GPUS["h100"] = ...`` (a board of one's own written over
+    the datasheet's) changed every later ``get_gpu("h100")`` and ``optical
+    energy --gpu h100`` in the process. Another board is a GPUSpec of its own."""
+    h100 = gpu.get_gpu("h100")
+    slower = h100.replace(peak_flops=h100.peak_flops / 2)
+    with pytest.raises(TypeError, match="read-only"):
+        optical.energy.GPUS["h100"] = slower
+    with pytest.raises(TypeError, match="read-only"):
+        optical.energy.GPUS.pop("h200")
+    assert gpu.get_gpu("h100") == h100 and set(optical.energy.GPUS) == {"h100", "h200"}
+    spec = read_spec(MODEL)
+    assert (gpu.prefill(spec, PROMPT, slower).time
+            > gpu.prefill(spec, PROMPT, h100).time)  # a GPUSpec of one's own is used as given

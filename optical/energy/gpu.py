@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
+from optical._frozen import FrozenMapping
 from optical._validation import check_positive_int
 from optical.energy import counts
 from optical.transformer.spec import ModelSpec
@@ -88,8 +90,9 @@ class GPUSpec:
         return self.power / (self.peak_flops * self.compute_utilization)
 
 
-#: Datasheet presets (SXM boards; dense BF16; sources in docs/energy.md).
-GPUS: dict[str, GPUSpec] = {
+#: Datasheet presets (SXM boards; dense BF16; sources in docs/energy.md), read-only
+#: (another board: a GPUSpec of its own, or ``get_gpu(name).replace(...)``).
+GPUS: Mapping[str, GPUSpec] = FrozenMapping({
     "h100": GPUSpec(
         name="H100 SXM", peak_flops=989e12, memory_bandwidth=3.35e12, power=700.0,
         memory=80e9,
@@ -100,7 +103,7 @@ GPUS: dict[str, GPUSpec] = {
         memory=141e9,
         source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1979 TFLOP/s with "
                "sparsity, 989 dense; 4.8 TB/s HBM3e; 141 GB; up to 700 W"),
-}
+})
 
 
 def get_gpu(name: str) -> GPUSpec:
