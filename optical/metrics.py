@@ -176,7 +176,8 @@ def max_abs_error(reference: object, test: object) -> float:
 def _log_softmax(logits: np.ndarray, axis: int) -> np.ndarray:
     with np.errstate(over="ignore"):  # a spread past float64's largest: -inf, probability 0
         shifted = logits - np.max(logits, axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    with np.errstate(under="ignore"):  # a probability below float64's least: 0
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1) -> float:
@@ -197,8 +198,9 @@ def kl_divergence(reference_logits: object, test_logits: object, axis: int = -1)
         raise ValueError(f"axis: {axis} is out of range for arrays of shape {ref.shape}")
     log_p = _log_softmax(ref, axis)
     log_q = _log_softmax(out, axis)
-    p = np.exp(log_p)
-    with np.errstate(invalid="ignore"):  # -inf - -inf where p is 0: that term is 0
+    with np.errstate(under="ignore"):
+        p = np.exp(log_p)
+    with np.errstate(invalid="ignore", under="ignore"):  # -inf - -inf where p is 0: term 0
         kl = np.sum(np.where(p > 0, p * (log_p - log_q), 0.0), axis=axis)
     return float(np.mean(np.maximum(kl, 0.0)))  # >= 0; rounding can leave -1e-17
 

@@ -224,3 +224,34 @@ def test_a_cached_layers_weights_are_read_only(tmp_path):
     mine = {k: np.array(v) for k, v in layer.weights.items()}
     LlamaLayer(model.spec, 1, mine)
     assert all(a.flags.writeable for a in mine.values())
+
+
+def test_results_do_not_depend_on_numpys_floating_point_error_handlers(tmp_path):
+    """A left-alone finding: under ``np.seterr(all="raise")`` (a researcher's
+    way of catching overflow) every fp16 reference raised FloatingPointError
+    where rounding to fp16 underflows (RoPE's tables near cos = 0), every
+    wang-2022 validate where softmax's exp underflows, and every embedding
+    where the L2 norm squares small components: underflow to subnormals and
+    zero is what fp16, bf16 and float32 arithmetic do, not an error. Under
+    it each result is the one numpy's default handling gives, bit for bit."""
+    from optical import presets
+    from optical.transformer import sentence
+
+    wang = presets.get("wang-2022")
+    runs = []
+    for config in (TINY_LLAMA, TINY_BERT):
+        model = transformer.load(write_model(tmp_path / config["model_type"], config))
+        layer = model.layer(0)
+        h = model.hidden_states(0, 40, seed=0)
+        h[..., 0] *= np.float32(60.0)  # a massive channel: scores far apart, exp underflows
+        for dtype in ("float16", "bfloat16", "float32"):
+            runs.append(lambda layer=layer, h=h, dtype=dtype: layer.reference(h, dtype=dtype))
+        runs.append(lambda layer=layer, h=h: layer.optical(h, wang, seed=1))
+    pooled = np.random.default_rng(2).standard_normal((2, 5, 8)).astype(np.float32)
+    pooled[0] *= np.float32(1e-22)  # squares below float32's least normal (norm < eps)
+    mask = np.ones((2, 5), dtype=bool)
+    runs.append(lambda: sentence.pool(pooled, mask, sentence.SentencePipeline()))
+    expected = [run() for run in runs]
+    with np.errstate(all="raise"):
+        for run, want in zip(runs, expected, strict=True):
+            np.testing.assert_array_equal(run(), want)

@@ -28,7 +28,7 @@ from optical.transformer._engines import (
     matmul_inputs,
     weight_matmuls,
 )
-from optical.transformer.numerics import softmax
+from optical.transformer.numerics import softmax, underflow_to_zero
 from optical.transformer.spec import ModelSpec
 
 __all__ = ["BertLayer", "check_mask", "embeddings", "mean_pool"]
@@ -179,6 +179,7 @@ class BertLayer:
         return matmul_inputs(lambda engine: self.forward(h3, mask, engine),
                              weight_matmuls(self.weights), dtype)
 
+    @underflow_to_zero
     def forward(self, h: np.ndarray, mask: np.ndarray, engine: ReferenceEngine) -> np.ndarray:
         """(B, T, H) -> (B, T, H) on ``engine``; ``mask`` (B, T) marks real tokens."""
         spec, w, rnd = self.spec, self.weights, engine.round

@@ -31,7 +31,7 @@ from optical.transformer._engines import (
     matmul_inputs,
     weight_matmuls,
 )
-from optical.transformer.numerics import softmax
+from optical.transformer.numerics import softmax, underflow_to_zero
 from optical.transformer.rope import apply_rope, inverse_frequencies, rope_settings, rope_tables
 from optical.transformer.spec import ModelSpec
 
@@ -263,6 +263,7 @@ class LlamaLayer:
 
     # -- the forward pass -------------------------------------------------- #
 
+    @underflow_to_zero
     def _forward(self, h: np.ndarray, engine: ReferenceEngine) -> np.ndarray:
         spec, w, rnd = self.spec, self.weights, engine.round
         batch, tokens, hidden = h.shape

@@ -8,11 +8,17 @@ holding dtype-representable values, so every GEMM runs in BLAS.
 
 from __future__ import annotations
 
+import functools
 import reprlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["DTYPES", "check_dtype", "largest", "range_problem", "round_to", "softmax"]
+__all__ = ["DTYPES", "check_dtype", "largest", "range_problem", "round_to", "softmax",
+           "underflow_to_zero"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Reference dtypes, by the names torch and Hugging Face use.
 DTYPES = ("float32", "float16", "bfloat16")
@@ -106,7 +112,7 @@ def round_to(x: np.ndarray, dtype: str, *, out: np.ndarray | None = None) -> np.
                                                            or x.flags.f_contiguous):
         return _round_fast(x, dtype, out)
     if dtype == "float16":
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", under="ignore"):  # fp16's range is the point
             rounded = x.astype(np.float16).astype(np.float32)
     else:
         rounded = _round_bfloat16(x)
@@ -139,8 +145,27 @@ def _round_fast(x: np.ndarray, dtype: str, out: np.ndarray | None = None) -> np.
     return out
 
 
+def underflow_to_zero(func: _F) -> _F:
+    """``func`` with numpy's underflow ignored whatever ``np.seterr`` says:
+    a result below its dtype's least normal value becoming a subnormal or
+    zero is what fp16, bf16 and float32 arithmetic do (in torch, and in the
+    emulated hardware), not an error. Under ``np.seterr(all="raise")`` every
+    layer's softmax, SiLU and fp16 rounding raised FloatingPointError.
+    Overflow, invalid operations and division by zero keep the caller's
+    handling."""
+
+    @functools.wraps(func)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(under="ignore"):
+            return func(*args, **kwargs)
+
+    return quiet  # type: ignore[return-value]
+
+
+@underflow_to_zero
 def softmax(s: np.ndarray) -> np.ndarray:
     """Softmax over the last axis in the dtype of ``s`` (float32 for the
-    references); ``-inf`` entries get probability 0."""
+    references); ``-inf`` entries get probability 0, as do scores so far
+    below their row's largest that the exponential underflows."""
     e = np.exp(s - np.max(s, axis=-1, keepdims=True))
     return e / np.sum(e, axis=-1, keepdims=True)

@@ -313,5 +313,7 @@ def pool(h: np.ndarray, mask: np.ndarray, pipeline: SentencePipeline) -> np.ndar
     else:
         pooled = (h * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
     if pipeline.normalize:
-        pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+        with np.errstate(under="ignore"):  # squares of tiny components: zero, as they are
+            norm = np.linalg.norm(pooled, axis=-1, keepdims=True)
+        pooled = pooled / np.maximum(norm, 1e-12)
     return pooled
