@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from optical._gemm import row_block
 from optical._validation import as_plain_array, check_bool, check_float_array
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
+
+if TYPE_CHECKING:
+    from optical.quant import Tiling
 
 __all__ = ["check_inputs", "input_range", "mse_windows", "normalise", "readout_windows",
            "subsample"]
@@ -129,7 +133,8 @@ def normalise(cal: np.ndarray, config: OpticalConfig, static_range: float | None
     return x / np.where(absmax > 0, absmax, 1.0)
 
 
-def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling, rails: np.ndarray,
+def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling: Tiling,
+                    rails: np.ndarray,
                     config: OpticalConfig) -> tuple[np.ndarray, np.ndarray]:
     """Calibrated ADC windows per (K-tile, ADC rail, column), full-scale-MAC units.
 

@@ -41,13 +41,31 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from optical.physics import crosstalk
 
-__all__ = ["LEVEL_FRACTION", "MAX_ITERATIONS", "TOLERANCE", "SeparableCoupling", "gain",
-           "pre_distort", "tolerance"]
+if TYPE_CHECKING:
+    from optical.quant import Tiling
+
+__all__ = ["LEVEL_FRACTION", "MAX_ITERATIONS", "TOLERANCE", "Optics", "SeparableCoupling",
+           "gain", "pre_distort", "tolerance"]
+
+
+class Optics(Protocol):
+    """The forward map compensation inverts (see the module docstring):
+    :class:`SeparableCoupling`, or the lens physics. It may also define
+    ``leak_parts(tiling)`` (see :func:`gain`)."""
+
+    def apply(self, t: np.ndarray, tiling: Tiling) -> np.ndarray:
+        """Effective transmissions of mask transmissions ``t`` (rails, K, N)."""
+        ...
+
+    def diagonal(self, tiling: Tiling) -> np.ndarray:
+        """Each pixel's self-coupling, broadcastable to (rails, K, N)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -85,7 +103,7 @@ class SeparableCoupling:
                              "2 dimensions (tile rows, tile columns)")
         object.__setattr__(self, "envelope", envelope)
 
-    def diagonal(self, tiling) -> np.ndarray:
+    def diagonal(self, tiling: Tiling) -> np.ndarray:
         """Self-coupling of every pixel, shape (K, N)."""
         centre = (self.row_kernel[self.row_kernel.size // 2]
                   * self.col_kernel[self.col_kernel.size // 2])
@@ -93,7 +111,7 @@ class SeparableCoupling:
         layout = (tiling.k_tiles, tiling.tile_k, tiling.n_tiles, tiling.tile_n)
         return _from_tiles(np.broadcast_to(centre * env[:, None, :], layout), tiling)
 
-    def apply(self, t: np.ndarray, tiling) -> np.ndarray:
+    def apply(self, t: np.ndarray, tiling: Tiling) -> np.ndarray:
         """Effective transmissions of mask transmissions ``t`` (..., K, N),
         tile by tile; same shape and dtype."""
         tiles = _to_tiles(t, tiling)
@@ -142,7 +160,8 @@ _REACH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _REACH_ENTRIES = 128
 
 
-def gain(optics, tiling, min_transmission: float, scheme: str, rails: int) -> np.ndarray:
+def gain(optics: Optics, tiling: Tiling, min_transmission: float, scheme: str,
+         rails: int) -> np.ndarray:
     """A target scale of each K-tile column that every pixel can reach,
     whatever its neighbours show.
 
@@ -267,7 +286,8 @@ def tolerance(bits: int | None, min_transmission: float) -> float:
     return max(TOLERANCE, LEVEL_FRACTION * (1 - min_transmission) / ((1 << bits) - 1))
 
 
-def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics, tiling, min_transmission: float,
+def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics: Optics, tiling: Tiling,
+                min_transmission: float,
                 scheme: str, *, tol: float = TOLERANCE,
                 max_iter: int = MAX_ITERATIONS) -> np.ndarray:
     """Mask levels (rails, K, N) in [0, 1], not yet quantised, whose effective

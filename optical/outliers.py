@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from optical._gemm import row_block, rows_matmul
 from optical._validation import read_only
 from optical.config import OpticalConfig, OutliersConfig
+
+if TYPE_CHECKING:
+    from optical.core import MatmulStats
+    from optical.quant import ProgrammedWeights
 
 __all__ = ["DigitalBypass", "bypass_matmul", "channel_magnitude", "select_channels"]
 
@@ -99,9 +103,9 @@ def select_channels(magnitude: np.ndarray, rule: OutliersConfig) -> np.ndarray:
     return np.sort(chosen).astype(np.int64)
 
 
-def bypass_matmul(x: np.ndarray, programmed, config: OpticalConfig, *,
+def bypass_matmul(x: np.ndarray, programmed: ProgrammedWeights, config: OpticalConfig, *,
                   optical: Callable[[np.ndarray, object], tuple[np.ndarray, object]],
-                  return_stats: bool):
+                  return_stats: bool) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
     """``x @ w`` with the outlier channels multiplied digitally.
 
     Parameters

@@ -17,6 +17,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from optical.config import OpticalConfig
 
 __all__ = ["BACKENDS", "MIN_FAST_TILE", "available", "environment", "is_jax_array", "resolve"]
 
@@ -79,7 +83,7 @@ def available() -> list[str]:
     return names
 
 
-def resolve(backend: str, x: object, config=None) -> str:
+def resolve(backend: str, x: object, config: OpticalConfig | None = None) -> str:
     """The concrete backend for ``backend``, an input ``x`` and (optionally)
     the config it will run on.
 

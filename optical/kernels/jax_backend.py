@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,9 +109,9 @@ _DYNAMIC_BYPASS = ("outliers.policy = 'dynamic': the JAX backend runs only a sta
                    "backend='numba' or 'numpy'")
 
 
-def matmul(x, w, config: OpticalConfig, *, seed, return_stats: bool = False,
+def matmul(x: Any, w: Any, config: OpticalConfig, *, seed: Any, return_stats: bool = False,
            chunk_tokens: int | None = None, exact: bool = False,
-           params: Mapping[str, Any] | None = None):
+           params: Mapping[str, Any] | None = None) -> Any:
     """``x @ w`` on the optical core, in JAX (see the module docstring).
 
     Parameters
@@ -275,8 +275,9 @@ def _input_scale(x2, st: Static, input_range: float | None):
 
 
 def matmul_runs(x: np.ndarray, pw: ProgrammedWeights, config: OpticalConfig, *,
-                seeds, params: Mapping[str, Any] | None = None,
-                chunk_tokens: int | None = None, exact: bool = False):
+                seeds: Sequence[int], params: Mapping[str, Any] | None = None,
+                chunk_tokens: int | None = None, exact: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Many runs of one programmed matmul in a single ``vmap``: one per seed,
     each with its own values of the numeric noise fields in ``params``.
 

@@ -41,6 +41,7 @@ import functools
 import importlib.util
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -49,6 +50,9 @@ from optical._gemm import row_block, rows_matmul
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
 from optical.quant import ProgrammedWeights, adc_rails
+
+if TYPE_CHECKING:
+    from optical.core import MatmulStats
 
 __all__ = ["BLOCK_TOKENS", "GEMMS", "accumulate", "engine_matmul", "matmul"]
 
@@ -68,7 +72,7 @@ _XLA_MIN_TILE = 128 * 128
 
 def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConfig, *,
            seed: int, return_stats: bool = False, chunk_tokens: int | None = None,
-           exact: bool = False):
+           exact: bool = False) -> np.ndarray | tuple[np.ndarray, MatmulStats]:
     """``optical.matmul(..., backend="numba")``: see :func:`optical.matmul`."""
     from optical.core import matmul as core_matmul
 

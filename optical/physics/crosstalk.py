@@ -68,11 +68,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from optical.config import OpticalConfig, OpticsConfig, check_config
 from optical.physics import _mask_apply, encoding, propagation
+
+if TYPE_CHECKING:
+    from optical.quant import Tiling
 
 __all__ = [
     "Kernels",
@@ -417,7 +421,7 @@ def effective_tile(transmissions: np.ndarray, kern: Kernels, *,
     return _mask_apply.apply(t, kern, [(0, t.shape[1])], [(0, t.shape[2])], column_offset)
 
 
-def effective_transmissions(transmissions: np.ndarray, tiling, config: OpticalConfig, *,
+def effective_transmissions(transmissions: np.ndarray, tiling: Tiling, config: OpticalConfig, *,
                             out: np.ndarray | None = None) -> np.ndarray:
     """:func:`effective_tile` on every (K-tile, N-tile) of a programmed matrix.
 

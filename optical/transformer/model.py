@@ -423,7 +423,7 @@ class BertModel(_Model):
             return self.spec.max_positions
         return min(length, self.spec.max_positions)
 
-    def tokenizer(self):
+    def tokenizer(self) -> Any:
         """The ``tokenizers.Tokenizer`` of the checkpoint (``tokenizer.json``),
         without padding and truncating at :attr:`max_tokens`."""
         if self._tokenizer is None:

@@ -14,7 +14,7 @@ Tables are computed in float32, as Hugging Face does.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -230,7 +230,8 @@ def rotate_half(x: np.ndarray) -> np.ndarray:
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rnd=None) -> np.ndarray:
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+               rnd: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """``x * cos + rotate_half(x) * sin``; ``rnd`` rounds each op's result.
 
     Parameters
