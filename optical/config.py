@@ -837,6 +837,12 @@ class OpticalConfig:
                 nested = section.split(".", 1) if isinstance(section, str) else []
                 hint = (f' (fields nest in their section: {{"{nested[0]}": {{"{nested[1]}": '
                         "...}})" if len(nested) == 2 and nested[0] in _SECTIONS else "")
+                if section == "preset":  # a preset plus changes is a command line's
+                    hint = (" (a config holds whole sections, missing fields taking "
+                            "OpticalConfig()'s values, not a preset's: start from "
+                            "optical.presets.get(NAME).replace(...), --preset NAME --set "
+                            "path=value, or a file written by optical config --preset NAME "
+                            "--json FILE)")
                 raise ValueError(f"unknown config section {section!r}{hint}; valid sections: "
                                  f"{', '.join(_SECTIONS)}")
             if not isinstance(fields, Mapping):

@@ -592,6 +592,10 @@ def test_a_config_file_leaves_unset_fields_at_the_base_config(tmp_path):
     ('{"adc": {"headroom": %s}}' % ("1" * 5000), "--config {path}: not JSON (Exceeds the limit"),
     ('{"adc.bits": 6}', '--config {path}: unknown config section \'adc.bits\' (fields nest in '
                         'their section: {{"adc": {{"bits": ...}}}})'),
+    ('{"preset": "iris-like", "adc": {"bits": 6}}',
+     "--config {path}: unknown config section 'preset' (a config holds whole sections, missing "
+     "fields taking OpticalConfig()'s values, not a preset's: start from "
+     "optical.presets.get(NAME).replace(...), --preset NAME --set path=value"),
     ('{"mask": {"compensate": "true"}}', "--config {path}: mask.compensate: 'true' is text, "
                                          "not a boolean"),
     ("[1, 2]", "--config {path}: expected a mapping of sections, got list"),
