@@ -23,11 +23,12 @@ failing the call whose kernel had just compiled) into a warning.
 
 import contextlib
 import functools
+import hashlib
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numba
@@ -74,6 +75,29 @@ def can_cache(source: str) -> bool:
                          "NUMBA_CACHE_DIR to a writable directory to keep them.")
         return False
     return True
+
+
+def dependencies_current(source: str, recorded: Mapping[str, str]) -> bool:
+    """Whether each module beside ``source`` named in ``recorded`` (file name
+    -> first 16 hex digits of its SHA-256: a kernel module's
+    ``DEPENDENCY_SHA256``) still has that digest. numba checks a cached
+    kernel against its own file only, so after an edit of a module whose
+    numba functions it compiles in (``_rng_numba.py``), the cache would run
+    the old code: where a digest differs, this warns and returns False,
+    and the caller compiles without the disk cache. ~50 us per import."""
+    directory = os.path.dirname(source)
+    changed = {}
+    for name, digest in recorded.items():
+        with open(os.path.join(directory, name), "rb") as handle:
+            now = hashlib.sha256(handle.read()).hexdigest()[:16]
+        if now != digest:
+            changed[name] = now
+    if changed:
+        warn_outside(f"{', '.join(changed)} changed since {os.path.basename(source)} recorded "
+                     "its digest (DEPENDENCY_SHA256): its kernels compile without the disk "
+                     "cache, whose copies would run the old code (numba checks a kernel's own "
+                     f"file only). Record the new digests ({changed}) to cache them again.")
+    return not changed
 
 
 _LOCK_NAME = ".optical-numba.lock"

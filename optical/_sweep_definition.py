@@ -188,6 +188,7 @@ class SweepDefinition:
         for attr in ("run", "to_dict"):
             if not callable(getattr(workload, attr, None)):
                 raise TypeError(f"workload: {type(workload).__name__} has no {attr}() method")
+        _check_stored(workload)
         if check_points:  # (a stored sweep resumes with the object that made it)
             check_own_kind(workload)
         if isinstance(base, str):
@@ -352,6 +353,21 @@ class SweepDefinition:
         return [content_hash({"workload": workload, "config": data, "seed": seed,
                               "results_version": RESULTS_VERSION})
                 for seed in seeds]
+
+
+def _check_stored(workload: Any) -> None:
+    """Refuse a workload whose ``to_dict()`` JSON cannot hold (a sweep
+    writes it into its manifest and hashes it into each run's id), naming
+    what it holds, before json.dumps' bare TypeError."""
+    data = workload.to_dict()
+    try:
+        json.dumps(encode(data), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"workload: {type(workload).__name__}.to_dict() returned what JSON "
+                        f"cannot hold ({err}); a sweep stores it in its manifest and hashes it "
+                        "into every run's id: give it numbers, strings, booleans, None, lists "
+                        "and dicts (an array's tolist(), or a name or seed it is made from)"
+                        ) from None
 
 
 def _named_seed(value: Any, name: str) -> int:

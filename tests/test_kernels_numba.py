@@ -980,3 +980,36 @@ def test_numba_disable_jit_is_named(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == (
         "ImportError: NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their "
         "intrinsics have no pure-Python form); unset NUMBA_DISABLE_JIT to use optical")
+
+
+def test_an_edited_dependency_turns_the_disk_cache_off_until_its_digest_is_recorded(tmp_path):
+    """A cold-start audit edited ``_rng_numba.py`` (the Box-Muller radius)
+    after a warm run: the fast path went on running the old generator from
+    numba's cache (25.70 dB, where the edited code gives 19.87), silently
+    until someone ran the test above. The kernel module now compares the
+    recorded digests at import and compiles without the disk cache, with a
+    warning naming the file, where one differs."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(optical.__file__).parent
+    copy = tmp_path / "optical"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    probe = ("import warnings\nwarnings.simplefilter('always')\n"
+             "import optical.kernels._numba as m\nprint(m._CACHE)")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "nb")}
+
+    def cached():
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[-1], done.stderr
+
+    assert cached() == ("True", "")
+    edited = copy / "kernels" / "_rng_numba.py"
+    edited.write_text(edited.read_text() + "\n# an edit\n")
+    flag, warning = cached()
+    assert flag == "False"
+    assert "_rng_numba.py changed since _numba.py recorded its digest" in warning
+    assert "RuntimeWarning" in warning and "compile without the disk cache" in warning

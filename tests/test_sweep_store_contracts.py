@@ -330,6 +330,25 @@ def test_a_custom_workload_described_with_numpy_and_inf_resumes_and_is_checked(t
         resume(out, workload=workload, executor="serial", progress=False)
 
 
+@pytest.mark.parametrize("held", [np.ones(3), {1.5j}, object()])
+def test_a_custom_workload_json_cannot_hold_is_named_before_anything_is_written(tmp_path, held):
+    """An extension audit's to_dict() holding an array ended in json's bare
+    "Object of type ndarray is not JSON serializable"; the refusal names the
+    workload's to_dict and what to give, and the sweep writes nothing."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Holding(NumpyDescribed):
+        def to_dict(self):
+            return {"kind": "holding", "weights": held}
+
+    out = tmp_path / "s"
+    with pytest.raises(TypeError, match=r"workload: Holding\.to_dict\(\) returned what JSON "
+                                        r"cannot hold \(Object of type \w+ is not JSON "
+                                        r"serializable\); a sweep stores it in its manifest"):
+        optical.sweep(Holding(), PARAMS, seeds=1, out=out, executor="serial", progress=False)
+    assert not out.exists()
+
+
 def test_a_narrow_log_range_draws_within_its_bounds(tmp_path):
     """exp(uniform(log lo, log hi)) rounds an ulp outside [lo, hi] for about
     1 % of the draws of a range this narrow: such a point is clamped, so the

@@ -27,11 +27,9 @@ import math
 import numba as nb
 import numpy as np
 
-from optical._numba_cache import can_cache, serialise
+from optical._numba_cache import can_cache, dependencies_current, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
 from optical.kernels import _rng_numba as rng
-
-_CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
 
 #: SHA-256 (first 16 hex digits) of each module whose numba functions the
 #: kernels here compile in. numba checks a cached kernel against its own
@@ -39,8 +37,12 @@ _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be writ
 #: defined in a different file", its notes on caching), so an edit there
 #: alone would leave the kernels cached from this file running the old
 #: code. Recording the digests makes such an edit change this file too;
-#: ``tests/test_kernels_numba.py`` fails until they are updated.
+#: ``tests/test_kernels_numba.py`` fails until they are updated, and until
+#: then the kernels here compile without the disk cache (with a warning).
 DEPENDENCY_SHA256 = {"_rng_numba.py": "7edaf12f4a370db9"}
+
+# False (with a warning) where nothing can be written, or a dependency changed.
+_CACHE = can_cache(__file__) and dependencies_current(__file__, DEPENDENCY_SHA256)
 
 _SERIAL = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
