@@ -86,6 +86,7 @@ class Schedule:
     macs: int
 
     def to_dict(self) -> dict[str, float | int]:
+        """Every count by its field name (the keys of ``MatmulStats`` they share)."""
         return dataclasses.asdict(self)
 
 

@@ -231,10 +231,12 @@ class ColumnErrors:
 
     @property
     def worst_sqnr_db(self) -> float:
+        """The lowest column SQNR, dB."""
         return float(np.min(self.sqnr_db))
 
     @property
     def median_sqnr_db(self) -> float:
+        """The median column SQNR, dB."""
         return float(np.median(self.sqnr_db))
 
     @property

@@ -71,12 +71,16 @@ class DigitalBypass:
 
     @classmethod
     def static(cls, w: np.ndarray, channels: np.ndarray) -> DigitalBypass:
+        """A bypass of the fixed input ``channels`` (rows of ``w``, chosen at
+        programming from the calibration inputs)."""
         channels = np.array(channels, dtype=np.int64)  # a copy: the caller's stays writeable
         keep = np.setdiff1d(np.arange(w.shape[0]), channels)
         return cls(w.shape[0], channels, keep, w[channels].copy())
 
     @classmethod
     def dynamic(cls, w: np.ndarray) -> DigitalBypass:
+        """A bypass whose channels each call chooses from its own inputs (all of
+        ``w`` kept digitally)."""
         return cls(w.shape[0], None, None, w.copy())
 
 

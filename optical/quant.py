@@ -52,16 +52,20 @@ class Tiling:
 
     @property
     def k_tiles(self) -> int:
+        """Tiles along K (the last may be partial)."""
         return -(-self.k // self.tile_k)
 
     @property
     def n_tiles(self) -> int:
+        """Tiles along N (the last may be partial)."""
         return -(-self.n // self.tile_n)
 
     def k_slice(self, i: int) -> slice:
+        """The rows of K-tile ``i``."""
         return slice(i * self.tile_k, min((i + 1) * self.tile_k, self.k))
 
     def n_slice(self, i: int) -> slice:
+        """The columns of N-tile ``i``."""
         return slice(i * self.tile_n, min((i + 1) * self.tile_n, self.n))
 
 
@@ -230,6 +234,7 @@ class ProgrammedWeights:
 
     @property
     def dtype(self) -> np.dtype:
+        """The working dtype (float32 or float64): the weights' as given."""
         return self.weights.dtype
 
     def check_compatible(self, config: OpticalConfig) -> None:

@@ -374,6 +374,7 @@ class SweepSummary:
     results_path: Path
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready values (paths as strings): ``optical sweep --json``."""
         data = dataclasses.asdict(self)
         data["out"], data["results_path"] = str(self.out), str(self.results_path)
         return data

@@ -158,6 +158,7 @@ class MatmulWorkload:
 
     @property
     def label(self) -> str:
+        """A short description of the workload (figures' titles, progress bars)."""
         return workload_label(self.to_dict())
 
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -248,6 +249,8 @@ class MatmulWorkload:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The workload's identity: its kind and fields (stored in a sweep's
+        manifest, hashed into each run's id)."""
         return {"kind": self.kind, **dataclasses.asdict(self)}
 
 
@@ -429,6 +432,7 @@ class LayerWorkload:
 
     @property
     def label(self) -> str:
+        """A short description of the workload (figures' titles, progress bars)."""
         return workload_label(self.to_dict())
 
     def check_config(self, config: OpticalConfig) -> None:
@@ -448,6 +452,8 @@ class LayerWorkload:
             check_programmable(k, n, config)
 
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
+        """The metrics of :func:`optical.transformer.validate` of the layer under
+        ``config`` at ``seed``, flattened (:func:`layer_metrics`)."""
         from optical import transformer
 
         model = _load_model(self.model_dir, self.weights_seed, self.checkpoint,
@@ -458,6 +464,9 @@ class LayerWorkload:
         return layer_metrics(report)
 
     def to_dict(self) -> dict[str, Any]:
+        """The workload's identity: its kind and fields, less the options at
+        their defaults that earlier versions did not have (stored in a sweep's
+        manifest, hashed into each run's id)."""
         out = {"kind": self.kind, **dataclasses.asdict(self)}
         # As sweeps stored it before these options: their identity unchanged.
         if not self.local:

@@ -117,6 +117,7 @@ class Work:
     __rmul__ = __mul__
 
     def to_dict(self) -> dict[str, int]:
+        """Every count by its field name."""
         return dataclasses.asdict(self)
 
 

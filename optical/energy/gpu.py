@@ -82,6 +82,7 @@ class GPUSpec:
                 raise ValueError(f"gpu.{field}: {value!r} is out of range; valid: (0, 1]")
 
     def replace(self, **changes: Any) -> GPUSpec:
+        """A copy with ``changes`` (field names as keywords): another board."""
         return dataclasses.replace(self, **changes)
 
     @property
@@ -145,6 +146,8 @@ class GPUReport:
 
     @property
     def compute_bound(self) -> bool:
+        """Whether the prefill's FLOPs take longer than its bytes at the achieved
+        utilisations (the roofline's compute side)."""
         g = self.gpu
         return (self.flops / (g.peak_flops * g.compute_utilization)
                 >= self.bytes / (g.memory_bandwidth * g.bandwidth_utilization))
@@ -156,6 +159,7 @@ class GPUReport:
 
     @property
     def per_request(self) -> float:
+        """Energy per prefill request, J."""
         return self.energy / self.batch
 
     @property
@@ -165,6 +169,8 @@ class GPUReport:
         return self.energy / (self.flops / 2) if self.flops else math.inf
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (what ``optical energy --json`` writes
+        under ``gpu``): the spec, energies in J, time to first token in s."""
         return {"name": self.gpu.name, "spec": dataclasses.asdict(self.gpu),
                 "energy_j": {"total": self.energy, "per_token": self.per_token,
                              "per_request": self.per_request, "per_mac": self.per_mac},

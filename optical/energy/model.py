@@ -360,6 +360,8 @@ class PrefillEnergy:
         return self.batch * self.tokens / self.ttft if self.ttft > 0 else math.inf
 
     def to_dict(self) -> dict[str, Any]:
+        """The estimate as JSON-ready values (what ``optical energy --json``
+        writes under ``optical``): energies in J, times in s, and the counts they come from."""
         return {
             "energy_j": {"total": self.total, "per_token": self.per_token,
                          "per_request": self.per_request, "per_mac": self.per_mac,

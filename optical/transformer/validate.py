@@ -83,6 +83,7 @@ class ProductReport:
     worst_token: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The product's metrics and stats as JSON-ready values."""
         out = dataclasses.asdict(self)
         out["stats"] = None if self.stats is None else self.stats.to_dict()
         out["worst_token"] = None if self.worst_token is None else list(self.worst_token)
@@ -174,6 +175,7 @@ class ValidationReport:
                        f"{', '.join(r.name for r in self.products)}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values: what ``optical validate --json`` writes."""
         return {
             "model": self.model, "architecture": self.architecture, "weights": self.weights,
             "layer": self.layer, "tokens": self.tokens, "batch": self.batch, "seed": self.seed,
