@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -172,12 +172,21 @@ class VmapExecutor(Executor):
                 try:
                     results = batch[0].workload.run_batch([t.config for t in batch],
                                                           [t.seed for t in batch])
+                    listed = (None if isinstance(results, Mapping | str | bytes)
+                              or not isinstance(results, Iterable) else list(results))
+                    if listed is None or len(listed) != len(batch):
+                        got = (f"{len(listed)} results" if listed is not None
+                               else f"a {type(results).__name__}")
+                        raise ValueError(
+                            f"{type(batch[0].workload).__name__}.run_batch returned {got} for "
+                            f"{len(batch)} runs: it returns a list of metrics dicts, one per "
+                            "config and seed, in their order")
                 except Exception as err:  # noqa: BLE001 - reported with each task
                     for task in batch:
                         yield task, err
                     continue
                 share = (time.perf_counter() - start) / len(batch)
-                for task, metrics in zip(batch, results, strict=True):
+                for task, metrics in zip(batch, listed, strict=True):
                     yield task, run_outcome(metrics, share)
 
     def describe(self) -> str:
