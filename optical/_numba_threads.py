@@ -49,8 +49,9 @@ def guarded(kernel: Any) -> Callable[..., Any]:
     dispatcher itself."""
     if not hasattr(kernel, "py_func"):  # numba returned the plain function
         raise ImportError(  # (the CLI's one line for an environment that lacks something)
-            "NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their "
-            "intrinsics have no pure-Python form); unset NUMBA_DISABLE_JIT to use optical")
+            "NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their bit "
+            "casts are llvmlite intrinsics, which run compiled only); unset NUMBA_DISABLE_JIT "
+            "to use optical")
 
     @functools.wraps(kernel.py_func)
     def launch(*args: Any, **kwargs: Any) -> Any:

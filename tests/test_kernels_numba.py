@@ -978,8 +978,9 @@ def test_numba_disable_jit_is_named(tmp_path):
                          timeout=300)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines()[-1] == (
-        "ImportError: NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their "
-        "intrinsics have no pure-Python form); unset NUMBA_DISABLE_JIT to use optical")
+        "ImportError: NUMBA_DISABLE_JIT is set: optical's kernels need numba's compiler (their bit "
+        "casts are llvmlite intrinsics, which run compiled only); unset NUMBA_DISABLE_JIT "
+        "to use optical")
 
 
 def test_an_edited_dependency_turns_the_disk_cache_off_until_its_digest_is_recorded(tmp_path):

@@ -191,6 +191,14 @@ def test_a_mask_given_in_the_dtype_place_is_named():
     with pytest.raises(ValueError, match=r"dtype: array\(\[\[ True.* is not a reference dtype"):
         check_dtype(np.ones((1, 4), bool))
     assert check_dtype(np.dtype("float16")) == "float16"
+    # A numpy scalar type names its dtype as np.dtype does (a coverage audit:
+    # np.dtype("float16") passed where np.float16 was refused).
+    assert check_dtype(np.float16) == "float16" and type(check_dtype(np.float32)) is str
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert check_dtype(ml_dtypes.bfloat16) == "bfloat16"
+    for wrong in (np.float64, np.dtype("int8"), int):
+        with pytest.raises(ValueError, match="is not a reference dtype"):
+            check_dtype(wrong)
 
 def test_bert_layer_counts_equal_layer_schedule(tiny_bert):
     model, _ = tiny_bert

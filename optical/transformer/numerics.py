@@ -24,18 +24,19 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def check_dtype(dtype: str) -> str:
+def check_dtype(dtype: str | np.dtype | type) -> str:
     """The canonical name of a reference dtype (a plain str, for a numpy
-    dtype given too: equal workloads hash alike and write as JSON);
+    dtype or scalar type given too, ``np.float16``: equal workloads hash
+    alike and write as JSON);
     ValueError for anything else."""
-    try:
-        known = isinstance(dtype, str | np.dtype | type) and dtype in DTYPES
-    except TypeError:  # a type numpy cannot read as a dtype
-        known = False
-    if not known:  # (an array here, a mask given in dtype's place: no truth-value error)
+    name = dtype
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        name = np.dtype(dtype).name  # np.float16 as np.dtype("float16"); ml_dtypes' bfloat16
+    # (an array here, a mask given in dtype's place: refused, no truth-value error)
+    if not (isinstance(name, str) and name in DTYPES):
         raise ValueError(f"dtype: {reprlib.repr(dtype)} is not a reference dtype; valid: "
                          f"{', '.join(repr(d) for d in DTYPES)}")
-    return DTYPES[DTYPES.index(dtype)]
+    return DTYPES[DTYPES.index(name)]
 
 
 def largest(dtype: str) -> float:
