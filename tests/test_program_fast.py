@@ -338,6 +338,28 @@ def test_pre_distortion_stops_at_the_references_step(monkeypatch, rng):
     _assert_same(fast, reference)
 
 
+@pytest.mark.parametrize("steps", [1, 3])
+def test_pre_distortion_stopped_by_max_iter_matches_the_references_step(monkeypatch, rng,
+                                                                        steps):
+    """The other way out of the Jacobi loop (a coverage audit found it
+    untested): with a tolerance no step meets, the fast path runs exactly
+    ``MAX_ITERATIONS`` steps as the reference does, and gives its mask to
+    the bit. ``pre_distort`` binds ``max_iter`` when defined, so both sides
+    are set."""
+    cfg = SMALL.replace({**STRONG, "mask.bits": None, "adc.full_scale": "rms",
+                         "outliers.policy": "none"})
+    w = rng.standard_normal((130, 95))
+    monkeypatch.setattr(compensation, "MAX_ITERATIONS", steps)
+    monkeypatch.setitem(compensation.pre_distort.__kwdefaults__, "max_iter", steps)
+    monkeypatch.setattr(compensation, "tolerance", lambda bits, min_transmission: 0.0)
+    fast = optical.program(w, cfg)
+    with _numpy_references(monkeypatch):
+        reference = optical.program(w, cfg)
+    _assert_same(fast, reference)
+    monkeypatch.setattr(compensation, "MAX_ITERATIONS", steps + 1)
+    assert not np.array_equal(optical.program(w, cfg).transmissions, fast.transmissions)
+
+
 def test_mse_windows_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="backend: 'gpu'"):
         calibration.mse_windows(np.ones((10, 2)), np.zeros(2), 4, backend="gpu")

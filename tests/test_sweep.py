@@ -948,6 +948,29 @@ def test_metrics_that_cannot_be_columns_are_refused(tmp_path, metrics, message):
                       executor="serial", progress=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class ReturnsList:
+    """A workload whose run returns a list, not a dict of metrics."""
+
+    def run(self, config, seed):
+        return [float(config.adc.bits)]
+
+    def to_dict(self):
+        return {"kind": "returns-list"}
+
+
+@pytest.mark.parametrize("executor", ["serial", 2])
+def test_a_run_returning_no_dict_is_named_in_this_process_and_in_workers(tmp_path, executor):
+    """A coverage audit found the check of a run's return, here and in a
+    worker process, untested: the run fails naming the workload's run and
+    what it returned."""
+    with pytest.raises(SweepError, match=r"run failed at point adc\.bits=4, seed 0: TypeError: "
+                                         r"ReturnsList\.run returned list, expected a dict of "
+                                         r"metrics\. The 0 runs finished so far are kept"):
+        optical.sweep(ReturnsList(), {"adc.bits": [4]}, seeds=1, out=tmp_path / "s",
+                      executor=executor, progress=False)
+
+
 def test_a_longdouble_metric_is_stored_as_a_float(tmp_path):
     """np.longdouble's item() is a longdouble again: encoding it recursed
     until RecursionError, and a resume crashed the same way."""
@@ -1950,6 +1973,14 @@ def test_a_subclass_of_a_built_in_workload_needs_a_kind_of_its_own(tmp_path):
                                         r"run, describes itself as the built-in 'matmul' "
                                         r"workload"):
         SweepDefinition.build(KLMatmul(tokens=4, k=8, n=4), {}, seeds=1)
+
+    @dataclasses.dataclass(frozen=True)
+    class Wider(optical.MatmulWorkload):  # a field added, run inherited (coverage audit)
+        spread: float = 1.0
+
+    with pytest.raises(TypeError, match=r"Wider, a subclass of MatmulWorkload that changes its "
+                                        r"fields, describes itself as the built-in 'matmul'"):
+        SweepDefinition.build(Wider(tokens=4, k=8, n=4), {}, seeds=1)
 
     @dataclasses.dataclass(frozen=True)
     class OwnKind(KLMatmul):
