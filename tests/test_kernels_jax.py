@@ -175,7 +175,8 @@ def test_poisson_noise_works_in_about_the_memory_gaussian_noise_does(rng):
         st = _jax_pass.static_of(pw.shape, cfg, True, frozenset(), np.dtype(np.float32))
         compiled = _jax_pass._chunk_jit.lower(
             st, _jax_pass.device_arrays(pw, st), _jax_pass.noise_params(cfg, None), x,
-            np.abs(x).max(axis=1), jnp.uint32(0), jnp.uint32(0), jnp.int32(64)).compile()
+            np.abs(x).max(axis=1), jnp.uint32(0), jnp.uint32(0), jnp.int32(64),
+            jnp.int32(96)).compile()
         temps[law] = compiled.memory_analysis().temp_size_in_bytes
     assert temps["poisson"] <= 1.5 * temps["gaussian"], temps
 
@@ -938,3 +939,36 @@ def test_a_traced_w_with_a_numpy_x_says_to_run_on_the_jax_backend(rng):
         jax.grad(lambda v: jnp.sum(optical.matmul(x, v, cfg, seed=0)))(w)
     g = jax.grad(lambda v: jnp.sum(optical.matmul(x, v, cfg, seed=0, backend="jax")))(w)
     np.testing.assert_allclose(g, x.T @ np.ones((3, 8), np.float32), rtol=1e-6)
+
+
+def test_matrices_whose_k_differs_within_a_tile_share_one_compiled_pass(monkeypatch, rng):
+    """A cold-start audit: the jit key held K itself, and an outlier bypass
+    leaves another K per calibration, so each seed and each layer of a
+    Llama layer on the JAX backend compiled the whole pass again (8 compiles,
+    4.9 s for a new seed). K is padded to whole tiles before the pass, which
+    masks the padding: K = 254 and 251 on 128-input tiles trace it once, and
+    give the bits of the pass traced for each alone (and numpy's physics)."""
+    traced = []
+
+    def fresh_pass():  # a new function: JAX keeps the traces of a function it has seen
+        def counting(st, *args):
+            traced.append(st.k)
+            return _jax_pass._chunk(st, *args)
+        return jax.jit(counting, static_argnums=0)
+
+    monkeypatch.setattr(_jax_pass, "_chunk_jit", fresh_pass())
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 128, "core.outputs": 128,
+                                                    "outliers.policy": "none"})
+    x = rng.standard_normal((24, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 96)).astype(np.float32)
+    shared = {k: np.asarray(optical.matmul(x[:, :k], w[:k], cfg, seed=2, backend="jax"))
+              for k in (254, 251)}
+    assert traced == [254]  # one trace, for the first K
+    for k, y in shared.items():
+        traced.clear()
+        monkeypatch.setattr(_jax_pass, "_chunk_jit", fresh_pass())
+        np.testing.assert_array_equal(
+            np.asarray(optical.matmul(x[:, :k], w[:k], cfg, seed=2, backend="jax")), y)
+        assert traced == [k]
+        exact = x[:, :k].astype(np.float64) @ w[:k]
+        assert metrics.sqnr_db(exact, y) > 20

@@ -48,7 +48,11 @@ _STREAM_READOUT = 6
 class Static:
     """Everything that fixes shapes and control flow (hashable: a jit key)."""
 
-    k: int
+    # The matrix's rows: not part of the jit key, which the padded rows
+    # (``k_tiles * tile_k``) fix; the chunk masks the rows past ``k`` (traced),
+    # so matrices whose K differs within a tile share one program (an outlier
+    # bypass leaves another K per calibration: a compile per seed and layer).
+    k: int = dataclasses.field(compare=False)
     n: int
     # The core's inputs and outputs, or the matrix's K and N where smaller: a
     # matrix smaller than the core fills its first rows and outputs, so its
@@ -358,10 +362,12 @@ def _adc(value, lo, hi, bits):
     return lo + jnp.clip(code, 0, top) * jnp.where(step > 0, step, 0.0), clipped
 
 
-def _chunk(st: Static, prog, params, x, scale, t0, seed, rows):
+def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
     """y (T, N), the detected photons of each token (T,) and the clipped
     conversions of a chunk of tokens, of which the first ``rows`` (traced)
     are real and the rest zero padding, whose conversions are not counted.
+    ``x`` holds the padded K (``k_tiles * tile_k`` columns), of which the
+    first ``cols`` (traced) are the matrix's rows: the rest send no light.
     (Photons per token: the host adds them in float64, so that the total
     depends on the batching only through the float32 rounding of XLA's
     GEMMs.)"""
@@ -385,8 +391,7 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows):
         a = jnp.stack([jnp.maximum(xn, 0), jnp.maximum(-xn, 0)])
     if st.dac_top:
         a = jnp.round(jnp.clip(a, 0, 1) * st.dac_top) / st.dac_top
-    a = jnp.pad(a, ((0, 0), (0, 0), (0, kp - st.k))).reshape(st.n_in, tokens, st.k_tiles,
-                                                               st.tile_k)
+    a = jnp.where(jnp.arange(kp) < cols, a, 0).reshape(st.n_in, tokens, st.k_tiles, st.tile_k)
     a_sum = a.sum(axis=-1)  # (n_in, T, kt)
     if st.rin:
         z = _token_normals(key, _rng.STREAMS["rin"], t0, tokens,
@@ -499,16 +504,22 @@ def run_chunks(st: Static, x2, prog, params, scale, seed, chunk: int):
     device = x2.sharding if eager and isinstance(x2, jax.Array) and x2.committed else None
     if eager:
         x2, scale = np.asarray(x2), np.asarray(scale)
+    # K padded to whole tiles here, the chunk masking the padding: the program
+    # depends on the tiles, not on K (w_eff, K rows, is the derivatives' alone).
+    cols = x2.shape[1]
+    kpad = st.k_tiles * st.tile_k - cols
+    prog = {name: value for name, value in prog.items() if name != "w_eff"}
     ys, photons, clipped = [], [], 0
     for c0 in range(0, tokens, chunk):
         c1 = min(c0 + chunk, tokens)
         rows = c1 - c0
         pad = chunk_rows(rows, chunk) - rows
-        xc = lib.pad(x2[c0:c1], ((0, pad), (0, 0)))
+        xc = lib.pad(x2[c0:c1], ((0, pad), (0, kpad)))
         sc = lib.pad(scale[c0:c1], (0, pad))
         if eager and device is not None:
             xc, sc = jax.device_put((xc, sc), device)
-        y, ph, cl = _chunk_jit(st, prog, params, xc, sc, jnp.uint32(c0), seed, jnp.int32(rows))
+        y, ph, cl = _chunk_jit(st, prog, params, xc, sc, jnp.uint32(c0), seed, jnp.int32(rows),
+                               jnp.int32(cols))
         if eager:
             y, ph = np.asarray(y), np.asarray(ph)
         ys.append(y[:rows])
