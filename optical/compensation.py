@@ -208,7 +208,9 @@ def gain(optics: Optics, tiling: Tiling, min_transmission: float, scheme: str,
             ns = tiling.n_slice(j)
             shape = (ks.stop - ks.start, ns.stop - ns.start)
             key = (*shape, tiling.tile_k, tiling.tile_n, float(t_min), scheme, rails)
-            if key not in reach_of:
+            # Read once: another thread may evict the key between a check and a read.
+            reach = reach_of.get(key)
+            if reach is None:
                 reach = _tile_reach(optics, type(tiling)(*shape, tiling.tile_k, tiling.tile_n),
                                     t_min, scheme, rails)
                 reach.flags.writeable = False
@@ -218,7 +220,7 @@ def gain(optics: Optics, tiling: Tiling, min_transmission: float, scheme: str,
                     except (RuntimeError, StopIteration):  # another thread's change
                         break
                 reach_of[key] = reach
-            out[i, ns] = reach_of[key]
+            out[i, ns] = reach
     if np.any(out <= 0):
         raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "
                          f"at which every weight can be reached with {scheme} weights and "

@@ -582,3 +582,27 @@ def test_the_reach_kept_per_lens_is_bounded_over_a_contrast_sweep(rng):
         optical.program(w, cfg.replace({"mask.contrast_ratio": float(contrast)}))
     assert 0 < len(compensation._REACH[crosstalk.kernels(cfg)]) <= 150
     np.testing.assert_array_equal(optical.program(w, cfg).transmissions, first.transmissions)
+
+
+def test_a_reach_another_thread_evicts_after_the_check_is_still_read(monkeypatch):
+    """A caches audit held a thread between the reach cache's membership
+    check and its read while another programmed 128 other contrasts on the
+    same lens: the first raised KeyError (a threaded Dask worker's contrast
+    sweep). The cache is read once; here a dict that answers "present" and
+    then drops the key, as the other thread did, stands in for the race."""
+    from optical import quant
+    from optical.physics import crosstalk
+
+    class EvictedAfterTheCheck(dict):
+        def __contains__(self, key):
+            present = dict.__contains__(self, key)
+            self.pop(key, None)
+            return present
+
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 16, "core.outputs": 16})
+    optics = quant._optics_map(cfg)
+    tiling = quant.Tiling(16, 16, 16, 16)
+    expected = quant._gain(optics, tiling, cfg)  # cached, then taken away as it is read
+    racing = EvictedAfterTheCheck(compensation._REACH[crosstalk.kernels(cfg)])
+    monkeypatch.setitem(compensation._REACH, crosstalk.kernels(cfg), racing)
+    np.testing.assert_array_equal(quant._gain(optics, tiling, cfg), expected)
