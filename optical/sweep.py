@@ -538,8 +538,9 @@ _RUNNING_LOCK = threading.Lock()
 def _sweeping() -> Iterator[None]:
     """Count a running sweep; the last to end clears the workloads' caches
     (a matmul's operands and truth, a model with its last layer: 0.9 GB for
-    Llama-3.1-8B), so a finished sweep keeps nothing alive, and a sweep in
-    another thread keeps what it uses."""
+    Llama-3.1-8B), so a finished sweep keeps nothing alive in this process,
+    and a sweep in another thread keeps what it uses (a Dask cluster's
+    workers keep theirs: :func:`optical.workloads.clear_caches`)."""
     with _RUNNING_LOCK:
         _RUNNING[0] += 1
     try:

@@ -517,7 +517,10 @@ class LayerWorkload:
 def clear_caches() -> None:
     """Drop the data the workloads keep between runs (a matmul's operands
     and truth, a layer's model with its last layer: 0.9 GB for Llama-3.1-8B);
-    a sweep calls it when it ends, so a finished sweep keeps nothing alive."""
+    a sweep calls it when it ends, so a finished sweep keeps nothing alive
+    in its process (its worker processes end with it). A Dask cluster's
+    workers, which outlive the sweep, keep their last model until they end:
+    ``client.run(optical.workloads.clear_caches)`` frees it."""
     _matmul_data.cache_clear()
     _load_model.cache_clear()
 
