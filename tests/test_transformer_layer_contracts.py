@@ -255,3 +255,19 @@ def test_results_do_not_depend_on_numpys_floating_point_error_handlers(tmp_path)
     with np.errstate(all="raise"):
         for run, want in zip(runs, expected, strict=True):
             np.testing.assert_array_equal(run(), want)
+
+
+def test_a_models_identity_is_read_only(tmp_path):
+    """A caches audit set ``model.seed = 1`` on a synthetic model: the layer it
+    kept was seed 0's and came back from ``model.layer(0)`` (validate read
+    61.1 dB where a seed-1 model gives 57.3) while ``weights_source`` said
+    seed 1. What the kept layer was built from cannot be rebound."""
+    model = transformer.load(write_model(tmp_path, TINY_LLAMA), seed=0)
+    layer = model.layer(0)
+    for name, value in (("seed", 1), ("spec", None), ("checkpoint", None),
+                        ("directory", tmp_path)):
+        with pytest.raises(AttributeError):
+            setattr(model, name, value)
+    assert model.seed == 0 and model.layer(0) is layer
+    other = transformer.load(write_model(tmp_path, TINY_LLAMA), seed=1).layer(0)
+    assert not np.array_equal(other.weights["q_proj"], layer.weights["q_proj"])

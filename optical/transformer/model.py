@@ -169,11 +169,34 @@ def _check_layer_index(spec: ModelSpec, index: int) -> int:
 class _Model:
     def __init__(self, directory: Path, spec: ModelSpec, checkpoint: Checkpoint | None,
                  seed: int) -> None:
-        self.directory = directory
-        self.spec = spec
-        self.checkpoint = checkpoint
-        self.seed = seed
+        self._directory = directory
+        self._spec = spec
+        self._checkpoint = checkpoint
+        self._seed = seed
         self._last_layer: Any = None  # the most recently built layer, reused by layer()
+
+    # Read-only: the layer kept for the next layer() call was built from them
+    # (a caches audit set model.seed = 1 and got the seed-0 layer back, while
+    # weights_source said seed 1). Another model: transformer.load(dir, seed=...).
+    @property
+    def directory(self) -> Path:
+        """The model directory it was loaded from."""
+        return self._directory
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The layer shapes and settings of its config.json."""
+        return self._spec
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """Its checkpoint, None for synthetic weights."""
+        return self._checkpoint
+
+    @property
+    def seed(self) -> int:
+        """The seed of its synthetic weights (unused with a checkpoint)."""
+        return self._seed
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled (to a worker) without its caches, which it rebuilds: a
