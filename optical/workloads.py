@@ -175,22 +175,16 @@ class MatmulWorkload:
     def check_config(self, config: OpticalConfig) -> None:
         """Refuse a config this workload cannot run, whatever its data: what
         :func:`optical.quant.check_programmable` refuses for its (k, n), and
-        a backend not installed here, and the dynamic outlier policy on the
-        JAX backend (its bypass must be static), so that a sweep fails before
-        its first run."""
+        the dynamic outlier policy on the JAX backend (its bypass must be
+        static), so that a sweep fails before its first run."""
         from optical.quant import check_programmable
 
         check_programmable(self.k, self.n, config)
         self._check_backend(config)
 
     def _check_backend(self, config: OpticalConfig) -> None:
-        """Refuse a backend not installed here (as matmul would at the first
-        run, after the sweep's manifest was written), and the dynamic outlier
-        policy on the JAX backend (its bypass must be static), in its words
-        rather than run_batch's batching."""
-        from optical import kernels
-
-        kernels.resolve(self.backend, None, config)  # ValueError: not installed, and how
+        """Refuse the dynamic outlier policy on the JAX backend (its bypass
+        must be static), in its words rather than run_batch's batching."""
         if self.backend == "jax" and config.outliers.policy == "dynamic":
             from optical.kernels.jax_backend import _DYNAMIC_BYPASS
 

@@ -682,20 +682,3 @@ def test_a_model_directory_s_config_edited_in_the_same_process_is_read_again(tmp
     want = layer_metrics(transformer.validate(transformer.load(d), layer=0, tokens=4,
                                               config=cfg, seed=0))
     assert got == want
-
-
-def test_a_matmul_sweep_on_a_backend_not_installed_fails_before_writing(tmp_path, monkeypatch):
-    """A coverage audit: a sweep with backend='jax' where JAX is not installed
-    (simulated) was accepted, wrote its manifest, and failed at its first
-    run; check_config refuses it first, with how to install it."""
-    from optical import kernels
-
-    monkeypatch.setattr(kernels, "available", lambda: ["numpy", "numba"])
-    out = tmp_path / "s"
-    with pytest.raises(ValueError, match=r"point adc\.bits=4: backend: 'jax' is not installed; "
-                                         r"pip install 'optical\[jax\]'"):
-        optical.sweep(MatmulWorkload(tokens=4, k=64, n=64, backend="jax"), {"adc.bits": [4]},
-                      seeds=1, out=out, executor="serial", progress=False)
-    assert not out.exists()
-    MatmulWorkload(tokens=4, k=64, n=64, backend="numba").check_config(
-        optical.presets.get("iris-like"))  # an installed backend passes
