@@ -77,19 +77,36 @@ def can_cache(source: str) -> bool:
     return True
 
 
-def dependencies_current(source: str, recorded: Mapping[str, str]) -> bool:
+def source_digest(data: bytes) -> str:
+    """The first 16 hex digits of the SHA-256 of a module's source, its line
+    endings as LF (a Windows checkout's CRLF is the same source)."""
+    return hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest()[:16]
+
+
+def dependencies_current(source: str, recorded: Mapping[str, str], loader: Any = None) -> bool:
     """Whether each module beside ``source`` named in ``recorded`` (file name
-    -> first 16 hex digits of its SHA-256: a kernel module's
-    ``DEPENDENCY_SHA256``) still has that digest. numba checks a cached
-    kernel against its own file only, so after an edit of a module whose
-    numba functions it compiles in (``_rng_numba.py``), the cache would run
-    the old code: where a digest differs, this warns and returns False,
-    and the caller compiles without the disk cache. ~50 us per import."""
+    -> :func:`source_digest`: a kernel module's ``DEPENDENCY_SHA256``) still
+    has that digest, read through ``loader`` (the kernel module's
+    ``__loader__``: a zip import has no files to open). numba checks a
+    cached kernel against its own file only, so after an edit of a module
+    whose numba functions it compiles in (``_rng_numba.py``), the cache would
+    run the old code: where a digest differs, this warns and returns False,
+    and the caller compiles without the disk cache. A source that cannot be
+    read is not checked (nothing there can have been edited in place).
+    ~50 us per import."""
     directory = os.path.dirname(source)
     changed = {}
     for name, digest in recorded.items():
-        with open(os.path.join(directory, name), "rb") as handle:
-            now = hashlib.sha256(handle.read()).hexdigest()[:16]
+        path = os.path.join(directory, name)
+        try:
+            if hasattr(loader, "get_data"):
+                data = loader.get_data(path)
+            else:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+        except OSError:
+            continue
+        now = source_digest(data)
         if now != digest:
             changed[name] = now
     if changed:

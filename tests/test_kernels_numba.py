@@ -129,7 +129,8 @@ def test_cached_kernels_record_the_modules_they_compile_in():
                 imported.add(node.module)
             elif isinstance(node, ast.Import):
                 imported |= {alias.name for alias in node.names}
-        needed = {modules[dep].name: hashlib.sha256(modules[dep].read_bytes()).hexdigest()[:16]
+        needed = {modules[dep].name: hashlib.sha256(
+                      modules[dep].read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
                   for dep in imported & set(modules) if dep != name}
         recorded = getattr(importlib.import_module(name), "DEPENDENCY_SHA256", {})
         assert recorded == needed, (
@@ -1014,3 +1015,33 @@ def test_an_edited_dependency_turns_the_disk_cache_off_until_its_digest_is_recor
     assert flag == "False"
     assert "_rng_numba.py changed since _numba.py recorded its digest" in warning
     assert "RuntimeWarning" in warning and "compile without the disk cache" in warning
+
+
+def test_the_dependency_check_reads_crlf_checkouts_and_zip_imports(tmp_path):
+    """The review of the day's diff: the new import-time check opened the
+    dependency by path, so optical imported from a zip failed at its first
+    numba matmul (NotADirectoryError), and hashed raw bytes, so a Windows
+    checkout's CRLF turned the disk cache off with a warning at every start.
+    It reads through the module's loader, hashes LF line endings, and
+    leaves a source it cannot read unchecked; an edit is still caught."""
+    import zipfile
+    import zipimport
+
+    from optical import _numba_cache
+    from optical.kernels import _numba
+
+    recorded = _numba.DEPENDENCY_SHA256
+    source = Path(_numba.__file__).with_name("_rng_numba.py").read_bytes()
+    crlf = tmp_path / "crlf"
+    crlf.mkdir()
+    (crlf / "_rng_numba.py").write_bytes(source.replace(b"\n", b"\r\n"))
+    assert _numba_cache.dependencies_current(str(crlf / "_numba.py"), recorded)  # no warning
+    archive = tmp_path / "optical.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("kernels/_rng_numba.py", source)
+    loader = zipimport.zipimporter(f"{archive}/kernels/")
+    assert _numba_cache.dependencies_current(f"{archive}/kernels/_numba.py", recorded, loader)
+    assert _numba_cache.dependencies_current(str(tmp_path / "gone" / "_numba.py"), recorded)
+    (crlf / "_rng_numba.py").write_bytes(source + b"# an edit\n")
+    with pytest.warns(RuntimeWarning, match="_rng_numba.py changed since _numba.py recorded"):
+        assert not _numba_cache.dependencies_current(str(crlf / "_numba.py"), recorded)

@@ -42,7 +42,8 @@ from optical.kernels import _rng_numba as rng
 DEPENDENCY_SHA256 = {"_rng_numba.py": "7edaf12f4a370db9"}
 
 # False (with a warning) where nothing can be written, or a dependency changed.
-_CACHE = can_cache(__file__) and dependencies_current(__file__, DEPENDENCY_SHA256)
+_CACHE = can_cache(__file__) and dependencies_current(__file__, DEPENDENCY_SHA256,
+                                                  __loader__)
 
 _SERIAL = {"cache": _CACHE, "error_model": "numpy", "nogil": True}
 _PARALLEL = {"cache": _CACHE, "error_model": "numpy", "nogil": True, "parallel": True}
