@@ -21,7 +21,6 @@ from __future__ import annotations
 import abc
 import concurrent.futures as cf
 import dataclasses
-import json
 import multiprocessing
 import os
 import pickle
@@ -153,6 +152,8 @@ class VmapExecutor(Executor):
         self.batched = self.single = 0  # runs of the last call in batches / one by one
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        from optical._sweep_store import content_hash  # (it imports Task from here)
+
         self.batched = self.single = 0  # describe() tells of this call alone
         groups: dict[tuple[str, str], list[Task]] = {}
         for task in tasks:
@@ -162,7 +163,7 @@ class VmapExecutor(Executor):
                 self.single += 1
                 yield from SerialExecutor().run([task])
                 continue
-            groups.setdefault((json.dumps(task.workload.to_dict(), sort_keys=True), key),
+            groups.setdefault((content_hash(task.workload.to_dict()), key),
                               []).append(task)
         for group in groups.values():
             for i in range(0, len(group), self.batch_size):

@@ -61,7 +61,12 @@ from optical._executors import (
 )
 from optical._files import atomic_write, replacing
 from optical._progress import progress_bar
-from optical._signals import Terminated, _ctrl_c_recorded, _raise_received
+from optical._signals import (  # sigterm_as_exit: where callers found it before the split
+    Terminated,
+    _ctrl_c_recorded,
+    _raise_received,
+    sigterm_as_exit,  # noqa: F401
+)
 from optical._sweep_definition import (
     MAX_RUNS,
     Range,

@@ -1594,6 +1594,26 @@ def test_a_run_batch_returning_the_wrong_number_of_results_is_named(tmp_path, gi
     assert sorted(zip(frame["bits"], frame["seed_metric"], strict=True)) == [(4, 0), (4, 1), (6, 0), (6, 1)]
 
 
+@dataclasses.dataclass(frozen=True)
+class NumpyBatchable(Batchable):
+    """A batching workload described with a numpy integer, as the store allows."""
+
+    def to_dict(self):
+        return {"kind": "numpy-batchable", "tokens": np.int64(8)}
+
+
+def test_vmap_groups_a_workload_described_with_numpy_scalars(tmp_path):
+    """The review of the day's diff: the vmap executor grouped tasks by
+    json.dumps of the workload's to_dict without the store's encoding, so a
+    numpy integer in it (which the manifest and run ids take) failed with a
+    bare "Object of type int64 is not JSON serializable" after the manifest
+    was written."""
+    frame = optical.sweep(NumpyBatchable(), {"adc.bits": [4, 6]}, seeds=2, out=tmp_path / "s",
+                          base=BASE, executor="vmap", progress=False)
+    assert sorted(zip(frame["bits"], frame["seed_metric"], strict=True)) == \
+        [(4, 0), (4, 1), (6, 0), (6, 1)]
+
+
 def test_an_executor_that_drops_runs_fails_the_sweep_and_keeps_the_rest(tmp_path):
     """A custom executor that returns fewer outcomes than it was given runs
     must not leave a sweep that looks finished: the sweep fails naming how
