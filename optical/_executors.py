@@ -117,6 +117,7 @@ class Executor(abc.ABC):
         """Release the workers this executor started (not borrowed ones)."""
 
     def describe(self) -> str:
+        """A line saying where the runs went (the sweep's summary and errors)."""
         return type(self).__name__
 
 
@@ -124,6 +125,7 @@ class SerialExecutor(Executor):
     """Every run in this process, one after another."""
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """Run each task here, one after the other."""
         for task in tasks:
             try:
                 outcome: Outcome = evaluate(task)
@@ -132,6 +134,7 @@ class SerialExecutor(Executor):
             yield task, outcome
 
     def describe(self) -> str:
+        """Where the runs went: this process."""
         return "this process"
 
 
@@ -152,6 +155,8 @@ class VmapExecutor(Executor):
         self.batched = self.single = 0  # runs of the last call in batches / one by one
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """Batch the tasks whose workload and ``batch_key`` agree through one
+        ``run_batch``; run the others one by one, here."""
         from optical._sweep_store import content_hash  # (it imports Task from here)
 
         self.batched = self.single = 0  # describe() tells of this call alone
@@ -191,6 +196,7 @@ class VmapExecutor(Executor):
                     yield task, run_outcome(metrics, share)
 
     def describe(self) -> str:
+        """Where the runs went: this process, how many vmapped."""
         if self.single and not self.batched:
             return "this process, one run at a time (nothing to vmap)"
         text = f"this process, vmapped batches of up to {self.batch_size}"
@@ -290,6 +296,7 @@ class ProcessExecutor(Executor):
         return self._pool
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """Run the tasks on the worker processes, yielding each as it finishes."""
         self._ran = len(tasks)  # describe() tells of this call alone
         if not tasks:
             return
@@ -362,6 +369,7 @@ class ProcessExecutor(Executor):
             manager.join(_CLOSE_WAIT_S)
 
     def describe(self) -> str:
+        """Where the runs went: how many worker processes."""
         if not self._ran:
             return "no worker process (nothing to run)"
         workers = min(self.workers, self._ran)
@@ -381,6 +389,7 @@ class DaskExecutor(Executor):
         self.client = client
 
     def run(self, tasks: Sequence[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """Submit the tasks to the Dask cluster, yielding each as it finishes."""
         if not tasks:
             return
         from distributed import as_completed
@@ -418,6 +427,7 @@ class DaskExecutor(Executor):
                 self.client.cancel(futures)
 
     def describe(self) -> str:
+        """Where the runs went: the cluster's scheduler and workers."""
         if getattr(self.client, "status", "running") != "running":  # closed, scheduler gone
             return f"Dask client, {self.client.status}"
         info = self.client.scheduler_info()

@@ -49,6 +49,7 @@ class Range:
     log: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        """The range as the manifest stores it."""
         return {"range": [self.lo, self.hi], "log": self.log}
 
 
@@ -242,6 +243,7 @@ class SweepDefinition:
 
     @property
     def paths(self) -> list[str]:
+        """The swept paths, in the order given (the grid's first varies slowest)."""
         return [path for path, _ in self.params]
 
     def points(self) -> list[dict[str, Any]]:
@@ -302,6 +304,7 @@ class SweepDefinition:
         return getattr(self.workload, "label", type(self.workload).__name__)
 
     def to_dict(self) -> dict[str, Any]:
+        """The definition as the manifest stores it (JSON-ready, encoded)."""
         params = {path: spec.to_dict() if isinstance(spec, Range) else list(spec)
                   for path, spec in self.params}
         return encode({
@@ -334,6 +337,7 @@ class SweepDefinition:
 
     @property
     def hash(self) -> str:
+        """The content hash of :meth:`to_dict`: the manifest's ``definition_hash``."""
         return content_hash(self.to_dict())
 
     def run_id(self, config: OpticalConfig, seed: int, workload: Any = None) -> str:

@@ -271,3 +271,24 @@ def test_a_models_identity_is_read_only(tmp_path):
     assert model.seed == 0 and model.layer(0) is layer
     other = transformer.load(write_model(tmp_path, TINY_LLAMA), seed=1).layer(0)
     assert not np.array_equal(other.weights["q_proj"], layer.weights["q_proj"])
+
+
+def test_the_public_numerics_ignore_underflow_alone():
+    """The review of the day's diff: softmax, round_to and kl_divergence,
+    called directly, were untested under ``np.seterr(all="raise")`` (the
+    forwards' decorator covered them inside a layer). Each underflows by
+    design and gives numpy's default result; overflow still raises."""
+    import optical
+    from optical.transformer.numerics import round_to, softmax
+
+    scores = np.array([[0.0, -200.0, 3.0], [-1e30, 5.0, 4.0]], dtype=np.float32)
+    tiny = np.array([1e-6, 3e-8, -2e-9, 1.0], dtype=np.float32)  # fp16 subnormals and zero
+    logits = np.array([[0.0, -800.0, 2.0], [1.0, 2.0, -900.0]])
+    runs = [lambda: softmax(scores), lambda: round_to(tiny, "float16"),
+            lambda: optical.metrics.kl_divergence(logits, logits[:, ::-1].copy())]
+    expected = [run() for run in runs]
+    with np.errstate(all="raise"):
+        for run, want in zip(runs, expected, strict=True):
+            np.testing.assert_array_equal(run(), want)
+        with pytest.raises(FloatingPointError, match="overflow"):
+            np.float32(3e38) * np.float32(10)  # the caller's handling kept outside them

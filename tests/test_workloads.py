@@ -576,8 +576,13 @@ def test_a_workload_whose_model_is_rewritten_under_it_refuses_to_run(tmp_path, m
     workload = LayerWorkload(str(directory), layer=0, tokens=4)
     workload.run(cfg, 0)
     write_model(directory, TINY_LLAMA, weights(2))  # a fine-tune saved over its base
-    with pytest.raises(ValueError, match=r"m: its config\.json or weights changed since this "
-                                         r"workload was made \(model digest \w+, now \w+\)"):
+    def computed(*args, **kwargs):
+        raise AssertionError("a rewritten model must be refused before it is computed")
+
+    with monkeypatch.context() as m, pytest.raises(
+            ValueError, match=r"m: its config\.json or weights changed since this workload was "
+                              r"made \(model digest \w+, now \w+\)"):
+        m.setattr(optical.transformer, "validate", computed)
         workload.run(cfg, 0)
     fresh = LayerWorkload(str(directory), layer=0, tokens=4)
     fresh.run(cfg, 0)  # the rewritten model, under its own digest
