@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from optical._gemm import row_block
-from optical._validation import as_plain_array, check_bool, check_float_array
+from optical._validation import (
+    as_plain_array,
+    check_bool,
+    check_float_array,
+    check_float_dtype,
+)
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
 
@@ -180,8 +185,7 @@ def readout_windows(xn: np.ndarray, transmissions: np.ndarray, tiling: Tiling,
     # ... and compile for float32 or float64 alone (float16 failed inside numba;
     # integer transmissions gave integer windows).
     for name, a in (("xn", xn), ("transmissions", transmissions)):
-        if a.dtype not in (np.float32, np.float64):
-            raise TypeError(f"{name}: dtype {a.dtype} is not supported (float32 or float64)")
+        check_float_dtype(a.dtype, name)
     # C order: the DAC levels' means and the GEMM below round by memory order
     # (a Fortran-ordered float64 input moved the windows by 1e-15).
     xn = np.ascontiguousarray(xn)

@@ -803,7 +803,7 @@ def test_readout_windows_refuses_arguments_that_disagree(rng):
     for x_, t_, name in ((xn, t.astype(np.float16), "transmissions: dtype float16"),
                          (xn, (t * 100).astype(np.int64), "transmissions: dtype int64"),
                          (xn.astype(np.float16), t, "xn: dtype float16")):
-        with pytest.raises(TypeError, match=rf"{name} is not supported \(float32 or float64\)"):
+        with pytest.raises(TypeError, match=rf"{name} is not supported; use float32 or float64"):
             readout_windows(x_, t_, pw.tiling, rails, cfg)
     lo32, hi32 = readout_windows(xn, t.astype(np.float32), pw.tiling, rails, cfg)  # as program
     assert lo32.shape == lo.shape
