@@ -365,7 +365,7 @@ def _check_stored(workload: Any) -> None:
     what it holds, before json.dumps' bare TypeError."""
     data = workload.to_dict()
     try:
-        json.dumps(encode(data), allow_nan=False)
+        content_hash(data)  # what the manifest and the run ids make of it
     except (TypeError, ValueError) as err:
         raise TypeError(f"workload: {type(workload).__name__}.to_dict() returned what JSON "
                         f"cannot hold ({err}); a sweep stores it in its manifest and hashes it "
