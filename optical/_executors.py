@@ -187,6 +187,13 @@ class VmapExecutor(Executor):
                             f"{type(batch[0].workload).__name__}.run_batch returned {got} for "
                             f"{len(batch)} runs: it returns a list of metrics dicts, one per "
                             "config and seed, in their order")
+                    wrong = [type(m).__name__ for m in listed if not isinstance(m, dict)]
+                    if wrong:
+                        raise TypeError(
+                            f"{type(batch[0].workload).__name__}.run_batch returned a "
+                            f"{wrong[0]} among its results ({len(wrong)} of {len(batch)} not "
+                            "dicts): it returns a list of metrics dicts, one per config and "
+                            "seed, in their order")
                 except Exception as err:  # noqa: BLE001 - reported with each task
                     for task in batch:
                         yield task, err

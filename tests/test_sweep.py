@@ -1564,27 +1564,31 @@ def test_vmap_batches_only_runs_of_one_workload():
 
 @dataclasses.dataclass(frozen=True)
 class ShortBatch(Batchable):
-    """A run_batch that returns one result too few, or one dict, or (valid)
-    an iterator of the right length."""
+    """A run_batch that returns one result too few, or one dict, or lists in
+    place of dicts, or (valid) an iterator of the right length."""
 
     give: str = "short"
 
     def run_batch(self, configs, seeds):
         results = super().run_batch(configs, seeds)
-        return {"short": results[:-1], "dict": results[0], "iterator": iter(results)}[self.give]
+        return {"short": results[:-1], "dict": results[0], "iterator": iter(results),
+                "lists": [[r] for r in results]}[self.give]
 
     def to_dict(self):
         return {"kind": "short-batch", "give": self.give}
 
 
-@pytest.mark.parametrize(("give", "got"), [("short", "3 results"), ("dict", "a dict")])
+@pytest.mark.parametrize(("give", "got"), [("short", "3 results for 4 runs"),
+                                           ("dict", "a dict for 4 runs"),
+                                           ("lists", r"a list among its results \(4 of 4 not dicts\)")])
 def test_a_run_batch_returning_the_wrong_number_of_results_is_named(tmp_path, give, got):
     """A coverage audit: a custom run_batch returning one result too few
     escaped the sweep as zip()'s bare "argument 2 is shorter than argument
     1"; it is a failed run naming the workload's run_batch and what it
-    returns, with the finished runs kept."""
+    returns, with the finished runs kept. A list of lists was reported as
+    "ShortBatch.run returned list" (naming run, not run_batch)."""
     out = tmp_path / "s"
-    with pytest.raises(SweepError, match=rf"ShortBatch\.run_batch returned {got} for 4 runs: "
+    with pytest.raises(SweepError, match=rf"ShortBatch\.run_batch returned {got}: "
                                          r"it returns a list of metrics dicts, one per config "
                                          r"and seed.*runs finished so far are kept"):
         optical.sweep(ShortBatch(give=give), {"adc.bits": [4, 6]}, seeds=2, out=out, base=BASE,
