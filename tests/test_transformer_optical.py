@@ -9,6 +9,7 @@ import pytest
 
 import optical
 from optical import transformer
+from optical.quant import calibration_needs
 from optical.transformer import LlamaLayer, SyntheticLlama, layer_schedule
 from optical.transformer._engines import OpticalEngine
 from optical.transformer.model import LlamaModel
@@ -103,6 +104,24 @@ def test_calibration_names_must_be_weight_matmuls(tiny):
         layer.optical(h, IRIS, seed=0, calibration={"q_porj": held_out["q_proj"]})
     with pytest.raises(TypeError, match="calibration: expected a mapping"):
         layer.optical(h, IRIS, seed=0, calibration=[held_out["q_proj"]])
+
+
+def test_a_calibration_missing_a_product_is_refused_where_the_config_calibrates(tiny):
+    """A calibration shift audit: calibration={"q_proj": ...} calibrated every
+    other weight matmul on its own test input (the oracle) beside the held-out
+    one, silently: k_proj came out bit-identical to the oracle run. Under a
+    config that calibrates nothing a partial mapping stays harmless."""
+    layer = tiny.layer(1)
+    h = tiny.hidden_states(1, 6)
+    held_out = layer.matmul_inputs(tiny.hidden_states(1, 8, seed=3))
+    with pytest.raises(ValueError, match=r"^calibration: no entry for k_proj, v_proj, o_proj, "
+                                         r"gate_proj, up_proj, down_proj, which the config "
+                                         r"calibrates: .*the oracle"):
+        layer.optical(h, IRIS, seed=0, calibration={"q_proj": held_out["q_proj"]})
+    assert calibration_needs(IRIS) and not calibration_needs(IDEAL)
+    np.testing.assert_array_equal(
+        layer.optical(h, IDEAL, seed=0, calibration={"q_proj": held_out["q_proj"]}),
+        layer.optical(h, IDEAL, seed=0))
 
 
 def test_calibration_errors_name_the_product_and_its_source(tiny):

@@ -24,18 +24,33 @@ def tiny_dir(tmp_path_factory):
     return write_model(tmp_path_factory.mktemp("tiny"), TINY_LLAMA)
 
 
+def held_out_rows(model, layer, tokens, count, seed):
+    """The documented held-out calibration set: ``count`` rows of each weight
+    matmul's input in a float32 reference run of held-out prompts as long as
+    the scored ones (``tokens``, or ``count`` if fewer), the last one cut."""
+    length = min(tokens, count)
+    prompts = math.ceil(count / length)
+    held_out = model.hidden_states(layer, length, seed=seed, batch=prompts)
+    inputs = model.layer(layer).trace(held_out, dtype="float32").inputs
+    assert all(rows.shape[0] == prompts * length for rows in inputs.values())
+    return {name: rows[:count] for name, rows in inputs.items()}
+
+
 def test_calibrated_machine_is_calibrated_on_a_held_out_input(tiny_dir):
     """iris-like calibrates its ADC windows and outlier channels: validate does
     it on each weight matmul's inputs in a float32 reference run of another
-    input (seeded apart), never on the input it scores."""
+    input (seeded apart), never on the input it scores: 20 tokens as two
+    held-out prompts of the scored 12 tokens, the second cut to 8 (until
+    2026-12-06, one prompt of 20 tokens, whatever the scored length)."""
     from optical.transformer._engines import derive_seed
 
     model = transformer.load(tiny_dir)
     report = transformer.validate(model, layer=2, tokens=12, config=CFG, seed=3,
                                   calibration_tokens=20)
+    assert (report.calibration_tokens, report.calibration_prompts) == (20, 2)
+    assert "calibrated on 20 held-out tokens (2 prompts of 12)" in report.table()
     layer = model.layer(2)
-    held_out = model.hidden_states(2, 20, seed=derive_seed(3, "calibration"), batch=1)
-    calibration = layer.trace(held_out, dtype="float32").inputs
+    calibration = held_out_rows(model, 2, 12, 20, derive_seed(3, "calibration"))
     h = model.hidden_states(2, 12, seed=3, batch=1)
     run = layer.trace(h, config=CFG, seed=3, calibration=calibration)
     ref = layer.trace(h, dtype="float16")
@@ -353,10 +368,12 @@ def test_validate_errors(tiny_dir):
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="calibration_tokens"):
             transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=bad)
+    # More than max_position_embeddings is no error: its prompts are as long as the scored.
     limit = model.spec.max_positions
-    with pytest.raises(ValueError, match=f"calibration_tokens: {limit + 1} exceed "
-                                         f"max_position_embeddings {limit}"):
-        transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=limit + 1)
+    report = transformer.validate(model, layer=0, tokens=4, config=CFG,
+                                  calibration_tokens=limit + 1)
+    assert (report.calibration_tokens, report.calibration_prompts) == (limit + 1,
+                                                                      math.ceil((limit + 1) / 4))
     with pytest.raises(TypeError, match="model: expected a model from optical.transformer.load"):
         transformer.validate(42, layer=0, tokens=4, config=CFG)
 
@@ -613,10 +630,9 @@ def test_data_seed_holds_the_input_and_calibration_so_seeds_differ_in_noise_alon
 
     noisy = transformer.validate(model, layer=1, tokens=6, config=CFG, seed=9, data_seed=3)
     layer = model.layer(1)
-    held_out = model.hidden_states(1, CFG.calibration.max_tokens,
-                                   seed=derive_seed(3, "calibration"), batch=1)
     run = layer.trace(model.hidden_states(1, 6, seed=3, batch=1), config=CFG, seed=9,
-                      calibration=layer.trace(held_out, dtype="float32").inputs)
+                      calibration=held_out_rows(model, 1, 6, CFG.calibration.max_tokens,
+                                                derive_seed(3, "calibration")))
     ref = layer.trace(model.hidden_states(1, 6, seed=3, batch=1), dtype="float16")
     assert noisy.output.sqnr_db == metrics.sqnr_db(ref.output, run.output)
     assert "seed 9, data seed 3" in noisy.table()
@@ -718,12 +734,15 @@ def test_cli_validate_local_leaves_out_the_error_from_upstream(tiny_dir, capsys)
 
 def test_cli_validate_calibrates_a_model_with_fewer_positions_than_max_tokens(
         tiny_bert_dir, capsys):
-    """A prompt of 8 tokens on a BERT of 64 positions, on the default machine."""
+    """A prompt of 8 tokens on a BERT of 64 positions, on the default machine:
+    calibrated on max_tokens held-out tokens as 32 prompts of 8 (until
+    2026-12-06, one prompt capped at the 64 positions)."""
     assert json.loads((tiny_bert_dir / "config.json").read_text())[
         "max_position_embeddings"] < CFG.calibration.max_tokens
     data = _cli_report(capsys, "--model", str(tiny_bert_dir), "--layer", "1", "--tokens", "8",
                        *_sets(CORE_SETS))
-    assert data["calibration_tokens"] == 64  # max_position_embeddings, below max_tokens 256
+    assert (data["calibration_tokens"], data["calibration_prompts"]) == (256, 32)
+    assert data["hidden_given"] is False
 
 
 def test_worst_row_sqnr_over_many_row_blocks(rng):

@@ -212,11 +212,11 @@ def test_timings_are_disjoint_parts_of_the_call(tiny_dir, monkeypatch):
     assert t["optical_s"] < wall - 0.6
 
 
-def test_a_batch_is_calibrated_on_one_held_out_prompt(tiny_dir):
-    """With batch > 1 the held-out input is still one prompt of
-    calibration_tokens tokens (the machine's calibration does not depend on
-    the batch it scores): the report's SQNRs are those of a run calibrated
-    on that prompt's matmul inputs."""
+def test_a_batch_is_calibrated_on_held_out_prompts_of_its_length(tiny_dir):
+    """With batch > 1 the held-out input is still calibration_tokens tokens,
+    in prompts as long as the scored ones (not the batch it scores): the
+    report's SQNRs are those of a run calibrated on those prompts' matmul
+    inputs, the first 10 rows of two 6-token prompts."""
     from optical import metrics
     from optical.transformer._engines import derive_seed
 
@@ -225,9 +225,9 @@ def test_a_batch_is_calibrated_on_one_held_out_prompt(tiny_dir):
     report = transformer.validate(model, layer=2, tokens=6, config=cfg, seed=3, batch=2,
                                   calibration_tokens=10)
     layer = model.layer(2)
-    held_out = model.hidden_states(2, 10, seed=derive_seed(3, "calibration"), batch=1)
-    calibration = layer.matmul_inputs(held_out, dtype="float32")
-    assert calibration["q_proj"].shape[0] == 10
+    held_out = model.hidden_states(2, 6, seed=derive_seed(3, "calibration"), batch=2)
+    calibration = {k: v[:10] for k, v in layer.matmul_inputs(held_out, dtype="float32").items()}
+    assert calibration["q_proj"].shape[0] == 10 and report.calibration_prompts == 2
     h = model.hidden_states(2, 6, seed=3, batch=2)
     run = layer.trace(h, config=cfg, seed=3, calibration=calibration)
     ref = layer.trace(h, dtype="float16")
@@ -266,3 +266,24 @@ def test_a_report_and_its_column_errors_are_read_only(tiny_dir):
     layer = transformer.load(tiny_dir).layer(0)
     for weights in (pickle.loads(pickle.dumps(layer.weights)), copy.deepcopy(layer.weights)):
         assert not weights["q_proj"].flags.writeable
+
+
+def test_a_report_says_what_it_scored_and_what_calibrated_attention(tiny_dir):
+    """A calibration audit: the record could not tell a caller's ``hidden``
+    from a drawn input, and under optical attention its heading said
+    "calibrated on N held-out tokens" though the attention products calibrate
+    on their own operands."""
+    model = transformer.load(tiny_dir)
+    cfg = NAIVE.replace({"adc.full_scale": "calibrated"})
+    drawn = transformer.validate(model, layer=1, tokens=6, config=cfg, seed=2)
+    given = transformer.validate(model, layer=1, tokens=6, config=cfg, seed=2,
+                                 hidden=model.hidden_states(1, 6, seed=2))
+    assert given.products == drawn.products  # the same input, said apart
+    assert (drawn.hidden_given, given.hidden_given) == (False, True)
+    assert given.to_dict()["hidden_given"] is True
+    assert "input given" in given.table() and "input given" not in drawn.table()
+    assert "own operands" not in drawn.table()
+    attention = transformer.validate(model, layer=1, tokens=6, seed=2,
+                                     config=cfg.replace({"mapping.attention": "optical"}))
+    assert ("calibrated on 256 held-out tokens (43 prompts of 6), attention products on "
+            "their own operands") in attention.table()

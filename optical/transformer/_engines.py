@@ -462,6 +462,14 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
         if unknown:
             raise ValueError(f"calibration: no weight matmul {', '.join(unknown)}; "
                              f"the layer's are {', '.join(names)}")
+        missing = [k for k in names if k not in calibration]
+        if (missing and isinstance(config, OpticalConfig) and calibration_needs(config)
+                and "calibration" not in (program_options or {})):
+            raise ValueError(f"calibration: no entry for {', '.join(missing)}, which the "
+                             "config calibrates: each would be calibrated on its own input "
+                             "(the oracle) beside held-out ones. Give every weight matmul's "
+                             "rows (layer.matmul_inputs(held_out)), or no calibration= for "
+                             "the oracle throughout")
     if config is None:
         return ReferenceEngine(check_dtype(dtype))
     return OpticalEngine(config, check_seed(seed), layer, program_options=program_options,
