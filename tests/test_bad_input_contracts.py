@@ -256,6 +256,23 @@ def test_a_calibration_entry_is_checked_even_where_the_config_does_not_read_it(t
                                   layer.optical(h, ideal(), seed=0))
 
 
+def test_one_calibration_for_every_product_names_the_product_it_does_not_fit(tiny_llama):
+    """A calibration audit: program_options={"calibration": X}, given to every
+    product (an embed's only way to hand one in), failed with program's "has
+    64 features ... but w has 128 rows", naming neither the product nor the
+    option."""
+    h = tiny_llama.hidden_states(0, 8)
+    layer = tiny_llama.layer(0)
+    width = layer.weights["down_proj"].shape[1]
+    assert width != h.shape[-1]
+    config = optical.presets.get("iris-like")
+    with pytest.raises(ValueError, match=rf"^program_options\['calibration'\] \(given to every "
+                                         rf"product; down_proj takes inputs of {width} "
+                                         rf"features\): has 64 features"):
+        layer.optical(h, config, seed=0,
+                      program_options={"calibration": np.ones((4, 64), np.float32)})
+
+
 def test_validate_names_an_input_beyond_fp16_before_running_anything(tiny_llama):
     """It ran the whole layer and then said "reference contains NaN or
     infinite values", naming neither the input nor the cause."""

@@ -321,6 +321,9 @@ class OpticalEngine(ReferenceEngine):
         elif "calibration" not in options and calibration_needs(self.config):
             source = f"{name}'s own input (the oracle: no calibration= entry for it)"
             options["calibration"] = x
+        elif "calibration" in options:
+            source = (f"program_options['calibration'] (given to every product; {name} "
+                      f"takes inputs of {w_in_out.shape[0]} features)")
         with recycling():
             # No copy of a transposed weight: program() reads it in place.
             start = time.perf_counter()
