@@ -345,13 +345,20 @@ class ProcessExecutor(Executor):
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        manager = getattr(pool, "_executor_manager_thread", None)
         terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
         if terminate is not None:
             terminate()
-            return
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+        # The manager thread, reaping the killed workers, holds the pool's
+        # queues; once it is done they can be freed and their semaphores
+        # unlinked (a Ctrl-C dying of SIGINT left five for Python's resource
+        # tracker to warn of).
+        if manager is not None:
+            manager.join(_CLOSE_WAIT_S)
 
     def close(self) -> None:
         """Stop the workers. Never waits without a limit: a worker killed while

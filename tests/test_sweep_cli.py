@@ -346,6 +346,46 @@ def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     assert os.path.getsize(out / "results.parquet") > 0
 
 
+_PROGRAM = """
+import signal, sys
+from optical import cli
+
+if __name__ == "__main__":  # not in the spawned workers
+    # SIGINT may be inherited ignored (a background `make test &`): this test's must land.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv = ["optical", *sys.argv[1:]]
+    sys.exit(cli.main())
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_process_pool_sweep_prints_its_one_line_alone(tmp_path):
+    """An observability audit: Ctrl-C to a sweep on worker processes printed
+    its one line, then Python's resource tracker's "UserWarning: ... 5 leaked
+    semaphore objects to clean up at shutdown": the process died of SIGINT
+    while the pool's manager thread still held the pool's queues."""
+    script = tmp_path / "program.py"
+    script.write_text(_PROGRAM)
+    out = tmp_path / "s"
+    argv = ["sweep", "--matmul", "64x1024x512", "--param", "adc.bits=4,6,8",
+            "--param", "source.photons_per_mac=1e4,1e5,1e6,1e7", "--seeds", "5",
+            "--out", str(out), "--jobs", "2", "--quiet"]
+    process = subprocess.Popen([sys.executable, str(script), *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runs = out / "runs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if runs.is_dir() and len(list(runs.glob("*.json"))) >= 2:
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGINT, stderr.decode()
+    assert stderr.decode().splitlines() == [
+        f"optical sweep: interrupted; finished runs are kept in {out}; run `optical sweep "
+        f"--out {out}` to resume"]
+
+
 _SWALLOWING = """
 import ctypes, os, signal, sys, time
 import optical.sweep, optical.transformer
