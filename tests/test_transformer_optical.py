@@ -368,17 +368,32 @@ def test_derived_seeds_keep_their_labels_apart():
     assert derive_seed(3, "attention.scores", 1, 12) == seeds[0]
 
 
-def test_progress_is_called_once_per_product_in_execution_order(tiny):
-    """OpticalEngine's ``progress`` is "called with a product's name each
-    time one has run on the core": once per product, not once per (prompt,
-    KV head) of an attention product (validate's bar counts one step per
-    product: 7 weights and 2 attention products)."""
+def test_progress_is_called_once_per_product_as_it_starts(tiny, monkeypatch):
+    """OpticalEngine's ``progress`` is "called with a product's name as it
+    starts on the core": once per product, not once per (prompt, KV head) of
+    an attention product (validate's bar counts one step per product: 7
+    weights and 2 attention products), before any of its masks is programmed
+    (it was called after the product: validate's bar named the product that
+    had finished while the next one ran)."""
+    from optical.transformer import _engines
+
     cfg = IRIS.replace({**SMALL_CORE, "mapping.attention": "optical"})
-    names = []
+    events = []
+    program = _engines.program
+
+    def programming(*args, **kwargs):
+        events.append("program")
+        return program(*args, **kwargs)
+
+    monkeypatch.setattr(_engines, "program", programming)
     tiny.layer(1).trace(tiny.hidden_states(1, 6, batch=2), config=cfg, seed=0,
-                        progress=names.append)
+                        progress=events.append)
+    names = [e for e in events if e != "program"]
     assert names == ["q_proj", "k_proj", "v_proj", "attention.scores", "attention.values",
                      "o_proj", "gate_proj", "up_proj", "down_proj"]
+    starts = [i for i, e in enumerate(events) if e != "program"]
+    assert starts[0] == 0  # named before its first mask
+    assert all(b - a > 1 for a, b in zip(starts, [*starts[1:], len(events)], strict=True))
 
 
 def test_sum_stats_takes_the_tile_counts_of_the_first_part():

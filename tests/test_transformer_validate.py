@@ -4,6 +4,7 @@ against layer_schedule, and the ``optical validate`` command."""
 import dataclasses
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -463,6 +464,30 @@ def test_cli_validate_progress_bar_counts_every_step(tiny_dir, capsys, changes, 
     assert f"{steps}/{steps}" in err and "down_proj" in err
     assert main([*argv, "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_validate_progress_bar_names_the_product_that_is_running(tiny_dir, monkeypatch,
+                                                                  capsys):
+    """An observability audit: the bar named the product that had finished
+    ("float16 reference" while q_proj ran, then q_proj while k_proj ran).
+    Each mask's programming is marked on stderr: before the first, the bar
+    shows q_proj; at the end it has counted every step."""
+    from optical.transformer import _engines
+
+    program = _engines.program
+
+    def marked(*args, **kwargs):
+        print("@program@", file=sys.stderr, flush=True)
+        return program(*args, **kwargs)
+
+    monkeypatch.setattr(_engines, "program", marked)
+    transformer.validate(transformer.load(tiny_dir), layer=1, tokens=6, config=NAIVE,
+                         progress=True)
+    parts = capsys.readouterr().err.split("@program@")
+    assert len(parts) == 1 + 7
+    assert "q_proj]" in parts[0] and "k_proj]" not in parts[0]
+    assert "k_proj]" in parts[1] and "down_proj]" in parts[6]
+    assert "8/8" in parts[7]
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -272,8 +272,8 @@ class OpticalEngine(ReferenceEngine):
         A product without them (the attention products, whose operands are
         activations) is calibrated on its own inputs: an oracle.
     progress : callable, optional
-        Called with a product's name each time one has run on the core (a
-        progress bar's hook).
+        Called with a product's name as it starts on the core, once per
+        product (a progress bar's hook: the bar names what is running).
     """
 
     def __init__(self, config: OpticalConfig, seed: int, layer: int, *,
@@ -292,7 +292,7 @@ class OpticalEngine(ReferenceEngine):
         self.calibration = dict(calibration or {})  # checked by engine_for
         self.progress = progress
 
-    def _done(self, name: str) -> None:
+    def _starting(self, name: str) -> None:
         if self.progress is not None:
             self.progress(name)
 
@@ -348,6 +348,7 @@ class OpticalEngine(ReferenceEngine):
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
                bias: np.ndarray | None = None) -> np.ndarray:
+        self._starting(name)
         if self.keep:
             self.inputs[name] = x
         y, stats = self._matmul(x, w.T, name)  # HF stores [out, in]: program W.T
@@ -355,7 +356,6 @@ class OpticalEngine(ReferenceEngine):
             y += bias
         self.stats[name] = stats
         self.record(name, y)
-        self._done(name)
         return y
 
     def _per_head(self, name: str, a: np.ndarray, b: np.ndarray, transpose_b: bool,
@@ -364,6 +364,7 @@ class OpticalEngine(ReferenceEngine):
         padding ``mask`` (one query row per token), only a prompt's real
         tokens go: rows of ``a``, and the rows of ``b`` (keys, values) and
         columns of ``a`` (the scores' keys) they meet; the rest stays 0."""
+        self._starting(name)
         batch, kv_heads = a.shape[:2]
         out = np.zeros((batch, kv_heads, a.shape[2], b.shape[2] if transpose_b else b.shape[3]),
                        dtype=np.float32)
@@ -392,7 +393,6 @@ class OpticalEngine(ReferenceEngine):
         self.stats[name] = sum_stats(parts)
         if self.keep:  # for a trace's local SQNR
             self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
-        self._done(name)
         return out
 
     def attention_prompts(self, batch: int, prompt_bytes: int) -> int:

@@ -418,12 +418,19 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         middle = time.perf_counter()
         bar.update()
 
-        def done(name: str) -> None:
+        running: list[str] = []  # the product on the core: the bar names it
+
+        def starting(name: str) -> None:
+            if running:
+                bar.update()  # the one before it is done
+            running[:] = [name]
             bar.set_postfix_str(name)
-            bar.update()
 
         run = block.trace(hidden, config=config, seed=seed, program_options=program_options,
-                          matmul_options=matmul_options, calibration=calibration, progress=done)
+                          matmul_options=matmul_options, calibration=calibration,
+                          progress=starting)
+        if running:
+            bar.update()
         end = time.perf_counter()
 
     rows = []
