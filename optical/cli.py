@@ -27,6 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="optical",
         description="Emulate free-space optical matrix multipliers and transformer "
                     "prefill on them.",
+        epilog="exit status:\n"
+               "  0    done\n"
+               "  2    bad input (an option, value, path or file)\n"
+               "  1    anything else that stopped the command (a failed run, a missing\n"
+               "       optional dependency, an operating-system error)\n"
+               "  Ctrl-C prints one line, then the process dies of SIGINT; each error is\n"
+               "  one line 'optical COMMAND: error: ...' on stderr",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -371,7 +371,10 @@ class LayerWorkload:
     layer output's ``sqnr_db``, ``cosine``, ..., each product's as
     ``sqnr_db.down_proj`` and so on, and the layer's counts as
     ``totals.passes``, ... -- never its config, its timings (wall time is the
-    run's ``elapsed_s``) or what it was asked to run (layer, tokens, seed).
+    run's ``elapsed_s``: a worker process's first run also loads or
+    synthesises the model and, on a cold cache, compiles the kernels, so it
+    reads several times the others) or what it was asked to run (layer,
+    tokens, seed).
     """
 
     kind: ClassVar[str] = "layer"
