@@ -15,6 +15,7 @@ import pytest
 
 import optical
 from optical._sweep_store import content_hash
+from optical._version import RESULTS_VERSION
 from optical.cli import build_parser, main
 from optical.sweep import load
 
@@ -688,6 +689,10 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     assert "note: 3 of the sweep's 4 runs are finished" in captured.err
     assert f"`optical sweep --out {out}` finishes the rest" in captured.err
     assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (3, 4)
+    # --json names the sweep it drew, and what computed it (an observability
+    # audit: a figure's JSON written elsewhere could not be traced back)
+    assert {k: json.loads(captured.out)[k] for k in ("sweep", "results_version")} == {
+        "sweep": str(out), "results_version": RESULTS_VERSION}
     # --json names the metric its means are of, and the values held
     assert {k: json.loads(captured.out)[k] for k in ("kind", "metric", "where")} == {
         "kind": "line", "metric": "sqnr_db", "where": {}}

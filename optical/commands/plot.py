@@ -7,6 +7,7 @@ import re
 import sys
 from typing import Any
 
+from optical._version import __version__
 from optical.commands._common import (
     add_json_option,
     check_not_json,
@@ -32,7 +33,8 @@ Other swept parameters must be held fixed with --where PATH=VALUE (or be the --h
 Writes DIR/plots/<name>.png and .svg unless --output STEM is given; --output
 fig.png (a format's suffix) writes that file alone unless --formats says more.
 --json PATH also writes the numbers drawn ("data": each point's mean, sample
-std and seeds), the table behind the figure.
+std and seeds), the table behind the figure, with the sweep directory, the
+sweep's results version and the plotting optical's version.
 """
 
 
@@ -170,7 +172,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         paths = plots.save(fig, args.output, formats)
     metric = args.z if args.kind == "heatmap" else (args.y or "sqnr_db")
-    write_json(args.json_path, {"files": [str(p) for p in paths], "kind": args.kind,
+    write_json(args.json_path, {"sweep": str(args.sweep_dir),
+                                "results_version": frame.attrs["sweep"]["results_version"],
+                                "optical_version": __version__,
+                                "files": [str(p) for p in paths], "kind": args.kind,
                                 "metric": metric, "where": _where(args.where),
                                 "runs": len(frame), "planned_runs": planned,
                                 "data": plotted_data(frame, args)})  # first: a reader gone
