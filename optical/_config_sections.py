@@ -59,7 +59,11 @@ class SourceConfig(Section):
         Detection bandwidth over which the RIN density is integrated: the
         relative intensity fluctuation has variance ``10**(rin/10) * bandwidth``
         (sigma**2; a fluctuation below -1 leaves the source dark, so near the
-        limit sigma = 1 the light's spread is a little less). Set it to the
+        limit sigma = 1 the light's spread is less and its mean more: the
+        intensity is ``max(1 + sigma z, 0)`` times its level, whose mean,
+        ``Phi(1/sigma) + sigma phi(1/sigma)``, is 1.083 at sigma = 1 and 1.004
+        at 0.5, a gain the decoder does not undo, and whose variance is 0.75
+        sigma**2 at sigma = 1). Set it to the
         readout rate, as :func:`optical.physics.noise.tia_noise_electrons`
         takes its bandwidth: 3 dB of variance above an integrate-and-dump
         window's ``1 / (2 tau)``, against which the Poisson shot noise is
@@ -119,8 +123,10 @@ class DACConfig(Section):
         "static" needs ``optical.program(w, config, calibration=x)``.
     percentile : float, percent
         With "static" scaling: the input full scale is this percentile of the
-        calibration inputs' absolute values (channels that bypass the optics,
-        static or dynamic, excluded); larger inputs clip. Where it is 0 (more
+        calibration inputs' absolute values, without the channels the outlier
+        rule picks on those calibration inputs (under either policy: the
+        dynamic one's later choices per call do not move it); larger inputs
+        clip. Where it is 0 (more
         zeros than the percentile leaves out), the largest absolute value.
     """
 
@@ -306,7 +312,10 @@ class ADCConfig(Section):
         Half-width of the "rms" window (at most 1e6).
     window : {"per_column", "per_tile"}
         One window per column of each tile, or one shared by all the columns
-        of a tile (a common reference for the tile's converters).
+        of a tile (a common reference for the tile's converters): for "max"
+        and "rms" the union of its columns' own windows, for "calibrated" the
+        window of least expected squared error over the tile's readouts
+        pooled.
     """
 
     _name: ClassVar[str] = "adc"
@@ -396,9 +405,12 @@ class MappingConfig(Section):
         scales and the attention products' ADC windows are set over all of
         a prompt's tokens, so an early token's output depends on later ones
         (a 10-token prefix of a 24-token prompt moved 0.2 % with an 8-bit
-        mask as the only error). With digital attention and held-out
-        calibration a prefix's outputs are the whole prompt's first rows up
-        to float rounding (GEMMs are blocked by token count).
+        mask as the only error). With digital attention and a fixed held-out
+        calibration (``layer.optical(..., calibration=...)``) a prefix's
+        outputs are the whole prompt's first rows up to float rounding (GEMMs
+        are blocked by token count); ``transformer.validate`` draws its
+        held-out prompts as long as the scored ones, so a shorter prompt is
+        calibrated on other prompts too.
     """
 
     _name: ClassVar[str] = "mapping"
@@ -459,9 +471,9 @@ class CalibrationConfig(Section):
         default 256 costs 0.05 dB of SQNR against 512 on a Llama-3.1-8B
         layer with per-column windows (1024: the same as 512), and halves the
         readouts' GEMMs of a 512-token validation (docs/quantisation.md).
-        It is also the default length of the held-out input that
-        ``transformer.validate`` calibrates on, whatever the prompt's length
-        (capped at the model's ``max_position_embeddings``).
+        It is also the default number of held-out tokens that
+        ``transformer.validate`` calibrates on, drawn as prompts as long as
+        the scored ones (the last one cut).
     """
 
     _name: ClassVar[str] = "calibration"

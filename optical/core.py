@@ -234,8 +234,9 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         In [0, 2**64) ([0, 2**32) on the JAX backend, whose keys are 32-bit);
         the output is a function of (x, w, config, seed). The noise is keyed
         by (seed, each token's row, column): two calls of one seed draw the
-        same noise for their row 0, row 1, ..., whatever their inputs (noise
-        correlated 0.9998 between two unrelated inputs). Give each call its
+        same noise for their row 0, row 1, ..., whatever their inputs (on
+        iris-like without an ADC, noise correlated 0.999 between two
+        unrelated inputs). Give each call its
         own seed when streaming batches whose noise should be independent
         (``chunk_tokens`` keeps each row's own noise; row blocks passed as
         separate calls of one seed do not).

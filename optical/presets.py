@@ -78,7 +78,7 @@ def iris_like() -> OpticalConfig:
       photons per MAC (an assumption: on a 4096-wide Gaussian layer the shot
       and TIA noise then cost about 4 dB against the converters' limit of 30 dB
       -- 26 dB at 1e5, 29 dB at 3e5, 13 dB at 1e4; a Llama-3.2-1B layer
-      loses more, 7-8 dB, and needs about 1e6: docs/energy.md; sweep
+      loses more, 7-9 dB, and needs about 1e6: docs/energy.md; sweep
       ``source.photons_per_mac`` for others).
     - DAC 8 bits, per-token dynamic scaling.
     - mask 8 bits, contrast 50:1 (min transmission 0.02), per-column scaling.
