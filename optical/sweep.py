@@ -117,8 +117,6 @@ class SweepError(RuntimeError):
     """A run of the sweep failed; the runs finished before it are kept."""
 
 
-
-
 # --------------------------------------------------------------------------- #
 # Reading a sweep back (its files: optical._sweep_store)
 # --------------------------------------------------------------------------- #

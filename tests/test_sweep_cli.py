@@ -177,7 +177,11 @@ def test_failed_run_exits_1_and_keeps_finished_runs(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(workloads.MatmulWorkload, "run", flaky)
     out = tmp_path / "s"
     assert main([*SWEEP, "--out", str(out)]) == 1
-    assert "FloatingPointError: overflow in the ADC" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "FloatingPointError: overflow in the ADC" in err
+    # how to go on, as a Ctrl-C or a full disk says it (an observability audit)
+    assert err.rstrip().endswith(f"runs finished so far are kept in {out}; run `optical "
+                                 f"sweep --out {out}` to run the rest once that is mended")
     assert len(load(out)) == 4
 
 

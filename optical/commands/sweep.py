@@ -379,8 +379,12 @@ def run_command(args: argparse.Namespace) -> int:
             # die of SIGTERM instead (no worker processes to see off).
             die_of(signal.SIGTERM)
         return int(stop.code) if isinstance(stop, Terminated) else 130
-    except SweepError as err:
-        print(f"optical sweep: error: {err}", file=sys.stderr)
+    except SweepError as err:  # a failed run; what finished is kept
+        text = str(err)
+        if "running the sweep again" not in text:
+            text = (f"{text.rstrip('.')}; run {_resume_command(args.out)} to run the rest "
+                    "once that is mended")
+        print(f"optical sweep: error: {text}", file=sys.stderr)
         return 1
     finally:
         if client is not None:
