@@ -480,7 +480,11 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         (``dac.scaling = "static"``), calibrated ADC windows
         (``adc.full_scale = "calibrated"``) and static outlier channels
         (``outliers.policy = "static"``); otherwise checked (width, values)
-        but unused. Nothing depends on a noise seed.
+        but unused. Nothing depends on a noise seed. Rows that are all zero
+        (padding) are left out of every statistic: they carry no signal, and
+        kept they narrowed a static range's percentile and pulled calibrated
+        windows toward zero (1024 zero rows beside 128 real ones: 31.2 ->
+        28.6 dB, clipping 0.03 -> 0.57 %).
 
     Returns
     -------
@@ -503,6 +507,10 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     if 0 in w.shape:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
     cal = _calibration_inputs(calibration, w.shape[0], config)
+    if cal is not None and cal.any():  # all zero: refused below, by name
+        signal = cal.any(axis=1)
+        if not signal.all():
+            cal = cal[signal]
     bypass = rows = None
     optical_cal = None  # the calibration inputs of the channels the optics carry
     if config.outliers.policy == "static":

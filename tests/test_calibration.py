@@ -36,14 +36,17 @@ def _levels(xn, bits):
 def test_calibration_readouts_are_dac_quantised_normalised_inputs_through_the_mask(
         monkeypatch, rng, scaling):
     """The readouts the windows are fitted to: the evenly spaced subsample of
-    the calibration tokens, scaled as matmul scales inputs (own abs-max per
-    token, the whole batch's abs-max per tensor, the static percentile with
+    the calibration tokens that are not all zero (padding is left out of
+    every statistic), scaled as matmul scales inputs (own abs-max per token,
+    the whole batch's abs-max per tensor, the static percentile with
     clipping), on the 2-bit DAC's levels, times the programmed transmissions."""
-    k, n, n_tokens, max_tokens = 12, 5, 20, 7
+    k, n, n_tokens, max_tokens = 12, 5, 21, 7
     cal = rng.standard_normal((n_tokens, k))
-    rows = np.linspace(0, n_tokens - 1, max_tokens).round().astype(int)  # [0 3 6 10 13 16 19]
     cal[1] *= 50.0  # the batch's abs-max, in a token the subsample leaves out
-    cal[3] = 0.0  # an all-zero token (padding), in the subsample
+    cal[3] = 0.0  # an all-zero token (padding): left out, the rows after it move up
+    cal[8, :5] = 0.0  # zeros in a real token count
+    signal = np.delete(cal, 3, axis=0)
+    rows = np.linspace(0, n_tokens - 2, max_tokens).round().astype(int)  # [0 3 7 10 13 17 20]
     w = rng.standard_normal((k, n))
     cfg = ideal(**{"adc.bits": 6, "adc.full_scale": "calibrated", "dac.bits": 2,
                    "dac.scaling": scaling, "dac.percentile": 50.0,
@@ -51,17 +54,16 @@ def test_calibration_readouts_are_dac_quantised_normalised_inputs_through_the_ma
                    "core.inputs": 16, "core.outputs": 8, "calibration.max_tokens": max_tokens})
     seen = _capture(monkeypatch)
     pw = optical.program(w, cfg, calibration=cal)
-    sub = cal[rows]
+    sub = signal[rows]
     if scaling == "per_token":
-        absmax = np.abs(sub).max(axis=1, keepdims=True)
-        xn = sub / np.where(absmax > 0, absmax, 1.0)
+        xn = sub / np.abs(sub).max(axis=1, keepdims=True)
     elif scaling == "per_tensor":
-        xn = sub / np.abs(cal).max()
+        xn = sub / np.abs(signal).max()
     else:
-        r = np.percentile(np.abs(cal), 50.0)
+        r = np.percentile(np.abs(signal), 50.0)
         assert pw.input_range == pytest.approx(r, rel=1e-12)
+        assert r != pytest.approx(np.percentile(np.abs(cal), 50.0), rel=1e-6)  # padding out
         xn = np.clip(sub / r, -1.0, 1.0)
-    assert np.all(xn[1] == 0)  # the zero token normalises to zeros
     expected = _levels(xn, 2) @ pw.transmissions[0].astype(np.float64)
     assert len(seen) == 1
     np.testing.assert_allclose(seen[0][0], expected, rtol=1e-12, atol=1e-12)
