@@ -472,8 +472,9 @@ class CalibrationConfig(Section):
         layer with per-column windows (1024: the same as 512), and halves the
         readouts' GEMMs of a 512-token validation (docs/quantisation.md).
         It is also the default number of held-out tokens that
-        ``transformer.validate`` calibrates on, drawn as prompts as long as
-        the scored ones (the last one cut).
+        ``transformer.validate`` calibrates on (at most the model's
+        ``max_position_embeddings``), drawn as prompts as long as the scored
+        ones (the last one cut).
     """
 
     _name: ClassVar[str] = "calibration"

@@ -32,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  2    bad input (an option, value, path or file)\n"
                "  1    anything else that stopped the command (a failed run, a missing\n"
                "       optional dependency, an operating-system error)\n"
-               "  Ctrl-C prints one line, then the process dies of SIGINT; each error is\n"
-               "  one line 'optical COMMAND: error: ...' on stderr",
+               "  Ctrl-C prints one line, then the process dies of SIGINT; an error ends\n"
+               "  in one line 'optical COMMAND: error: ...' on stderr (after the\n"
+               "  command's usage, for a malformed command line)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -49,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names. Exit codes: 0 done; 2 bad input (an
     option, value, path or file), 1 anything else that stopped it (a failed
-    run, a missing optional dependency, an operating-system error); each is
-    one line ``optical COMMAND: error: ...`` on stderr, never a traceback.
+    run, a missing optional dependency, an operating-system error); each
+    ends in one line ``optical COMMAND: error: ...`` on stderr (after the
+    usage, for a malformed command line), never a traceback.
     Ctrl-C: one line, then 130, or, run as the program (``argv`` None), the
     process dies of SIGINT as Python would, so a shell loop around it stops."""
     parser = build_parser()

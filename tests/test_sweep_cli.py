@@ -676,7 +676,7 @@ def test_plot_of_a_sweep_without_finished_runs_says_so(tmp_path, capsys):
         assert "optical plot: error: no finished runs to plot" in capsys.readouterr().err
 
 
-def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsys):
+def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsys, monkeypatch):
     """3 of 4 runs finished: the figure is drawn from those 3, and stderr and
     --json say 3 of 4; once the sweep is finished, no note."""
     from tests.test_sweep import Interruptible
@@ -697,6 +697,9 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     # audit: a figure's JSON written elsewhere could not be traced back)
     assert {k: json.loads(captured.out)[k] for k in ("sweep", "results_version")} == {
         "sweep": str(out), "results_version": RESULTS_VERSION}
+    monkeypatch.chdir(out.parent)  # a relative sweep directory is recorded absolute
+    assert main(["plot", out.name, *argv[2:]]) == 0
+    assert json.loads(capsys.readouterr().out)["sweep"] == str(out)
     # --json names the metric its means are of, and the values held
     assert {k: json.loads(captured.out)[k] for k in ("kind", "metric", "where")} == {
         "kind": "line", "metric": "sqnr_db", "where": {}}

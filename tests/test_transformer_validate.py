@@ -369,12 +369,15 @@ def test_validate_errors(tiny_dir):
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="calibration_tokens"):
             transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=bad)
-    # More than max_position_embeddings is no error: its prompts are as long as the scored.
+    # The held-out tokens, in prompts of the scored length, are bounded as one
+    # prompt is: a legal max_tokens of 2**24 drew 2**22 prompts of 4 tokens (24 GiB).
     limit = model.spec.max_positions
-    report = transformer.validate(model, layer=0, tokens=4, config=CFG,
-                                  calibration_tokens=limit + 1)
-    assert (report.calibration_tokens, report.calibration_prompts) == (limit + 1,
-                                                                      math.ceil((limit + 1) / 4))
+    with pytest.raises(ValueError, match=f"calibration_tokens: {limit + 1} exceed "
+                                         f"max_position_embeddings {limit}"):
+        transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=limit + 1)
+    report = transformer.validate(model, layer=0, tokens=4, seed=1,
+                                  config=CFG.replace({"calibration.max_tokens": 1 << 24}))
+    assert (report.calibration_tokens, report.calibration_prompts) == (limit, limit // 4)
     with pytest.raises(TypeError, match="model: expected a model from optical.transformer.load"):
         transformer.validate(42, layer=0, tokens=4, config=CFG)
 
@@ -760,13 +763,13 @@ def test_cli_validate_local_leaves_out_the_error_from_upstream(tiny_dir, capsys)
 def test_cli_validate_calibrates_a_model_with_fewer_positions_than_max_tokens(
         tiny_bert_dir, capsys):
     """A prompt of 8 tokens on a BERT of 64 positions, on the default machine:
-    calibrated on max_tokens held-out tokens as 32 prompts of 8 (until
-    2026-12-06, one prompt capped at the 64 positions)."""
+    calibrated on max_position_embeddings held-out tokens (below max_tokens
+    256) as 8 prompts of 8 (until 2026-12-06, one prompt of 64)."""
     assert json.loads((tiny_bert_dir / "config.json").read_text())[
         "max_position_embeddings"] < CFG.calibration.max_tokens
     data = _cli_report(capsys, "--model", str(tiny_bert_dir), "--layer", "1", "--tokens", "8",
                        *_sets(CORE_SETS))
-    assert (data["calibration_tokens"], data["calibration_prompts"]) == (256, 32)
+    assert (data["calibration_tokens"], data["calibration_prompts"]) == (64, 8)
     assert data["hidden_given"] is False
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import Any
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         paths = plots.save(fig, args.output, formats)
     metric = args.z if args.kind == "heatmap" else (args.y or "sqnr_db")
-    write_json(args.json_path, {"sweep": str(args.sweep_dir),
+    write_json(args.json_path, {"sweep": os.path.abspath(args.sweep_dir),
                                 "results_version": frame.attrs["sweep"]["results_version"],
                                 "optical_version": __version__,
                                 "files": [str(p) for p in paths], "kind": args.kind,

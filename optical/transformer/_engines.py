@@ -453,7 +453,10 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
     optical core under ``config`` (exactly one of the two is given); the
     options go to :class:`OpticalEngine`. ``calibration`` is checked against
     the layer's ``weights``: a name that is not one of its weight matmuls
-    would otherwise leave that product calibrated on its own inputs."""
+    would otherwise leave that product calibrated on its own inputs, and so
+    would a weight matmul missing from it under a config that calibrates
+    (both refused, as is a ``program_options["calibration"]`` beside it,
+    which would take its place for every product)."""
     if (dtype is None) == (config is None):
         raise ValueError("give exactly one of dtype (reference) or config (optical)")
     if calibration is not None:
@@ -465,9 +468,11 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
         if unknown:
             raise ValueError(f"calibration: no weight matmul {', '.join(unknown)}; "
                              f"the layer's are {', '.join(names)}")
+        if isinstance(program_options, Mapping) and "calibration" in program_options:
+            raise ValueError("calibration: given with program_options['calibration'], which "
+                             "would calibrate every product in its place; give one of them")
         missing = [k for k in names if k not in calibration]
-        if (missing and isinstance(config, OpticalConfig) and calibration_needs(config)
-                and "calibration" not in (program_options or {})):
+        if missing and isinstance(config, OpticalConfig) and calibration_needs(config):
             raise ValueError(f"calibration: no entry for {', '.join(missing)}, which the "
                              "config calibrates: each would be calibrated on its own input "
                              "(the oracle) beside held-out ones. Give every weight matmul's "

@@ -215,8 +215,11 @@ class LlamaLayer:
             ``optical.matmul`` call (engine options such as a backend).
         calibration : mapping of str to ndarray, optional
             Held-out input rows of each weight matmul, by product name, for
-            configs that need calibration; without them each product is
-            calibrated on its own inputs (an oracle).
+            configs that need calibration (``layer.matmul_inputs(held_out)``
+            gives them all); without them each product is calibrated on its
+            own inputs (an oracle). Under a config that calibrates, a mapping
+            missing a weight matmul is refused (ValueError naming it): that
+            product alone would be calibrated on its own inputs.
 
         Returns
         -------

@@ -330,9 +330,10 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         Default: ``config.calibration.max_tokens``, as many as programming
         uses, whatever the prompt length (a short prompt calibrated on itself
         alone is mostly scored on the luck of a small calibration set: 12.7
-        against 24.5 dB for q_proj of Llama-3.2-1B's layer 1 at 8 tokens).
-        Before 2026-12-06 it was one prompt of that many tokens (capped at
-        ``max_position_embeddings``), whatever ``tokens``: all-MiniLM-L6-v2's
+        against 24.5 dB for q_proj of Llama-3.2-1B's layer 1 at 8 tokens);
+        given or by default, at most the model's ``max_position_embeddings``
+        (a bound on the held-out run's memory). Before 2026-12-06 it was one
+        prompt of that many tokens, whatever ``tokens``: all-MiniLM-L6-v2's
         layer 5 at 8 tokens read 14.7 dB at the output with 1.9 % of its
         conversions clipped, against 20.0 dB and 0.1 % now (iris-like, mean
         of seeds 0-2); Llama-3.2-1B moved within its seeds' spread. The
@@ -378,6 +379,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
+    if calibration_tokens is not None:  # a bound on the held-out run's memory
+        model.spec.check_tokens(calibration_tokens, "calibration_tokens")
     hidden_given = hidden is not None
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=data, batch=batch)
@@ -399,7 +402,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         if needs_calibration:
             bar.set_postfix_str("calibration run")
             if calibration_tokens is None:
-                calibration_tokens = config.calibration.max_tokens
+                calibration_tokens = min(config.calibration.max_tokens,
+                                         model.spec.max_positions or math.inf)
             # Prompts of the scored prompts' length (their positions and
             # attention spans, as in use), the first calibration_tokens rows.
             length = min(tokens, calibration_tokens)
