@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -447,7 +448,7 @@ def test_dask_threads_cluster_gives_the_serial_results(tmp_path):
     serial = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "serial", base=BASE,
                            executor="serial", progress=False)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         frame = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "dask", base=BASE,
                               executor=client, progress=False)
@@ -460,7 +461,7 @@ def test_dask_process_cluster_gives_the_local_process_results(tmp_path):
     procs = optical.sweep(WL, PARAMS, seeds=3, out=tmp_path / "procs", base=BASE,
                           executor=2, progress=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         frame = optical.sweep(WL, PARAMS, seeds=3, out=tmp_path / "dask", base=BASE,
                               executor=client, progress=False)
@@ -1333,7 +1334,7 @@ def test_a_run_that_calls_sys_exit_is_that_runs_failure_on_every_executor(tmp_pa
     else:
         distributed = pytest.importorskip("distributed")
         with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                      dashboard_address=None) as cluster, \
+                                      dashboard_address=":0") as cluster, \
                 distributed.Client(cluster) as client:
             failed: list[BaseException] = []
 
@@ -1419,7 +1420,7 @@ def test_a_workload_dask_cannot_send_is_a_sweep_error(tmp_path):
             return self.inner.to_dict()
 
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         with pytest.raises(SweepError, match=r"run failed at point adc.bits=4, seed 0: "):
             optical.sweep(HoldsALock(WL), {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "s",
@@ -1783,7 +1784,8 @@ def test_a_run_records_the_library_versions_it_ran_on(tmp_path):
     assert env == {"numpy": np.__version__, "numba": numba.__version__,
                    "jax": None if jax is None else jax.__version__,
                    "jaxlib": None if jax is None else env["jaxlib"],
-                   "jax_cpu": None if jax is None else True}
+                   "jax_cpu": None if jax is None else True,
+                   "python": platform.python_version(), "machine": platform.machine()}
 
 
 def test_the_caches_are_cleared_when_the_last_running_sweep_ends():
@@ -1893,7 +1895,7 @@ def test_a_closed_dask_client_fails_the_sweep_clearly(tmp_path, when):
         optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=out, base=BASE, executor="serial",
                       progress=False)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         client = distributed.Client(cluster)
         client.close()
         run = functools.partial(optical.sweep, WL, {"adc.bits": [4]}, seeds=1, out=out,

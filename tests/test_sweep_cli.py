@@ -190,7 +190,7 @@ def test_sweep_on_a_dask_scheduler(tmp_path):
     argv = [a for a in SWEEP if a not in ("--jobs", "1")]
     assert main([*argv, "--out", str(tmp_path / "local")]) == 0
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         assert main([*argv, "--out", str(tmp_path / "dask"), "--scheduler",
                      cluster.scheduler_address, "--json", str(tmp_path / "d.json")]) == 0
     assert "Dask cluster" in json.loads((tmp_path / "d.json").read_text())["executor"]
