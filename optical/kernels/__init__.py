@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import platform
 import sys
 from typing import TYPE_CHECKING
 
@@ -53,8 +54,10 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
 
 def environment() -> dict[str, str | bool | None]:
     """The versions of numpy, numba, jax and jaxlib in this process (None:
-    not installed), and ``jax_cpu``: whether JAX's CPU backend is there for
-    the numba backend (None: no JAX), which a run's last bits depend on
+    not installed), Python's version and the machine's architecture
+    (``platform.python_version()``, ``platform.machine()``), and
+    ``jax_cpu``: whether JAX's CPU backend is there for the numba backend
+    (None: no JAX), which a run's last bits depend on
     besides its inputs, config and seed: the numba backend runs its float32
     GEMMs in JAX's XLA where it is, else in numpy's BLAS (a
     ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves it out),
@@ -66,7 +69,8 @@ def environment() -> dict[str, str | bool | None]:
     a noise standard deviation: 0.004 dB on a small layer's output SQNR,
     measured; docs/ARCHITECTURE.md, "Across machines"), so identical
     records do not promise identical bits."""
-    versions = dict(_versions())
+    versions = dict(_versions()) | {"python": platform.python_version(),
+                                    "machine": platform.machine()}
     if versions["jax"] is None:
         return {**versions, "jax_cpu": None}
     from optical.kernels.numba_backend import xla_available
