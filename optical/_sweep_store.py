@@ -450,7 +450,7 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "elapsed_s": outcome["elapsed_s"],
         "optical_version": outcome.get("optical_version", version),  # the worker's
         "results_version": RESULTS_VERSION,
-        "environment": outcome.get("environment"),  # numpy, numba, JAX versions
+        "environment": outcome.get("environment"),  # kernels.environment() of the worker
         "config": json.loads(task.config.to_json()),
         "workload": _workload_record(task.workload),
     }

@@ -448,7 +448,7 @@ def test_dask_threads_cluster_gives_the_serial_results(tmp_path):
     serial = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "serial", base=BASE,
                            executor="serial", progress=False)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=":0") as cluster, \
+                                  dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
         frame = optical.sweep(WL, PARAMS, seeds=2, out=tmp_path / "dask", base=BASE,
                               executor=client, progress=False)
@@ -461,7 +461,7 @@ def test_dask_process_cluster_gives_the_local_process_results(tmp_path):
     procs = optical.sweep(WL, PARAMS, seeds=3, out=tmp_path / "procs", base=BASE,
                           executor=2, progress=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, \
+                                  dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
         frame = optical.sweep(WL, PARAMS, seeds=3, out=tmp_path / "dask", base=BASE,
                               executor=client, progress=False)
@@ -1334,7 +1334,7 @@ def test_a_run_that_calls_sys_exit_is_that_runs_failure_on_every_executor(tmp_pa
     else:
         distributed = pytest.importorskip("distributed")
         with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                      dashboard_address=":0") as cluster, \
+                                      dashboard_address="127.0.0.1:0") as cluster, \
                 distributed.Client(cluster) as client:
             failed: list[BaseException] = []
 
@@ -1420,7 +1420,7 @@ def test_a_workload_dask_cannot_send_is_a_sweep_error(tmp_path):
             return self.inner.to_dict()
 
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as cluster, \
+                                  dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
         with pytest.raises(SweepError, match=r"run failed at point adc.bits=4, seed 0: "):
             optical.sweep(HoldsALock(WL), {"adc.bits": [4, 8]}, seeds=1, out=tmp_path / "s",
@@ -1895,7 +1895,7 @@ def test_a_closed_dask_client_fails_the_sweep_clearly(tmp_path, when):
         optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=out, base=BASE, executor="serial",
                       progress=False)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as cluster:
+                                  dashboard_address="127.0.0.1:0") as cluster:
         client = distributed.Client(cluster)
         client.close()
         run = functools.partial(optical.sweep, WL, {"adc.bits": [4]}, seeds=1, out=out,

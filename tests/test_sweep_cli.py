@@ -175,14 +175,14 @@ def test_failed_run_exits_1_and_keeps_finished_runs(tmp_path, capsys, monkeypatc
         return real(self, config, seed)
 
     monkeypatch.setattr(workloads.MatmulWorkload, "run", flaky)
-    out = tmp_path / "s"
-    assert main([*SWEEP, "--out", str(out)]) == 1
-    err = capsys.readouterr().err
-    assert "FloatingPointError: overflow in the ADC" in err
-    # how to go on, as a Ctrl-C or a full disk says it (an observability audit)
-    assert err.rstrip().endswith(f"runs finished so far are kept in {out}; run `optical "
-                                 f"sweep --out {out}` to run the rest once that is mended")
-    assert len(load(out)) == 4
+    for out in (tmp_path / "s", tmp_path / "s."):  # a name ending in a dot keeps it
+        assert main([*SWEEP, "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert "FloatingPointError: overflow in the ADC" in err
+        # how to go on, as a Ctrl-C or a full disk says it (an observability audit)
+        assert err.rstrip().endswith(f"runs finished so far are kept in {out}; run `optical "
+                                     f"sweep --out {out}` to run the rest once that is mended")
+        assert len(load(out)) == 4
 
 
 def test_sweep_on_a_dask_scheduler(tmp_path):
@@ -190,7 +190,7 @@ def test_sweep_on_a_dask_scheduler(tmp_path):
     argv = [a for a in SWEEP if a not in ("--jobs", "1")]
     assert main([*argv, "--out", str(tmp_path / "local")]) == 0
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=":0") as cluster:
+                                  dashboard_address="127.0.0.1:0") as cluster:
         assert main([*argv, "--out", str(tmp_path / "dask"), "--scheduler",
                      cluster.scheduler_address, "--json", str(tmp_path / "d.json")]) == 0
     assert "Dask cluster" in json.loads((tmp_path / "d.json").read_text())["executor"]
@@ -699,7 +699,10 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
         "sweep": str(out), "results_version": RESULTS_VERSION}
     monkeypatch.chdir(out.parent)  # a relative sweep directory is recorded absolute
     assert main(["plot", out.name, *argv[2:]]) == 0
-    assert json.loads(capsys.readouterr().out)["sweep"] == str(out)
+    written = json.loads(capsys.readouterr().out)
+    assert written["sweep"] == str(out)
+    assert written["files"] == [str(out / "plots" / f"sqnr_db-vs-adc.bits.{ext}")
+                                for ext in ("png", "svg")]
     # --json names the metric its means are of, and the values held
     assert {k: json.loads(captured.out)[k] for k in ("kind", "metric", "where")} == {
         "kind": "line", "metric": "sqnr_db", "where": {}}

@@ -160,7 +160,9 @@ def test_encode_calibrates_each_layer_on_held_out_ids_when_given(tiny_bert):
             ({"calibration_ids": cal_ids + 10**6}, ValueError, "calibration_ids: token ids "
                                                               "must lie in"),
             ({"calibration_ids": cal_ids, "calibration_mask": cal_mask[:, :3]}, ValueError,
-             "calibration_mask: expected a bool array of shape")]:
+             "calibration_mask: expected a bool array of shape"),
+            ({"calibration_ids": cal_ids, "program_options": {"calibration": cal_ids}},
+             ValueError, r"calibration_ids: given with program_options\['calibration'\]")]:
         with pytest.raises(error, match=message):
             model.encode(ids, config=cfg, **kwargs)
 

@@ -379,6 +379,10 @@ def test_validate_errors(tiny_dir):
     report = transformer.validate(model, layer=0, tokens=4, seed=1,
                                   config=CFG.replace({"calibration.max_tokens": 1 << 24}))
     assert (report.calibration_tokens, report.calibration_prompts) == (limit, limit // 4)
+    # A config that calibrates nothing ignores it, as it always has
+    ideal = optical.presets.get("ideal")
+    assert transformer.validate(model, layer=0, tokens=4, config=ideal,
+                                calibration_tokens=limit + 1).calibration_tokens is None
     with pytest.raises(TypeError, match="model: expected a model from optical.transformer.load"):
         transformer.validate(42, layer=0, tokens=4, config=CFG)
 

@@ -34,8 +34,9 @@ Other swept parameters must be held fixed with --where PATH=VALUE (or be the --h
 Writes DIR/plots/<name>.png and .svg unless --output STEM is given; --output
 fig.png (a format's suffix) writes that file alone unless --formats says more.
 --json PATH also writes the numbers drawn ("data": each point's mean, sample
-std and seeds), the table behind the figure, with the sweep directory, the
-sweep's results version and the plotting optical's version.
+std and seeds), the table behind the figure, with the sweep directory and
+the figures' paths (absolute), the sweep's results version and the plotting
+optical's version.
 """
 
 
@@ -176,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     write_json(args.json_path, {"sweep": os.path.abspath(args.sweep_dir),
                                 "results_version": frame.attrs["sweep"]["results_version"],
                                 "optical_version": __version__,
-                                "files": [str(p) for p in paths], "kind": args.kind,
+                                "files": [os.path.abspath(p) for p in paths],
+                                "kind": args.kind,
                                 "metric": metric, "where": _where(args.where),
                                 "runs": len(frame), "planned_runs": planned,
                                 "data": plotted_data(frame, args)})  # first: a reader gone

@@ -382,7 +382,7 @@ def run_command(args: argparse.Namespace) -> int:
     except SweepError as err:  # a failed run; what finished is kept
         text = str(err)
         if "running the sweep again" not in text:
-            text = (f"{text.rstrip('.')}; run {_resume_command(args.out)} to run the rest "
+            text = (f"{text.removesuffix('.')}; run {_resume_command(args.out)} to run the rest "
                     "once that is mended")
         print(f"optical sweep: error: {text}", file=sys.stderr)
         return 1

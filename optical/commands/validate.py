@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     data = report.to_dict()
     data.update(model_identity(model), weights_seed=args.weights_seed)
     data.update(config_source(args))
-    data["environment"] = environment()  # numpy, numba, JAX: its GEMMs' rounding
+    data["environment"] = environment()  # versions, Python, machine: its GEMMs' rounding
     data.update(optical_version=__version__, results_version=RESULTS_VERSION)
     write_json_and_show(args, data, lambda: print(report.table(preset=config_label(args))))
     return 0

@@ -328,6 +328,21 @@ class LlamaModel(_Model):
                                              model_seed=self.seed, batch=batch)
 
 
+class _InputsEngine(ReferenceEngine):
+    """The float32 reference keeping each weight matmul's input rows and no
+    product (a held-out calibration run: attention a few prompts at a time,
+    as an untraced run takes it)."""
+
+    def __init__(self) -> None:
+        super().__init__("float32")
+        self.keep = False
+
+    def linear(self, name: str, x: np.ndarray, w: np.ndarray,
+               bias: np.ndarray | None = None) -> np.ndarray:
+        self.inputs[name] = x
+        return super().linear(name, x, w, bias)
+
+
 class BertModel(_Model):
     """A BERT encoder model directory (all-MiniLM-L6-v2), real or synthetic weights."""
 
@@ -549,7 +564,11 @@ class BertModel(_Model):
             calibrated on their inputs in a float32 reference run of these
             (padding left out), so that no prompt's result depends on the
             others in the call. Without them each layer calibrates on the
-            call's own tokens (the oracle of :func:`optical.matmul`).
+            call's own tokens (the oracle of :func:`optical.matmul`). Every
+            held-out token runs through every layer, and each weight matmul's
+            input rows are kept for its layer (MiniLM: ~12 KB per token); the
+            input ranges and outlier channels use them all, the ADC windows
+            ``calibration.max_tokens`` of them, evenly spaced.
         """
         ids = self._check_ids(ids, "ids")
         mask = bert.check_mask(mask, ids.shape)
@@ -565,6 +584,10 @@ class BertModel(_Model):
                                            ReferenceEngine("float32"))
         elif calibration_mask is not None:
             raise ValueError("calibration_mask: given without calibration_ids")
+        if calibration_ids is not None and isinstance(program_options, Mapping) \
+                and "calibration" in program_options:
+            raise ValueError("calibration_ids: given with program_options['calibration'], "
+                             "which would calibrate every product in their place; give one")
         seed = check_seed(seed)
         count = self.spec.num_layers
         if layers is not None:
@@ -577,9 +600,10 @@ class BertModel(_Model):
         for index in range(count):
             layer = self.layer(index)
             calibration = None
-            if held_out is not None:
-                run = layer.trace(held_out, dtype="float32", mask=calibration_mask)
-                calibration, held_out = run.inputs, run.output
+            if held_out is not None:  # its inputs alone kept, attention in pieces
+                reference = _InputsEngine()
+                held_out = layer.forward(held_out, calibration_mask, reference)
+                calibration = reference.inputs
             engine = engine_for("float32" if config is None else None, config, seed, index,
                                 program_options=program_options, matmul_options=matmul_options,
                                 calibration=calibration, weights=layer.weights)
@@ -641,9 +665,11 @@ class BertModel(_Model):
             reference run of these (:meth:`encode`'s ``calibration_ids``), so
             a sentence's embedding no longer depends on the rest of the batch
             through the calibration (its noise still depends on its place in
-            the batch). As for :func:`optical.transformer.validate`, a few
-            hundred tokens (``calibration.max_tokens``, 256, are used) of text
-            like the text scored.
+            the batch). It needs a few hundred tokens of text like the text
+            scored: on iris-like, a sentence the oracle scores at cosine
+            0.995 against the float32 embedding reads 0.980 calibrated on
+            280 tokens of other sentences, 0.843 on two short ones (the
+            calibrated ADC windows fitted to too little).
 
         Returns
         -------

@@ -379,8 +379,6 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
-    if calibration_tokens is not None:  # a bound on the held-out run's memory
-        model.spec.check_tokens(calibration_tokens, "calibration_tokens")
     hidden_given = hidden is not None
     if hidden is None:
         hidden = model.hidden_states(layer, tokens, seed=data, batch=batch)
@@ -401,9 +399,13 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         start = time.perf_counter()
         if needs_calibration:
             bar.set_postfix_str("calibration run")
+            limit = model.spec.max_positions or math.inf  # a bound on this run's memory
             if calibration_tokens is None:
-                calibration_tokens = min(config.calibration.max_tokens,
-                                         model.spec.max_positions or math.inf)
+                calibration_tokens = min(config.calibration.max_tokens, limit)
+            elif calibration_tokens > limit:
+                raise ValueError(f"calibration_tokens: {calibration_tokens} exceed "
+                                 f"max_position_embeddings {limit}, the bound on the held-out "
+                                 "tokens (drawn as prompts of the scored length)")
             # Prompts of the scored prompts' length (their positions and
             # attention spans, as in use), the first calibration_tokens rows.
             length = min(tokens, calibration_tokens)
