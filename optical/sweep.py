@@ -43,6 +43,7 @@ import os
 import reprlib
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -367,7 +368,8 @@ def _prepare(definition: SweepDefinition, out: Path
 
 @dataclasses.dataclass(frozen=True)
 class SweepSummary:
-    """What one call of :func:`execute` did."""
+    """What one call of :func:`execute` did; ``elapsed_s``: its wall time, s,
+    from its directory's lock to the results file written."""
 
     out: Path
     runs: int
@@ -375,6 +377,7 @@ class SweepSummary:
     ran: int
     executor: str
     results_path: Path
+    elapsed_s: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready values (paths as strings): ``optical sweep --json``."""
@@ -407,6 +410,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"out: cannot create {out}: {err.strerror or err}") from None
+    start = time.perf_counter()
     with lock(out), _sweeping():
         points, configs, workloads, run_ids = _prepare(definition, out)
         runs_dir = out / RUNS
@@ -530,7 +534,8 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         if stale.is_symlink() or stale.is_file():  # a link goes, never what it points at
             stale.unlink()
     return SweepSummary(out=out, runs=total, already_done=total - len(tasks), ran=len(tasks),
-                        executor=description, results_path=results)
+                        executor=description, results_path=results,
+                        elapsed_s=time.perf_counter() - start)
 
 
 _RUNNING = [0]  # sweeps running in this process (threads of a notebook, say)

@@ -33,6 +33,9 @@ def test_sweep_then_resume_from_the_manifest_alone(tmp_path, capsys):
     first = json.loads((tmp_path / "a.json").read_text())
     assert (first["runs"], first["already_done"], first["ran"]) == (8, 0, 8)
     frame = load(out)
+    # its wall time (an observability audit: the summary had none), at least
+    # its serial runs' own
+    assert first["elapsed_s"] >= frame["elapsed_s"].sum() > 0
     assert frame["adc.bits"].tolist() == [4, 4, 4, 4, 8, 8, 8, 8]
     cfg = optical.OpticalConfig.from_json(frame["config"].iloc[-1])
     assert cfg == optical.presets.get("iris-like").replace(
