@@ -474,7 +474,7 @@ class CalibrationConfig(Section):
         It is also the default number of held-out tokens that
         ``transformer.validate`` calibrates on (at most the model's
         ``max_position_embeddings``), drawn as prompts as long as the scored
-        ones (the last one cut).
+        ones (as many rows of them, evenly spaced).
     """
 
     _name: ClassVar[str] = "calibration"

@@ -27,22 +27,24 @@ def tiny_dir(tmp_path_factory):
 
 
 def held_out_rows(model, layer, tokens, count, seed):
-    """The documented held-out calibration set: ``count`` rows of each weight
-    matmul's input in a float32 reference run of held-out prompts as long as
-    the scored ones (``tokens``, or ``count`` if fewer), the last one cut."""
+    """The documented held-out calibration set: ``count`` rows, evenly spaced,
+    of each weight matmul's input in a float32 reference run of held-out
+    prompts as long as the scored ones (``tokens``, or ``count`` if fewer),
+    as many as hold ``count`` tokens."""
     length = min(tokens, count)
     prompts = math.ceil(count / length)
     held_out = model.hidden_states(layer, length, seed=seed, batch=prompts)
     inputs = model.layer(layer).trace(held_out, dtype="float32").inputs
     assert all(rows.shape[0] == prompts * length for rows in inputs.values())
-    return {name: rows[:count] for name, rows in inputs.items()}
+    picked = np.rint(np.linspace(0, prompts * length - 1, count)).astype(int)
+    return {name: rows[picked] for name, rows in inputs.items()}
 
 
 def test_calibrated_machine_is_calibrated_on_a_held_out_input(tiny_dir):
     """iris-like calibrates its ADC windows and outlier channels: validate does
     it on each weight matmul's inputs in a float32 reference run of another
-    input (seeded apart), never on the input it scores: 20 tokens as two
-    held-out prompts of the scored 12 tokens, the second cut to 8 (until
+    input (seeded apart), never on the input it scores: 20 tokens, evenly
+    spaced, of two held-out prompts of the scored 12 tokens (until
     2026-12-06, one prompt of 20 tokens, whatever the scored length)."""
     from optical.transformer._engines import derive_seed
 

@@ -216,7 +216,7 @@ def test_a_batch_is_calibrated_on_held_out_prompts_of_its_length(tiny_dir):
     """With batch > 1 the held-out input is still calibration_tokens tokens,
     in prompts as long as the scored ones (not the batch it scores): the
     report's SQNRs are those of a run calibrated on those prompts' matmul
-    inputs, the first 10 rows of two 6-token prompts."""
+    inputs, 10 rows evenly spaced over two 6-token prompts."""
     from optical import metrics
     from optical.transformer._engines import derive_seed
 
@@ -226,7 +226,9 @@ def test_a_batch_is_calibrated_on_held_out_prompts_of_its_length(tiny_dir):
                                   calibration_tokens=10)
     layer = model.layer(2)
     held_out = model.hidden_states(2, 6, seed=derive_seed(3, "calibration"), batch=2)
-    calibration = {k: v[:10] for k, v in layer.matmul_inputs(held_out, dtype="float32").items()}
+    picked = [0, 1, 2, 4, 5, 6, 7, 9, 10, 11]  # round(linspace(0, 11, 10)), both prompts' ends
+    calibration = {k: v[picked] for k, v in layer.matmul_inputs(held_out,
+                                                                dtype="float32").items()}
     assert calibration["q_proj"].shape[0] == 10 and report.calibration_prompts == 2
     h = model.hidden_states(2, 6, seed=3, batch=2)
     run = layer.trace(h, config=cfg, seed=3, calibration=calibration)

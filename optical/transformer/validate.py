@@ -26,6 +26,7 @@ from optical._frozen import frozen
 from optical._gemm import cols_matmul, stack_matmul
 from optical._progress import progress_bar
 from optical._validation import all_finite, check_bool, check_positive_int, check_seed
+from optical.calibration import subsample
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
@@ -143,8 +144,8 @@ class ValidationReport:
         config needs no calibration).
     calibration_prompts : int or None
         How many held-out prompts they came from, each as long as the scored
-        prompts (``tokens``; ``calibration_tokens`` if fewer), the last one
-        cut to give ``calibration_tokens`` rows.
+        prompts (``tokens``; ``calibration_tokens`` if fewer), their rows
+        subsampled evenly to ``calibration_tokens``.
     data_seed : int or None
         Seed of the synthetic and held-out inputs when it was given apart
         from ``seed`` (None: ``seed`` seeded them).
@@ -325,8 +326,10 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibrated on its inputs in a float32 reference run of this many
         held-out tokens (a different seed), drawn from ``model.hidden_states``
         even when ``hidden`` is given, as prompts as long as the scored ones
-        (``tokens``, or this many if fewer; the last prompt cut), so that
-        calibration sees the positions and attention spans it will score.
+        (``tokens``, or this many if fewer), so that calibration sees the
+        positions and attention spans it will score: as many prompts as hold
+        this many tokens, and this many of their rows, evenly spaced
+        (:func:`optical.calibration.subsample`).
         Default: ``config.calibration.max_tokens``, as many as programming
         uses, whatever the prompt length (a short prompt calibrated on itself
         alone is mostly scored on the luck of a small calibration set: 12.7
@@ -407,12 +410,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
                                  f"max_position_embeddings {limit}, the bound on the held-out "
                                  "tokens (drawn as prompts of the scored length)")
             # Prompts of the scored prompts' length (their positions and
-            # attention spans, as in use), the first calibration_tokens rows.
+            # attention spans, as in use); calibration_tokens rows of them,
+            # evenly spaced (a last prompt cut short would over-sample the
+            # first positions).
             length = min(tokens, calibration_tokens)
             calibration_prompts = -(-calibration_tokens // length)
             held_out = model.hidden_states(layer, length, seed=derive_seed(data, "calibration"),
                                            batch=calibration_prompts)
-            calibration = {name: rows[:calibration_tokens] for name, rows in
+            calibration = {name: subsample(rows, calibration_tokens) for name, rows in
                            block.matmul_inputs(held_out, dtype="float32").items()}
             bar.update()
 
