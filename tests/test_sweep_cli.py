@@ -317,23 +317,35 @@ def test_plot_formats_naming_no_format_are_refused(tmp_path, capsys):
     assert not (tmp_path / "plots").exists()
 
 
+def _pool_sweep_argv(out):
+    """A 60-run matmul sweep on two worker processes, long enough to stop mid-way."""
+    return ["sweep", "--matmul", "64x1024x512", "--param", "adc.bits=4,6,8",
+            "--param", "source.photons_per_mac=1e4,1e5,1e6,1e7", "--seeds", "5",
+            "--out", str(out), "--jobs", "2", "--quiet"]
+
+
+def _started(args, runs, finished):
+    """``python ARGS`` started, once ``finished`` runs are in ``runs`` (or
+    it ended, or two minutes passed)."""
+    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if runs.is_dir() and len(list(runs.glob("*.json"))) >= finished:
+            break
+        time.sleep(0.01)
+    return process
+
+
 @pytest.mark.slow
 def test_sigterm_mid_sweep_then_rerun_completes_every_run_once(tmp_path):
     """SIGTERM to a running `optical sweep`: it stops, keeps what finished, and
     the same command finishes the rest, each (point, seed) exactly once."""
     out = tmp_path / "s"
-    argv = ["sweep", "--matmul", "64x1024x512", "--param", "adc.bits=4,6,8",
-            "--param", "source.photons_per_mac=1e4,1e5,1e6,1e7", "--seeds", "5",
-            "--out", str(out), "--jobs", "2", "--quiet"]
+    argv = _pool_sweep_argv(out)
     total = 3 * 4 * 5
-    process = subprocess.Popen([sys.executable, "-m", "optical.cli", *argv],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = _started(["-m", "optical.cli", *argv], out / "runs", finished=4)
     runs = out / "runs"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        if runs.is_dir() and len(list(runs.glob("*.json"))) >= 4:
-            break
-        time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM, stderr.decode()
@@ -375,17 +387,7 @@ def test_ctrl_c_mid_process_pool_sweep_prints_its_one_line_alone(tmp_path):
     script = tmp_path / "program.py"
     script.write_text(_PROGRAM)
     out = tmp_path / "s"
-    argv = ["sweep", "--matmul", "64x1024x512", "--param", "adc.bits=4,6,8",
-            "--param", "source.photons_per_mac=1e4,1e5,1e6,1e7", "--seeds", "5",
-            "--out", str(out), "--jobs", "2", "--quiet"]
-    process = subprocess.Popen([sys.executable, str(script), *argv],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    runs = out / "runs"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        if runs.is_dir() and len(list(runs.glob("*.json"))) >= 2:
-            break
-        time.sleep(0.01)
+    process = _started([str(script), *_pool_sweep_argv(out)], out / "runs", finished=2)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGINT, stderr.decode()
