@@ -377,7 +377,7 @@ class SweepSummary:
     ran: int
     executor: str
     results_path: Path
-    elapsed_s: float = math.nan
+    elapsed_s: float
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready values (paths as strings): ``optical sweep --json``."""
