@@ -180,20 +180,17 @@ class VmapExecutor(Executor):
                                                           [t.seed for t in batch])
                     listed = (None if isinstance(results, Mapping | str | bytes)
                               or not isinstance(results, Iterable) else list(results))
+                    returned = f"{type(batch[0].workload).__name__}.run_batch returned"
+                    expected = ("it returns a list of metrics dicts, one per config and seed, "
+                                "in their order")
                     if listed is None or len(listed) != len(batch):
                         got = (f"{len(listed)} results" if listed is not None
                                else f"a {type(results).__name__}")
-                        raise ValueError(
-                            f"{type(batch[0].workload).__name__}.run_batch returned {got} for "
-                            f"{len(batch)} runs: it returns a list of metrics dicts, one per "
-                            "config and seed, in their order")
+                        raise ValueError(f"{returned} {got} for {len(batch)} runs: {expected}")
                     wrong = [type(m).__name__ for m in listed if not isinstance(m, dict)]
                     if wrong:
-                        raise TypeError(
-                            f"{type(batch[0].workload).__name__}.run_batch returned a "
-                            f"{wrong[0]} among its results ({len(wrong)} of {len(batch)} not "
-                            "dicts): it returns a list of metrics dicts, one per config and "
-                            "seed, in their order")
+                        raise TypeError(f"{returned} a {wrong[0]} among its results "
+                                        f"({len(wrong)} of {len(batch)} not dicts): {expected}")
                 except Exception as err:  # noqa: BLE001 - reported with each task
                     for task in batch:
                         yield task, err

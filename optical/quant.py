@@ -418,7 +418,10 @@ def _calibration_inputs(calibration: object, k: int, config: OpticalConfig) -> n
                              "weights with optical.program(w, config, calibration=x) and pass "
                              "the result to optical.matmul")
         return None
-    return _calibration.check_inputs(calibration, k)
+    cal = _calibration.check_inputs(calibration, k)
+    signal = cal.any(axis=1)  # all-zero rows (padding) carry none: left out
+    # (an all-zero set is kept whole, for program's refusal by name)
+    return cal[signal] if signal.any() and not signal.all() else cal
 
 
 def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
@@ -507,10 +510,6 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     if 0 in w.shape:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
     cal = _calibration_inputs(calibration, w.shape[0], config)
-    if cal is not None and cal.any():  # all zero: refused below, by name
-        signal = cal.any(axis=1)
-        if not signal.all():
-            cal = cal[signal]
     bypass = rows = None
     optical_cal = None  # the calibration inputs of the channels the optics carry
     if config.outliers.policy == "static":

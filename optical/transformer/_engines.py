@@ -41,8 +41,9 @@ from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
 from optical.transformer.numerics import check_dtype, range_problem, round_to
 
-__all__ = ["InputsComplete", "LayerTrace", "OpticalEngine", "ReferenceEngine", "check_hidden",
-           "derive_seed", "engine_for", "matmul_inputs", "sum_stats", "weight_matmuls"]
+__all__ = ["InputsComplete", "InputsEngine", "LayerTrace", "OpticalEngine", "ReferenceEngine",
+           "check_hidden", "derive_seed", "engine_for", "matmul_inputs", "sum_stats",
+           "weight_matmuls"]
 
 
 #: Bytes of attention scores a run that keeps no trace holds at once.
@@ -424,6 +425,23 @@ def weight_matmuls(weights: Mapping[str, np.ndarray]) -> list[str]:
     """Names of a layer's weight matmuls: its 2-D weights (the engines'
     ``linear`` products), in the layer's order."""
     return [name for name, w in weights.items() if w.ndim == 2]
+
+
+class InputsEngine(ReferenceEngine):
+    """The float32 reference keeping each weight matmul's input rows and no
+    product: a held-out calibration run through every layer (BERT's
+    ``encode``), attention a few prompts at a time as an untraced run takes
+    it. (:func:`matmul_inputs` keeps a whole trace's, for one layer, and
+    stops before its last product.)"""
+
+    def __init__(self) -> None:
+        super().__init__("float32")
+        self.keep = False
+
+    def linear(self, name: str, x: np.ndarray, w: np.ndarray,
+               bias: np.ndarray | None = None) -> np.ndarray:
+        self.inputs[name] = x
+        return super().linear(name, x, w, bias)
 
 
 def matmul_inputs(forward: Callable[[ReferenceEngine], object], names: Collection[str],

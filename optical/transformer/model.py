@@ -25,7 +25,7 @@ from optical._validation import as_plain_array, check_positive_int, check_seed, 
 from optical.config import OpticalConfig, check_config
 from optical.quant import calibration_needs
 from optical.transformer import bert, llama, sentence, synthetic
-from optical.transformer._engines import ReferenceEngine, engine_for
+from optical.transformer._engines import InputsEngine, ReferenceEngine, engine_for
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
 from optical.transformer.spec import ModelSpec, missing_model_directory, read_spec
 
@@ -328,21 +328,6 @@ class LlamaModel(_Model):
                                              model_seed=self.seed, batch=batch)
 
 
-class _InputsEngine(ReferenceEngine):
-    """The float32 reference keeping each weight matmul's input rows and no
-    product (a held-out calibration run: attention a few prompts at a time,
-    as an untraced run takes it)."""
-
-    def __init__(self) -> None:
-        super().__init__("float32")
-        self.keep = False
-
-    def linear(self, name: str, x: np.ndarray, w: np.ndarray,
-               bias: np.ndarray | None = None) -> np.ndarray:
-        self.inputs[name] = x
-        return super().linear(name, x, w, bias)
-
-
 class BertModel(_Model):
     """A BERT encoder model directory (all-MiniLM-L6-v2), real or synthetic weights."""
 
@@ -601,7 +586,7 @@ class BertModel(_Model):
             layer = self.layer(index)
             calibration = None
             if held_out is not None:  # its inputs alone kept, attention in pieces
-                reference = _InputsEngine()
+                reference = InputsEngine()
                 held_out = layer.forward(held_out, calibration_mask, reference)
                 calibration = reference.inputs
             engine = engine_for("float32" if config is None else None, config, seed, index,
