@@ -42,7 +42,7 @@ def layer_metrics(report: Any) -> dict[str, float]:
         stats = _as_mapping(product.get("stats")) if product is not None else None
         if stats is None:
             continue
-        for key in ("digital_mac_fraction", "clipped_fraction"):
+        for key in ("digital_mac_fraction", "clipped_fraction", "dac_clipped_fraction"):
             if _is_number(stats.get(key)):
                 flat[f"{key}.{product['name']}"] = _number(stats[key])
     return flat

@@ -106,8 +106,8 @@ class MatmulStats(Schedule):
     clipped_fraction : float
         Fraction of ADC conversions that fell outside the window (a window
         of zero width, as "max" gives a column of zero weights, counts
-        none; inputs clipped at the DAC's range, ``dac.scaling`` "static",
-        are not counted here).
+        none; inputs clipped at a static DAC range are counted in
+        ``dac_clipped_fraction``).
     digital_channels : int
         Input channels multiplied digitally (``outliers.policy``). With a
         static bypass their mask rows are not programmed, and the counts above
@@ -116,6 +116,11 @@ class MatmulStats(Schedule):
         Multiply-accumulates done digitally, ``tokens * digital_channels * N``.
     digital_mac_fraction : float
         ``digital_channels / K``: the share of the logical matmul's MACs done digitally.
+    dac_clipped_fraction : float
+        Fraction of the DAC conversions whose input lay beyond a static input
+        range (``dac.scaling`` "static", or a programmed ``input_range``) and
+        was clipped to its end: the inputs the optics carry, each counted once
+        per conversion of it. 0 under abs-max scaling, which clips nothing.
     """
 
     detected_photons: float = 0.0
@@ -124,6 +129,7 @@ class MatmulStats(Schedule):
     digital_channels: int = 0
     digital_macs: int = 0
     digital_mac_fraction: float = 0.0
+    dac_clipped_fraction: float = 0.0
 
 
 def schedule(tokens: int, k: int, n: int, config: OpticalConfig) -> Schedule:
@@ -187,6 +193,15 @@ def input_scale(x2: np.ndarray, policy: str) -> np.ndarray:
     else:
         raise ValueError(f"dac.scaling: {policy!r} is not valid")
     return absmax.astype(x2.dtype)
+
+
+def dac_clipped(x2: np.ndarray, input_range: float | None) -> int:
+    """How many entries of ``x2`` a static input range clips: those whose
+    normalised value ``x / input_range`` lies beyond [-1, 1] (0 for
+    ``input_range`` None: abs-max scaling clips nothing)."""
+    if input_range is None or not x2.size:
+        return 0
+    return int(np.count_nonzero(np.abs(x2 / x2.dtype.type(input_range)) > 1))
 
 
 def _divisor(scale: np.ndarray) -> np.ndarray:
@@ -375,7 +390,11 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
     y = y.reshape(*x.shape[:-1], n)
     if not return_stats:
         return y
-    return y, _stats(tokens, programmed, config, totals)
+    stats = _stats(tokens, programmed, config, totals)
+    if programmed.input_range is None or not x2.size:
+        return y, stats
+    return y, dataclasses.replace(
+        stats, dac_clipped_fraction=dac_clipped(x2, programmed.input_range) / x2.size)
 
 
 def _accumulate(xn: np.ndarray, t0: int, block: int, pw: ProgrammedWeights,

@@ -221,7 +221,7 @@ class MatmulWorkload:
     def run_batch(self, configs: list[OpticalConfig], seeds: list[int]) -> list[dict[str, float]]:
         """The metrics of several runs (configs sharing a :meth:`batch_key`) at
         once, vmapped over seeds and the traced noise fields (JAX backend)."""
-        from optical.core import MatmulStats, schedule
+        from optical.core import MatmulStats, dac_clipped, schedule
         from optical.kernels import jax_backend
         from optical.quant import calibration_needs, program
 
@@ -239,6 +239,10 @@ class MatmulWorkload:
         ys, photons, clipped = jax_backend.matmul_runs(
             x, pw, base, seeds=seeds, params={f: [c.get(f) for c in configs] for f in traced})
         d = 0 if pw.bypass is None else int(pw.bypass.channels.size)
+        x_optical = x.reshape(-1, self.k)
+        if pw.bypass is not None:
+            x_optical = x_optical[:, pw.bypass.optical_channels]
+        dac_fraction = dac_clipped(x_optical, pw.input_range) / max(x_optical.size, 1)
         out = []
         for y, ph, cl, config in zip(ys, photons, clipped, configs, strict=True):
             counts = schedule(self.tokens, self.k - d, self.n, config)
@@ -249,7 +253,7 @@ class MatmulWorkload:
                 / max(counts.detector_readouts, 1),
                 clipped_fraction=float(cl) / max(counts.adc_conversions, 1),
                 digital_channels=d, digital_macs=self.tokens * d * self.n,
-                digital_mac_fraction=d / self.k)
+                digital_mac_fraction=d / self.k, dac_clipped_fraction=dac_fraction)
             out.append(_matmul_metrics(exact, y, stats))
         return out
 

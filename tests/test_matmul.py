@@ -278,6 +278,53 @@ def test_clipped_conversions_are_the_loops_count(rng, backend, exact, inputs, we
         np.testing.assert_allclose(y, truth, rtol=1e-9, atol=1e-9 * np.abs(truth).max())
 
 
+@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
+@pytest.mark.parametrize("bypass", [False, True])
+def test_inputs_clipped_at_a_static_dac_range_are_counted(rng, backend, exact, bypass):
+    """A static input range clips the inputs beyond it: dac_clipped_fraction
+    is the share of the optical inputs with |x| > range, counted by hand, and
+    they are exactly the inputs the DAC clipped (the output is that of x
+    clipped to the range by hand, which itself counts none). With static
+    outlier channels, only the channels the optics carry count. Abs-max
+    scaling clips nothing."""
+    cal = rng.standard_normal((64, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    options = {"dac.scaling": "static", "dac.bits": 8, "core.inputs": 16, "core.outputs": 8}
+    if bypass:
+        cal[:, 5] *= 50.0  # one outlier channel, bypassed digitally
+        options |= {"outliers.policy": "static", "outliers.threshold": 6.0}
+    cfg = ideal(**options)
+    pw = optical.program(w, cfg, calibration=cal)
+    r = pw.input_range
+    x = (rng.uniform(-0.9, 0.9, (30, 40)) * r).astype(np.float32)
+    beyond = rng.random(x.shape) < 0.1
+    x[beyond] *= 3.0  # past the range by at least 0.2 * r wherever |x| > r
+    optical_channels = np.arange(40) if not bypass else pw.bypass.optical_channels
+    assert (pw.bypass is not None) == bypass
+    clipped = np.abs(x[:, optical_channels]) > r
+    assert clipped.sum() > 20
+
+    def run(a, config=cfg, weights=pw):
+        if backend == "jax":
+            jnp = pytest.importorskip("jax.numpy")
+            y, st = optical.matmul(jnp.asarray(a), weights, config, seed=2, exact=exact,
+                                   return_stats=True)
+            return np.asarray(y), st
+        return optical.matmul(a, weights, config, seed=2, backend=backend, exact=exact,
+                              return_stats=True)
+
+    y, st = run(x)
+    assert st.dac_clipped_fraction == clipped.sum() / clipped.size
+    by_hand = x.copy()
+    by_hand[:, optical_channels] = np.clip(x[:, optical_channels], -r, r)
+    y_hand, st_hand = run(by_hand)
+    assert st_hand.dac_clipped_fraction == 0.0
+    np.testing.assert_array_equal(y, y_hand)
+    dynamic = cfg.replace({"dac.scaling": "per_token"})
+    _, st_dyn = run(x, dynamic, optical.program(w, dynamic, calibration=cal))
+    assert st_dyn.dac_clipped_fraction == 0.0
+
+
 def _assert_noise_law(y, mean, variance):
     """Every column's sample mean and variance against the law, within five
     standard errors (var of a sample variance: 2 var^2 / n, Gaussian noise)."""

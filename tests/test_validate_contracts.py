@@ -26,7 +26,7 @@ def tiny_dir(tmp_path_factory):
 def _columns(header: str) -> dict[str, tuple[int, int]]:
     """Each right-aligned numeric column's (start, end) in the header line."""
     names = ["SQNR dB", "cosine", "rel.err", "worst dB", "local dB", "passes", "mask loads",
-             "DAC conv", "ADC conv", "clipped"]
+             "DAC conv", "ADC conv", "clipped", "DAC clip"]
     out = {}
     for name in names:
         at = header.find(name)
@@ -88,6 +88,39 @@ def test_every_number_of_the_table_sits_under_its_column(tiny_dir, local):
     assert int(_field(total, cols["ADC conv"])) == t["adc_conversions"]
     assert _field(total, cols["clipped"]) == f"{t['clipped_fraction']:.2%}"
     assert t["passes"] != t["weight_loads"]
+
+
+def test_inputs_clipped_at_a_static_dac_range_are_reported_per_product_and_pooled(tiny_dir):
+    """Under a static DAC range calibrated on held-out prompts, some test
+    inputs fall beyond it: each product's "DAC clip" column shows its stats'
+    share, the totals pool it over the DAC conversions, and a layer sweep's
+    metrics carry it. Abs-max scaling has no such column."""
+    from optical.workloads import layer_metrics
+
+    model = transformer.load(tiny_dir)
+    cfg = NAIVE.replace({"dac.scaling": "static", "dac.percentile": 99.0})
+    report = transformer.validate(model, layer=1, tokens=16, config=cfg, seed=2,
+                                  calibration_tokens=32)
+    rows = [r for r in report.products if r.stats is not None]
+    assert any(r.stats.dac_clipped_fraction > 0 for r in rows)
+    assert all(r.stats.dac_clipped_fraction < 0.2 for r in rows)
+    lines = report.table().splitlines()
+    header = next(line for line in lines if line.startswith("product"))
+    cols = _columns(header)
+    for row in rows:
+        line = next(line for line in lines if line.startswith(row.name + " "))
+        assert _field(line, cols["DAC clip"]) == f"{row.stats.dac_clipped_fraction:.2%}"
+    pooled = sum(r.stats.dac_clipped_fraction * r.stats.dac_conversions for r in rows) \
+        / sum(r.stats.dac_conversions for r in rows)
+    assert report.totals["dac_clipped_fraction"] == pytest.approx(pooled, rel=1e-12)
+    total = next(line for line in lines if line.startswith("total (optical)"))
+    assert _field(total, cols["DAC clip"]) == f"{pooled:.2%}"
+    flat = layer_metrics(report)
+    for r in rows:
+        assert flat[f"dac_clipped_fraction.{r.name}"] == r.stats.dac_clipped_fraction
+    dynamic = transformer.validate(model, layer=1, tokens=16, config=NAIVE, seed=2)
+    assert dynamic.totals["dac_clipped_fraction"] == 0.0
+    assert "DAC clip" not in dynamic.table()
 
 
 def test_heading_footer_and_json_say_what_was_run(tiny_dir):

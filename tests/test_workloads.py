@@ -176,6 +176,32 @@ def test_jax_runs_report_photoelectrons_per_readout_and_clips_per_conversion():
     assert jax_run["clipped_fraction"] == pytest.approx(numba_run["clipped_fraction"], abs=0.05)
 
 
+@pytest.mark.parametrize("backend", ["numba", "jax"])
+def test_a_static_dac_range_reports_the_inputs_it_clips_run_by_run_and_batched(backend):
+    """A matmul workload calibrates its static input range on its own data:
+    at the 90th percentile of |x|, the share of inputs beyond it is the
+    reported dac_clipped_fraction, counted by hand on the workload's data
+    (outlier channels, bypassed digitally, left out); a vmapped batch (JAX)
+    reports what one-by-one runs do."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    cfg = optical.presets.get("iris-like").replace({
+        "adc.full_scale": "rms", "dac.scaling": "static", "dac.percentile": 90.0})
+    wl = MatmulWorkload(tokens=16, k=64, n=32, backend=backend, outlier_channels=2)
+    x, w, _ = wl.data()
+    pw = optical.program(w, cfg, calibration=x)
+    assert pw.bypass is not None and pw.bypass.channels.size == 2
+    xo = x[:, pw.bypass.optical_channels]
+    by_hand = np.count_nonzero(np.abs(xo) > pw.input_range) / xo.size
+    assert 0.05 < by_hand < 0.15
+    runs = [wl.run(cfg, seed) for seed in (0, 1)]
+    assert [r["dac_clipped_fraction"] for r in runs] == [by_hand, by_hand]
+    if backend == "jax":
+        batched = wl.run_batch([cfg, cfg], [0, 1])
+        assert [r["dac_clipped_fraction"] for r in batched] == [by_hand, by_hand]
+        assert [r["sqnr_db"] for r in batched] == [r["sqnr_db"] for r in runs]
+
+
 def test_outlier_channels_are_whole_columns_scaled():
     plain = MatmulWorkload(256, 64, 8, data_seed=1)
     spiky = dataclasses.replace(plain, outlier_channels=3, outlier_scale=50.0)

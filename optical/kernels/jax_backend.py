@@ -173,7 +173,7 @@ def matmul(x: Any, w: Any, config: OpticalConfig, *, seed: Any, return_stats: bo
     the pass forms of them fall below it (weights of ~1e-37 under wang-2022
     without noise or quantisation: 3.9e-3 relative error, 7.4e-6 on numba).
     """
-    from optical.core import MatmulStats, _check_calibrates_on, schedule
+    from optical.core import MatmulStats, _check_calibrates_on, dac_clipped, schedule
 
     check_config(config)
     exact = check_bool(exact, "exact")
@@ -257,7 +257,9 @@ def matmul(x: Any, w: Any, config: OpticalConfig, *, seed: Any, return_stats: bo
     return y, MatmulStats(
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,
-        clipped_fraction=float(clipped) / adc if adc else 0.0)
+        clipped_fraction=float(clipped) / adc if adc else 0.0,
+        dac_clipped_fraction=dac_clipped(np.asarray(x2), input_range) / x2.size
+        if x2.size else 0.0)
 
 
 def _input_scale(x2, st: Static, input_range: float | None):

@@ -87,7 +87,7 @@ def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
     counts add; tile counts are those of the first matmul (of parts of
     different shapes, such as the prompts of a padded BERT batch, they
     describe none exactly); photons and clipping are pooled over all
-    readouts and conversions."""
+    readouts and conversions (DAC clipping over the DAC conversions)."""
     first = parts[0]
     counts = {f.name: sum(getattr(p, f.name) for p in parts)
               for f in dataclasses.fields(MatmulStats)}
@@ -97,6 +97,9 @@ def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
     counts["mean_photoelectrons"] = counts["detected_photons"] / readouts if readouts else 0.0
     clipped = sum(p.clipped_fraction * p.adc_conversions for p in parts)
     counts["clipped_fraction"] = clipped / adc if adc else 0.0
+    dac = counts["dac_conversions"]
+    dac_clipped = sum(p.dac_clipped_fraction * p.dac_conversions for p in parts)
+    counts["dac_clipped_fraction"] = dac_clipped / dac if dac else 0.0
     # Digital share of the logical MACs (tokens * K * N), pooled over the parts.
     logical = sum(p.digital_macs / p.digital_mac_fraction if p.digital_mac_fraction else p.macs
                   for p in parts)

@@ -134,7 +134,9 @@ class ValidationReport:
         the ideal source); ``digital_macs`` and ``digital_mac_fraction``, the
         MACs of input channels an outlier policy multiplied digitally and
         their share of these products' MACs; ``clipped_fraction``, the ADC
-        conversions that clipped, pooled over the products.
+        conversions that clipped, and ``dac_clipped_fraction``, the DAC
+        conversions a static input range clipped, each pooled over the
+        products.
     timings : mapping of str to float (read-only), s
         Wall time: ``calibration_s`` (the held-out run; ~0 without
         calibration), ``reference_s``, ``optical_s`` (the optical run) and
@@ -238,12 +240,15 @@ class ValidationReport:
             "",
         ]
         local = any(p.local_sqnr_db is not None for p in self.products)
+        # Inputs clipped at a static DAC range: a column where anything has one.
+        dac = any(p.stats is not None and p.stats.dac_clipped_fraction for p in self.products) \
+            or self.config.dac.scaling == "static"
         at_width = max(7, len(self._token_label((self.batch - 1, self.tokens - 1))))
         header = (f"{'product':18s} {'runs on':8s} {'SQNR dB':>8s} {'cosine':>9s} "
                   f"{'rel.err':>9s} {'worst dB':>9s} {'at':>{at_width}s}"
                   + (f" {'local dB':>8s}" if local else "")
                   + f" {'passes':>12s} {'mask loads':>10s} {'DAC conv':>12s} {'ADC conv':>12s}"
-                  f" {'clipped':>8s}")
+                  f" {'clipped':>8s}" + (f" {'DAC clip':>8s}" if dac else ""))
         lines += [header, "-" * len(header)]
         rows = (*self.products, self.output, *([self.update] if self.update else []))
         for row in rows:
@@ -260,10 +265,13 @@ class ValidationReport:
                 s = row.stats
                 text += (f" {s.passes:12d} {s.weight_loads:10d} {s.dac_conversions:12d} "
                          f"{s.adc_conversions:12d} {s.clipped_fraction:8.2%}")
+                text += f" {s.dac_clipped_fraction:8.2%}" if dac else ""
             lines.append(text)
         t = self.totals
         pad = 18 + 1 + 8 + 1 + 8 + 1 + 9 + 1 + 9 + 1 + 9 + 1 + at_width + (9 if local else 0)
         clipped = f" {t['clipped_fraction']:8.2%}" if "clipped_fraction" in t else ""
+        if dac and "dac_clipped_fraction" in t:
+            clipped += f" {t['dac_clipped_fraction']:8.2%}"
         lines.append(f"{'total (optical)':{pad}s} {int(t['passes']):12d} "
                      f"{int(t['weight_loads']):10d} {int(t['dac_conversions']):12d} "
                      f"{int(t['adc_conversions']):12d}{clipped}")
@@ -472,7 +480,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     totals: dict[str, float] = {k: getattr(pooled, k) for k in COUNTS}
     totals["detected_photons"] = math.fsum(s.detected_photons for s in stats)
     totals.update({k: getattr(pooled, k)
-                   for k in ("digital_macs", "digital_mac_fraction", "clipped_fraction")})
+                   for k in ("digital_macs", "digital_mac_fraction", "clipped_fraction",
+                             "dac_clipped_fraction")})
     return ValidationReport(
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
