@@ -167,6 +167,35 @@ def test_encode_calibrates_each_layer_on_held_out_ids_when_given(tiny_bert):
             model.encode(ids, config=cfg, **kwargs)
 
 
+def test_encode_embeds_held_out_ids_only_when_a_layer_calibrates_on_them(tiny_bert,
+                                                                         monkeypatch):
+    """A review: encode(layers=0, calibration_ids=...) embedded the held-out
+    ids and ran no layer on them. They are embedded where a layer calibrates
+    on them (and checked either way)."""
+    from optical.transformer import bert
+    from optical.transformer import model as model_module
+
+    model, _ = tiny_bert
+    cfg = optical.presets.get("iris-like").replace({"core.inputs": 40, "core.outputs": 32})
+    rng = np.random.default_rng(3)
+    ids = rng.integers(4, TINY_BERT["vocab_size"], (1, 5))
+    cal_ids = rng.integers(4, TINY_BERT["vocab_size"], (2, 9))
+    embedded, original = [], bert.embeddings
+
+    def counting(token_ids, *args):
+        embedded.append(token_ids.shape)
+        return original(token_ids, *args)
+
+    monkeypatch.setattr(model_module.bert, "embeddings", counting)
+    model.encode(ids, config=cfg, calibration_ids=cal_ids, layers=0)
+    assert embedded == [(1, 5)]
+    embedded.clear()
+    model.encode(ids, config=cfg, calibration_ids=cal_ids, layers=1)
+    assert sorted(embedded) == [(1, 5), (2, 9)]
+    with pytest.raises(ValueError, match="calibration_ids: token ids must lie in"):
+        model.encode(ids, config=cfg, calibration_ids=cal_ids + 10**6, layers=0)
+
+
 def test_bert_hidden_states_draw_their_ids_from_seed_layer_and_tokens(tiny_bert):
     """The inputs of layers 0 and 1 are the encoder run on different random
     ids (drawn from seed, layer and tokens): layer 1's input is not layer 0's

@@ -557,16 +557,14 @@ class BertModel(_Model):
         """
         ids = self._check_ids(ids, "ids")
         mask = bert.check_mask(mask, ids.shape)
-        held_out = None
+        calibrates = False
         if calibration_ids is not None:
             calibration_ids = self._check_ids(calibration_ids, "calibration_ids")
             try:
                 calibration_mask = bert.check_mask(calibration_mask, calibration_ids.shape)
             except (TypeError, ValueError) as err:
                 raise type(err)(f"calibration_mask: {str(err).removeprefix('mask: ')}") from None
-            if config is not None and calibration_needs(check_config(config)):
-                held_out = bert.embeddings(calibration_ids, self.embedding_tables(), self.eps,
-                                           ReferenceEngine("float32"))
+            calibrates = config is not None and bool(calibration_needs(check_config(config)))
         elif calibration_mask is not None:
             raise ValueError("calibration_mask: given without calibration_ids")
         if calibration_ids is not None and isinstance(program_options, Mapping) \
@@ -582,6 +580,9 @@ class BertModel(_Model):
                                  f"[0, {count}] (the model's num_hidden_layers)")
             count = int(layers)
         h = bert.embeddings(ids, self.embedding_tables(), self.eps, ReferenceEngine("float32"))
+        # The held-out run, carried through the layers beside h (none to calibrate: none).
+        held_out = bert.embeddings(calibration_ids, self.embedding_tables(), self.eps,
+                                   ReferenceEngine("float32")) if calibrates and count else None
         for index in range(count):
             layer = self.layer(index)
             calibration = None
