@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
                "       optional dependency, an operating-system error)\n"
                "  Ctrl-C prints one line, then the process dies of SIGINT; an error ends\n"
                "  in one line 'optical COMMAND: error: ...' on stderr (after the\n"
-               "  command's usage, for a malformed command line)",
+               "  command's usage, for a malformed command line; 'optical: error: ...'\n"
+               "  where no command is known yet)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     option, value, path or file), 1 anything else that stopped it (a failed
     run, a missing optional dependency, an operating-system error); each
     ends in one line ``optical COMMAND: error: ...`` on stderr (after the
-    usage, for a malformed command line), never a traceback.
+    usage, for a malformed command line; ``optical: error: ...`` where no
+    command is known yet), never a traceback.
     Ctrl-C: one line, then 130, or, run as the program (``argv`` None), the
     process dies of SIGINT as Python would, so a shell loop around it stops."""
     parser = build_parser()

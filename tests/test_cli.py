@@ -76,6 +76,22 @@ def test_top_level_help_is_the_usage_and_exit_0(capsys):
         assert all(c in printed.out for c in ("validate", "sweep", "energy", "plot", "config"))
 
 
+def test_the_help_names_the_error_lines_the_commands_print(capsys):
+    """The help's exit statuses say how an error line begins: "optical
+    COMMAND: error:" for a command's, "optical: error:" before a command is
+    known (the help gave only the first, a review found)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'optical COMMAND: error: ...'" in text and "'optical: error: ...'" in text
+    with pytest.raises(SystemExit) as done:
+        main(["--frob", "config"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("optical: error: ")
+    assert main(["config", "--set", "adc.bits=frob"]) == 2
+    assert capsys.readouterr().err.startswith("optical config: error: ")
+
+
 def test_the_heading_names_the_preset_and_every_override():
     """Two --set overrides: "ideal + adc.bits=6, dac.bits=6", as the JSON's
     overrides list them."""
