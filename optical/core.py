@@ -68,8 +68,17 @@ class Schedule:
         Optical passes: ``tokens * k_tiles * n_tiles * input_passes``.
     weight_loads : int
         Tiles written to the mask: ``k_tiles * n_tiles``.
-    dac_conversions, adc_conversions, detector_readouts : int
-        Conversions and readouts over all passes.
+    dac_conversions : int
+        One per source per pass, for the rows a K-tile really has (a partial
+        last tile's missing rows are dark): ``tokens * input_passes *
+        n_tiles * K``, each input converted again for every N-tile.
+    adc_conversions : int
+        One per ADC rail per real column per pass: ``tokens * k_tiles *
+        input_passes * N * adc_rails`` (2 for split weights read on
+        unbalanced detectors, else 1).
+    detector_readouts : int
+        One per detector rail per real column per pass: ``tokens * k_tiles *
+        input_passes * N * weight_rails`` (2 for split weights, else 1).
     macs : int
         Multiply-accumulates of the logical matmul, ``tokens * K * N``.
     """

@@ -274,7 +274,9 @@ class PrefillEnergy:
         ``digital``; they add up to the TTFT.
     counts : mapping of str to int
         Totals over the layers: the schedule counts (passes, weight loads,
-        conversions, readouts, MACs), bytes written to masks, digital
+        conversions, readouts, MACs; ``weight_loads`` is the schedule's even
+        with resident weights, which load none), bytes written to masks
+        (``mask_bytes``: 0 for resident weights but activation masks), digital
         operations and their on- and off-chip bytes, weight tiles of the
         model, rows streamed per weight load.
     schedule : mapping of str to Schedule

@@ -70,7 +70,15 @@ class ProductReport:
         (batch, KV head), before the scores' scaling and masking): the
         hardware's own error, without what came from upstream.
     stats : MatmulStats or None
-        What it did on the hardware.
+        What it did on the hardware. For the attention products on the core
+        (``mapping.attention = "optical"``), one matmul per (prompt, KV head)
+        pooled: the counts, ``tokens`` and ``digital_channels`` add up over
+        them, ``k_tiles``, ``n_tiles`` and ``input_passes`` are the first's,
+        and the fractions (``digital_mac_fraction``, the clipped shares) are
+        pooled over the MACs and conversions, so the single-matmul identities
+        (``passes = tokens * k_tiles * n_tiles * input_passes``) need not
+        hold where the static outlier bypass takes channels from some heads
+        alone (it acts on these products too, on their own operands).
     """
 
     name: str
