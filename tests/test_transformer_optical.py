@@ -129,6 +129,32 @@ def test_a_calibration_missing_a_product_is_refused_where_the_config_calibrates(
         layer.optical(h, IDEAL, seed=0))
 
 
+def test_another_layers_calibration_inputs_are_refused_unless_given_as_a_plain_dict(tiny):
+    """A calibration shift audit: layer 0's held-out inputs, which have layer
+    1's widths, calibrated layer 1 silently (its down_proj lost 16 dB). The
+    inputs a layer gives (matmul_inputs, a trace's) name it; another layer
+    refuses them, naming both; a plain dict of the same rows is the caller's
+    choice and runs; the layer's own run as before."""
+    h = tiny.hidden_states(1, 6)
+    held = tiny.hidden_states(0, 8, seed=3)
+    from_0 = tiny.layer(0).matmul_inputs(held)
+    traced = tiny.layer(0).trace(held, dtype="float32").inputs
+    assert isinstance(from_0, transformer.LayerInputs) and from_0.layer == 0
+    assert traced.layer == 0 and traced.keys() == from_0.keys()
+    for given in (from_0, traced):
+        with pytest.raises(ValueError, match=r"^calibration: the inputs of layer 0, given to "
+                                             r"layer 1; each layer calibrates on its own "
+                                             r"\(layer\(1\)\.matmul_inputs\(held_out\)\)"):
+            tiny.layer(1).optical(h, IRIS, seed=0, calibration=given)
+    plain = tiny.layer(1).optical(h, IRIS, seed=0, calibration=dict(from_0))
+    own = tiny.layer(1).matmul_inputs(tiny.hidden_states(1, 8, seed=3))
+    assert own.layer == 1
+    assert not np.array_equal(plain, tiny.layer(1).optical(h, IRIS, seed=0, calibration=own))
+    np.testing.assert_array_equal(tiny.layer(0).optical(h, IRIS, seed=0, calibration=from_0),
+                                  tiny.layer(0).optical(h, IRIS, seed=0,
+                                                        calibration=dict(from_0)))
+
+
 def test_calibration_errors_name_the_product_and_its_source(tiny):
     """An all-zero h calibrates q_proj on its own all-zero input; an all-zero
     held-out entry is named by its key (not a bare "calibration")."""

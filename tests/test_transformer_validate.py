@@ -113,10 +113,10 @@ def test_matmul_inputs_are_the_traced_inputs_without_the_last_product(tiny_dir):
     assert list(engine.products) == ["a"] and engine.inputs["b"][0, 0] == 2
     from optical.transformer._engines import matmul_inputs
     with pytest.raises(ValueError, match="no weight matmul lm_head"):
-        matmul_inputs(lambda e: layer._forward(h, e), ["q_proj", "lm_head"], "float32")
+        matmul_inputs(lambda e: layer._forward(h, e), ["q_proj", "lm_head"], "float32", 1)
     ran = []  # no names: refused before the layer runs
     with pytest.raises(ValueError, match="names: no weight matmul named"):
-        matmul_inputs(ran.append, [], "float32")
+        matmul_inputs(ran.append, [], "float32", 1)
     assert ran == []
 
 

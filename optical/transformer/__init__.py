@@ -8,7 +8,7 @@
 >>> print(report.table())                                       # doctest: +SKIP
 """
 
-from optical.transformer._engines import LayerTrace
+from optical.transformer._engines import LayerInputs, LayerTrace
 from optical.transformer.bert import BertLayer
 from optical.transformer.checkpoint import Checkpoint
 from optical.transformer.llama import LlamaLayer
@@ -29,6 +29,7 @@ __all__ = [
     "BertLayer",
     "BertModel",
     "Checkpoint",
+    "LayerInputs",
     "LayerTrace",
     "LinearShape",
     "LlamaLayer",

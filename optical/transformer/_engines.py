@@ -41,7 +41,8 @@ from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
 from optical.transformer.numerics import check_dtype, range_problem, round_to
 
-__all__ = ["InputsComplete", "InputsEngine", "LayerTrace", "OpticalEngine", "ReferenceEngine",
+__all__ = ["InputsComplete", "InputsEngine", "LayerInputs", "LayerTrace", "OpticalEngine",
+           "ReferenceEngine",
            "check_hidden", "derive_seed", "engine_for", "matmul_inputs", "sum_stats",
            "weight_matmuls"]
 
@@ -107,6 +108,20 @@ def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
     return MatmulStats(**counts)
 
 
+class LayerInputs(dict):
+    """The input rows of a layer's weight matmuls by name (a dict), with the
+    index of the layer they were taken from (``layer``): what
+    :meth:`~optical.transformer.LlamaLayer.matmul_inputs` and a trace's
+    ``inputs`` give, and what a layer's ``calibration=`` refuses from another
+    layer (whose inputs have the same widths: layer 0's held-out rows took
+    layer 1's down_proj from 17.9 to 1.5 dB, silently). A plain dict of the
+    same rows is taken as the caller's own choice."""
+
+    def __init__(self, rows: Mapping[str, np.ndarray], *, layer: int | None) -> None:
+        super().__init__(rows)
+        self.layer = layer
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerTrace:
     """One run of a layer.
@@ -122,9 +137,9 @@ class LayerTrace:
         entries set to 0; ``attention.values`` as (batch, heads, tokens, head_dim)).
     stats : dict of str to MatmulStats
         What each optical product did on the hardware (empty for a reference run).
-    inputs : dict of str to ndarray
+    inputs : LayerInputs (a dict of str to ndarray)
         The input rows of every weight matmul, as it received them (the real
-        tokens' only: padding never reaches a product).
+        tokens' only: padding never reaches a product), naming the layer.
     operands : dict of str to (ndarray, ndarray, ndarray)
         For each attention product run on the optical core: its operands
         ``a`` (batch, kv_heads, M, k) and ``b`` (batch, kv_heads, k, n) as it
@@ -172,6 +187,7 @@ class ReferenceEngine:
         self.inputs: dict[str, np.ndarray] = {}
         self.operands: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.pending = set(stop_after)
+        self.layer: int | None = None  # the layer's index, where engine_for knows it
         self.program_s = 0.0  # time spent programming masks (OpticalEngine)
         self.keep = True
         self.peaks: dict[str, float] = {}  # max |product| where not kept (NaN propagates)
@@ -197,7 +213,8 @@ class ReferenceEngine:
         return max(1, min(batch, ATTENTION_BYTES // max(1, prompt_bytes)))
 
     def trace(self, output: np.ndarray) -> LayerTrace:
-        return LayerTrace(output, self.products, self.stats, self.inputs, self.operands,
+        return LayerTrace(output, self.products, self.stats,
+                          LayerInputs(self.inputs, layer=self.layer), self.operands,
                           self.program_s)
 
     def linear(self, name: str, x: np.ndarray, w: np.ndarray,
@@ -448,18 +465,19 @@ class InputsEngine(ReferenceEngine):
 
 
 def matmul_inputs(forward: Callable[[ReferenceEngine], object], names: Collection[str],
-                  dtype: str) -> dict[str, np.ndarray]:
+                  dtype: str, layer: int) -> LayerInputs:
     """The input rows of the weight matmuls ``names`` in a reference run in
     ``dtype``: ``forward(engine)`` runs the layer and is stopped once the
     last of them has its input (that product, and what follows it, is not
-    computed). The inputs equal a full ``trace()``'s (a layer's), bit for bit."""
+    computed). The inputs equal a full ``trace()``'s (a layer's), bit for bit,
+    and name the layer (index ``layer``) they came from."""
     engine = ReferenceEngine(check_dtype(dtype), stop_after=names)
     if not engine.pending:
         raise ValueError("names: no weight matmul named")
     try:
         forward(engine)
     except InputsComplete:
-        return engine.inputs
+        return LayerInputs(engine.inputs, layer=layer)
     missing = ", ".join(sorted(engine.pending))
     raise ValueError(f"names: the layer has no weight matmul {missing}")
 
@@ -489,6 +507,11 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
         if unknown:
             raise ValueError(f"calibration: no weight matmul {', '.join(unknown)}; "
                              f"the layer's are {', '.join(names)}")
+        if isinstance(calibration, LayerInputs) and calibration.layer not in (None, layer):
+            raise ValueError(f"calibration: the inputs of layer {calibration.layer}, given to "
+                             f"layer {layer}; each layer calibrates on its own "
+                             f"(layer({layer}).matmul_inputs(held_out)). To use them anyway, "
+                             "pass them as a plain dict")
         if isinstance(program_options, Mapping) and "calibration" in program_options:
             raise ValueError("calibration: given with program_options['calibration'], which "
                              "would calibrate every product in its place; give one of them")
@@ -500,7 +523,9 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
                              "rows (layer.matmul_inputs(held_out)), or no calibration= for "
                              "the oracle throughout")
     if config is None:
-        return ReferenceEngine(check_dtype(dtype))
+        engine = ReferenceEngine(check_dtype(dtype))
+        engine.layer = layer
+        return engine
     return OpticalEngine(config, check_seed(seed), layer, program_options=program_options,
                          matmul_options=matmul_options, calibration=calibration,
                          progress=progress)

@@ -21,6 +21,7 @@ from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer import sentence
 from optical.transformer._engines import (
+    LayerInputs,
     LayerTrace,
     ReferenceEngine,
     check_hidden,
@@ -171,13 +172,13 @@ class BertLayer:
         return engine.trace(out.reshape(h.shape))
 
     def matmul_inputs(self, h: np.ndarray, dtype: str = "float32", *,
-                      mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                      mask: np.ndarray | None = None) -> LayerInputs:
         """The input rows of every weight matmul in a reference run; see
         :meth:`optical.transformer.LlamaLayer.matmul_inputs`."""
         h3 = check_hidden(h, self.spec.hidden_size, dtype)
         mask = check_mask(mask, h3.shape[:2])
         return matmul_inputs(lambda engine: self.forward(h3, mask, engine),
-                             weight_matmuls(self.weights), dtype)
+                             weight_matmuls(self.weights), dtype, self.index)
 
     @underflow_to_zero
     def forward(self, h: np.ndarray, mask: np.ndarray, engine: ReferenceEngine) -> np.ndarray:

@@ -24,6 +24,7 @@ from optical._validation import check_bool
 from optical.config import OpticalConfig
 from optical.core import MatmulStats
 from optical.transformer._engines import (
+    LayerInputs,
     LayerTrace,
     ReferenceEngine,
     check_hidden,
@@ -219,7 +220,9 @@ class LlamaLayer:
             gives them all); without them each product is calibrated on its
             own inputs (an oracle). Under a config that calibrates, a mapping
             missing a weight matmul is refused (ValueError naming it): that
-            product alone would be calibrated on its own inputs.
+            product alone would be calibrated on its own inputs. So are
+            another layer's inputs (a :class:`~optical.transformer.LayerInputs`
+            naming another index); a plain dict is taken as given.
 
         Returns
         -------
@@ -253,7 +256,7 @@ class LlamaLayer:
         out = self._forward(h3, engine)
         return engine.trace(out.reshape(h.shape))
 
-    def matmul_inputs(self, h: np.ndarray, dtype: str = "float32") -> dict[str, np.ndarray]:
+    def matmul_inputs(self, h: np.ndarray, dtype: str = "float32") -> LayerInputs:
         """The input rows of every weight matmul in a reference run in ``dtype``
         (what :meth:`trace` records as ``inputs``, bit for bit), without
         computing the last matmul or anything after it: the calibration run
@@ -262,7 +265,7 @@ class LlamaLayer:
         h3 = check_hidden(h, self.spec.hidden_size, dtype)
         self.spec.check_tokens(h3.shape[1])
         return matmul_inputs(lambda engine: self._forward(h3, engine),
-                             weight_matmuls(self.weights), dtype)
+                             weight_matmuls(self.weights), dtype, self.index)
 
     # -- the forward pass -------------------------------------------------- #
 
