@@ -252,11 +252,16 @@ def column_errors(reference: object, test: object) -> ColumnErrors:
     _checked(ref, out)
     if ref.ndim == 0:
         raise ValueError("column_errors: expected arrays with a column axis, got scalars")
-    # Exact scaling keeps the squares in range (see _Sums.of); C order makes
-    # the column sums add in one order whatever the inputs' layout.
-    shift = -_exponent(ref, out)
-    ref = np.ldexp(np.ascontiguousarray(ref.reshape(-1, ref.shape[-1])), shift)
-    out = np.ldexp(np.ascontiguousarray(out.reshape(-1, ref.shape[-1])), shift)
+    # Exact scaling keeps the squares in range (see _Sums.of), each column by
+    # its own largest magnitude (the whole array's took a column 1e170 below
+    # it to zero: inf dB, no error); C order makes the column sums add in one
+    # order whatever the inputs' layout.
+    ref = np.ascontiguousarray(ref.reshape(-1, ref.shape[-1]))
+    out = np.ascontiguousarray(out.reshape(-1, ref.shape[-1]))
+    top = np.maximum(np.max(np.abs(ref), axis=0, initial=0.0),
+                     np.max(np.abs(out), axis=0, initial=0.0))
+    shift = -np.frexp(top)[1]  # 0 for an all-zero column
+    ref, out = np.ldexp(ref, shift), np.ldexp(out, shift)
     signal = np.sum(ref * ref, axis=0)
     error = np.sum((ref - out) ** 2, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -108,6 +108,22 @@ def test_the_scale_comes_from_both_arrays():
     np.testing.assert_allclose(columns.sqnr_db, [-3200.0], rtol=1e-6)
 
 
+def test_each_column_is_scaled_by_its_own_magnitude(rng):
+    """A backlog audit: column_errors scaled every column by the whole
+    array's largest magnitude, so a column 1e170 below another, 1 % wrong,
+    read inf dB and relative error 0 (its squares underflowed to zero). By
+    hand: 40 dB and 0.01, as the same column alone gives."""
+    big = rng.standard_normal(50)
+    small = 1e-170 * rng.standard_normal(50)
+    ref = np.stack([big, small], axis=1)
+    test = ref * np.array([1.001, 1.01])
+    columns = metrics.column_errors(ref, test)
+    np.testing.assert_allclose(columns.sqnr_db, [60.0, 40.0], rtol=1e-9)
+    np.testing.assert_allclose(columns.relative_error, [0.001, 0.01], rtol=1e-9)
+    alone = metrics.column_errors(small[:, None], test[:, 1:])
+    assert alone.sqnr_db[0] == columns.sqnr_db[1]
+
+
 def test_column_metrics_and_kl_do_not_depend_on_the_layout(rng):
     """Column sums and softmax sums along a strided axis add in another order:
     C and Fortran order (and a strided view) gave other last bits."""
