@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  2    bad input (an option, value, path or file)\n"
                "  1    anything else that stopped the command (a failed run, a missing\n"
                "       optional dependency, an operating-system error)\n"
-               "  Ctrl-C prints one line, then the process dies of SIGINT; an error ends\n"
+               "  Ctrl-C prints one line, then the process dies of SIGINT; SIGTERM\n"
+               "  prints one line and exits 143; an error ends\n"
                "  in one line 'optical COMMAND: error: ...' on stderr (after the\n"
                "  command's usage, for a malformed command line; 'optical: error: ...'\n"
                "  where no command is known yet)",
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     usage, for a malformed command line; ``optical: error: ...`` where no
     command is known yet), never a traceback.
     Ctrl-C: one line, then 130, or, run as the program (``argv`` None), the
-    process dies of SIGINT as Python would, so a shell loop around it stops."""
+    process dies of SIGINT as Python would, so a shell loop around it stops.
+    SIGTERM (in the main thread): one line, then 143, a half-written output
+    file's temporary removed (``optical sweep``: its own line, where to resume)."""
     parser = build_parser()
     program = argv is None  # the `optical` command itself, not a caller in Python
     argv = sys.argv[1:] if program else list(argv)
@@ -105,9 +108,23 @@ def _no_swallowed_interrupt(message: str, program: bool) -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from optical._signals import Terminated, sigterm_as_exit
+
+    def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
+        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        die_of(signum, f"optical {args.command}: {how}")
+
     try:
         check_json_path(args)  # an unwritable --json is refused before any work
-        return int(args.run(args) or 0)
+        if getattr(args, "own_signals", False):  # `optical sweep` says where to resume
+            return int(args.run(args) or 0)
+        # SIGTERM as an exit, so a half-written output's temporary file is
+        # removed (it was left beside the output) and the command says so.
+        with sigterm_as_exit(abandon if args.program else None):
+            return int(args.run(args) or 0)
+    except Terminated as stop:
+        print(f"optical {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return int(stop.code)
     except KeyboardInterrupt:  # Ctrl-C; `optical sweep` says more (where to resume)
         print(f"optical {args.command}: interrupted", file=sys.stderr)
         return 130

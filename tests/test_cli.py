@@ -92,6 +92,33 @@ def test_the_help_names_the_error_lines_the_commands_print(capsys):
     assert capsys.readouterr().err.startswith("optical config: error: ")
 
 
+def test_sigterm_mid_write_is_one_line_and_leaves_no_temporary_file(tmp_path, capsys,
+                                                                   monkeypatch):
+    """A backlog audit: SIGTERM to `optical plot`, `validate --json` or
+    `energy --json` died silently and left a hidden `.NAME.<pid>.<tid>.tmp`
+    beside the output (Python's default action skips the cleanup). Every
+    command but sweep (which says where to resume) now takes it as an exit:
+    one line, status 143, the temporary removed, the old output kept."""
+    import pathlib
+    import signal
+
+    out = tmp_path / "config.json"
+    out.write_text("old\n")
+    real = pathlib.Path.write_text
+
+    def terminated_half_way(self, text, *args, **kwargs):
+        real(self, text[:10], *args, **kwargs)
+        signal.raise_signal(signal.SIGTERM)  # in this (the main) thread
+
+    monkeypatch.setattr(pathlib.Path, "write_text", terminated_half_way)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["config", "--json", str(out)]) == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert capsys.readouterr().err == "optical config: terminated (SIGTERM)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert out.read_text() == "old\n"
+
+
 def test_the_heading_names_the_preset_and_every_override():
     """Two --set overrides: "ideal + adc.bits=6, dac.bits=6", as the JSON's
     overrides list them."""

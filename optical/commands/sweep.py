@@ -145,7 +145,7 @@ def register(subparsers) -> None:
                           "already in DIR, else parquet)")
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     add_json_option(parser)
-    parser.set_defaults(run=run_command)
+    parser.set_defaults(run=run_command, own_signals=True)  # says where to resume
 
 
 def parse_param(item: str) -> tuple[str, Any]:
