@@ -124,7 +124,8 @@ def test_report_timings_split_the_run(tiny_dir):
     model = transformer.load(tiny_dir)
     report = transformer.validate(model, layer=1, tokens=12, config=CFG, seed=5)
     t = report.timings
-    assert set(t) == {"calibration_s", "reference_s", "optical_s", "program_s"}
+    assert set(t) == {"setup_s", "calibration_s", "reference_s", "optical_s", "program_s",
+                      "compare_s"}
     assert 0 < t["program_s"] < t["optical_s"] and t["calibration_s"] > 0
     assert f"programming the masks {t['program_s']:.2f} s" in report.table()
     assert "calibration run" in report.table()

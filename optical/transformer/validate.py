@@ -146,9 +146,12 @@ class ValidationReport:
         conversions a static input range clipped, each pooled over the
         products.
     timings : mapping of str to float (read-only), s
-        Wall time: ``calibration_s`` (the held-out run; ~0 without
-        calibration), ``reference_s``, ``optical_s`` (the optical run) and
-        ``program_s`` (the part of it spent programming the masks).
+        Wall time, one part after another: ``setup_s`` (the layer's weights,
+        read or synthesised, and its input), ``calibration_s`` (the held-out
+        run; ~0 without calibration), ``reference_s``, ``optical_s`` (the
+        optical run; ``program_s``, the part of it spent programming the
+        masks) and ``compare_s`` (the metrics). Loading the model
+        (:func:`load`) comes before the call.
     calibration_tokens : int or None
         Held-out tokens the weight matmuls were calibrated on (None: the
         config needs no calibration).
@@ -293,11 +296,14 @@ class ValidationReport:
                       + (f"digital (outlier channels) MACs {int(t['digital_macs']):d}, "
                          f"{t['digital_mac_fraction']:.3%} of these products'; "
                          if t.get("digital_macs") else "")
+                      + (f"layer and input {times['setup_s']:.2f} s, "
+                         if "setup_s" in times else "")
                       + (f"calibration run {times['calibration_s']:.2f} s, "
                          if self.calibration_tokens is not None else "")
                       + f"reference {times['reference_s']:.2f} s, "
                       f"optical {times['optical_s']:.2f} s "
-                      f"(programming the masks {times['program_s']:.2f} s)"]
+                      f"(programming the masks {times['program_s']:.2f} s)"
+                      + (f", metrics {times['compare_s']:.2f} s" if "compare_s" in times else "")]
         return "\n".join(lines)
 
 
@@ -396,6 +402,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     local, progress = check_bool(local, "local"), check_bool(progress, "progress")
     if calibration_tokens is not None:
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
+    begin = time.perf_counter()
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
     hidden_given = hidden is not None
@@ -490,12 +497,14 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     totals.update({k: getattr(pooled, k)
                    for k in ("digital_macs", "digital_mac_fraction", "clipped_fraction",
                              "dac_clipped_fraction")})
+    finished = time.perf_counter()
     return ValidationReport(
         model=model.name, architecture=model.spec.architecture, weights=model.weights_source,
         layer=block.index, tokens=tokens, batch=batch, seed=seed, reference_dtype=dtype,
         config=config, products=tuple(rows), output=output, update=update, totals=totals,
-        timings={"calibration_s": calibrated - start, "reference_s": middle - calibrated,
-                 "optical_s": end - middle, "program_s": run.program_s},
+        timings={"setup_s": start - begin, "calibration_s": calibrated - start,
+                 "reference_s": middle - calibrated, "optical_s": end - middle,
+                 "program_s": run.program_s, "compare_s": finished - end},
         calibration_tokens=calibration_tokens if needs_calibration else None,
         calibration_prompts=calibration_prompts,
         data_seed=None if data_seed is None else data, hidden_given=hidden_given)
