@@ -98,9 +98,12 @@ def evaluate(task: Task) -> dict[str, Any]:
 def run_outcome(metrics: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
     """A finished run's outcome, with what the process that ran it runs: the
     numpy, numba and JAX versions and optical's own (a Dask worker's may not
-    be the driver's)."""
-    return {"metrics": metrics, "elapsed_s": elapsed_s, "environment": environment(),
-            "optical_version": __version__, "results_version": RESULTS_VERSION}
+    be the driver's), and when it finished by that process's clock (UTC, ISO
+    8601 to the second)."""
+    finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"metrics": metrics, "elapsed_s": elapsed_s, "finished_at": finished,
+            "environment": environment(), "optical_version": __version__,
+            "results_version": RESULTS_VERSION}
 
 
 Outcome = dict[str, Any] | BaseException

@@ -17,6 +17,7 @@ import re
 import reprlib
 import stat
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -448,6 +449,9 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "params": point,
         "metrics": outcome["metrics"],
         "elapsed_s": outcome["elapsed_s"],
+        # The worker's clock (a custom executor's outcome may not say: the driver's).
+        "finished_at": finished if isinstance(finished := outcome.get("finished_at"), str)
+        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "optical_version": outcome.get("optical_version", version),  # the worker's
         "results_version": RESULTS_VERSION,
         "environment": outcome.get("environment"),  # kernels.environment() of the worker

@@ -1788,6 +1788,39 @@ def test_a_run_records_the_library_versions_it_ran_on(tmp_path):
                    "python": platform.python_version(), "machine": platform.machine()}
 
 
+def test_a_run_records_when_it_finished_by_the_clock_of_its_worker(tmp_path):
+    """An observability audit: run files said how long a run took, not when
+    it finished. Each records finished_at, UTC to the second, taken by the
+    process that ran it (two worker processes here), between the sweep's
+    start and end; a custom executor's outcome without one gets the
+    driver's clock."""
+    import datetime
+    import json
+
+    from optical._executors import SerialExecutor
+
+    def utc_now():
+        return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+    class Bare(SerialExecutor):  # outcomes without finished_at, as a custom one may give
+        def run(self, tasks):
+            for task, outcome in super().run(tasks):
+                if isinstance(outcome, dict):
+                    outcome = {k: v for k, v in outcome.items() if k != "finished_at"}
+                yield task, outcome
+
+    for name, executor in (("pool", 2), ("bare", Bare())):
+        before = utc_now()
+        optical.sweep(WL, {"adc.bits": [6, 8]}, seeds=1, out=tmp_path / name, base=BASE,
+                      executor=executor, progress=False)
+        after = utc_now()
+        for run in (tmp_path / name / "runs").glob("*.json"):
+            stamp = json.loads(run.read_text())["finished_at"]
+            assert stamp.endswith("Z")
+            finished = datetime.datetime.fromisoformat(stamp)
+            assert before <= finished <= after, (name, stamp)
+
+
 def test_the_caches_are_cleared_when_the_last_running_sweep_ends():
     """Sweeps in two threads of one process: the first to end leaves the
     caches the other still uses; the last clears them."""
