@@ -368,7 +368,7 @@ def test_layer_workload_feeds_validate_and_flattens_its_report(tmp_path, monkeyp
 def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
     """A layer sweep's metrics are the report's accuracy (layer output, its
     error against the layer's update, and each product), summed counts, and each optical product's digital share and
-    clipping: no config field, no timing, nothing it was asked to run; two
+    ADC and DAC clipping: no config field, no timing, nothing it was asked to run; two
     identical sweeps give identical tables."""
     model_dir = write_model(tmp_path / "tiny", TINY_LLAMA)
     wl = LayerWorkload(str(model_dir), layer=1, tokens=6)
@@ -385,7 +385,8 @@ def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
                      if getattr(product, m) is not None}
     expected |= {f"totals.{name}": value for name, value in report.totals.items()}
     expected |= {f"{m}.{product.name}": getattr(product.stats, m) for product in report.products
-                 if product.stats is not None for m in ("digital_mac_fraction", "clipped_fraction")}
+                 if product.stats is not None
+                 for m in ("digital_mac_fraction", "clipped_fraction", "dac_clipped_fraction")}
     metrics = frames[0].attrs["sweep"]["metrics"]
     assert sorted(metrics) == sorted(expected)
     assert not [m for m in metrics if m.startswith("timings.") or m in ("layer", "tokens", "seed")
