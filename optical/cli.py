@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     command is known yet), never a traceback.
     Ctrl-C: one line, then 130, or, run as the program (``argv`` None), the
     process dies of SIGINT as Python would, so a shell loop around it stops.
-    SIGTERM (in the main thread): one line, then 143, a half-written output
-    file's temporary removed (``optical sweep``: its own line, where to resume)."""
+    SIGTERM, run as the program: one line, then 143, a half-written output
+    file's temporary removed (``optical sweep``, from Python too: its own
+    line, where to resume); called from Python, its default action."""
     parser = build_parser()
     program = argv is None  # the `optical` command itself, not a caller in Python
     argv = sys.argv[1:] if program else list(argv)
@@ -116,11 +117,16 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         check_json_path(args)  # an unwritable --json is refused before any work
-        if getattr(args, "own_signals", False):  # `optical sweep` says where to resume
+        if getattr(args, "own_signals", False) or not args.program:
+            # `optical sweep` says where to resume. Called from Python, SIGTERM
+            # keeps its default (or the caller's) action: a handler's exception
+            # raised inside a garbage-collection callback (JAX's) is dropped,
+            # and the command would run on to a normal return.
             return int(args.run(args) or 0)
-        # SIGTERM as an exit, so a half-written output's temporary file is
-        # removed (it was left beside the output) and the command says so.
-        with sigterm_as_exit(abandon if args.program else None):
+        # Run as the program: SIGTERM as an exit, so a half-written output's
+        # temporary file is removed (it was left beside the output) and the
+        # command says so; one Python drops is acted on at once (abandon).
+        with sigterm_as_exit(abandon):
             return int(args.run(args) or 0)
     except Terminated as stop:
         print(f"optical {args.command}: terminated (SIGTERM)", file=sys.stderr)
