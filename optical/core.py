@@ -130,6 +130,9 @@ class MatmulStats(Schedule):
         range (``dac.scaling`` "static", or a programmed ``input_range``) and
         was clipped to its end: the inputs the optics carry, each counted once
         per conversion of it. 0 under abs-max scaling, which clips nothing.
+        Counted on the host as ``|x / range| > 1`` in ``x``'s dtype, the same
+        on every backend (JAX's pass, which multiplies by a reciprocal, may
+        clip a value within an ulp of the range otherwise: no output moves).
     """
 
     detected_photons: float = 0.0

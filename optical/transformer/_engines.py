@@ -114,12 +114,18 @@ class LayerInputs(dict):
     :meth:`~optical.transformer.LlamaLayer.matmul_inputs` and a trace's
     ``inputs`` give, and what a layer's ``calibration=`` refuses from another
     layer (whose inputs have the same widths: layer 0's held-out rows took
-    layer 1's down_proj from 17.9 to 1.5 dB, silently). A plain dict of the
-    same rows is taken as the caller's own choice."""
+    layer 1's down_proj from 17.9 to 1.5 dB, silently). Its ``copy()``, a
+    ``copy.copy`` and a pickle keep the layer; a plain dict of the same rows
+    (``dict(inputs)``, ``{**inputs}``, ``inputs | other``) is taken as the
+    caller's own choice."""
 
     def __init__(self, rows: Mapping[str, np.ndarray], *, layer: int | None) -> None:
         super().__init__(rows)
         self.layer = layer
+
+    def copy(self) -> LayerInputs:
+        """A shallow copy naming the same layer (``dict.copy`` gives a dict)."""
+        return LayerInputs(self, layer=self.layer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +160,8 @@ class LayerTrace:
     output: np.ndarray
     products: dict[str, np.ndarray]
     stats: dict[str, MatmulStats]
-    inputs: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    inputs: LayerInputs = dataclasses.field(
+        default_factory=lambda: LayerInputs({}, layer=None))
     operands: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = dataclasses.field(
         default_factory=dict)
     program_s: float = 0.0
