@@ -13,5 +13,7 @@ __version__ = "0.1.0"
 #: held-out calibration input drawn as prompts as long as the scored ones,
 #: not one prompt of ``calibration.max_tokens`` tokens (layers scored on
 #: fewer tokens than that moved: all-MiniLM-L6-v2's layer 5 at 8 tokens by
-#: +5 dB at the output).
-RESULTS_VERSION = 4
+#: +5 dB at the output); 5: runs record ``dac_clipped_fraction`` (a matmul
+#: run's, and each optical product's and the totals' in a layer run), which
+#: runs of 4 lack (a resumed sweep would have mixed rows with and without it).
+RESULTS_VERSION = 5
