@@ -1,6 +1,62 @@
-"""The library's version, and the version of the numbers it computes."""
+"""The library's version, the commit it was imported from, and the version
+of the numbers it computes."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
 
 __version__ = "0.1.0"
+
+_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+@functools.lru_cache(maxsize=1)
+def source_commit() -> str | None:
+    """The git commit (hex) checked out where this package is imported from:
+    what ``__version__``, the same for every commit, cannot tell apart. None
+    where the package is not in a git checkout (an installed wheel) or its
+    ``.git`` cannot be read. Uncommitted changes are not seen. Read from the
+    files under ``.git`` (no ``git`` process)."""
+    return commit_of(Path(__file__).resolve().parent.parent)
+
+
+def commit_of(root: Path) -> str | None:
+    """The commit ``root``'s git checkout has checked out (its HEAD: a branch
+    in loose or packed refs, or detached; a worktree's or submodule's
+    ``.git`` file followed), or None."""
+    try:
+        git = root / ".git"
+        if git.is_file():  # a worktree or a submodule: "gitdir: <path>"
+            text = git.read_text(encoding="utf-8").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            gitdir = (root / text.removeprefix("gitdir:").strip()).resolve()
+        elif git.is_dir():
+            gitdir = git
+        else:
+            return None
+        head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
+        if not head.startswith("ref:"):
+            return head if _SHA.fullmatch(head) else None
+        ref = head.removeprefix("ref:").strip()
+        common = gitdir  # a worktree keeps its branches in the main repository's
+        if (gitdir / "commondir").is_file():
+            common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip())
+        for base in (gitdir, common):
+            if (base / ref).is_file():
+                sha = (base / ref).read_text(encoding="utf-8").strip()
+                return sha if _SHA.fullmatch(sha) else None
+        packed = common / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text(encoding="utf-8").splitlines():
+                sha, _, name = line.partition(" ")
+                if name == ref and _SHA.fullmatch(sha):
+                    return sha
+    except (OSError, UnicodeError, ValueError):
+        return None
+    return None
 
 #: Bumped whenever a run's numbers for the same inputs, workload, config and
 #: seed change (a physics fix, a metric added or redefined), so that a sweep

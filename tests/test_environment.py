@@ -202,3 +202,50 @@ def test_the_suite_runs_as_a_background_job_and_from_elsewhere(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "3 passed" in done.stdout, done.stdout[-2000:]  # the CLI's two, the API's one
     assert (tmp_path / "bt").is_dir() and not os.path.exists(os.path.join(root, "bt"))
+
+
+def test_the_commit_optical_runs_from_is_read_from_its_checkout(tmp_path):
+    """A provenance audit: every run recorded optical_version 0.1.0, whatever
+    the commit. The environment names the commit of the checkout optical is
+    imported from, read from its .git as `git rev-parse HEAD` gives it: a
+    branch in loose refs, the same after `git pack-refs`, a detached HEAD, a
+    worktree (a .git file); None outside a checkout or for a damaged HEAD."""
+    import shutil
+
+    from optical._version import commit_of, source_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+
+    def git(*args, cwd=tmp_path / "repo"):
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                              text=True, env=env).stdout.strip()
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main")
+    (repo / "a").write_text("1")
+    git("add", "a")
+    git("commit", "-q", "-m", "one")
+    first = git("rev-parse", "HEAD")
+    assert commit_of(repo) == first
+    (repo / "a").write_text("2")
+    git("commit", "-q", "-am", "two")
+    second = git("rev-parse", "HEAD")
+    git("pack-refs", "--all")
+    assert not (repo / ".git" / "refs" / "heads" / "main").exists()
+    assert commit_of(repo) == second != first
+    git("worktree", "add", "-q", str(tmp_path / "tree"), first)  # detached there
+    assert commit_of(tmp_path / "tree") == first
+    git("checkout", "-q", "--detach", first)
+    assert commit_of(repo) == first
+    assert commit_of(tmp_path) is None  # not a checkout
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/gone\n")
+    assert commit_of(repo) is None
+    env = optical.kernels.environment()
+    assert env["optical_commit"] == source_commit()
+    here = os.path.dirname(os.path.dirname(os.path.abspath(optical.__file__)))
+    if os.path.exists(os.path.join(here, ".git")):
+        assert env["optical_commit"] == git("rev-parse", "HEAD", cwd=here)

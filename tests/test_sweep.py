@@ -1785,7 +1785,8 @@ def test_a_run_records_the_library_versions_it_ran_on(tmp_path):
                    "jax": None if jax is None else jax.__version__,
                    "jaxlib": None if jax is None else env["jaxlib"],
                    "jax_cpu": None if jax is None else True,
-                   "python": platform.python_version(), "machine": platform.machine()}
+                   "python": platform.python_version(), "machine": platform.machine(),
+                   "optical_commit": optical._version.source_commit()}
 
 
 def test_a_run_records_when_it_finished_by_the_clock_of_its_worker(tmp_path):

@@ -20,6 +20,8 @@ import platform
 import sys
 from typing import TYPE_CHECKING
 
+from optical._version import source_commit
+
 if TYPE_CHECKING:
     from optical.config import OpticalConfig
 
@@ -55,7 +57,10 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
 def environment() -> dict[str, str | bool | None]:
     """The versions of numpy, numba, jax and jaxlib in this process (None:
     not installed), Python's version and the machine's architecture
-    (``platform.python_version()``, ``platform.machine()``), and
+    (``platform.python_version()``, ``platform.machine()``), the git commit
+    optical was imported from (``optical_commit``; None outside a git
+    checkout, uncommitted changes unseen: ``optical_version`` is the same
+    for every commit), and
     ``jax_cpu``: whether JAX's CPU backend is there for the numba backend
     (None: no JAX), which a run's last bits depend on
     besides its inputs, config and seed: the numba backend runs its float32
@@ -70,7 +75,8 @@ def environment() -> dict[str, str | bool | None]:
     measured; docs/ARCHITECTURE.md, "Across machines"), so identical
     records do not promise identical bits."""
     versions = dict(_versions()) | {"python": platform.python_version(),
-                                    "machine": platform.machine()}
+                                    "machine": platform.machine(),
+                                    "optical_commit": source_commit()}
     if versions["jax"] is None:
         return {**versions, "jax_cpu": None}
     from optical.kernels.numba_backend import xla_available
