@@ -126,7 +126,7 @@ def _canonical_field(workload: Any, path: str, value: Any) -> Any:
     except (ValueError, TypeError, OSError):
         stored = value
         if field.metadata.get("path") and isinstance(value, str | os.PathLike):
-            stored = str(Path(value).expanduser().resolve())  # as the workload stores it
+            stored = str(Path(os.path.expanduser(value)).resolve())  # as the workload does
     if stored is not None and not isinstance(stored, bool | int | float | str):
         raise ValueError(f"{path}: {value!r} is stored as a {type(stored).__name__}; only "
                          "numbers, strings, booleans and None can be swept")

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import os
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -405,7 +406,9 @@ class LayerWorkload:
         from optical.transformer.numerics import check_dtype
         from optical.transformer.spec import missing_model_directory, read_spec
 
-        given = Path(self.model_dir).expanduser()
+        # os.path's expanduser leaves a "~" it cannot expand (no HOME, no
+        # passwd entry) as it is, to be named as missing; Path's raised.
+        given = Path(os.path.expanduser(self.model_dir))
         if not given.is_dir():  # named as given (models/...), not resolved
             raise missing_model_directory(self.model_dir)
         path = given.resolve()

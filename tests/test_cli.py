@@ -142,6 +142,33 @@ def test_main_called_from_python_leaves_sigterm_to_the_caller(monkeypatch):
     assert seen == [before]
 
 
+def test_a_leading_tilde_in_a_path_option_is_the_home_directory(tmp_path, monkeypatch,
+                                                                 capsys):
+    """An environment audit: `~` was expanded in a sweep's --model only, so
+    `--model=~/models/x` (which a shell leaves as it is after `=`) was "no
+    such directory" for validate and energy, and `--json=~/r.json` wrote
+    into a directory named "~". Every path option expands it; a `~user` with
+    no such user stays as given."""
+    import shutil
+
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    shutil.copytree("models/llama-3.2-1b", home / "models" / "m")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert main(["energy", "--model=~/models/m", "--prompt-tokens", "8", "--preset",
+                 "iris-like", "--json=~/energy.json"]) == 0
+    assert json.loads((home / "energy.json").read_text())["prompt_tokens"] == 8
+    assert main(["validate", "--model=~/models/m", "--tokens", "2", "--quiet", "--preset",
+                 "ideal", "--json=~/v.json"]) == 0
+    assert json.loads((home / "v.json").read_text())["model_dir"] == \
+        str((home / "models" / "m").resolve())
+    assert not (tmp_path / "~").exists()
+    capsys.readouterr()
+    assert main(["energy", "--model=~no-such-user-here/m", "--prompt-tokens", "8"]) == 2
+    assert "~no-such-user-here/m" in capsys.readouterr().err
+
+
 def test_the_heading_names_the_preset_and_every_override():
     """Two --set overrides: "ideal + adc.bits=6, dac.bits=6", as the JSON's
     overrides list them."""

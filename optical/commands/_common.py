@@ -115,17 +115,18 @@ def json_to_stdout(args: argparse.Namespace) -> bool:
 
 def path_argument(text: str) -> Path:
     """argparse ``type`` of a path option: an empty one is refused (``Path("")``
-    is ".", which the option's error would name instead)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is an empty path")
-    return Path(text)
+    is ".", which the option's error would name instead); a leading ``~`` is
+    the home directory, as a shell would expand it (which it does not in
+    ``--model=~/x``), kept as it is where there is none to expand to."""
+    return Path(path_text(text))
 
 
 def path_text(text: str) -> str:
-    """:func:`path_argument` of an option kept as the text given (a model
-    directory, which a sweep stores as written)."""
-    path_argument(text)
-    return text
+    """:func:`path_argument` of an option kept as text (a model directory,
+    which a sweep resolves and stores)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path")
+    return os.path.expanduser(text)
 
 
 def check_output_path(path: Path | None, option: str) -> None:
