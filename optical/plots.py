@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -124,7 +125,13 @@ def _select(frame: Any, where: Mapping[str, Any] | None, used: Sequence[str]) ->
     for path, value in where.items():
         _check_param(frame, path, "where")
         column = [_key(v) for v in frame[path]]
-        mask &= np.array([v == _key(value) for v in column], dtype=bool)
+        matches = np.array([v == _key(value) for v in column], dtype=bool)
+        if not matches.any() and isinstance(value, str | os.PathLike):
+            # A path as the sweep stores it (workload.model_dir: resolved), from
+            # one given relative or with ~: the runs of that directory.
+            resolved = str(Path(os.path.expanduser(value)).resolve())
+            matches = np.array([v == resolved for v in column], dtype=bool)
+        mask &= matches
         if not mask.any():
             raise ValueError(f"where {path}={value!r}: no runs match; values: "
                              f"{', '.join(repr(v) for v in _sorted(frame, path))}")

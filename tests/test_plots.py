@@ -336,6 +336,27 @@ def test_plot_command_file_names_hold_no_separator_from_a_held_value():
     np.testing.assert_array_equal(data_lines(fig.axes[0])[0].get_ydata(), [10, 12])
 
 
+def test_where_finds_a_stored_model_directory_given_relative_or_with_a_tilde(
+        tmp_path, monkeypatch):
+    """A sweep stores workload.model_dir resolved; --where matched that text
+    alone, so `--where workload.model_dir=models/a` found no runs. A path
+    given relative (to the working directory) or with ~ now selects the runs
+    of the directory it names; a value that names none is refused, listing
+    the stored ones."""
+    a, b = tmp_path / "models" / "a", tmp_path / "models" / "b"
+    rows = [{"seed": 0, "adc.bits": bits, "workload.model_dir": str(m), "sqnr_db": bits + i}
+            for bits in (4, 6) for i, m in enumerate((a, b))]
+    frame = frame_of(rows, ["adc.bits", "workload.model_dir"])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "models"))
+    for given in ("models/b", "./models/../models/b", "~/b", str(b)):
+        fig = plots.line(frame, "adc.bits", "sqnr_db", where={"workload.model_dir": given})
+        np.testing.assert_array_equal(data_lines(fig.axes[0])[0].get_ydata(), [5, 7])
+    with pytest.raises(ValueError, match=r"where workload.model_dir='models/c': no runs "
+                                         r"match; values: "):
+        plots.line(frame, "adc.bits", "sqnr_db", where={"workload.model_dir": "models/c"})
+
+
 def test_save_writes_at_the_dpi_asked_and_needs_a_list_of_formats(grid, tmp_path):
     """A PNG's pixels are the figure's inches times ``dpi``; no format, or
     one format given as a string (whose letters are not formats), is refused
