@@ -96,6 +96,8 @@ def main() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ImportError("the figure needs matplotlib: pip install -e '.[plot]'") from None
+    if not args.out.strip() or Path(args.out).is_dir():  # "." would write a hidden ".png"
+        raise ValueError(f"--out {args.out!r}: expected a file name for the PNG, not a directory")
     if not Path(args.out).absolute().parent.is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such directory")
     results = sweep(args.points)

@@ -399,7 +399,9 @@ def lock(out: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise ValueError(f"{out}: another sweep is running on this directory") from None
+            raise ValueError(f"{out}: another sweep is running on this directory; wait for it "
+                             "to end (it keeps its finished runs there), or give this one "
+                             "another directory") from None
         except OSError as err:  # a file system without flock (ENOSYS, ENOLCK)
             handle.close()
             if made:

@@ -40,6 +40,10 @@ def test_a_count_of_zero_is_refused_before_any_work(script, option, tmp_path):
      "photon_scaling.py: error: unknown config path 'adc.bitz'"),
     (["crosstalk_vs_optics.py", "--out", "missing/x.png"],
      "crosstalk_vs_optics.py: error: --out missing/x.png: no such directory"),
+    # a review: "." wrote a hidden ".png" into the directory
+    (["crosstalk_vs_optics.py", "--out", "."],
+     "crosstalk_vs_optics.py: error: --out '.': expected a file name for the PNG, not a "
+     "directory"),
 ])
 def test_a_library_error_is_one_line_naming_the_script(argv, message, tmp_path):
     done = _run(EXAMPLES / argv[0], *argv[1:], cwd=tmp_path)
