@@ -22,6 +22,9 @@ def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, 
     text = capsys.readouterr().out
     assert "laser" in text and "mask_load" in text and "H200" in text
     data = json.loads(out.read_text())
+    # as typed, and resolved, as validate's JSON names it (a provenance audit)
+    assert data["model"] == "models/llama-3.2-1b"
+    assert data["model_dir"] == str(pathlib.Path("models/llama-3.2-1b").resolve())
     opt = data["optical"]
     assert opt["energy_j"]["total"] == pytest.approx(sum(opt["energy_j"]["components"].values()))
     assert opt["ttft_s"] == pytest.approx(sum(opt["time_s"].values()))

@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     split = (workload.disaggregated(spec, work, cfg, gpu, prefill_batch=args.batch)
              if decoder else None)
     result: dict[str, Any] = {
-        "model": str(args.model), "prompt_tokens": args.prompt_tokens, "batch": args.batch,
+        "model": str(args.model), "model_dir": str(Path(args.model).resolve()),
+        "prompt_tokens": args.prompt_tokens, "batch": args.batch,
         **config_source(args), "config": cfg.to_dict(),
         "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
         "disaggregated": split,
