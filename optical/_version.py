@@ -22,14 +22,25 @@ def source_commit() -> str | None:
     return commit_of(Path(__file__).resolve().parent.parent)
 
 
+def _text(path: Path, limit: int = 1 << 16) -> str | None:
+    """A plain file's text, or None: not a plain file (a FIFO would block),
+    larger than ``limit`` bytes, or unreadable."""
+    try:
+        if not path.is_file() or path.stat().st_size > limit:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError):
+        return None
+
+
 def commit_of(root: Path) -> str | None:
     """The commit ``root``'s git checkout has checked out (its HEAD: a branch
     in loose or packed refs, or detached; a worktree's or submodule's
-    ``.git`` file followed), or None."""
+    ``.git`` file followed), or None. Reads small plain files only."""
     try:
         git = root / ".git"
         if git.is_file():  # a worktree or a submodule: "gitdir: <path>"
-            text = git.read_text(encoding="utf-8").strip()
+            text = (_text(git) or "").strip()
             if not text.startswith("gitdir:"):
                 return None
             gitdir = (root / text.removeprefix("gitdir:").strip()).resolve()
@@ -37,26 +48,25 @@ def commit_of(root: Path) -> str | None:
             gitdir = git
         else:
             return None
-        head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
+        head = (_text(gitdir / "HEAD") or "").strip()
         if not head.startswith("ref:"):
             return head if _SHA.fullmatch(head) else None
         ref = head.removeprefix("ref:").strip()
         common = gitdir  # a worktree keeps its branches in the main repository's
-        if (gitdir / "commondir").is_file():
-            common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip())
+        if (commondir := _text(gitdir / "commondir")) is not None:
+            common = gitdir / commondir.strip()
         for base in (gitdir, common):
-            if (base / ref).is_file():
-                sha = (base / ref).read_text(encoding="utf-8").strip()
+            if (sha := _text(base / ref)) is not None:
+                sha = sha.strip()
                 return sha if _SHA.fullmatch(sha) else None
-        packed = common / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text(encoding="utf-8").splitlines():
-                sha, _, name = line.partition(" ")
-                if name == ref and _SHA.fullmatch(sha):
-                    return sha
+        for line in (_text(common / "packed-refs", 1 << 26) or "").splitlines():
+            sha, _, name = line.partition(" ")  # comments and peeled "^" lines match no ref
+            if name == ref and _SHA.fullmatch(sha):
+                return sha
     except (OSError, UnicodeError, ValueError):
         return None
     return None
+
 
 #: Bumped whenever a run's numbers for the same inputs, workload, config and
 #: seed change (a physics fix, a metric added or redefined), so that a sweep

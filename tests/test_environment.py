@@ -242,7 +242,15 @@ def test_the_commit_optical_runs_from_is_read_from_its_checkout(tmp_path):
     git("checkout", "-q", "--detach", first)
     assert commit_of(repo) == first
     assert commit_of(tmp_path) is None  # not a checkout
+    git("checkout", "-q", "main")
+    packed = repo / ".git" / "packed-refs"  # comments and peeled lines before the branch
+    packed.write_text(f"# pack-refs with: peeled fully-peeled sorted\n^{first}\n"
+                      + packed.read_text())
+    assert commit_of(repo) == second
     (repo / ".git" / "HEAD").write_text("ref: refs/heads/gone\n")
+    assert commit_of(repo) is None
+    (repo / ".git" / "HEAD").unlink()
+    os.mkfifo(repo / ".git" / "HEAD")  # not read (it would block): None
     assert commit_of(repo) is None
     env = optical.kernels.environment()
     assert env["optical_commit"] == source_commit()
