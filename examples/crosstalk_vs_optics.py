@@ -17,6 +17,7 @@ Requires matplotlib (``pip install -e ".[plot]"``).
 """
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -96,8 +97,11 @@ def main() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ImportError("the figure needs matplotlib: pip install -e '.[plot]'") from None
-    if not args.out.strip() or Path(args.out).is_dir():  # "." would write a hidden ".png"
+    if not args.out.strip() or Path(args.out).is_dir() or args.out.endswith(("/", os.sep)):
+        # "." wrote a hidden ".png"; "new/" failed after the whole sweep
         raise ValueError(f"--out {args.out!r}: expected a file name for the PNG, not a directory")
+    if not Path(args.out).suffix:  # as matplotlib names it (it said "wrote NAME")
+        args.out += ".png"
     if not Path(args.out).absolute().parent.is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such directory")
     results = sweep(args.points)

@@ -10,6 +10,7 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 _SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+_OWN_PROJECT = re.compile(r'^name\s*=\s*"optical"\s*$', re.MULTILINE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -17,9 +18,19 @@ def source_commit() -> str | None:
     """The git commit (hex) checked out where this package is imported from:
     what ``__version__``, the same for every commit, cannot tell apart. None
     where the package is not in a git checkout (an installed wheel) or its
-    ``.git`` cannot be read. Uncommitted changes are not seen. Read from the
-    files under ``.git`` (no ``git`` process)."""
-    return commit_of(Path(__file__).resolve().parent.parent)
+    ``.git`` cannot be read, and where the directory above it is not
+    optical's own checkout (its ``pyproject.toml`` names another project, or
+    none: optical copied into another project's tree). Uncommitted changes
+    are not seen. Read from the files under ``.git`` (no ``git`` process)."""
+    return checkout_commit(Path(__file__).resolve().parent.parent)
+
+
+def checkout_commit(root: Path) -> str | None:
+    """:func:`commit_of` ``root`` where it is optical's checkout (its
+    ``pyproject.toml`` names the project ``optical``), else None."""
+    if not _OWN_PROJECT.search(_text(root / "pyproject.toml") or ""):
+        return None
+    return commit_of(root)
 
 
 def _text(path: Path, limit: int = 1 << 16) -> str | None:

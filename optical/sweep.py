@@ -283,8 +283,9 @@ def _prepare(definition: SweepDefinition, out: Path
         if version != RESULTS_VERSION:
             raise ValueError(
                 f"{out} was begun by a version of optical whose runs give other numbers "
-                f"(results version {version!r}; this version's is {RESULTS_VERSION}): "
-                "finishing it here would mix runs computed two ways. Finish it with the "
+                f"or other metrics (results version {version!r}; this version's is "
+                f"{RESULTS_VERSION}): finishing it here would mix runs computed two ways. "
+                "Finish it with the "
                 "version that began it, or run the sweep again into a new --out directory "
                 "(load() and optical plot still read the runs it has)")
         # The workload's unhashed fields are checked run by run, not here.
@@ -493,7 +494,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"run at point {_describe_point(points[task.point])}, seed "
                             f"{task.seed} was computed by optical "
                             f"{outcome.get('optical_version')!r} (results version {other!r}), "
-                            f"whose numbers differ from this one's (results version "
+                            f"whose numbers or metrics differ from this one's (results version "
                             f"{RESULTS_VERSION}): every worker needs this version of optical. "
                             f"The {finished} runs finished so far are kept in {out}.")
                     write_run(runs_dir, task, points[task.point], outcome, version)

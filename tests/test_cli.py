@@ -167,6 +167,16 @@ def test_a_leading_tilde_in_a_path_option_is_the_home_directory(tmp_path, monkey
     capsys.readouterr()
     assert main(["energy", "--model=~no-such-user-here/m", "--prompt-tokens", "8"]) == 2
     assert "~no-such-user-here/m" in capsys.readouterr().err
+    # a sweep's layer workload too (Path.expanduser raised RuntimeError there)
+    assert main(["sweep", "--model=~no-such-user-here/m", "--out", "s", "--quiet"]) == 2
+    assert "~no-such-user-here/m: no such model directory" in capsys.readouterr().err
+    # a directory named "~" (./~/s) is resumed as ./~/s, not as the home's s
+    from optical.commands.sweep import _resume_command
+
+    (tmp_path / "~" / "s").mkdir(parents=True)
+    (tmp_path / "~" / "s" / "manifest.json").write_text("{}")
+    resume = _resume_command(build_parser().parse_args(["sweep", "--out", "./~/s"]).out)
+    assert resume == "`optical sweep --out './~/s'`"  # (quoted: ~ is literal there)
 
 
 def test_the_heading_names_the_preset_and_every_override():

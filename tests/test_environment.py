@@ -252,6 +252,16 @@ def test_the_commit_optical_runs_from_is_read_from_its_checkout(tmp_path):
     (repo / ".git" / "HEAD").unlink()
     os.mkfifo(repo / ".git" / "HEAD")  # not read (it would block): None
     assert commit_of(repo) is None
+    # optical's own checkout only: copied into another project's tree, None
+    from optical._version import checkout_commit
+
+    (repo / ".git" / "HEAD").unlink()  # the FIFO, which git would block on too
+    (repo / ".git" / "HEAD").write_text(f"{first}\n")
+    assert checkout_commit(repo) is None  # no pyproject.toml
+    (repo / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    assert checkout_commit(repo) is None
+    (repo / "pyproject.toml").write_text('[project]\nname = "optical"\nversion = "0.1.0"\n')
+    assert checkout_commit(repo) == first
     env = optical.kernels.environment()
     assert env["optical_commit"] == source_commit()
     here = os.path.dirname(os.path.dirname(os.path.abspath(optical.__file__)))

@@ -44,6 +44,9 @@ def test_a_count_of_zero_is_refused_before_any_work(script, option, tmp_path):
     (["crosstalk_vs_optics.py", "--out", "."],
      "crosstalk_vs_optics.py: error: --out '.': expected a file name for the PNG, not a "
      "directory"),
+    (["crosstalk_vs_optics.py", "--out", "new/"],  # failed after the sweep, writing new/.png
+     "crosstalk_vs_optics.py: error: --out 'new/': expected a file name for the PNG, not a "
+     "directory"),
 ])
 def test_a_library_error_is_one_line_naming_the_script(argv, message, tmp_path):
     done = _run(EXAMPLES / argv[0], *argv[1:], cwd=tmp_path)

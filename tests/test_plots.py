@@ -355,6 +355,13 @@ def test_where_finds_a_stored_model_directory_given_relative_or_with_a_tilde(
     with pytest.raises(ValueError, match=r"where workload.model_dir='models/c': no runs "
                                          r"match; values: "):
         plots.line(frame, "adc.bits", "sqnr_db", where={"workload.model_dir": "models/c"})
+    # on the command line, a directory whose name reads as a number or none
+    from optical.commands.plot import _where
+
+    (tmp_path / "8").mkdir()
+    assert _where(["workload.model_dir=8", "workload.layer=8"]) == {
+        "workload.model_dir": "8", "workload.layer": 8}
+    assert _where(["workload.model_dir=9"]) == {"workload.model_dir": 9}  # no such directory
 
 
 def test_save_writes_at_the_dpi_asked_and_needs_a_list_of_formats(grid, tmp_path):

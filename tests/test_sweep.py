@@ -1859,8 +1859,9 @@ def test_a_sweep_begun_by_another_results_version_is_not_finished_here(tmp_path)
         manifest.pop("results_version")
         manifest.update(older)  # (not part of the definition's hash)
         (out / "manifest.json").write_text(json.dumps(manifest))
-        message = (rf"begun by a version of optical whose runs give other numbers "
-                   rf"\(results version 1; this version's is {RESULTS_VERSION}\)")
+        message = (rf"begun by a version of optical whose runs give other numbers or "
+                   rf"other metrics \(results version 1; this version's is "
+                   rf"{RESULTS_VERSION}\)")
         with pytest.raises(ValueError, match=message):
             resume(out, executor="serial", progress=False)
         with pytest.raises(ValueError, match=message):  # the same command again
@@ -1912,7 +1913,8 @@ def test_a_run_a_worker_of_another_optical_computed_is_named(tmp_path, results):
         assert run()["optical_version"].tolist() == ["0.0.9"]
         return
     with pytest.raises(SweepError, match=rf"computed by optical '0.0.9' \(results version "
-                                         rf"{RESULTS_VERSION + 1}\), whose numbers differ"):
+                                         rf"{RESULTS_VERSION + 1}\), whose numbers or "
+                                         r"metrics differ"):
         run()
     assert not list((out / "runs").glob("*.json"))
 

@@ -142,6 +142,7 @@ def test_another_layers_calibration_inputs_are_refused_unless_given_as_a_plain_d
     assert isinstance(from_0, transformer.LayerInputs) and from_0.layer == 0
     assert traced.layer == 0 and traced.keys() == from_0.keys()
     assert from_0.copy().layer == 0 and type(from_0.copy()) is transformer.LayerInputs
+    assert transformer.LayerTrace(np.zeros(1), {}, {}).inputs.layer is None
     for given in (from_0, traced, from_0.copy()):
         with pytest.raises(ValueError, match=r"^calibration: the inputs of layer 0, given to "
                                              r"layer 1; each layer calibrates on its own "

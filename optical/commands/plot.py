@@ -83,7 +83,20 @@ def _where(items: list[str]) -> dict[str, Any]:
             where[path] = parse_swept_value(path, text)
         except ValueError as err:
             raise ValueError(f"--where {item!r}: {err}") from None
+        if path.removeprefix("workload.") in _path_fields() \
+                and not isinstance(where[path], str) \
+                and os.path.isdir(os.path.expanduser(text.strip())):
+            where[path] = text.strip()  # a directory named "8" or "none": its text
     return where
+
+
+def _path_fields() -> set[str]:
+    """The layer workload's fields that hold a path (``model_dir``)."""
+    import dataclasses
+
+    from optical.workloads import LayerWorkload
+
+    return {f.name for f in dataclasses.fields(LayerWorkload) if f.metadata.get("path")}
 
 
 #: The options each --kind reads; any other plot option given is refused.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import signal
 import sys
@@ -406,7 +407,10 @@ def _resume_command(out: str) -> str:
 
     if not (Path(out) / MANIFEST).is_file():
         return "the same `optical sweep` command (workload, --param, ... and --out) again"
-    return f"`optical sweep --out {shlex.quote(str(out))}`"
+    text = str(out)
+    if text.startswith("~"):  # a directory named "~" (given as ./~/...): not the home
+        text = f".{os.sep}{text}"
+    return f"`optical sweep --out {shlex.quote(text)}`"
 
 
 def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:
