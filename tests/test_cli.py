@@ -124,7 +124,7 @@ def test_sigterm_mid_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
 def test_main_called_from_python_leaves_sigterm_to_the_caller(monkeypatch):
     """A review: main() from Python took SIGTERM as an exit too, and a handler's
     exception raised inside JAX's garbage-collection callback is dropped by
-    Python, so validate ran on and returned 0 (2 of 5 timed kills). From
+    Python, so validate ran on and returned 0 (3 of 5 timed kills). From
     Python the command runs under the caller's SIGTERM handling, untouched."""
     import signal
 

@@ -219,7 +219,8 @@ def test_the_commit_optical_runs_from_is_read_from_its_checkout(tmp_path):
 
     def git(*args, cwd=tmp_path / "repo"):
         env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+               "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}  # no signing
         return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
                               text=True, env=env).stdout.strip()
 
