@@ -95,13 +95,17 @@ def evaluate(task: Task) -> dict[str, Any]:
     return run_outcome(metrics, time.perf_counter() - start)
 
 
+def utc_now() -> str:
+    """This process's clock now, UTC, ISO 8601 to the second (a run's ``finished_at``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def run_outcome(metrics: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
     """A finished run's outcome, with what the process that ran it runs: the
     numpy, numba and JAX versions and optical's own (a Dask worker's may not
     be the driver's), and when it finished by that process's clock (UTC, ISO
     8601 to the second)."""
-    finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"metrics": metrics, "elapsed_s": elapsed_s, "finished_at": finished,
+    return {"metrics": metrics, "elapsed_s": elapsed_s, "finished_at": utc_now(),
             "environment": environment(), "optical_version": __version__,
             "results_version": RESULTS_VERSION}
 

@@ -17,7 +17,6 @@ import re
 import reprlib
 import stat
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from optical import presets
-from optical._executors import Task
+from optical._executors import Task, utc_now
 from optical._files import atomic_write, read_plain
 from optical._validation import DuplicateKeyError, parse_json
 from optical._version import RESULTS_VERSION
@@ -453,7 +452,7 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "elapsed_s": outcome["elapsed_s"],
         # The worker's clock (a custom executor's outcome may not say: the driver's).
         "finished_at": finished if isinstance(finished := outcome.get("finished_at"), str)
-        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        else utc_now(),
         "optical_version": outcome.get("optical_version", version),  # the worker's
         "results_version": RESULTS_VERSION,
         "environment": outcome.get("environment"),  # kernels.environment() of the worker
