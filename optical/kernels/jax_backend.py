@@ -258,8 +258,9 @@ def matmul(x: Any, w: Any, config: OpticalConfig, *, seed: Any, return_stats: bo
         **counts.to_dict(), detected_photons=photons,
         mean_photoelectrons=photons / readouts if readouts else 0.0,
         clipped_fraction=float(clipped) / adc if adc else 0.0,
+        # x comes to the host only where a static range can clip it
         dac_clipped_fraction=dac_clipped(np.asarray(x2), input_range) / x2.size
-        if x2.size else 0.0)
+        if x2.size and input_range is not None else 0.0)
 
 
 def _input_scale(x2, st: Static, input_range: float | None):
