@@ -1,7 +1,8 @@
-"""Stop signals during a sweep: SIGTERM as a :class:`Terminated` exit and
-Ctrl-C as KeyboardInterrupt, each also recorded, so a sweep stops after its
-next result even where Python swallowed the exception (a garbage-collection
-callback), and its finished runs stay on disk."""
+"""Stop signals during a sweep: SIGTERM (and SIGHUP, a closed terminal) as a
+:class:`Terminated` exit and Ctrl-C as KeyboardInterrupt, each also
+recorded, so a sweep stops after its next result even where Python swallowed
+the exception (a garbage-collection callback), and its finished runs stay on
+disk."""
 
 from __future__ import annotations
 
@@ -14,12 +15,32 @@ from typing import Any
 
 __all__ = ["Terminated", "sigterm_as_exit"]
 
+#: The signals :func:`sigterm_as_exit` turns into :class:`Terminated`: SIGTERM
+#: (``kill``, a batch scheduler) and, where the platform has it, SIGHUP (the
+#: terminal or ssh session closed), whose default action also skipped the
+#: cleanup of a half-written output.
+TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                    if hasattr(signal, name))
+
 
 class Terminated(SystemExit):
-    """SIGTERM under :func:`sigterm_as_exit`: a SystemExit with code 143, so
-    the sweep stops its workers and keeps its finished runs, and the CLI can
-    say how to resume."""
+    """SIGTERM (or SIGHUP) under :func:`sigterm_as_exit`: a SystemExit with
+    code 128 + the signal's number (143, 129), so the sweep stops its
+    workers and keeps its finished runs, and the CLI can say how to resume."""
 
+    @property
+    def signum(self) -> int:
+        """The signal that stopped the command (SIGTERM for a bare code)."""
+        code = self.code if isinstance(self.code, int) else 0
+        return code - 128 if code - 128 in TERMINATING else int(signal.SIGTERM)
+
+
+def describe(signum: int) -> str:
+    """How a stop signal is named in the CLI's one line: "interrupted" for
+    Ctrl-C, "terminated (SIGTERM)", "terminated (SIGHUP)"."""
+    if signum == signal.SIGINT:
+        return "interrupted"
+    return f"terminated ({signal.Signals(signum).name})"
 
 
 #: Signals received under :func:`sigterm_as_exit` (the CLI) or
@@ -46,9 +67,9 @@ def _raise_received() -> None:
 
 @contextlib.contextmanager
 def sigterm_as_exit(abandon: Callable[[int], None] | None = None) -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` (a SystemExit, code 143) in the
-    main thread, so a terminated sweep stops its workers and keeps its
-    finished runs (used by the CLI); SIGTERM and SIGINT (Ctrl-C) are also
+    """Turn SIGTERM into :class:`Terminated` (a SystemExit, code 143; SIGHUP,
+    129) in the main thread, so a terminated sweep stops its workers and
+    keeps its finished runs (used by the CLI); these and SIGINT (Ctrl-C) are also
     recorded, so that a sweep stops after its next result even if the
     exception was swallowed where it was raised. ``abandon(signum)``, if
     given, is called where it is swallowed instead (numba's compiler calls
@@ -58,7 +79,7 @@ def sigterm_as_exit(abandon: Callable[[int], None] | None = None) -> Iterator[No
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    with _recording((signal.SIGTERM, signal.SIGINT), abandon):
+    with _recording((*TERMINATING, signal.SIGINT), abandon):
         yield
 
 

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  1    anything else that stopped the command (a failed run, a missing\n"
                "       optional dependency, an operating-system error)\n"
                "  Ctrl-C prints one line, then the process dies of SIGINT; SIGTERM\n"
-               "  prints one line and exits 143; an error ends\n"
+               "  prints one line and exits 143 (SIGHUP: 129); an error ends\n"
                "  in one line 'optical COMMAND: error: ...' on stderr (after the\n"
                "  command's usage, for a malformed command line; 'optical: error: ...'\n"
                "  where no command is known yet)",
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     process dies of SIGINT as Python would, so a shell loop around it stops.
     SIGTERM, run as the program: one line, then 143, a half-written output
     file's temporary removed (``optical sweep``, from Python too: its own
-    line, where to resume); called from Python, its default action."""
+    line, where to resume); called from Python, its default action. SIGHUP
+    (the terminal closed) as SIGTERM, exit 129."""
     parser = build_parser()
     program = argv is None  # the `optical` command itself, not a caller in Python
     argv = sys.argv[1:] if program else list(argv)
@@ -109,11 +110,10 @@ def _no_swallowed_interrupt(message: str, program: bool) -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from optical._signals import Terminated, sigterm_as_exit
+    from optical._signals import Terminated, describe, sigterm_as_exit
 
     def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
-        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
-        die_of(signum, f"optical {args.command}: {how}")
+        die_of(signum, f"optical {args.command}: {describe(signum)}")
 
     try:
         check_json_path(args)  # an unwritable --json is refused before any work
@@ -123,13 +123,13 @@ def _run(args: argparse.Namespace) -> int:
             # raised inside a garbage-collection callback (JAX's) is dropped,
             # and the command would run on to a normal return.
             return int(args.run(args) or 0)
-        # Run as the program: SIGTERM as an exit, so a half-written output's
+        # Run as the program: SIGTERM (SIGHUP) as an exit, so a half-written output's
         # temporary file is removed (it was left beside the output) and the
         # command says so; one Python drops is acted on at once (abandon).
         with sigterm_as_exit(abandon):
             return int(args.run(args) or 0)
     except Terminated as stop:
-        print(f"optical {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        print(f"optical {args.command}: {describe(stop.signum)}", file=sys.stderr)
         return int(stop.code)
     except KeyboardInterrupt:  # Ctrl-C; `optical sweep` says more (where to resume)
         print(f"optical {args.command}: interrupted", file=sys.stderr)

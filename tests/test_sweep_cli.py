@@ -553,22 +553,31 @@ def test_vmap_on_resume_of_a_sweep_it_cannot_batch(finished_sweep, capsys):
     assert "--vmap: none of this sweep's runs can be vmapped" in capsys.readouterr().err
 
 
-def test_sigterm_prints_how_to_resume_and_keeps_finished_runs(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_prints_how_to_resume_and_keeps_finished_runs(tmp_path, capsys, monkeypatch,
+                                                              signame):
+    """SIGTERM, and SIGHUP (a closed terminal or ssh session, whose default
+    action killed the sweep without a word: left by six stops), stop the
+    sweep after its finished runs, say how to resume and exit 128 + the
+    signal's number."""
     from optical import workloads
 
+    if not hasattr(signal, signame):  # pragma: no cover (Windows has no SIGHUP)
+        pytest.skip(f"no {signame} on this platform")
+    signum = getattr(signal, signame)
     real, calls = workloads.MatmulWorkload.run, []
 
     def terminated_at_the_third_run(self, config, seed):
         calls.append(seed)
         if len(calls) == 3:
-            signal.raise_signal(signal.SIGTERM)  # in this (the main) thread
+            signal.raise_signal(signum)  # in this (the main) thread
         return real(self, config, seed)
 
     monkeypatch.setattr(workloads.MatmulWorkload, "run", terminated_at_the_third_run)
     out = tmp_path / "s"
-    assert main([*SWEEP, "--out", str(out)]) == 128 + signal.SIGTERM
+    assert main([*SWEEP, "--out", str(out)]) == 128 + signum
     err = capsys.readouterr().err
-    assert f"terminated (SIGTERM); finished runs are kept in {out}" in err
+    assert f"terminated ({signame}); finished runs are kept in {out}" in err
     assert f"`optical sweep --out {out}` to resume" in err and "Traceback" not in err
     assert len(load(out)) == 2
     monkeypatch.setattr(workloads.MatmulWorkload, "run", real)

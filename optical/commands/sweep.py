@@ -316,7 +316,7 @@ def _connect(address: str) -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from optical._signals import sigterm_as_exit
+    from optical._signals import describe, sigterm_as_exit
     from optical.sweep import SweepError, Terminated, execute, stored_definition
 
     if args.jobs is not None and args.jobs < 1:
@@ -339,8 +339,7 @@ def run_command(args: argparse.Namespace) -> int:
         executor = args.jobs
 
     def stopped(signum: int) -> str:
-        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
-        return (f"optical sweep: {how}; finished runs are kept in {args.out}; run "
+        return (f"optical sweep: {describe(signum)}; finished runs are kept in {args.out}; run "
                 f"{_resume_command(args.out)} to resume")
 
     def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
@@ -372,13 +371,13 @@ def run_command(args: argparse.Namespace) -> int:
                 _print_table(summary.results_path, definition.paths)
                 print(f"results: {summary.results_path}")
     except (KeyboardInterrupt, Terminated) as stop:
-        print(stopped(signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT),
+        print(stopped(stop.signum if isinstance(stop, Terminated) else signal.SIGINT),
               file=sys.stderr)
         if isinstance(stop, Terminated) and args.vmap and getattr(args, "program", False):
             # XLA may still be compiling the batch in its own threads, and an
             # interpreter exit under it crashed (a segfault in 11 of 20 tries):
-            # die of SIGTERM instead (no worker processes to see off).
-            die_of(signal.SIGTERM)
+            # die of the signal instead (no worker processes to see off).
+            die_of(stop.signum)
         return int(stop.code) if isinstance(stop, Terminated) else 130
     except SweepError as err:  # a failed run; what finished is kept
         text = str(err)
