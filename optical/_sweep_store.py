@@ -35,7 +35,8 @@ FORMAT = "optical-sweep/1"
 MANIFEST = "manifest.json"
 RUNS = "runs"
 #: Columns that describe a run rather than measure it.
-META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "optical_version", "config")
+META_COLUMNS = ("point", "seed", "run_id", "elapsed_s", "finished_at", "optical_version",
+                "optical_commit", "config")
 #: Prefix of a swept path that changes a field of the workload, not of the
 #: config: ``workload.layer``, ``workload.tokens``.
 WORKLOAD_PREFIX = "workload."
@@ -462,6 +463,20 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
     atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(encode(record)) + "\n")
 
 
+def _text(value: Any) -> str | None:
+    """A run file's text field, or None (absent: a run stored before it was
+    recorded, or by a custom executor's outcome)."""
+    return value if isinstance(value, str) else None
+
+
+def _commit(record: Mapping[str, Any]) -> str | None:
+    """The git commit of optical that computed a run (its environment's
+    ``optical_commit``), or None: not from a git checkout, or stored before
+    commits were recorded."""
+    environment = record.get("environment")
+    return _text(environment.get("optical_commit")) if isinstance(environment, dict) else None
+
+
 def _described(definition: Mapping[str, Any]) -> dict[str, str]:
     """The workload's label (without the fields swept) and the base config's
     (:func:`presets.describe`: its preset, or the nearest with the few fields
@@ -521,7 +536,10 @@ def read_frame(out: Path, pd: Any) -> Any:
                                   dtype=None if values else "float64")
     columns["run_id"] = pd.Series([r["run_id"] for r in records], dtype=object)
     columns["elapsed_s"] = pd.Series([r["elapsed_s"] for r in records], dtype="float64")
+    columns["finished_at"] = pd.Series([_text(r.get("finished_at")) for r in records],
+                                       dtype=object)
     columns["optical_version"] = pd.Series([r["optical_version"] for r in records], dtype=object)
+    columns["optical_commit"] = pd.Series([_commit(r) for r in records], dtype=object)
     columns["config"] = pd.Series([json.dumps(r["config"], sort_keys=True) for r in records],
                                   dtype=object)
     frame = pd.DataFrame(columns)

@@ -639,7 +639,10 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
     pandas.DataFrame
         One row per (point, seed), sorted: ``point``, ``seed``, one column per
         swept path, one per metric, then ``run_id``, ``elapsed_s``,
-        ``optical_version`` and ``config`` (the run's full config as JSON).
+        ``finished_at`` (UTC, ISO 8601, the clock of the process that ran
+        it), ``optical_version``, ``optical_commit`` (the git commit of
+        optical that ran it; None outside a git checkout) and ``config``
+        (the run's full config as JSON).
         ``frame.attrs["sweep"]`` holds ``out``, the swept ``params``, the
         ``metrics``, ``runs``, the number of runs the sweep plans, and
         ``finished``, the number it holds (``len(frame)``; fewer while it is

@@ -46,7 +46,7 @@ RMS_BASE = BASE.replace({"adc.full_scale": "rms"})
 
 def metric_frame(frame):
     """The columns that must not depend on where or when a run executed."""
-    return frame.drop(columns=["elapsed_s"]).reset_index(drop=True)
+    return frame.drop(columns=["elapsed_s", "finished_at"]).reset_index(drop=True)
 
 
 def test_grid_rows_are_the_direct_runs(tmp_path):
@@ -712,8 +712,8 @@ def test_vmap_executor_gives_the_serial_results_of_jax_runs(tmp_path):
                             executor="vmap", progress=False)
     serial = optical.sweep(workload, params, seeds=3, out=tmp_path / "s", base=base,
                            executor="serial", progress=False)
-    pd.testing.assert_frame_equal(batched.drop(columns="elapsed_s"),
-                                  serial.drop(columns="elapsed_s"))
+    pd.testing.assert_frame_equal(batched.drop(columns=["elapsed_s", "finished_at"]),
+                                  serial.drop(columns=["elapsed_s", "finished_at"]))
     assert batched["sqnr_db"].nunique() == len(batched)  # every run its own noise
     calibrated = optical.sweep(workload, {"source.photons_per_mac": [1e3, 1e5]}, seeds=2,
                                out=tmp_path / "c", base=BASE, executor="vmap", progress=False)
@@ -1820,6 +1820,33 @@ def test_a_run_records_when_it_finished_by_the_clock_of_its_worker(tmp_path):
             assert stamp.endswith("Z")
             finished = datetime.datetime.fromisoformat(stamp)
             assert before <= finished <= after, (name, stamp)
+
+
+def test_the_results_frame_carries_each_runs_finish_time_and_commit(tmp_path):
+    """A backlog item: run files recorded when a run finished and the commit
+    of optical that ran it, the results frame (and results.parquet) neither.
+    Both are columns now, read from each run's file; a run stored before
+    they were recorded reads None."""
+    out = tmp_path / "s"
+    frame = optical.sweep(WL, {"adc.bits": [6, 8]}, seeds=2, out=out, base=BASE,
+                          progress=False)
+    records = {run.stem: json.loads(run.read_text()) for run in (out / "runs").glob("*.json")}
+    assert len(records) == len(frame) == 4
+    for _, row in frame.iterrows():
+        record = records[row["run_id"]]
+        assert row["finished_at"] == record["finished_at"] and row["finished_at"].endswith("Z")
+        assert row["optical_commit"] == record["environment"]["optical_commit"]
+        assert row["optical_commit"] == optical._version.source_commit()
+    assert list(pd.read_parquet(out / "results.parquet")["finished_at"]) == \
+        list(frame["finished_at"])
+
+    old = out / "runs" / f"{frame['run_id'][0]}.json"  # as a run of an earlier version
+    record = records[old.stem]
+    del record["finished_at"], record["environment"]
+    old.write_text(json.dumps(record))
+    reread = load(out)
+    assert reread["finished_at"][0] is None and reread["optical_commit"][0] is None
+    assert list(reread["finished_at"][1:]) == list(frame["finished_at"][1:])
 
 
 def test_the_caches_are_cleared_when_the_last_running_sweep_ends():

@@ -198,7 +198,7 @@ def test_sweep_on_a_dask_scheduler(tmp_path):
                      cluster.scheduler_address, "--json", str(tmp_path / "d.json")]) == 0
     assert "Dask cluster" in json.loads((tmp_path / "d.json").read_text())["executor"]
     local, dask = load(tmp_path / "local"), load(tmp_path / "dask")
-    pd.testing.assert_frame_equal(local.drop(columns="elapsed_s"), dask.drop(columns="elapsed_s"))
+    pd.testing.assert_frame_equal(local.drop(columns=["elapsed_s", "finished_at"]), dask.drop(columns=["elapsed_s", "finished_at"]))
 
 
 def test_every_command_has_help_with_examples(capsys):
@@ -1015,8 +1015,8 @@ def test_samples_are_the_python_api_s_random_points(tmp_path, capsys, samples, s
                               "adc.bits": [4, 6, 8]},
                              seeds=1, base=BASE, samples=samples, sample_seed=sample_seed or 0,
                              out=tmp_path / "api", executor="serial", progress=False)
-    pd.testing.assert_frame_equal(frame.drop(columns="elapsed_s"),
-                                  expected.drop(columns="elapsed_s"))
+    pd.testing.assert_frame_equal(frame.drop(columns=["elapsed_s", "finished_at"]),
+                                  expected.drop(columns=["elapsed_s", "finished_at"]))
     definition = json.loads((out / "manifest.json").read_text())["definition"]
     assert (definition["sampling"], definition["samples"], definition["sample_seed"]) == \
         ("random", samples, sample_seed or 0)
@@ -1116,7 +1116,7 @@ def test_a_scheduler_port_that_speaks_something_else_is_one_line_naming_it(
 
 
 def _table(out):
-    return load(out).drop(columns=["elapsed_s"]).sort_values(["adc.bits", "source.photons_per_mac",
+    return load(out).drop(columns=["elapsed_s", "finished_at"]).sort_values(["adc.bits", "source.photons_per_mac",
                                                               "seed"]).reset_index(drop=True)
 
 

@@ -424,8 +424,8 @@ class _Toy:
 
 
 def _documented_columns(paths, metrics):
-    return ["point", "seed", *paths, *metrics, "run_id", "elapsed_s", "optical_version",
-            "config"]
+    return ["point", "seed", *paths, *metrics, "run_id", "elapsed_s", "finished_at",
+            "optical_version", "optical_commit", "config"]
 
 
 def test_a_file_named_runs_is_not_taken_for_a_sweeps_runs(tmp_path):

@@ -394,8 +394,8 @@ def test_layer_sweep_metrics_are_accuracy_and_counts_and_reproducible(tmp_path):
     assert {m: frames[0][m].iloc[0] for m in metrics} == expected
     assert layer_metrics(report) == expected
     pd = pytest.importorskip("pandas")
-    pd.testing.assert_frame_equal(frames[0].drop(columns="elapsed_s"),
-                                  frames[1].drop(columns="elapsed_s"))
+    pd.testing.assert_frame_equal(frames[0].drop(columns=["elapsed_s", "finished_at"]),
+                                  frames[1].drop(columns=["elapsed_s", "finished_at"]))
 
 
 def test_a_local_layer_workload_records_each_products_own_error(tmp_path):
