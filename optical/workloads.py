@@ -414,10 +414,12 @@ class LayerWorkload:
         path = given.resolve()
         spec = read_spec(path)  # FileNotFoundError / ValueError name the directory
         object.__setattr__(self, "model_dir", str(path))
-        layer = _positive_int("layer", self.layer, zero=True)
-        if layer >= spec.num_layers:
-            raise ValueError(f"layer: {layer} is out of range; {path.name} has layers "
-                             f"0..{spec.num_layers - 1}")
+        layer = self.layer
+        if isinstance(layer, int | np.integer) and not isinstance(layer, bool) \
+                and not 0 <= layer < spec.num_layers:  # -1 too, as validate words it
+            raise ValueError(f"layer: {layer} is out of range; {path.name} has "
+                             f"{spec.num_layers} layers (0..{spec.num_layers - 1})")
+        layer = _positive_int("layer", layer, zero=True)
         object.__setattr__(self, "layer", layer)
         object.__setattr__(self, "tokens", _positive_int("tokens", self.tokens))
         spec.check_tokens(self.tokens)  # before a sweep's manifest claims its directory

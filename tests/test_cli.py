@@ -52,8 +52,12 @@ COMMANDS_VALIDATE = ["validate", "--model", "models/llama-3.2-1b", "--tokens", "
       "--out", "never-written"], "--samples: 0 must be a positive integer"),
     # The layer workload's checks, named as the sweep's options (were "layer: 99").
     (["sweep", "--model", "models/llama-3.2-1b", "--layer", "99", "--param", "adc.bits=4",
-      "--out", "never-written"], "error: --layer: 99 is out of range; llama-3.2-1b has layers "
-                                 "0..15"),
+      "--out", "never-written"], "error: --layer: 99 is out of range; llama-3.2-1b has 16 layers "
+                                 "(0..15)"),
+    # -1 was "must be a non-negative integer" here, "out of range" in validate.
+    (["sweep", "--model", "models/llama-3.2-1b", "--layer", "-1", "--param", "adc.bits=4",
+      "--out", "never-written"], "error: --layer: -1 is out of range; llama-3.2-1b has 16 layers "
+                                 "(0..15)"),
     (["sweep", "--model", "models/llama-3.2-1b", "--tokens", "0", "--param", "adc.bits=4",
       "--out", "never-written"], "error: --tokens: 0 must be a positive integer"),
     (["sweep", "--matmul", "4x8x4", "--param", "source.photons_per_mac=10:1e5:log", "--out",

@@ -270,8 +270,10 @@ def test_run_depends_on_seed_only_through_noise():
 def test_layer_workload_checks_its_model_directory(tmp_path):
     wl = LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=31, tokens=4)
     assert Path(wl.model_dir).is_absolute() and workload_from_dict(wl.to_dict()) == wl
-    with pytest.raises(ValueError, match="layer: 32 is out of range; llama-3.1-8b has layers 0..31"):
-        LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=32, tokens=4)
+    for layer in (32, -1):  # -1 as validate words it (was "must be a non-negative integer")
+        with pytest.raises(ValueError, match=rf"layer: {layer} is out of range; llama-3.1-8b "
+                                             r"has 32 layers \(0..31\)"):
+            LayerWorkload(str(MODELS / "llama-3.1-8b"), layer=layer, tokens=4)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         LayerWorkload(str(tmp_path), layer=0, tokens=4)
     with pytest.raises(ValueError, match="tokens: 0 must be a positive integer"):

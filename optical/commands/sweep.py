@@ -184,8 +184,9 @@ GRID_OPTIONS = (("param", "--param", []), ("overrides", "--set", []),
                 ("preset", "--preset", None), ("config_file", "--config", None),
                 ("seeds", "--seeds", 1),
                 ("samples", "--samples", None), ("sample_seed", "--sample-seed", 0))
-#: Integer options and their least valid value.
-MINIMUM = {"layer": 0, "tokens": 1, "weights_seed": 0, "outlier_channels": 0, "data_seed": 0,
+#: Integer options and their least valid value (--layer: the workload's check,
+#: which names the model's layers, as validate's does).
+MINIMUM = {"tokens": 1, "weights_seed": 0, "outlier_channels": 0, "data_seed": 0,
            "seeds": 1, "samples": 1, "sample_seed": 0}
 #: How long to wait for a --scheduler to answer.
 SCHEDULER_TIMEOUT_S = 20
