@@ -692,10 +692,14 @@ def test_plot_of_a_sweep_without_finished_runs_says_so(tmp_path, capsys):
 
 def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsys, monkeypatch):
     """3 of 4 runs finished: the figure is drawn from those 3, and stderr and
-    --json say 3 of 4; once the sweep is finished, no note."""
+    --json say 3 of 4; once the sweep is finished, no note. The command that
+    finishes it is quoted for the shell, as the sweep's own resume hint (a
+    directory name with a space was not)."""
+    import shlex
+
     from tests.test_sweep import Interruptible
 
-    out = tmp_path / "s"
+    out = tmp_path / "my sweep"
     workload = optical.MatmulWorkload(4, 8, 4)
     with pytest.raises(KeyboardInterrupt):
         optical.sweep(Interruptible(workload, stop_after=3), {"adc.bits": [4, 8]}, seeds=2,
@@ -705,7 +709,7 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "note: 3 of the sweep's 4 runs are finished" in captured.err
-    assert f"`optical sweep --out {out}` finishes the rest" in captured.err
+    assert f"`optical sweep --out {shlex.quote(str(out))}` finishes the rest" in captured.err
     assert (json.loads(captured.out)["runs"], json.loads(captured.out)["planned_runs"]) == (3, 4)
     # --json names the sweep it drew, and what computed it (an observability
     # audit: a figure's JSON written elsewhere could not be traced back)

@@ -175,8 +175,10 @@ def run(args: argparse.Namespace) -> int:
     frame = load(args.sweep_dir)
     planned = frame.attrs["sweep"]["runs"]
     if len(frame) < planned:  # an interrupted sweep: say what the figure lacks
+        from optical.commands.sweep import _resume_command  # quoted for the shell
+
         print(f"optical plot: note: {len(frame)} of the sweep's {planned} runs are finished; "
-              f"the figure shows those (`optical sweep --out {args.sweep_dir}` finishes "
+              f"the figure shows those ({_resume_command(args.sweep_dir)} finishes "
               "the rest)", file=sys.stderr)
     fig, name = make_figure(frame, args)
     if args.output is None:
