@@ -60,6 +60,32 @@ def test_adc_levels_error_and_clipping(bits):
     assert not clipped[inside].any()
 
 
+@given(r=hnp.arrays(np.float64, st.integers(1, 60), elements=st.floats(-3, 3)),
+       lo=st.floats(-1, 1), width=st.floats(1e-3, 2), bits=st.integers(1, 16))
+def test_adc_quantiser_properties_on_any_window(r, lo, width, bits):
+    """An acceptance audit: the ADC had only fixed-grid tests. On any window
+    and readouts: every value is a code of the window (``lo + code * step``,
+    ``code`` an integer in 0..2**bits-1), within half a step of a readout
+    inside the window, idempotent and monotone, and a readout is flagged as
+    clipped exactly when it lies more than half a step outside the window
+    (ties aside)."""
+    hi = lo + width
+    q, clipped = converters.adc_quantize(r, lo, hi, bits)
+    top = 2**bits - 1
+    step = (hi - lo) / top
+    code = (q - lo) / step
+    np.testing.assert_allclose(code, np.rint(code), atol=1e-6)
+    assert np.all((np.rint(code) >= 0) & (np.rint(code) <= top))
+    inside = (r >= lo) & (r <= hi)
+    assert np.all(np.abs(q[inside] - r[inside]) <= step / 2 * (1 + 1e-9) + 1e-12)
+    np.testing.assert_array_equal(converters.adc_quantize(q, lo, hi, bits)[0], q)
+    order = np.argsort(r, kind="stable")
+    assert np.all(np.diff(q[order]) >= 0)
+    margin = np.maximum(lo - r, r - hi) - step / 2  # > 0: beyond the half-step guard
+    decided = np.abs(margin) > 1e-9 * (1 + abs(lo) + width)
+    np.testing.assert_array_equal(clipped[decided], (margin > 0)[decided])
+
+
 def test_adc_zero_width_window_returns_its_level():
     q, clipped = converters.adc_quantize(np.array([0.0, 1.0]), 0.5, 0.5, 8)
     np.testing.assert_array_equal(q, [0.5, 0.5])
