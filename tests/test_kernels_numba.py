@@ -384,6 +384,14 @@ def test_bit_identical_whatever_threads_and_chunks(rng, exact):
         np.testing.assert_array_equal(
             optical.matmul(x, w, cfg, seed=11, backend="numba", exact=exact,
                            chunk_tokens=chunk), first)
+    # numba takes no chunk_tokens (its blocks are BLOCK_TOKENS tokens): the
+    # loop above cannot fail there (an acceptance audit). Its own block size
+    # is the chunking that could move a bit; other sizes give the same output.
+    for block in (64, 333):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(numba_backend, "BLOCK_TOKENS", block)
+            np.testing.assert_array_equal(
+                optical.matmul(x, w, cfg, seed=11, backend="numba", exact=exact), first)
     # A token's output depends on that token alone (and its absolute index):
     # here through the ADC's codes; without an ADC the BLAS engine's last bits
     # may follow the call's row_block(T) (docs/ARCHITECTURE.md, Reproducibility).
