@@ -39,6 +39,13 @@ def test_deterministic_physics_matches_the_reference(rng, inputs, weights, balan
     assert isinstance(y, jax.Array) and y.dtype == jnp.float32 and y.shape == (6, 23)
     close = np.isclose(np.asarray(y), reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
     assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} differ"
+    # Those that differ sit at a converter code boundary (float32 rounding
+    # moves one code): one code is at most ~1 % of the largest output here
+    # (0.5-1.0 % over 5 seeds x 8 encodings), where a wrong output would be
+    # of the output's own size (an acceptance audit: the 1 % allowed before
+    # bounded how many, not by how much).
+    worst = np.abs(np.asarray(y) - reference).max() / np.abs(reference).max()
+    assert worst <= 0.02, f"an output differs by {worst:.3g} of the largest"
     ideal_y = optical.matmul(jnp.asarray(x), w, ideal(**{"core.inputs": 32}), seed=0)
     assert metrics.relative_error(x.astype(np.float64) @ w, np.asarray(ideal_y)) < 2e-4
 
