@@ -153,6 +153,25 @@ class OpticalConfig:
                 raise TypeError(f"{name}: expected an instance of {cls.__name__}, got "
                                 f"{type(getattr(self, name)).__name__}")
 
+    def __str__(self) -> str:
+        """The config as a table, one field a line (path, value, unit), under
+        a line naming it as :func:`optical.presets.describe` does; ``repr``
+        stays the dataclass's (1,500 characters on one line)."""
+        from optical.presets import describe  # presets imports this module
+
+        return f"OpticalConfig: {describe(self)}\n{self._table()}"
+
+    def _table(self) -> str:
+        """Path, value and unit of every field, under a header (``optical config``)."""
+        lines = [f"{'path':34s} {'value':22s} unit"]
+        lines += [f"{path:34s} {value!r:22s} {self.field_unit(path)}".rstrip()
+                  for path, value in self.items()]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython and Jupyter show a config as its table (``str``)."""
+        printer.text(str(self))
+
     # -- dotted paths ------------------------------------------------------- #
 
     @staticmethod

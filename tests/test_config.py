@@ -674,3 +674,32 @@ def test_malformed_config_data_is_a_value_error_naming_where(tmp_path):
 def test_replace_refuses_text_for_a_number():
     with pytest.raises(ValueError, match=r"source.photons_per_mac: '1e3' is not a number"):
         OpticalConfig().replace({"source.photons_per_mac": "1e3"})
+
+
+def test_a_config_prints_as_a_table_of_its_fields():
+    """An interactive-use audit: ``print(cfg)`` (and a bare ``cfg`` in
+    IPython) showed the dataclass repr, 1,551 characters on one line. It is
+    a line naming the config, then one line per field: path, value, unit."""
+    cfg = optical.presets.get("iris-like").replace({"adc.bits": 6})
+    lines = str(cfg).splitlines()
+    assert lines[0] == "OpticalConfig: iris-like with adc.bits=6"
+    assert lines[1].split() == ["path", "value", "unit"]
+    rows = lines[2:]
+    assert len(rows) == len(OpticalConfig.paths())
+    for row, path in zip(rows, OpticalConfig.paths(), strict=True):
+        assert row.split()[0] == path and f" {cfg.get(path)!r}" in row
+        assert row.endswith(f" {OpticalConfig.field_unit(path)}".rstrip() or repr(cfg.get(path)))
+    assert "\nadc.bits                           6\n" in str(cfg)
+    assert str(optical.presets.get("ideal")).splitlines()[0] == "OpticalConfig: ideal"
+    assert repr(cfg).startswith("OpticalConfig(source=SourceConfig(")  # repr unchanged
+
+    class Printer:  # IPython's pretty printer, as _repr_pretty_ is called
+        def __init__(self):
+            self.parts = []
+
+        def text(self, part):
+            self.parts.append(part)
+
+    printer = Printer()
+    cfg._repr_pretty_(printer, cycle=False)
+    assert printer.parts == [str(cfg)]

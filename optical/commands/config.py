@@ -33,7 +33,5 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     write_json(args.json_path, cfg.to_dict())  # first: a reader gone (`| head`) loses no report
     if not json_to_stdout(args):  # '-': stdout is the JSON
-        print(f"{'path':34s} {'value':22s} unit")
-        for path, value in cfg.items():
-            print(f"{path:34s} {value!r:22s} {cfg.field_unit(path)}".rstrip())
+        print(cfg._table())
     return 0
