@@ -316,16 +316,20 @@ def test_an_index_without_its_shards_is_refused(tmp_path):
     ({"rope_parameters": {**TINY_LLAMA["rope_scaling"], "rope_theta": 0.5}, "rope_theta": None},
      r"rope_parameters: rope_theta must exceed 1 .* got 0.5"),
     ({"rope_scaling": {"rope_type": "su", "factor": 2.0}},
-     "rope_scaling.rope_type: 'su' is not supported; supported: 'default', 'linear', 'llama3'"),
+     "rope_scaling.rope_type: 'su' is not supported; supported: 'default', 'linear', "
+     "'dynamic', 'llama3'"),
     ({"rope_scaling": {"rope_type": "linear"}}, "rope_scaling.factor: missing for rope_type "
                                                 "'linear'"),
     ({"rope_scaling": {"type": "linear", "factor": -2}},
      "rope_scaling.factor: must be a positive number within float32's range, got -2"),
-    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-     "rope_scaling.rope_type: 'dynamic' is not supported"),
+    # Dynamic NTK scaling is read (see test_rope_settings_taken_are_transformers_own)
+    # where its rotation is the default one: it needs its factor and the
+    # max_position_embeddings past which transformers would rescale theta.
+    ({"rope_scaling": {"rope_type": "dynamic"}}, "rope_scaling.factor: missing for rope_type "
+                                                 "'dynamic'"),
     # Llama-2-era files name the type "type": the message names the key the file has.
-    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}},
-     r"^config.json: rope_scaling.type: 'dynamic' is not supported"),
+    ({"rope_scaling": {"type": "yarn", "factor": 2.0}},
+     r"^config.json: rope_scaling.type: 'yarn' is not supported"),
     ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
      "rope_scaling.rope_type: 'longrope' is not supported"),
     ({"rope_scaling": [1]}, "key 'rope_scaling' must be an object"),
@@ -341,6 +345,21 @@ def test_unsupported_configs_name_the_key(tmp_path, change, message):
     write_model(tmp_path, {**TINY_LLAMA, **change})
     with pytest.raises(ValueError, match=message):
         transformer.load(tmp_path)
+
+
+def test_dynamic_rope_scaling_needs_max_position_embeddings(tmp_path):
+    """Dynamic NTK scaling rotates as the default within max_position_embeddings
+    (the longest prompt allowed); without the key, transformers takes its own
+    default length, which nothing here would hold prompts to: refused."""
+    config = {k: v for k, v in TINY_LLAMA.items() if k != "max_position_embeddings"}
+    write_model(tmp_path, {**config, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+    with pytest.raises(ValueError, match=r"config.json: rope_scaling 'dynamic' needs "
+                                         "max_position_embeddings"):
+        transformer.load(tmp_path)
+    write_model(tmp_path, {**TINY_LLAMA, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+    layer = transformer.load(tmp_path).layer(0)
+    np.testing.assert_array_equal(layer.inv_freq, transformer.load(
+        write_model(tmp_path / "plain", {**TINY_LLAMA, "rope_scaling": None})).layer(0).inv_freq)
 
 
 def test_missing_directory_and_config(tmp_path):

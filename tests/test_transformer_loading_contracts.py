@@ -388,6 +388,8 @@ _LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
     {"rope_parameters": {**_LLAMA3, "rope_theta": 5e5}, "rope_scaling": _LLAMA3,
      "rope_theta": 5e5},
     {"rope_scaling": _LLAMA3, "rope_theta": 5e5, "original_max_position_embeddings": 16},
+    {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}, "rope_theta": 5e5},
+    {"rope_parameters": {"type": "dynamic", "factor": 2.0, "rope_theta": 5e5}},
 ])
 def test_rope_settings_taken_are_transformers_own(rope):
     """Configs every reading agrees on: the inverse frequencies are those
@@ -403,6 +405,41 @@ def test_rope_settings_taken_are_transformers_own(rope):
     theirs = LlamaRotaryEmbedding(_hf_config(transformers, config)).inv_freq
     np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
 
+
+
+def test_dynamic_scaling_is_transformers_rotation_at_every_position_allowed():
+    """A backlog item (the families audit, ten stops back): "dynamic" NTK
+    scaling was refused, though transformers rotates as the default does for
+    every position below max_position_embeddings, the longest prompt a
+    model's config allows here. The cos/sin tables of a whole prompt of that
+    length are transformers' own, bit for bit (its forward's dynamic update
+    included), and one token longer is refused."""
+    import torch
+
+    from optical import transformer
+    from optical.transformer.rope import inverse_frequencies, rope_settings, rope_tables
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = {**SMALL, "max_position_embeddings": 64, "rope_theta": 5e5,
+              "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}
+    positions = np.arange(64)
+    cos, sin = rope_tables(positions, inverse_frequencies(8, *rope_settings(config)[:2]))
+    rotary = LlamaRotaryEmbedding(_hf_config(transformers, config))
+    theirs = rotary(torch.zeros(1, 64, 8), torch.from_numpy(positions)[None])
+    # The frequencies its forward used, bit for bit; the tables to numpy's and
+    # torch's cos and sin (an ulp apart in a few, as for any rope type).
+    np.testing.assert_array_equal(inverse_frequencies(8, *rope_settings(config)[:2]),
+                                  rotary.inv_freq.numpy())
+    np.testing.assert_array_max_ulp(cos, theirs[0][0].numpy(), maxulp=2)
+    np.testing.assert_array_max_ulp(sin, theirs[1][0].numpy(), maxulp=2)
+    # (Past the limit transformers' rotation is another: the prompt is refused.)
+    longer = rotary(torch.zeros(1, 65, 8), torch.arange(65)[None])[0][0].numpy()
+    assert not np.allclose(longer[:64], cos, atol=1e-3)
+    spec = transformer.ModelSpec.from_config(config)
+    with pytest.raises(ValueError, match="65 exceed max_position_embeddings 64"):
+        spec.check_tokens(65)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

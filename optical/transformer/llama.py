@@ -82,6 +82,12 @@ def check_llama_config(spec: ModelSpec) -> None:
         inverse_frequencies(spec.head_dim, theta, scaling, key=key)
     except ValueError as err:  # named as the checks above name theirs
         raise ValueError(f"config.json: {err}") from None
+    if (scaling or {}).get("rope_type", (scaling or {}).get("type")) == "dynamic" \
+            and spec.max_positions is None:
+        # Beyond max_position_embeddings dynamic scaling rescales theta; without
+        # the key transformers takes its default (2048), which no check here holds.
+        raise ValueError(f"config.json: {key} 'dynamic' needs max_position_embeddings (the "
+                         "prompt length past which transformers rescales the rotation)")
 
 
 def _rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, engine: ReferenceEngine) -> np.ndarray:

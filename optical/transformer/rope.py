@@ -4,10 +4,14 @@ HF checkpoints hold q/k projections whose rows the conversion script
 permuted so that RoPE rotates the pair (i, i + d/2) of each head ("rotate
 half"), not the interleaved pair (2i, 2i + 1) of Meta's original code.
 Linear scaling (position interpolation, "linear" rope type) divides every
-frequency by ``factor``. Llama 3.1 and 3.2 scale the frequencies ("llama3" rope type): wavelengths
-shorter than ``original_max_position_embeddings / high_freq_factor`` are
-kept, those longer than ``original_max_position_embeddings /
-low_freq_factor`` are divided by ``factor``, and those between are blended.
+frequency by ``factor``. Dynamic NTK scaling ("dynamic") changes the
+frequencies only for prompts longer than ``max_position_embeddings``, which
+are refused (``ModelSpec.check_tokens``): within it, the default rotation,
+as transformers computes it. Llama 3.1 and 3.2 scale the frequencies
+("llama3" rope type): wavelengths shorter than
+``original_max_position_embeddings / high_freq_factor`` are kept, those
+longer than ``original_max_position_embeddings / low_freq_factor`` are
+divided by ``factor``, and those between are blended.
 Tables are computed in float32, as Hugging Face does.
 """
 
@@ -126,7 +130,7 @@ def _signature(theta: float, scaling: Mapping[str, Any] | None) -> dict[str, Any
     kind = _rope_field(scaling, "rope_type")
     if kind == "default":
         fields: tuple = ()
-    elif kind == "linear":
+    elif kind in ("linear", "dynamic"):
         fields = ("factor",)
     elif kind == "llama3":
         fields = _LLAMA3_KEYS
@@ -153,14 +157,16 @@ def inverse_frequencies(head_dim: int, theta: float,
                         key: str = "rope_scaling") -> np.ndarray:
     """Inverse frequencies ``theta ** (-2i / head_dim)``, i < head_dim / 2, float32,
     with linear or llama3 scaling applied when ``scaling`` (the config's
-    ``rope_scaling``) says so.
+    ``rope_scaling``) says so. A "dynamic" scaling gives the default
+    frequencies: transformers' for positions below ``max_position_embeddings``
+    (the caller keeps prompts within it; longer ones rescale theta).
 
     Raises
     ------
     ValueError
         For an odd head_dim, a rope type other than "default", "linear" (every
-        frequency divided by ``factor``) or "llama3", or a missing or bad
-        scaling key (named as ``<key>.<field>``).
+        frequency divided by ``factor``), "dynamic" or "llama3", or a missing
+        or bad scaling key (named as ``<key>.<field>``).
     """
     if head_dim % 2:
         raise ValueError(f"head_dim: {head_dim} must be even for rotary embeddings")
@@ -175,18 +181,20 @@ def inverse_frequencies(head_dim: int, theta: float,
     rope_type = _rope_field(scaling or {}, "rope_type")
     if scaling is None or rope_type == "default":
         return inv_freq
-    if rope_type == "linear":  # position interpolation: every frequency / factor
+    if rope_type in ("linear", "dynamic"):
         factor = scaling.get("factor")
         if factor is None:
-            raise ValueError(f"{key}.factor: missing for rope_type 'linear'")
+            raise ValueError(f"{key}.factor: missing for rope_type {rope_type!r}")
         if not is_positive_number(factor) or factor > FLOAT32_MAX:
             raise ValueError(f"{key}.factor: must be a positive number within float32's "
                              f"range, got {factor!r}")
-        return (inv_freq / np.float32(factor)).astype(np.float32)
+        if rope_type == "dynamic":  # unscaled within max_position_embeddings
+            return inv_freq
+        return (inv_freq / np.float32(factor)).astype(np.float32)  # position interpolation
     if rope_type != "llama3":
         named = "rope_type" if "rope_type" in scaling else "type"  # as the file names it
         raise ValueError(f"{key}.{named}: {rope_type!r} is not supported; "
-                         "supported: 'default', 'linear', 'llama3'")
+                         "supported: 'default', 'linear', 'dynamic', 'llama3'")
     for field in _LLAMA3_KEYS:
         if field not in scaling:
             raise ValueError(f"{key}.{field}: missing for rope_type 'llama3'")
