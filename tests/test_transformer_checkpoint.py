@@ -469,8 +469,18 @@ def test_a_tensor_in_two_unindexed_shards_is_named(tmp_path):
     save_file({"a": t, "b": t}, str(tmp_path / "model-1.safetensors"))
     save_file({"b": t + 1, "c": t}, str(tmp_path / "model-2.safetensors"))
     with pytest.raises(ValueError, match="tensor 'b' appears in both model-1.safetensors "
-                                         "and model-2.safetensors"):
+                                         "and model-2.safetensors$"):
         Checkpoint(tmp_path)
+    # A Hub repository's variant beside the main file (a Hub-layout audit: the
+    # message said only "appears in both"): named as two checkpoints.
+    other = tmp_path / "variant"
+    other.mkdir()
+    save_file({"a": t}, str(other / "model.safetensors"))
+    save_file({"a": t.astype(np.float16)}, str(other / "model.fp16.safetensors"))
+    with pytest.raises(ValueError, match=r"tensor 'a' appears in both model.fp16.safetensors "
+                                         r"and model.safetensors \(two checkpoints: Hugging "
+                                         r"Face loads model.safetensors .*; remove or move"):
+        Checkpoint(other)
 
 
 def test_a_tensor_the_index_leaves_out_is_named_with_the_index(tmp_path, bf16_tensors):

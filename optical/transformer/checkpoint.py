@@ -316,8 +316,13 @@ class Checkpoint:
             names = self._header_names(path)
             for name in names:
                 if name in where:
+                    pair = {where[name].name, path.name}
+                    why = (" (two checkpoints: Hugging Face loads model.safetensors and "
+                           "ignores a variant such as model.fp16.safetensors unless asked "
+                           "for it); remove or move the one you do not mean"
+                           if "model.safetensors" in pair else "")
                     raise ValueError(f"tensor {name!r} appears in both {where[name].name} "
-                                     f"and {path.name}")
+                                     f"and {path.name}{why}")
                 where[name] = path
         return where
 
