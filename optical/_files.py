@@ -11,7 +11,6 @@ import contextlib
 import errno
 import os
 import stat
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,17 +32,18 @@ def replacing(path: Path, *, exclusive: bool = False) -> Iterator[Path]:
     ``exclusive``: ``path`` is created only if no file has that name by then
     (a hard link, atomic), else FileExistsError naming it; on a file system
     without hard links the rename replaces it as otherwise."""
-    # At most 100 bytes of the name (255 bytes is the most most file systems take).
+    # At most 100 bytes of the name (255 bytes is the most most file systems
+    # take). The process id for the reader; a random part, so that two writers
+    # never share a temporary (processes of one id on two hosts sharing a
+    # directory, as containers have; two writes of one file in one thread).
     short = os.fsencode(path.name)[:100].decode(errors="ignore")
-    tmp = path.with_name(f".{short}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = path.with_name(f".{short}.{os.getpid()}.{_unique()}.tmp")
     try:
         # Replacing a file: created private, so that a private file's new
         # content is never readable by others, and given its mode last. A new
         # file: created as open() creates one, so that the kernel applies the
         # umask or the directory's default ACL (a chmod would override the
         # ACL's mask: a shared sweep directory's files unreadable to its group).
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()  # a kill's leftover of a process of the same id
         private = os.path.lexists(path)
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                          0o600 if private else 0o666))
@@ -78,6 +78,11 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _unique() -> str:
+    """A random part of a temporary file's name (64 bits, hex)."""
+    return os.urandom(8).hex()
 
 
 def _link(tmp: Path, path: Path) -> None:

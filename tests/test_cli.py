@@ -99,7 +99,7 @@ def test_the_help_names_the_error_lines_the_commands_print(capsys):
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
 def test_sigterm_mid_write_is_one_line_and_leaves_no_temporary_file(tmp_path, signame):
     """A backlog audit: SIGTERM to `optical plot`, `validate --json` or
-    `energy --json` died silently and left a hidden `.NAME.<pid>.<tid>.tmp`
+    `energy --json` died silently and left a hidden `.NAME.<pid>.<...>.tmp`
     beside the output (Python's default action skips the cleanup). Run as
     the program, every command but sweep (which says where to resume) now
     takes it as an exit: one line, status 143, the temporary removed, the old

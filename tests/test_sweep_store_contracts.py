@@ -549,20 +549,40 @@ def test_a_file_naming_a_key_twice_is_refused_naming_it(tmp_path, damaged):
         execute(definition, out, executor="serial", progress=False, results_format="csv")
 
 
-def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path):
+def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path, monkeypatch):
     """replacing(): a failed write raises an OSError naming ``path``."""
     import os
-    import threading
 
+    from optical import _files
     from optical._files import atomic_write
 
+    monkeypatch.setattr(_files, "_unique", lambda: "f00d")
     path = tmp_path / "results.csv"
     # the temporary file's place is taken by a directory: opening it fails
-    (tmp_path / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp").mkdir()
+    (tmp_path / f".{path.name}.{os.getpid()}.f00d.tmp").mkdir()
     with pytest.raises(OSError) as info:
         atomic_write(path, "x\n")
     assert info.value.filename == str(path)
     assert not path.exists()
+
+
+def test_two_writes_of_one_file_never_share_a_temporary(tmp_path):
+    """A concurrency audit: the temporary file was named by process and
+    thread id alone, and a writer removed one of its own name as a kill's
+    leftover, so two writers of one id (containers on two hosts sharing a
+    directory; two writes in one thread) shared it and wrote into each
+    other's. Each now gets its own; the last rename wins, whole."""
+    from optical._files import replacing
+
+    path = tmp_path / "results.csv"
+    with replacing(path) as outer:
+        outer.write_text("outer\n")
+        with replacing(path) as inner:
+            assert inner != outer
+            inner.write_text("inner\n")
+        assert path.read_text() == "inner\n" and outer.read_text() == "outer\n"
+    assert path.read_text() == "outer\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]
 
 
 def test_an_atomic_write_reaches_the_disk_before_its_rename(tmp_path, monkeypatch):
