@@ -49,6 +49,10 @@ def describe(signum: int) -> str:
 #: garbage-collection callback (JAX registers one), so :func:`execute` also
 #: stops on this record after each result, in the main thread.
 _RECEIVED: list[int] = []
+#: How many :func:`_recording` blocks are open (main thread): the record is
+#: cleared when the outermost opens and closes, so a nested one (a sweep
+#: under the CLI's handling, a caller's own) keeps what the outer received.
+_DEPTH = 0
 
 
 def _stop(signum: int) -> None:
@@ -121,16 +125,21 @@ def _recording(signals: tuple[int, ...],
         elif abandon is not None:
             abandon(_RECEIVED[0])
 
-    _RECEIVED.clear()
+    global _DEPTH
+    if _DEPTH == 0:
+        _RECEIVED.clear()
     # A signal the caller ignores (SIGINT in a background job of a shell
     # script) stays ignored, as Python leaves it.
     previous = {s: signal.signal(s, handler) for s in signals
                 if signal.getsignal(s) != signal.SIG_IGN}
     sys.unraisablehook = quiet
+    _DEPTH += 1
     try:
         yield
     finally:
         for signum, before in previous.items():
             signal.signal(signum, before)
         sys.unraisablehook = hook
-        _RECEIVED.clear()
+        _DEPTH -= 1
+        if _DEPTH == 0:
+            _RECEIVED.clear()

@@ -1232,6 +1232,21 @@ def test_a_swallowed_stop_signal_prints_no_traceback(monkeypatch):
     assert sys.unraisablehook is hook
 
 
+def test_a_nested_sigterm_as_exit_keeps_what_the_outer_one_received():
+    """A review: sigterm_as_exit cleared the record of received signals on
+    entry and exit, so one nested in another (a caller's around the CLI's,
+    say) made the outer forget a signal whose exception was swallowed, and
+    its sweep ran on. The record is now cleared by the outermost alone."""
+    with sigterm_as_exit():
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)  # recorded, and raised here
+        with sigterm_as_exit():
+            pass
+        with pytest.raises(Terminated):  # as if the exception had been swallowed
+            _signals._raise_received()
+    _signals._raise_received()  # the outermost's exit clears the record
+
+
 def test_vmap_executor_says_when_it_vmapped_nothing(tmp_path):
     summary = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
                       tmp_path / "s", executor="vmap", progress=False)
