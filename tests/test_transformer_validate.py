@@ -180,6 +180,32 @@ def test_report_metrics_and_counts(tiny_dir):
     json.dumps(report.to_dict(), default=str)
 
 
+def test_an_overflowing_product_is_named_in_a_note_not_a_warning(tiny_dir):
+    """A warnings audit: read noise far past anything physical (4e7 electrons
+    on wang-2022) drives o_proj's output past sqrt(float32 max), so the
+    post-attention norm's square overflows: numpy warned from llama.py (an
+    exception under -W error, as this suite runs), and the table then read
+    0.00 dB for gate/up/down with no word why. The report names the products
+    beyond the limit in a note (table and JSON); a sane run has none."""
+    model = transformer.load(tiny_dir)
+    wild = optical.presets.get("wang-2022").replace(
+        {"detector.read_noise_electrons": 4e7, "mapping.attention": "optical"})
+    report = transformer.validate(model, layer=0, tokens=8, config=wild, seed=0)
+    limit = np.sqrt(np.finfo(np.float32).max)
+    run = model.layer(0).trace(model.hidden_states(0, 8, seed=0), config=wild, seed=0)
+    beyond = [name for name in ("attention.scores", "attention.values", "o_proj", "gate_proj",
+                                "up_proj", "down_proj")
+              if not np.max(np.abs(run.products[name])) < limit]
+    assert "o_proj" in beyond  # the case this test is about
+    assert len(report.notes) == 1 and report.notes[0].startswith(", ".join(beyond) + " reach")
+    assert report.product("gate_proj").sqnr_db == 0.0  # the zeros the note explains
+    assert report.table().splitlines()[-1] == f"note: {report.notes[0]}"
+    assert report.to_dict()["notes"] == list(report.notes)
+    sane = transformer.validate(model, layer=0, tokens=8, config=NAIVE, seed=0)
+    assert sane.notes == () and sane.to_dict()["notes"] == []
+    assert not sane.table().splitlines()[-1].startswith("note:")
+
+
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
 def test_layer_update_scores_the_outputs_error_against_what_the_layer_adds(
         tiny_dir, tiny_bert_dir, architecture):

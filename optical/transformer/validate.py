@@ -167,6 +167,11 @@ class ValidationReport:
         by ``model.hidden_states``). The held-out calibration input is
         drawn either way: a ``hidden`` equal to it scores the calibration
         set itself, which no report field can tell.
+    notes : tuple of str
+        What the numbers alone do not say, printed under the table: the
+        first optical product whose output went beyond sqrt(float32 max)
+        (1.8e19, where a norm's square overflows and the rows after it read
+        zeros: products after it then show 0.00 dB), or was not finite.
     """
 
     model: str
@@ -187,9 +192,11 @@ class ValidationReport:
     update: ProductReport | None = None
     calibration_prompts: int | None = None
     hidden_given: bool = False
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         frozen(self, "totals", "timings")  # read-only: layer_metrics reads them
+        object.__setattr__(self, "notes", tuple(self.notes))
 
     def product(self, name: str) -> ProductReport:
         """The row of product ``name`` (``"down_proj"``, ``"attention.scores"``, ...)."""
@@ -210,7 +217,7 @@ class ValidationReport:
             "totals": dict(self.totals), "timings": dict(self.timings),
             "calibration_tokens": self.calibration_tokens,
             "calibration_prompts": self.calibration_prompts, "data_seed": self.data_seed,
-            "hidden_given": self.hidden_given,
+            "hidden_given": self.hidden_given, "notes": list(self.notes),
         }
 
     def __str__(self) -> str:
@@ -304,6 +311,7 @@ class ValidationReport:
                       f"optical {times['optical_s']:.2f} s "
                       f"(programming the masks {times['program_s']:.2f} s)"
                       + (f", metrics {times['compare_s']:.2f} s" if "compare_s" in times else "")]
+        lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -507,7 +515,27 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
                  "program_s": run.program_s, "compare_s": finished - end},
         calibration_tokens=calibration_tokens if needs_calibration else None,
         calibration_prompts=calibration_prompts,
-        data_seed=None if data_seed is None else data, hidden_given=hidden_given)
+        data_seed=None if data_seed is None else data, hidden_given=hidden_given,
+        notes=_overflow_notes(run.products, run.stats))
+
+
+def _overflow_notes(products: Mapping[str, np.ndarray], optical: Mapping[str, Any]) -> list[str]:
+    """A note naming the optical products beyond sqrt(float32 max), or not
+    finite: a norm that squares such values overflows (its rows read zeros),
+    and the products after it score what that leaves (0.00 dB, no error of
+    their own)."""
+    limit = math.sqrt(float(np.finfo(np.float32).max))
+    peaks = {name: float(np.max(np.abs(value), initial=0.0))
+             for name, value in products.items() if name in optical}
+    over = {name: peak for name, peak in peaks.items() if not peak < limit}  # inf, NaN too
+    if not over:
+        return []
+    return [f"{', '.join(over)} reach{'es' if len(over) == 1 else ''} "
+            f"{', '.join(f'{peak:.3g}' for peak in over.values())} on the optical core, "
+            f"beyond {limit:.3g} (the square root of float32's largest): a norm that squares "
+            "such values overflows and gives zeros, and the products after it score what "
+            "that leaves; lower the noise (e.g. detector.read_noise_electrons) or check the "
+            "input"]
 
 
 #: The products of activations with activations (per head, not per token);
