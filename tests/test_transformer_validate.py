@@ -180,7 +180,7 @@ def test_report_metrics_and_counts(tiny_dir):
     json.dumps(report.to_dict(), default=str)
 
 
-def test_an_overflowing_product_is_named_in_a_note_not_a_warning(tiny_dir):
+def test_an_overflowing_product_is_named_in_a_note_not_a_warning(tiny_dir, tiny_bert_dir):
     """A warnings audit: read noise far past anything physical (4e7 electrons
     on wang-2022) drives o_proj's output past sqrt(float32 max), so the
     post-attention norm's square overflows: numpy warned from llama.py (an
@@ -204,6 +204,11 @@ def test_an_overflowing_product_is_named_in_a_note_not_a_warning(tiny_dir):
     sane = transformer.validate(model, layer=0, tokens=8, config=NAIVE, seed=0)
     assert sane.notes == () and sane.to_dict()["notes"] == []
     assert not sane.table().splitlines()[-1].startswith("note:")
+    # BERT's LayerNorm warned the same way (its square of the centred rows).
+    bert = transformer.load(tiny_bert_dir)
+    wilder = wild.replace({"detector.read_noise_electrons": 4e9})
+    report = transformer.validate(bert, layer=0, tokens=8, config=wilder, seed=0)
+    assert len(report.notes) == 1 and "attention.output" in report.notes[0].split(" reach")[0]
 
 
 @pytest.mark.parametrize("architecture", ["llama", "bert"])

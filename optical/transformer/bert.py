@@ -69,7 +69,8 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
     ``.half()`` holds them in fp16)."""
     mean = np.mean(x, axis=-1, keepdims=True)
     centred = x - mean
-    variance = np.mean(np.square(centred), axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):  # beyond sqrt(float32 max): as llama's _rms_norm
+        variance = np.mean(np.square(centred), axis=-1, keepdims=True)
     y = centred / np.sqrt(variance + np.float32(eps)) * engine.round(gamma) \
         + engine.round(beta)
     return engine.round(y.astype(np.float32))
