@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import os
+import pathlib
 import platform
 import re
 import signal
@@ -1801,7 +1802,22 @@ def test_a_run_records_the_library_versions_it_ran_on(tmp_path):
                    "jaxlib": None if jax is None else env["jaxlib"],
                    "jax_cpu": None if jax is None else True,
                    "python": platform.python_version(), "machine": platform.machine(),
-                   "optical_commit": optical._version.source_commit()}
+                   "optical_commit": optical._version.source_commit(),
+                   "cpu": env["cpu"], "blas": env["blas"]}
+    # The CPU and numpy's BLAS kernel, which move a run's last bits too (left
+    # unrecorded by seven stops): as the system and threadpoolctl name them.
+    import threadpoolctl
+
+    if os.path.exists("/proc/cpuinfo"):
+        found = re.search(r"^model name\s*:\s*(.+?)\s*$",
+                          pathlib.Path("/proc/cpuinfo").read_text(), re.M)
+        assert env["cpu"] == (found.group(1) if found else platform.processor() or None)
+    numpy_blas = [i for i in threadpoolctl.threadpool_info()
+                  if i["user_api"] == "blas" and "numpy" in i["filepath"]]
+    if numpy_blas:  # a wheel's bundled OpenBLAS: its version and the kernel it picked
+        assert env["blas"].split() == [numpy_blas[0]["internal_api"], numpy_blas[0]["version"],
+                                       *([numpy_blas[0]["architecture"]]
+                                         if numpy_blas[0].get("architecture") else [])]
 
 
 def test_a_run_records_when_it_finished_by_the_clock_of_its_worker(tmp_path):

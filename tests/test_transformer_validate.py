@@ -447,7 +447,7 @@ def test_cli_validate_prints_the_table_and_writes_json(tiny_dir, tmp_path, capsy
     assert data["products"][0]["stats"]["passes"] == 8 * 2 * 1
     assert data["environment"]["numpy"] == np.__version__  # what its last bits depend on
     assert set(data["environment"]) == {"numpy", "numba", "jax", "jaxlib", "jax_cpu", "python",
-                                        "machine", "optical_commit"}
+                                        "machine", "optical_commit", "cpu", "blas"}
     assert data["environment"]["python"] == platform.python_version()
 
 

@@ -54,13 +54,42 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=1)
+def _hardware() -> tuple[tuple[str, str | None], ...]:
+    """The CPU's model name (None where the system does not say) and numpy's
+    BLAS: its library, version and the kernel it picked for this CPU
+    (OpenBLAS's core type, which ``OPENBLAS_CORETYPE`` overrides)."""
+    cpu = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info
+                        if line.startswith("model name")), None)
+    except OSError:  # not Linux
+        pass
+    cpu = cpu or platform.processor() or None
+    blas = None
+    try:
+        import threadpoolctl
+    except ImportError:  # pragma: no cover - a base dependency
+        pass
+    else:
+        found = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+        ours = [i for i in found if "numpy" in str(i.get("filepath", ""))] or found
+        if ours:
+            parts = (ours[0].get(k) for k in ("internal_api", "version", "architecture"))
+            blas = " ".join(str(part) for part in parts if part) or None
+    return (("cpu", cpu), ("blas", blas))
+
+
 def environment() -> dict[str, str | bool | None]:
     """The versions of numpy, numba, jax and jaxlib in this process (None:
     not installed), Python's version and the machine's architecture
     (``platform.python_version()``, ``platform.machine()``), the git commit
     optical was imported from (``optical_commit``; None outside a git
     checkout, uncommitted changes unseen: ``optical_version`` is the same
-    for every commit), and
+    for every commit), the CPU's model name (``cpu``) and numpy's BLAS
+    (``blas``: library, version and the kernel it picked, ``"openblas
+    0.3.31.188.0 SkylakeX"``), and
     ``jax_cpu``: whether JAX's CPU backend is there for the numba backend
     (None: no JAX), which a run's last bits depend on
     besides its inputs, config and seed: the numba backend runs its float32
@@ -68,15 +97,16 @@ def environment() -> dict[str, str | bool | None]:
     ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves it out),
     which round differently (0.017 dB on a Llama-3.2-1B layer's SQNR). Sweep
     run records (from the worker that ran the run) and ``optical validate
-    --json`` keep it. Not recorded: the CPU and the BLAS kernel it picks
-    (another CPU generation, or ``OPENBLAS_CORETYPE``, moves a run's last
-    bits, and where Poisson counts or an ADC follow, a few outputs by up to
-    a noise standard deviation: 0.004 dB on a small layer's output SQNR,
-    measured; docs/ARCHITECTURE.md, "Across machines"), so identical
-    records do not promise identical bits."""
+    --json`` keep it. The CPU and the BLAS kernel move a run's last bits
+    too (another CPU generation, or ``OPENBLAS_CORETYPE``; where Poisson
+    counts or an ADC follow, a few outputs by up to a noise standard
+    deviation: 0.004 dB on a small layer's output SQNR, measured;
+    docs/ARCHITECTURE.md, "Across machines"); XLA's code follows the CPU's
+    features, which the model name stands for, so identical records make
+    identical bits likely, not certain."""
     versions = dict(_versions()) | {"python": platform.python_version(),
                                     "machine": platform.machine(),
-                                    "optical_commit": source_commit()}
+                                    "optical_commit": source_commit(), **dict(_hardware())}
     if versions["jax"] is None:
         return {**versions, "jax_cpu": None}
     from optical.kernels.numba_backend import xla_available
