@@ -512,3 +512,23 @@ def test_negative_defocus_is_accepted_and_conjugates_the_kernels():
     np.testing.assert_allclose(minus.input_coupling, plus.input_coupling, atol=1e-12)
     assert minus.throughput == pytest.approx(plus.throughput, rel=1e-12)
     assert not np.allclose(minus.output_mutual, plus.output_mutual)  # the sign is seen
+
+
+def test_an_unsampleable_geometry_says_why_in_numbers_a_reader_can_use():
+    """A raises audit: a tiny aperture's refusal printed a 300-digit grid
+    size and blamed the pixel pitch; a beam waist of 1e-200 m (in range)
+    ended in "samples: contains 16 NaN". The grid is named by its power of
+    two with the point-spread function's width that needs it, and a waist
+    below wavelength / pi (a mode spreading by more than a radian, beyond
+    paraxial optics) is refused by name."""
+    with pytest.raises(ValueError, match=r"grid of 2\*\*\d+ samples \(at most \d+\): the "
+                                         r"point-spread function's first zero, wavelength "
+                                         r"/ \(2 NA\) = [0-9.e+-]+ m with NA = aperture / "
+                                         r"\(2 f\) = 1e-29") as info:
+        X.kernels(diffraction(fan_in_aperture=1e-30))
+    assert len(str(info.value)) < 300
+    lam = BASE.source.wavelength
+    with pytest.raises(ValueError, match=r"^optics.beam_waist: 1e-200 m is below "
+                                         r"source.wavelength / pi = 2.71e-07 m"):
+        X.kernels(diffraction(beam_waist=1e-200))
+    X.kernels(diffraction(beam_waist=lam / math.pi * 1.01))  # just paraxial: computed

@@ -195,6 +195,11 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
         raise ValueError(f"optics.pixel_pitch: {p} m is not above source.wavelength = "
                          f"{wavelength} m; scalar diffraction needs pixels wider than the "
                          "wavelength")
+    if optics.beam_waist < wavelength / math.pi:  # (it gave NaN kernels at 1e-200 m)
+        raise ValueError(f"optics.beam_waist: {optics.beam_waist} m is below "
+                         f"source.wavelength / pi = {wavelength / math.pi:.3g} m: the "
+                         "source's Gaussian mode would spread by more than a radian, beyond "
+                         "the paraxial optics modelled")
     r = optics.kernel_radius
     c_in = _input_coupling(optics, wavelength, max(2 * r, _ASSESS_RADIUS))
     m_abs = _output_mutual(optics, wavelength, max(2 * r, _ASSESS_RADIUS))
@@ -222,12 +227,14 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
                    throughput=float(efficiency * open_mask.sum()), truncation=truncation)
 
 
-def _grid_size(extent: float, pitch: float) -> int:
-    n = 1 << max(12, math.ceil(math.log2(max(extent / pitch, 1.0))))
-    if n > _MAX_GRID:
-        raise ValueError(f"optics: the geometry needs a {n}-sample grid (> {_MAX_GRID}); "
-                         "the point-spread function is too wide for the pixel pitch")
-    return n
+def _grid_size(extent: float, pitch: float, why: str) -> int:
+    """Samples of a grid of ``pitch`` spanning ``extent`` (a power of two),
+    or ValueError saying ``why`` the extent is that wide."""
+    power = max(12, math.ceil(math.log2(max(extent / pitch, 1.0))))
+    if (1 << power) > _MAX_GRID:
+        raise ValueError(f"optics: the geometry needs a grid of 2**{power} samples (at most "
+                         f"{_MAX_GRID}): {why}")
+    return 1 << power
 
 
 def _cover(x: np.ndarray, lo: float, hi: float, dx: float) -> np.ndarray:
@@ -250,7 +257,10 @@ def _relay_grid(optics: OpticsConfig, wavelength: float, radius: int,
     dx = p / s
     psf = wavelength / (2 * na)  # first zero of the slit PSF
     extent = 8 * ((radius + 2) * p + 32 * psf + 8 * optics.beam_waist)
-    return _grid_size(extent, dx), dx, s
+    why = (f"the point-spread function's first zero, wavelength / (2 NA) = {psf:.3g} m "
+           f"with NA = aperture / (2 f) = {na:.3g}, spans {psf / p:.3g} pixel pitches; a "
+           "wider aperture or a shorter focal length narrows it")
+    return _grid_size(extent, dx, why), dx, s
 
 
 def _band_limited_image(spectrum, n: int, dx: float, wavelength: float, focal_length: float,
@@ -345,7 +355,9 @@ def _envelope(optics: OpticsConfig, wavelength: float, columns: int) -> np.ndarr
     # The transfer-function method needs dx >= lambda f / window; a window of
     # twice the lit region and the mask is far more than enough at dx = p / 4.
     extent = 2 * max(aperture, 2 * half_mask) + 64 * math.sqrt(wavelength * f)
-    n = _grid_size(max(extent, wavelength * f / dx), dx)
+    n = _grid_size(max(extent, wavelength * f / dx), dx,
+                   f"the fan-out's window (its aperture, the mask and the diffraction "
+                   f"spread) spans {max(extent, wavelength * f / dx) / p:.3g} pixel pitches")
     x = propagation.coordinates(n, dx)
     stop = _cover(x, -aperture / 2, aperture / 2, dx)
     if optics.beam_profile == "gaussian":
