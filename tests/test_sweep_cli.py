@@ -715,6 +715,10 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     # audit: a figure's JSON written elsewhere could not be traced back)
     assert {k: json.loads(captured.out)[k] for k in ("sweep", "results_version")} == {
         "sweep": str(out), "results_version": RESULTS_VERSION}
+    # and the commits of optical its runs were computed by (the backlog: the
+    # JSON named only the plotting optical's version)
+    assert json.loads(captured.out)["run_commits"] == (
+        [] if optical._version.source_commit() is None else [optical._version.source_commit()])
     monkeypatch.chdir(out.parent)  # a relative sweep directory is recorded absolute
     assert main(["plot", out.name, *argv[2:]]) == 0
     written = json.loads(capsys.readouterr().out)

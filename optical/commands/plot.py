@@ -192,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
     write_json(args.json_path, {"sweep": os.path.abspath(args.sweep_dir),
                                 "results_version": frame.attrs["sweep"]["results_version"],
                                 "optical_version": __version__,
+                                # what computed the runs (the plotting optical is above)
+                                "run_commits": sorted({c for c in frame["optical_commit"]
+                                                       if isinstance(c, str)}),
                                 "files": [os.path.abspath(p) for p in paths],
                                 "kind": args.kind,
                                 "metric": metric, "where": _where(args.where),
