@@ -33,7 +33,9 @@ class SourceConfig(Section):
     Attributes
     ----------
     wavelength : float, m
-        Vacuum wavelength of the sources.
+        Vacuum wavelength of the sources (default 850 nm, the near-infrared
+        VCSELs of ideal and iris-like; wang-2022's is 532 nm). It sets the
+        lens optics' diffraction and each photon's energy.
     photons_per_mac : float, photons
         Mean *detected* photons per multiply-accumulate at full-scale input and
         full transmission: a detector readout of ``k`` MACs at inputs ``a``
