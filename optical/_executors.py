@@ -24,6 +24,7 @@ import dataclasses
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -267,6 +268,23 @@ def _init_worker(threads: int, parent_pid: int) -> None:
 _LIMITS: Any = None
 
 
+def _start_tracker_deaf_to_hangup() -> None:
+    """Start multiprocessing's resource tracker (if it is not running yet)
+    with SIGHUP blocked, which it inherits and keeps: it ignores SIGINT and
+    SIGTERM, not SIGHUP, so a closed terminal (SIGHUP to the whole process
+    group) killed it under a live pool, and Python printed a warning and a
+    traceback per semaphore after the sweep's one line."""
+    if not (hasattr(signal, "pthread_sigmask") and hasattr(signal, "SIGHUP")):
+        return  # pragma: no cover - not POSIX
+    from multiprocessing import resource_tracker
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:  # (a SIGHUP meanwhile waits, and lands when the mask is restored)
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 #: Seconds :meth:`ProcessExecutor.close` waits for its workers to exit before
 #: killing them (an idle worker exits at once).
 _CLOSE_WAIT_S = 10.0
@@ -301,6 +319,7 @@ class ProcessExecutor(Executor):
             self.close()  # a pool of an earlier, smaller call: start a bigger one
         if self._pool is None:
             self.workers, self.threads = workers, self._threads(workers)
+            _start_tracker_deaf_to_hangup()
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker, initargs=(self.threads, os.getpid()))

@@ -16,7 +16,7 @@ from optical.commands import energy as energy_command
 from optical.commands import plot as plot_command
 from optical.commands import sweep as sweep_command
 from optical.commands import validate as validate_command
-from optical.commands._common import check_json_path, describe_os_error, die_of
+from optical.commands._common import check_json_path, describe_os_error, die_of, say_stopped
 
 #: Subcommand modules, in the order ``optical --help`` lists them.
 COMMANDS = [config_command, validate_command, sweep_command, plot_command, energy_command]
@@ -128,11 +128,11 @@ def _run(args: argparse.Namespace) -> int:
         # command says so; one Python drops is acted on at once (abandon).
         with sigterm_as_exit(abandon):
             return int(args.run(args) or 0)
-    except Terminated as stop:
-        print(f"optical {args.command}: {describe(stop.signum)}", file=sys.stderr)
+    except Terminated as stop:  # (SIGHUP: the terminal may be gone, stderr with it)
+        say_stopped(f"optical {args.command}: {describe(stop.signum)}")
         return int(stop.code)
     except KeyboardInterrupt:  # Ctrl-C; `optical sweep` says more (where to resume)
-        print(f"optical {args.command}: interrupted", file=sys.stderr)
+        say_stopped(f"optical {args.command}: interrupted")
         return 130
     except MemoryError as err:  # numpy's says how much it could not allocate
         why = f" ({err})" if str(err) else ""

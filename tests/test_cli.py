@@ -45,9 +45,9 @@ COMMANDS_VALIDATE = ["validate", "--model", "models/llama-3.2-1b", "--tokens", "
      "--weights-seed: -2 is out of range; valid: integer in [0, 2**64)"),
     ([*COMMANDS_VALIDATE, "--seed", str(2**64)], f"--seed: {2**64} is out of range"),
     ([*COMMANDS_VALIDATE, "--layer", "-1"],
-     "--layer: -1 is out of range; the model has 16 layers (0..15)"),
+     "--layer: -1 is out of range; llama-3.2-1b has 16 layers (0..15)"),
     ([*COMMANDS_VALIDATE, "--layer", "16"],
-     "--layer: 16 is out of range; the model has 16 layers (0..15)"),
+     "--layer: 16 is out of range; llama-3.2-1b has 16 layers (0..15)"),
     (["sweep", "--matmul", "4x8x4", "--samples", "0", "--param", "adc.bits=4:8",
       "--out", "never-written"], "--samples: 0 must be a positive integer"),
     # The layer workload's checks, named as the sweep's options (were "layer: 99").
@@ -187,6 +187,12 @@ def test_a_leading_tilde_in_a_path_option_is_the_home_directory(tmp_path, monkey
     (tmp_path / "~" / "s" / "manifest.json").write_text("{}")
     resume = _resume_command(build_parser().parse_args(["sweep", "--out", "./~/s"]).out)
     assert resume == "`optical sweep --out './~/s'`"  # (quoted: ~ is literal there)
+    # and "-s" (given as ./-s) as ./-s, which argparse does not take for an option
+    (tmp_path / "-s").mkdir()
+    (tmp_path / "-s" / "manifest.json").write_text("{}")
+    resume = _resume_command(build_parser().parse_args(["sweep", "--out", "./-s"]).out)
+    assert resume == "`optical sweep --out ./-s`"
+    assert build_parser().parse_args(["sweep", "--out", "./-s"]).out.name == "-s"
 
 
 def test_the_heading_names_the_preset_and_every_override():

@@ -118,8 +118,8 @@ def test_negative_layer_indices_are_out_of_range(tmp_path, bad):
     """Layers are numbered 0..num_layers-1; a negative index is not Python's
     from-the-end indexing (it would reach the synthetic weights' derivation)."""
     model = _tiny_llama(tmp_path)
-    with pytest.raises(ValueError, match=rf"layer: {bad} is out of range; the model has 3 "
-                                         r"layers \(0\.\.2\)"):
+    with pytest.raises(ValueError, match=rf"layer: {bad} is out of range; {model.name} has 3 "
+                                         r"layers \(0\.\.2\)"):  # named, as the sweep's
         model.layer(bad)
     with pytest.raises(ValueError, match=rf"layer: {bad} is out of range"):
         model.hidden_states(bad, 4)

@@ -267,6 +267,15 @@ def write_json(path: Path | None, data: Any) -> None:
     write_output(path, lambda p: p.write_text(text + "\n"))
 
 
+def say_stopped(message: str) -> None:
+    """Print a stop signal's one line to stderr, if it can still be written:
+    after SIGHUP the terminal is gone (EIO), and the exit status must not
+    be lost to that."""
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr)
+        sys.stderr.flush()
+
+
 def die_of(signum: int, message: str | None = None) -> None:
     """End this process by the default action of signal ``signum`` (a shell
     sees a process killed by it), ``message`` printed to stderr first."""

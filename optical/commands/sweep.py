@@ -23,6 +23,7 @@ from optical.commands._common import (
     path_argument,
     path_text,
     require,
+    say_stopped,
     write_json,
 )
 
@@ -372,8 +373,7 @@ def run_command(args: argparse.Namespace) -> int:
                 _print_table(summary.results_path, definition.paths)
                 print(f"results: {summary.results_path}")
     except (KeyboardInterrupt, Terminated) as stop:
-        print(stopped(stop.signum if isinstance(stop, Terminated) else signal.SIGINT),
-              file=sys.stderr)
+        say_stopped(stopped(stop.signum if isinstance(stop, Terminated) else signal.SIGINT))
         if isinstance(stop, Terminated) and args.vmap and getattr(args, "program", False):
             # XLA may still be compiling the batch in its own threads, and an
             # interpreter exit under it crashed (a segfault in 11 of 20 tries):
@@ -408,8 +408,8 @@ def _resume_command(out: str) -> str:
     if not (Path(out) / MANIFEST).is_file():
         return "the same `optical sweep` command (workload, --param, ... and --out) again"
     text = str(out)
-    if text.startswith("~"):  # a directory named "~" (given as ./~/...): not the home
-        text = f".{os.sep}{text}"
+    if text.startswith(("~", "-")):  # a directory named "~" (given as ./~/...): not the
+        text = f".{os.sep}{text}"      # home; "-s": not an option
     return f"`optical sweep --out {shlex.quote(text)}`"
 
 

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     layers = model.spec.num_layers
     if not 0 <= args.layer < layers:  # named as the option, as --tokens is
-        raise ValueError(f"--layer: {args.layer} is out of range; the model has {layers} "
+        raise ValueError(f"--layer: {args.layer} is out of range; {model.name} has {layers} "
                          f"layers (0..{layers - 1})")
     try:
         report = validate(model, layer=args.layer, tokens=args.tokens, config=config,

@@ -158,11 +158,11 @@ def _same_config(a: Path, b: Path) -> bool:
         {k: v for k, v in read(b).items() if k not in drop}
 
 
-def _check_layer_index(spec: ModelSpec, index: int) -> int:
+def _check_layer_index(spec: ModelSpec, index: int, name: str = "the model") -> int:
     if isinstance(index, bool) or not isinstance(index, int | np.integer):
         raise TypeError(f"layer: expected an integer, got {type(index).__name__}")
     if not 0 <= index < spec.num_layers:
-        raise ValueError(f"layer: {index} is out of range; the model has {spec.num_layers} "
+        raise ValueError(f"layer: {index} is out of range; {name} has {spec.num_layers} "
                          f"layers (0..{spec.num_layers - 1})")
     return int(index)
 
@@ -229,7 +229,7 @@ class _Model:
         synthesised). The most recently built layer is kept and returned again
         for the same index, so ``validate`` and the caller share one copy of a
         large layer's weights; any other index replaces it."""
-        index = _check_layer_index(self.spec, index)
+        index = _check_layer_index(self.spec, index, self.name)
         layer = self._last_layer  # one read: another thread may replace it meanwhile
         if layer is None or layer.index != index:
             layer = self._last_layer = None  # free the old layer's weights before building
@@ -322,7 +322,7 @@ class LlamaModel(_Model):
         checkpoints too (a forward pass through the earlier layers is left to
         the caller). A batch is drawn as a whole: its first prompt is not the
         unbatched one (BERT's is: its token ids are drawn row by row from one stream)."""
-        layer = _check_layer_index(self.spec, layer)
+        layer = _check_layer_index(self.spec, layer, self.name)
         self.spec.check_tokens(check_positive_int(tokens, "tokens"))
         return synthetic.llama_hidden_states(self.spec, layer, tokens, check_seed(seed),
                                              model_seed=self.seed, batch=batch)
@@ -691,7 +691,7 @@ class BertModel(_Model):
         """The float32 input of encoder layer ``layer`` for random token ids
         (drawn from ``seed``, ``layer`` and ``tokens``): the embeddings run
         through layers ``< layer`` in the reference."""
-        layer = _check_layer_index(self.spec, layer)
+        layer = _check_layer_index(self.spec, layer, self.name)
         tokens = check_positive_int(tokens, "tokens")
         self.spec.check_tokens(tokens)
         if batch is not None:

@@ -169,9 +169,11 @@ class ValidationReport:
         set itself, which no report field can tell.
     notes : tuple of str
         What the numbers alone do not say, printed under the table: the
-        first optical product whose output went beyond sqrt(float32 max)
-        (1.8e19, where a norm's square overflows and the rows after it read
-        zeros: products after it then show 0.00 dB), or was not finite.
+        products a norm takes next (Llama's o_proj; BERT's attention.output
+        and output) with rows whose squares sum past float32's largest, or
+        not finite, where the norm overflows on those rows (zeros out of
+        an RMSNorm, the bias out of a LayerNorm: Llama's products after it
+        then read 0.00 dB).
     """
 
     model: str
@@ -516,26 +518,39 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens=calibration_tokens if needs_calibration else None,
         calibration_prompts=calibration_prompts,
         data_seed=None if data_seed is None else data, hidden_given=hidden_given,
-        notes=_overflow_notes(run.products, run.stats))
+        notes=_overflow_notes(run.products, model.spec.architecture))
 
 
-def _overflow_notes(products: Mapping[str, np.ndarray], optical: Mapping[str, Any]) -> list[str]:
-    """A note naming the optical products beyond sqrt(float32 max), or not
-    finite: a norm that squares such values overflows (its rows read zeros),
-    and the products after it score what that leaves (0.00 dB, no error of
-    their own)."""
-    limit = math.sqrt(float(np.finfo(np.float32).max))
-    peaks = {name: float(np.max(np.abs(value), initial=0.0))
-             for name, value in products.items() if name in optical}
-    over = {name: peak for name, peak in peaks.items() if not peak < limit}  # inf, NaN too
+#: The products whose rows a norm of the layer takes next (each with the
+#: residual stream, far smaller in any case that overflows): Llama's
+#: post-attention RMSNorm, BERT's two LayerNorms.
+NORMED = {"llama": ("o_proj",), "bert": ("attention.output", "output")}
+
+
+def _overflow_notes(products: Mapping[str, np.ndarray], architecture: str) -> list[str]:
+    """A note naming the products a norm takes next whose rows' squares sum
+    past float32's largest (or that are not finite): the norm, which sums
+    them in float32, overflows there (an RMSNorm row comes out as zeros, a
+    LayerNorm row as its bias), and what comes after scores what that
+    leaves (0.00 dB, no error of its own, where it is zeros)."""
+    largest = float(np.finfo(np.float32).max)
+    over = {}
+    for name in NORMED.get(architecture, ()):
+        if name in products:
+            value = np.asarray(products[name], dtype=np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                sums = np.sum(np.square(value), axis=-1)
+            worst = float(np.max(sums, initial=0.0)) if np.all(np.isfinite(sums)) else np.inf
+            if not worst <= largest:  # inf and NaN too
+                over[name] = worst
     if not over:
         return []
-    return [f"{', '.join(over)} reach{'es' if len(over) == 1 else ''} "
-            f"{', '.join(f'{peak:.3g}' for peak in over.values())} on the optical core, "
-            f"beyond {limit:.3g} (the square root of float32's largest): a norm that squares "
-            "such values overflows and gives zeros, and the products after it score what "
-            "that leaves; lower the noise (e.g. detector.read_noise_electrons) or check the "
-            "input"]
+    names = ", ".join(over)
+    return [f"{names}: rows whose squares sum past float32's largest ({largest:.3g}; up to "
+            f"{max(over.values()):.3g}): the norm after {'it' if len(over) == 1 else 'them'} "
+            "overflows on those rows (they come out as zeros, or as a LayerNorm's bias "
+            "alone), and what follows scores what that leaves; lower the noise (e.g. "
+            "detector.read_noise_electrons) or check the input"]
 
 
 #: The products of activations with activations (per head, not per token);
