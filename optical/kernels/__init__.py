@@ -89,7 +89,10 @@ def environment() -> dict[str, str | bool | None]:
     checkout, uncommitted changes unseen: ``optical_version`` is the same
     for every commit), the CPU's model name (``cpu``) and numpy's BLAS
     (``blas``: library, version and the kernel it picked, ``"openblas
-    0.3.31.188.0 SkylakeX"``), and
+    0.3.31.188.0 SkylakeX"``, as threadpoolctl finds it: the first BLAS
+    loaded where none lies in numpy's own package, as for a conda or
+    distribution numpy; None where it finds none, as for Apple's
+    Accelerate), and
     ``jax_cpu``: whether JAX's CPU backend is there for the numba backend
     (None: no JAX), which a run's last bits depend on
     besides its inputs, config and seed: the numba backend runs its float32
