@@ -217,6 +217,22 @@ def test_an_overflowing_product_is_named_in_a_note_not_a_warning(tiny_dir, tiny_
     assert sane.notes == ()
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_product_fed_inf_names_where_it_came_from(tiny_dir):
+    """A review: read noise of 4e22 electrons (wang-2022) overflows float32
+    outright, and the next product's check said "x: contains 512 NaN or
+    infinite value(s)", naming neither the product nor the cause. It names
+    both, and what to change. (numpy's own overflow and invalid-value
+    warnings from the digital attention and softmax stay the caller's to
+    handle, as the numerics module says.)"""
+    model = transformer.load(tiny_dir)
+    wild = optical.presets.get("wang-2022").replace({"detector.read_noise_electrons": 4e22})
+    with pytest.raises(ValueError, match=r"^o_proj: its input contains \d+ NaN or infinite "
+                                         r"value\(s\): attention.scores gave inf or NaN \(its "
+                                         r"output overflowed float32\); lower the noise"):
+        transformer.validate(model, layer=0, tokens=8, config=wild, seed=0)
+
+
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
 def test_layer_update_scores_the_outputs_error_against_what_the_layer_adds(
         tiny_dir, tiny_bert_dir, architecture):

@@ -338,6 +338,17 @@ class OpticalEngine(ReferenceEngine):
                         "check the input)")
         return ""
 
+    def _non_finite_note(self) -> str:
+        """Where a product's input that is not finite came from: the first
+        earlier product that gave inf or NaN (the emulated hardware's output
+        overflowed float32), with what to change."""
+        peaks = {name: float(np.max(np.abs(value), initial=0.0))
+                 for name, value in self.products.items()} | self.peaks
+        first = next((name for name, peak in peaks.items() if not math.isfinite(peak)), None)
+        where = f"{first} gave inf or NaN" if first else "an earlier step gave inf or NaN"
+        return (f": {where} (its output overflowed float32); lower the noise (e.g. "
+                "detector.read_noise_electrons) or check the input")
+
     def _matmul(self, x: np.ndarray, w_in_out: np.ndarray, *labels: object) -> tuple:
         options = dict(self.program_options)
         source = None  # what calibrates this product, named in its errors
@@ -367,9 +378,15 @@ class OpticalEngine(ReferenceEngine):
                 raise type(err)(text) from None
             self.program_s += time.perf_counter() - start
             bits = 32 if self.matmul_options.get("backend") == "jax" else 63
-            y, stats = matmul(x, programmed, self.config,
-                              seed=derive_seed(self.seed, self.layer, *labels, bits=bits),
-                              return_stats=True, **self.matmul_options)
+            try:
+                y, stats = matmul(x, programmed, self.config,
+                                  seed=derive_seed(self.seed, self.layer, *labels, bits=bits),
+                                  return_stats=True, **self.matmul_options)
+            except ValueError as err:  # "x: contains 512 NaN or infinite value(s)"
+                if not str(err).startswith("x: contains"):
+                    raise
+                raise ValueError(f"{name}: its input {str(err).removeprefix('x: ')}"
+                                 f"{self._non_finite_note()}") from None
             # The JAX backend answers with a JAX array: the layer runs on numpy
             # (a writable copy: its output is added to in place).
             return (y if isinstance(y, np.ndarray) else np.array(y)), stats
