@@ -22,10 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # neither would the processes the tests start; give it the one Python gives.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-# The same for SIGHUP, which `nohup make test` starts ignored (the command
-# leaves an ignored signal ignored, and the tests of SIGHUP would fail).
-if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True, scope="session")

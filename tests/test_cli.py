@@ -115,6 +115,8 @@ def test_sigterm_mid_write_is_one_line_and_leaves_no_temporary_file(tmp_path, si
     out = tmp_path / "config.json"
     out.write_text("old\n")
     code = ("import pathlib, signal, sys\n"
+            # (as a terminal would: `nohup make test` leaves SIGHUP ignored)
+            "if hasattr(signal, 'SIGHUP'): signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
             "real = pathlib.Path.write_text\n"
             "def terminated_half_way(self, text, *args, **kwargs):\n"
             "    real(self, text[:10], *args, **kwargs)\n"
@@ -128,6 +130,12 @@ def test_sigterm_mid_write_is_one_line_and_leaves_no_temporary_file(tmp_path, si
     assert done.returncode == 128 + getattr(signal, signame), done.stderr
     assert done.stderr == f"optical config: terminated ({signame})\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert out.read_text() == "old\n"
+    # Started with stderr closed (2>&-): the same status, nothing on stdout
+    # (a review: the one line's print raised there, and the command exited 1).
+    done = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" 2>&-', sys.executable, code],
+                          stdout=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (128 + getattr(signal, signame), "")
     assert out.read_text() == "old\n"
 
 

@@ -178,12 +178,14 @@ def test_calibration_errors_name_the_product_and_its_source(tiny):
         layer.optical(h, IRIS, seed=0, calibration=held_out)
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the overflow itself
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflow itself
 def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
-    """Read noise of ~1e7 full-scale MACs per readout blows the optical attention
-    past sqrt(float32 max): the residual's square overflows RMSNorm's mean, its
-    1/rms is 0 and gate_proj's own (oracle) calibration input is all zero. The
-    error names the product that overflowed, not only the calibration."""
+    """Read noise of ~1e7 full-scale MACs per readout blows the layer up:
+    o_proj's rows sum their squares past float32's largest in the
+    post-attention RMSNorm, its 1/rms is 0 and gate_proj's own (oracle)
+    calibration input is all zero. The error names the product whose rows
+    the norm lost (a review: it named the first product past sqrt(float32
+    max), the optical attention's scores, which no norm takes)."""
     layer = tiny.layer(2)
     h = tiny.hidden_states(2, 18, batch=2)
     cfg = optical.presets.get("wang-2022").replace({
@@ -191,10 +193,19 @@ def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
         "outliers.policy": "static"})
     run = layer.trace(h, config=cfg.replace({"outliers.policy": "none"}), seed=1)
     assert not np.any(run.inputs["gate_proj"])  # as in float32 Hugging Face
-    first = next(n for n, v in run.products.items() if np.max(np.abs(v)) > 1.8446743e19)
-    with pytest.raises(ValueError, match=rf"gate_proj's own input .* all \d+ entries are zero.*"
-                                         rf"an earlier product overflowed: {first} reaches"):
+    summed = np.sum(np.square(run.products["o_proj"].astype(np.float64)), axis=-1)
+    assert np.all(summed > np.finfo(np.float32).max)  # every row: hence all zero
+    with pytest.raises(ValueError, match=r"gate_proj's own input .* all \d+ entries are zero.*"
+                                         r"an earlier product overflowed: o_proj's rows' "
+                                         r"squares sum to [0-9.e+]+, past float32's largest"):
         layer.optical(h, cfg, seed=1)
+    # Fed inf or NaN instead (the oracle path, where program() sees it first:
+    # a review), the error names the product that gave them.
+    wild = optical.presets.get("iris-like").replace({"detector.read_noise_electrons": 1e30})
+    with pytest.raises(ValueError, match=r"own input \(the oracle.*\): contains \d+ NaN or "
+                                         r"infinite value\(s\): attention.scores gave inf or "
+                                         r"NaN"):
+        layer.optical(h, wild, seed=1)
 
 
 def test_an_error_not_of_the_calibration_is_not_blamed_on_it(tiny):

@@ -271,9 +271,12 @@ def say_stopped(message: str) -> None:
     """Print a stop signal's one line to stderr, if it can still be written:
     after SIGHUP the terminal is gone (EIO), and the exit status must not
     be lost to that."""
+    stream = sys.stderr  # None where the process started with it closed (2>&-)
+    if stream is None:
+        return
     with contextlib.suppress(OSError, ValueError):
-        print(message, file=sys.stderr)
-        sys.stderr.flush()
+        print(message, file=stream)
+        stream.flush()
 
 
 def die_of(signum: int, message: str | None = None) -> None:
@@ -281,9 +284,7 @@ def die_of(signum: int, message: str | None = None) -> None:
     sees a process killed by it), ``message`` printed to stderr first."""
     if not hasattr(os, "kill"):  # pragma: no cover
         return
-    with contextlib.suppress(OSError, ValueError):  # a stderr that is gone
-        if message is not None:
-            print(message, file=sys.stderr)
-        sys.stderr.flush()
+    if message is not None:
+        say_stopped(message)  # (a stderr that is gone, or closed from the start)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

@@ -195,11 +195,6 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
         raise ValueError(f"optics.pixel_pitch: {p} m is not above source.wavelength = "
                          f"{wavelength} m; scalar diffraction needs pixels wider than the "
                          "wavelength")
-    if optics.beam_waist < wavelength / math.pi:  # (it gave NaN kernels at 1e-200 m)
-        raise ValueError(f"optics.beam_waist: {optics.beam_waist} m is below "
-                         f"source.wavelength / pi = {wavelength / math.pi:.3g} m: the "
-                         "source's Gaussian mode would spread by more than a radian, beyond "
-                         "the paraxial optics modelled")
     r = optics.kernel_radius
     c_in = _input_coupling(optics, wavelength, max(2 * r, _ASSESS_RADIUS))
     m_abs = _output_mutual(optics, wavelength, max(2 * r, _ASSESS_RADIUS))
@@ -208,6 +203,11 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
     big = (c_in.size - 1) // 2
     keep = slice(big - r, big + r + 1)
     c_kept, m_kept = c_in[keep], m_abs[keep, keep]
+    if not c_kept.sum() > 0:  # (the kernels came out NaN)
+        raise ValueError(f"optics.beam_waist: {optics.beam_waist} m passes no light through "
+                         "the fan-out relay's pupil in float64: a mode "
+                         f"{optics.beam_waist / wavelength:.3g} wavelengths wide spreads "
+                         "almost all of it outside (its share falls with the waist)")
     m_norm = float(np.sum(m_kept).real)
     # Worst case: every neglected term adds with the same sign on an open mask.
     m_all = np.abs(m_abs).sum() - np.abs(m_kept).sum()
@@ -230,11 +230,13 @@ def _kernels(optics: OpticsConfig, wavelength: float, inputs: int, outputs: int,
 def _grid_size(extent: float, pitch: float, why: str) -> int:
     """Samples of a grid of ``pitch`` spanning ``extent`` (a power of two),
     or ValueError saying ``why`` the extent is that wide."""
-    power = max(12, math.ceil(math.log2(max(extent / pitch, 1.0))))
-    if (1 << power) > _MAX_GRID:
-        raise ValueError(f"optics: the geometry needs a grid of 2**{power} samples (at most "
-                         f"{_MAX_GRID}): {why}")
-    return 1 << power
+    ratio = extent / pitch
+    if not ratio <= _MAX_GRID:  # (inf too: a subnormal aperture's point-spread function)
+        need = (f"a grid of 2**{math.ceil(math.log2(ratio))} samples"
+                if math.isfinite(ratio) else "an unbounded grid")
+        raise ValueError(f"optics: the geometry needs {need} (at most {_MAX_GRID} samples): "
+                         f"{why}")
+    return 1 << max(12, math.ceil(math.log2(max(ratio, 1.0))))
 
 
 def _cover(x: np.ndarray, lo: float, hi: float, dx: float) -> np.ndarray:
@@ -257,9 +259,11 @@ def _relay_grid(optics: OpticsConfig, wavelength: float, radius: int,
     dx = p / s
     psf = wavelength / (2 * na)  # first zero of the slit PSF
     extent = 8 * ((radius + 2) * p + 32 * psf + 8 * optics.beam_waist)
-    why = (f"the point-spread function's first zero, wavelength / (2 NA) = {psf:.3g} m "
-           f"with NA = aperture / (2 f) = {na:.3g}, spans {psf / p:.3g} pixel pitches; a "
-           "wider aperture or a shorter focal length narrows it")
+    why = (f"a relay's window of {extent / p:.3g} pixel pitches (from the kernel radius, "
+           f"{8 * (radius + 2)}; the point-spread function, wavelength / (2 NA) = {psf:.3g} "
+           f"m with NA = aperture / (2 f) = {na:.3g}, {256 * psf / p:.3g}; the beam waist, "
+           f"{64 * optics.beam_waist / p:.3g}) at {s} samples a pitch (more as NA x pitch "
+           "/ wavelength grows)")
     return _grid_size(extent, dx, why), dx, s
 
 
@@ -355,9 +359,10 @@ def _envelope(optics: OpticsConfig, wavelength: float, columns: int) -> np.ndarr
     # The transfer-function method needs dx >= lambda f / window; a window of
     # twice the lit region and the mask is far more than enough at dx = p / 4.
     extent = 2 * max(aperture, 2 * half_mask) + 64 * math.sqrt(wavelength * f)
-    n = _grid_size(max(extent, wavelength * f / dx), dx,
-                   f"the fan-out's window (its aperture, the mask and the diffraction "
-                   f"spread) spans {max(extent, wavelength * f / dx) / p:.3g} pixel pitches")
+    window = max(extent, wavelength * f / dx)
+    n = _grid_size(window, dx, f"the fan-out's window of {window / p:.3g} pixel pitches (its "
+                   f"aperture, {aperture:.3g} m; the mask, {2 * half_mask:.3g} m; the "
+                   f"diffraction spread over f = {f:.3g} m) at 4 samples a pitch")
     x = propagation.coordinates(n, dx)
     stop = _cover(x, -aperture / 2, aperture / 2, dx)
     if optics.beam_profile == "gaussian":

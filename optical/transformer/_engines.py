@@ -172,6 +172,29 @@ class InputsComplete(Exception):
     one of those weight matmuls has received its input."""
 
 
+#: The products whose rows a norm of the layer takes next (with the residual
+#: stream, far smaller in any case that overflows): Llama's o_proj (the
+#: post-attention RMSNorm), BERT's attention.output and output (its two
+#: LayerNorms).
+NORMED = ("o_proj", "attention.output", "output")
+
+
+def largest_row_square_sum(value: np.ndarray) -> float:
+    """The largest sum of squares over a row (the last axis) of ``value``, in
+    float64; inf where one is not finite. A norm sums these in float32: past
+    float32's largest it overflows, and the row comes out as zeros (RMSNorm)
+    or as the bias (LayerNorm)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = np.sum(np.square(np.asarray(value, dtype=np.float64)), axis=-1)
+    return float(np.max(sums, initial=0.0)) if np.all(np.isfinite(sums)) else math.inf
+
+
+def norm_overflows(row_sums: Mapping[str, float]) -> dict[str, float]:
+    """Of ``{product: largest row square sum}``, those past float32's largest."""
+    largest = float(np.finfo(np.float32).max)
+    return {name: worst for name, worst in row_sums.items() if not worst <= largest}
+
+
 class ReferenceEngine:
     """Digital products, every op's result rounded to ``dtype``.
 
@@ -198,6 +221,7 @@ class ReferenceEngine:
         self.program_s = 0.0  # time spent programming masks (OpticalEngine)
         self.keep = True
         self.peaks: dict[str, float] = {}  # max |product| where not kept (NaN propagates)
+        self.row_sums: dict[str, float] = {}  # NORMED products' largest, where not kept
 
     def round(self, x: np.ndarray) -> np.ndarray:
         return round_to(x, self.dtype)
@@ -208,6 +232,14 @@ class ReferenceEngine:
         else:
             peak = np.max(np.abs(value), initial=0.0)
             self.peaks[name] = float(np.maximum(peak, self.peaks.get(name, 0.0)))
+            if name in NORMED:
+                self.row_sums[name] = max(largest_row_square_sum(value),
+                                          self.row_sums.get(name, 0.0))
+
+    def norm_row_sums(self) -> dict[str, float]:
+        """The largest row square sum of each product a norm takes next."""
+        return {name: largest_row_square_sum(value) for name, value in self.products.items()
+                if name in NORMED} | self.row_sums
 
     def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
         """How many of a batch's prompts to run attention on at once, one
@@ -325,23 +357,23 @@ class OpticalEngine(ReferenceEngine):
             self.progress(name)
 
     def _overflow_note(self) -> str:
-        """Why a product's own input may be all zero: an earlier product beyond
-        sqrt(float32 max), whose square overflows a norm's mean (its 1/rms is 0)."""
-        limit = math.sqrt(float(np.finfo(np.float32).max))
-        peaks = {name: float(np.max(np.abs(value), initial=0.0))
-                 for name, value in self.products.items()} | self.peaks
-        for name, peak in peaks.items():
-            if not peak < limit:  # inf and NaN too
-                return (f" (an earlier product overflowed: {name} reaches {peak:.3g}, beyond "
-                        f"{limit:.3g}, whose square overflows float32, so the norm after it "
-                        "gives zeros; lower the noise, e.g. detector.read_noise_electrons, or "
-                        "check the input)")
-        return ""
+        """Why a product's own input may be all zero: the rows of a product a
+        norm takes next sum their squares past float32's largest, and the
+        norm gives zeros there."""
+        over = norm_overflows(self.norm_row_sums())
+        if not over:
+            return ""
+        name, worst = next(iter(over.items()))
+        return (f" (an earlier product overflowed: {name}'s rows' squares sum to {worst:.3g}, "
+                f"past float32's largest, {float(np.finfo(np.float32).max):.3g}, so the norm "
+                "after it gives zeros; lower the noise, e.g. detector.read_noise_electrons, "
+                "or check the input)")
 
     def _non_finite_note(self) -> str:
         """Where a product's input that is not finite came from: the first
-        earlier product that gave inf or NaN (the emulated hardware's output
-        overflowed float32), with what to change."""
+        earlier product that gave inf or NaN (its output overflowed float32,
+        on the core or, fed such values, in the digital attention), with what
+        to change."""
         peaks = {name: float(np.max(np.abs(value), initial=0.0))
                  for name, value in self.products.items()} | self.peaks
         first = next((name for name, peak in peaks.items() if not math.isfinite(peak)), None)
@@ -375,6 +407,8 @@ class OpticalEngine(ReferenceEngine):
                 text = f"{source}: {text.removeprefix('calibration: ')}"
                 if options["calibration"] is x and not np.any(x):
                     text += self._overflow_note()
+                elif options["calibration"] is x and "NaN or infinite" in text:
+                    text += self._non_finite_note()
                 raise type(err)(text) from None
             self.program_s += time.perf_counter() - start
             bits = 32 if self.matmul_options.get("backend") == "jax" else 63

@@ -91,9 +91,10 @@ def check_llama_config(spec: ModelSpec) -> None:
 
 
 def _rms_norm(x: np.ndarray, gamma: np.ndarray, eps: float, engine: ReferenceEngine) -> np.ndarray:
-    # An optical product beyond sqrt(float32 max) overflows the square, as in
-    # Hugging Face's float32 norm: the row reads zeros (validate's report
-    # names the product in a note; numpy's warning was an error under -W error).
+    # A row whose squares sum past float32's largest (an optical product far
+    # past anything physical) overflows, as in Hugging Face's float32 norm:
+    # the row reads zeros (validate's report names the product in a note;
+    # numpy's warning was an error under -W error).
     with np.errstate(over="ignore"):
         variance = np.mean(np.square(x), axis=-1, keepdims=True)
     normed = engine.round(x * (np.float32(1.0) / np.sqrt(variance + np.float32(eps))))

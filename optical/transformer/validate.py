@@ -30,7 +30,15 @@ from optical.calibration import subsample
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats
 from optical.quant import calibration_needs
-from optical.transformer._engines import check_hidden, derive_seed, sum_stats, weight_matmuls
+from optical.transformer._engines import (
+    NORMED,
+    check_hidden,
+    derive_seed,
+    largest_row_square_sum,
+    norm_overflows,
+    sum_stats,
+    weight_matmuls,
+)
 from optical.transformer.numerics import check_dtype, largest, range_problem
 
 __all__ = ["ProductReport", "ValidationReport", "validate", "worst_row_sqnr_db"]
@@ -518,31 +526,18 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens=calibration_tokens if needs_calibration else None,
         calibration_prompts=calibration_prompts,
         data_seed=None if data_seed is None else data, hidden_given=hidden_given,
-        notes=_overflow_notes(run.products, model.spec.architecture))
+        notes=_overflow_notes(run.products))
 
 
-#: The products whose rows a norm of the layer takes next (each with the
-#: residual stream, far smaller in any case that overflows): Llama's
-#: post-attention RMSNorm, BERT's two LayerNorms.
-NORMED = {"llama": ("o_proj",), "bert": ("attention.output", "output")}
-
-
-def _overflow_notes(products: Mapping[str, np.ndarray], architecture: str) -> list[str]:
+def _overflow_notes(products: Mapping[str, np.ndarray]) -> list[str]:
     """A note naming the products a norm takes next whose rows' squares sum
     past float32's largest (or that are not finite): the norm, which sums
     them in float32, overflows there (an RMSNorm row comes out as zeros, a
     LayerNorm row as its bias), and what comes after scores what that
     leaves (0.00 dB, no error of its own, where it is zeros)."""
     largest = float(np.finfo(np.float32).max)
-    over = {}
-    for name in NORMED.get(architecture, ()):
-        if name in products:
-            value = np.asarray(products[name], dtype=np.float64)
-            with np.errstate(over="ignore", invalid="ignore"):
-                sums = np.sum(np.square(value), axis=-1)
-            worst = float(np.max(sums, initial=0.0)) if np.all(np.isfinite(sums)) else np.inf
-            if not worst <= largest:  # inf and NaN too
-                over[name] = worst
+    over = norm_overflows({name: largest_row_square_sum(value)
+                           for name, value in products.items() if name in NORMED})
     if not over:
         return []
     names = ", ".join(over)
