@@ -286,5 +286,8 @@ def die_of(signum: int, message: str | None = None) -> None:
         return
     if message is not None:
         say_stopped(message)  # (a stderr that is gone, or closed from the start)
+    elif sys.stderr is not None:  # what was printed before goes out before the death
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
