@@ -999,3 +999,20 @@ def test_validate_takes_any_path_like_model(tiny_dir):
     by_path = transformer.validate(Where(), layer=0, tokens=4, config=ideal, seed=0)
     by_str = transformer.validate(str(tiny_dir), layer=0, tokens=4, config=ideal, seed=0)
     assert by_path.to_dict()["products"] == by_str.to_dict()["products"]
+
+
+def test_largest_row_square_sum_is_the_float64_sum_over_the_last_axis():
+    """The overflow notes' measure, taken a block of rows at a time (a
+    float64 copy of a whole batch of embeddings was hundreds of MB): the
+    largest of the rows' sums of squares, inf where a row is not finite."""
+    from optical.transformer._engines import largest_row_square_sum
+
+    rng = np.random.default_rng(0)
+    value = (rng.standard_normal((3, 1500, 7)) * 1e19).astype(np.float32)  # 4500 rows
+    expected = np.max(np.sum(np.square(value.astype(np.float64)), axis=-1))
+    assert largest_row_square_sum(value) == pytest.approx(expected, rel=1e-12)
+    assert expected > np.finfo(np.float32).max  # (past float32: the float64 sum holds it)
+    value[2, 1400, 3] = np.inf
+    assert largest_row_square_sum(value) == np.inf
+    value[2, 1400, 3] = np.nan
+    assert largest_row_square_sum(value) == np.inf

@@ -184,9 +184,17 @@ def largest_row_square_sum(value: np.ndarray) -> float:
     float64; inf where one is not finite. A norm sums these in float32: past
     float32's largest it overflows, and the row comes out as zeros (RMSNorm)
     or as the bias (LayerNorm)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        sums = np.sum(np.square(np.asarray(value, dtype=np.float64)), axis=-1)
-    return float(np.max(sums, initial=0.0)) if np.all(np.isfinite(sums)) else math.inf
+    rows = np.asarray(value)
+    rows = rows.reshape(-1, rows.shape[-1])
+    worst = 0.0
+    for start in range(0, rows.shape[0], 1024):  # float64 a block of rows at a time
+        block = rows[start:start + 1024].astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sums = np.einsum("ij,ij->i", block, block)
+        if not np.all(np.isfinite(sums)):
+            return math.inf
+        worst = max(worst, float(np.max(sums, initial=0.0)))
+    return worst
 
 
 def norm_overflows(row_sums: Mapping[str, float]) -> dict[str, float]:
