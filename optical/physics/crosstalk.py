@@ -259,9 +259,10 @@ def _relay_grid(optics: OpticsConfig, wavelength: float, radius: int,
     dx = p / s
     psf = wavelength / (2 * na)  # first zero of the slit PSF
     extent = 8 * ((radius + 2) * p + 32 * psf + 8 * optics.beam_waist)
-    why = (f"a relay's window of {extent / p:.3g} pixel pitches (from the kernel radius, "
-           f"{8 * (radius + 2)}; the point-spread function, wavelength / (2 NA) = {psf:.3g} "
-           f"m with NA = aperture / (2 f) = {na:.3g}, {256 * psf / p:.3g}; the beam waist, "
+    why = (f"a relay's window of {extent / p:.3g} pixel pitches (from the {radius} "
+           f"neighbours assessed each side, {8 * (radius + 2)}; the point-spread "
+           f"function, wavelength / (2 NA) = {psf:.3g} m with NA = aperture / (2 f) = "
+           f"{na:.3g}, {256 * psf / p:.3g}; the beam waist, "
            f"{64 * optics.beam_waist / p:.3g}) at {s} samples a pitch (more as NA x pitch "
            "/ wavelength grows)")
     return _grid_size(extent, dx, why), dx, s
