@@ -402,7 +402,7 @@ class LayerWorkload:
 
     def __post_init__(self) -> None:
         from optical.transformer.checkpoint import fingerprint, sampled_digest
-        from optical.transformer.model import weights_directory
+        from optical.transformer.model import _check_layer_index, weights_directory
         from optical.transformer.numerics import check_dtype
         from optical.transformer.spec import missing_model_directory, read_spec
 
@@ -415,10 +415,8 @@ class LayerWorkload:
         spec = read_spec(path)  # FileNotFoundError / ValueError name the directory
         object.__setattr__(self, "model_dir", str(path))
         layer = self.layer
-        if isinstance(layer, int | np.integer) and not isinstance(layer, bool) \
-                and not 0 <= layer < spec.num_layers:  # -1 too, as validate words it
-            raise ValueError(f"layer: {layer} is out of range; {path.name} has "
-                             f"{spec.num_layers} layers (0..{spec.num_layers - 1})")
+        if isinstance(layer, int | np.integer) and not isinstance(layer, bool):
+            _check_layer_index(spec, layer, path.name)  # -1 too, worded as validate's
         layer = _positive_int("layer", layer, zero=True)
         object.__setattr__(self, "layer", layer)
         object.__setattr__(self, "tokens", _positive_int("tokens", self.tokens))

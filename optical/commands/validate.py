@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from optical._version import RESULTS_VERSION, __version__
     from optical.kernels import environment
     from optical.transformer import load, validate
+    from optical.transformer.model import _check_layer_index
 
     config = config_from_args(args)
     for name in ("tokens", "batch"):
@@ -89,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
         if str(err).startswith("seed: "):
             raise ValueError("--weights-seed: " + str(err).removeprefix("seed: ")) from None
         raise
-    layers = model.spec.num_layers
-    if not 0 <= args.layer < layers:  # named as the option, as --tokens is
-        raise ValueError(f"--layer: {args.layer} is out of range; {model.name} has {layers} "
-                         f"layers (0..{layers - 1})")
+    try:  # named as the option, as --tokens is
+        _check_layer_index(model.spec, args.layer, model.name)
+    except ValueError as err:
+        raise ValueError(f"--{err}") from None
     try:
         report = validate(model, layer=args.layer, tokens=args.tokens, config=config,
                           seed=args.seed, batch=args.batch, dtype=args.dtype, local=args.local,

@@ -39,7 +39,7 @@ from optical._validation import check_plain_array, check_seed
 from optical.config import OpticalConfig, check_config
 from optical.core import MatmulStats, matmul
 from optical.quant import calibration_needs, program
-from optical.transformer.numerics import check_dtype, range_problem, round_to
+from optical.transformer.numerics import check_dtype, largest, range_problem, round_to
 
 __all__ = ["InputsComplete", "InputsEngine", "LayerInputs", "LayerTrace", "OpticalEngine",
            "ReferenceEngine",
@@ -199,8 +199,7 @@ def largest_row_square_sum(value: np.ndarray) -> float:
 
 def norm_overflows(row_sums: Mapping[str, float]) -> dict[str, float]:
     """Of ``{product: largest row square sum}``, those past float32's largest."""
-    largest = float(np.finfo(np.float32).max)
-    return {name: worst for name, worst in row_sums.items() if not worst <= largest}
+    return {name: worst for name, worst in row_sums.items() if not worst <= largest("float32")}
 
 
 class ReferenceEngine:
@@ -373,7 +372,7 @@ class OpticalEngine(ReferenceEngine):
             return ""
         name, worst = next(iter(over.items()))
         return (f" (an earlier product overflowed: {name}'s rows' squares sum to {worst:.3g}, "
-                f"past float32's largest, {float(np.finfo(np.float32).max):.3g}, so the norm "
+                f"past float32's largest, {largest('float32'):.3g}, so the norm "
                 "after it gives zeros; lower the noise, e.g. detector.read_noise_electrons, "
                 "or check the input)")
 

@@ -33,7 +33,13 @@ from optical.transformer._engines import (
     weight_matmuls,
 )
 from optical.transformer.numerics import softmax, underflow_to_zero
-from optical.transformer.rope import apply_rope, inverse_frequencies, rope_settings, rope_tables
+from optical.transformer.rope import (
+    _rope_field,
+    apply_rope,
+    inverse_frequencies,
+    rope_settings,
+    rope_tables,
+)
 from optical.transformer.spec import ModelSpec
 
 __all__ = ["LlamaLayer", "check_llama_config"]
@@ -82,8 +88,7 @@ def check_llama_config(spec: ModelSpec) -> None:
         inverse_frequencies(spec.head_dim, theta, scaling, key=key)
     except ValueError as err:  # named as the checks above name theirs
         raise ValueError(f"config.json: {err}") from None
-    if (scaling or {}).get("rope_type", (scaling or {}).get("type")) == "dynamic" \
-            and spec.max_positions is None:
+    if _rope_field(scaling or {}, "rope_type") == "dynamic" and spec.max_positions is None:
         # Beyond max_position_embeddings dynamic scaling rescales theta; without
         # the key transformers takes its default (2048), which no check here holds.
         raise ValueError(f"config.json: {key} 'dynamic' needs max_position_embeddings (the "

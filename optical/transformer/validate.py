@@ -535,13 +535,13 @@ def _overflow_notes(products: Mapping[str, np.ndarray]) -> list[str]:
     them in float32, overflows there (an RMSNorm row comes out as zeros, a
     LayerNorm row as its bias), and what comes after scores what that
     leaves (0.00 dB, no error of its own, where it is zeros)."""
-    largest = float(np.finfo(np.float32).max)
     over = norm_overflows({name: largest_row_square_sum(value)
                            for name, value in products.items() if name in NORMED})
     if not over:
         return []
     names = ", ".join(over)
-    return [f"{names}: rows whose squares sum past float32's largest ({largest:.3g}; up to "
+    return [f"{names}: rows whose squares sum past float32's largest ({largest('float32'):.3g}; "
+            f"up to "
             f"{max(over.values()):.3g}): the norm after {'it' if len(over) == 1 else 'them'} "
             "overflows on those rows (they come out as zeros, or as a LayerNorm's bias "
             "alone), and what follows scores what that leaves; lower the noise (e.g. "
