@@ -398,7 +398,7 @@ def test_worst_row_sqnr_is_the_minimum_over_rows():
     assert worst_row_sqnr_db(ref, ref) == math.inf
 
 
-def test_validate_errors(tiny_dir):
+def test_validate_errors(tiny_dir, tmp_path):
     model = transformer.load(tiny_dir)
     with pytest.raises(TypeError, match=r"config: expected an OpticalConfig, got str \(for "
                        r"the preset 'iris-like': optical.presets.get\('iris-like'\)\)"):
@@ -428,7 +428,11 @@ def test_validate_errors(tiny_dir):
             transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=bad)
     # The held-out tokens, in prompts of the scored length, are bounded as one
     # prompt is: a legal max_tokens of 2**24 drew 2**22 prompts of 4 tokens (24 GiB).
+    # (A model of a short context, so that calibrating on the whole of it is quick.)
+    model = transformer.load(write_model(tmp_path / "short", {
+        **TINY_LLAMA, "max_position_embeddings": 96, "rope_scaling": None}))
     limit = model.spec.max_positions
+    assert limit == 96
     with pytest.raises(ValueError, match=f"calibration_tokens: {limit + 1} exceed "
                                          f"max_position_embeddings {limit}"):
         transformer.validate(model, layer=0, tokens=4, config=CFG, calibration_tokens=limit + 1)
