@@ -164,6 +164,10 @@ def test_max_abs_error_by_hand():
     assert np.float32(ref32[0, 0]) - np.float32(test32[0, 0]) == np.float32(2.0**24)
     got = metrics.max_abs_error(ref32, test32)
     assert type(got) is float and got == 16777217.0
+    # A difference beyond float64's largest is inf, without numpy's overflow
+    # warning on the way (an error under -W error; a figures audit found it).
+    assert metrics.max_abs_error([1e308, 0.0], [-1e308, 0.0]) == math.inf
+    assert metrics.max_abs_error([1e308], [-7e307]) == 1.7e308  # (not an overflow)
 
 
 def test_kl_divergence_of_a_two_class_softmax_by_hand():
