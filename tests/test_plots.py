@@ -2,6 +2,7 @@
 
 import math
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -334,6 +335,23 @@ def test_plot_command_file_names_hold_no_separator_from_a_held_value():
     fig, name = make_figure(frame_of(rows, ["adc.bits", "workload.model_dir"]), args)
     assert name == "sqnr_db-vs-adc.bits-workload.model_dir=_m_a_b"
     np.testing.assert_array_equal(data_lines(fig.axes[0])[0].get_ydata(), [10, 12])
+
+
+def test_a_malformed_where_is_refused_naming_it():
+    """--where PATH=VALUE: no "=", a path given twice, a value the field does
+    not take and an unknown path are each refused with the item quoted (a
+    coverage audit found them untested)."""
+    from optical.commands.plot import _where
+
+    assert _where([" adc.bits = 8", "source.photons_per_mac=1e3"]) == {
+        "adc.bits": 8, "source.photons_per_mac": 1e3}
+    for items, message in [
+            (["adc.bits"], "--where 'adc.bits': expected PATH=VALUE, e.g. adc.bits=8"),
+            (["adc.bits=8", "adc.bits=6"], "--where adc.bits: given twice"),
+            (["adc.bits=eight"], "--where 'adc.bits=eight': adc.bits"),
+            (["adc.bitz=8"], "--where 'adc.bitz=8': unknown config path 'adc.bitz'")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            _where(items)
 
 
 def test_where_finds_a_stored_model_directory_given_relative_or_with_a_tilde(
