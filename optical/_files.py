@@ -10,11 +10,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_write", "named", "read_plain", "replacing", "replacing_target", "write_output"]
+__all__ = ["atomic_write", "named", "own_descriptor", "read_plain", "replacing", "replacing_target",
+           "write_output"]
 
 #: The largest JSON file of a model directory read (config.json, an index,
 #: sentence-transformers' files: real ones are kilobytes).
@@ -183,7 +187,53 @@ def replacing_target(path: Path) -> Path | None:
     return target
 
 
-def write_output(path: Path, write: Callable[[Path], None]) -> None:
+#: Names of one of this process's own descriptors: /dev/stdout, /dev/stderr,
+#: /dev/fd/N and /proc/self/fd/N (or /proc/<this pid>/fd/N).
+_DESCRIPTOR_NAME = re.compile(r"/dev/(?:(stdout)|(stderr)|fd/(\d+))"
+                              r"|/proc/(?:self|thread-self|(\d+))/fd/(\d+)")
+
+
+def own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``,
+    ``/dev/fd/3``, a symlink to one), or None. Opening such a name opens the
+    file behind it afresh: at offset 0 and truncated, where the shell's
+    ``>`` or ``>>`` gave the process its own offset (and append mode), so the
+    JSON and the table printed after it overwrote each other, and ``>>``
+    lost what the file held."""
+    hop = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        match = _DESCRIPTOR_NAME.fullmatch(hop)
+        if match:
+            out, err, fd, pid, proc_fd = match.groups()
+            if pid is not None and int(pid) != os.getpid():
+                return None
+            number = 1 if out else 2 if err else int(fd or proc_fd)
+            try:
+                os.fstat(number)
+            except OSError:  # not open here: the name fails as it would
+                return None
+            return number
+        if not os.path.islink(hop):
+            return None
+        hop = os.path.abspath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+    return None
+
+
+def _write_to_descriptor(number: int, path: Path, write: Callable[[Any], None]) -> None:
+    """``write`` a binary file object on a duplicate of descriptor ``number``
+    (which shares its offset and append mode), after what Python's own
+    stdout and stderr hold is flushed, so that the file keeps their order."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    try:
+        with os.fdopen(os.dup(number), "wb") as file:
+            write(file)
+    except OSError as err:
+        raise named(err, path) from None
+
+
+def write_output(path: Path, write: Callable[[Any], None]) -> None:
     """Write a user's output file (a report, a figure) by calling ``write``
     on a path: through :func:`replacing` where :func:`replacing_target`
     allows, else in place; in place too where the file may be written but
@@ -191,7 +241,14 @@ def write_output(path: Path, write: Callable[[Path], None]) -> None:
     in a sticky one). A file the user may not write is refused
     (PermissionError naming ``path``), as a plain write refuses it, though
     a rename would replace it. A write in place that fails (a full disk)
-    leaves the file partly written; an OSError names ``path`` either way."""
+    leaves the file partly written; an OSError names ``path`` either way.
+    A name of one of this process's descriptors (``/dev/stdout``: see
+    :func:`own_descriptor`) is written through that descriptor: ``write``
+    is then given a binary file object, not a path."""
+    number = own_descriptor(path)
+    if number is not None:
+        _write_to_descriptor(number, path, write)
+        return
     target = replacing_target(path)
     if target is None:
         try:

@@ -80,12 +80,37 @@ def main(argv: list[str] | None = None) -> int:
     args.program = program
     # A block-buffered pipe whose reader left (or a full disk) fails at this
     # flush, not at the interpreter's exit (exit 120 and "Exception ignored" there).
-    with _no_swallowed_interrupt(f"optical {args.command}: interrupted", program):
+    with _no_swallowed_interrupt(f"optical {args.command}: interrupted", program), \
+            _printable_stdout():
         code = _run(args)
     code = _flush_stdout(f"optical {args.command}", code)
     if program and code == 130:  # Ctrl-C, reported in one line: now die of SIGINT, as
         die_of(signal.SIGINT)    # Python would (a shell sees a process killed by Ctrl-C,
     return code                  # not one that exited 130, and stops its loop too)
+
+
+@contextlib.contextmanager
+def _printable_stdout() -> Iterator[None]:
+    """stdout escapes what its encoding cannot show (``\\xe9``), as stderr
+    always has: under ``PYTHONIOENCODING=ascii`` (or a console's code page)
+    a path with an é made validate fail after its work, its table unprinted,
+    and report it as bad input (exit 2). Restored afterwards (``main``
+    called from Python leaves the caller's stdout as it found it)."""
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    if errors != "strict" or not hasattr(stream, "reconfigure"):
+        yield
+        return
+    try:
+        stream.reconfigure(errors="backslashreplace")
+    except (OSError, ValueError):  # (a closed or unusual stream: left as it is)
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            stream.reconfigure(errors=errors)
 
 
 @contextlib.contextmanager
@@ -134,6 +159,10 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C; `optical sweep` says more (where to resume)
         say_stopped(f"optical {args.command}: interrupted")
         return 130
+    except Warning as err:  # turned into an error by -W error (or the caller's filter)
+        print(f"optical {args.command}: error: {type(err).__name__}: {err} (a warning, "
+              "raised as an error by the warnings filter)", file=sys.stderr)
+        return 1
     except MemoryError as err:  # numpy's says how much it could not allocate
         why = f" ({err})" if str(err) else ""
         print(f"optical {args.command}: error: out of memory{why}", file=sys.stderr)

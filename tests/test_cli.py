@@ -234,6 +234,14 @@ def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, monkeypatc
     why = (f"--json {target}: not writable (permission denied)" if exists else
            f"--json {target}: cannot create it in {tmp_path} (permission denied)")
     assert why in err and not ran
+    # On a file system mounted read-only, that is the reason given (an
+    # environment audit: "permission denied" sent the user to the modes).
+    real = os.statvfs(tmp_path)
+    monkeypatch.setattr(_common.os, "statvfs", lambda path: os.statvfs_result(
+        (*real[:8], real.f_flag | os.ST_RDONLY, *real[9:])))
+    assert main(["config", "--json", str(target)]) == 2
+    assert why.replace("permission denied", "a read-only file system") in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", [
@@ -344,13 +352,22 @@ def test_a_reader_gone_loses_no_json_report(tmp_path, monkeypatch):
         assert json.loads(report.read_text())["config"]  # whole, and the run's
 
 
-@pytest.mark.parametrize("stop", [KeyboardInterrupt(), MemoryError("Unable to allocate 512. GiB")])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), MemoryError("Unable to allocate 512. GiB"),
+                                  RuntimeWarning("numba finds no writable directory")])
 def test_ctrl_c_and_out_of_memory_are_one_line_not_a_traceback(stop, monkeypatch, capsys):
     # main()'s contract: one line on stderr, never a traceback; Ctrl-C exits
-    # 130 (128 + SIGINT), as `optical sweep` does.
+    # 130 (128 + SIGINT), as `optical sweep` does. A warning raised as an
+    # error (`python -W error -m optical`, numba without a cache directory:
+    # an environment audit saw its traceback) is one line too.
+    import warnings
+
     from optical.commands import config as config_command
 
     def stopped(args):
+        if isinstance(stop, Warning):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                warnings.warn(str(stop), type(stop), stacklevel=1)
         raise stop
 
     monkeypatch.setattr(config_command, "run", stopped)
@@ -361,6 +378,8 @@ def test_ctrl_c_and_out_of_memory_are_one_line_not_a_traceback(stop, monkeypatch
     assert code == (130 if isinstance(stop, KeyboardInterrupt) else 1)
     err = capsys.readouterr().err
     assert err.startswith("optical config: ") and err.count("\n") == 1
+    if isinstance(stop, Warning):
+        assert err.startswith("optical config: error: RuntimeWarning: numba finds no writable")
 
 
 def test_an_abbreviated_option_is_refused(tmp_path, capsys):
@@ -405,6 +424,29 @@ def test_json_into_the_sweep_s_own_files_is_refused(name, tmp_path, capsys):
                  "--json", str(out / name)]) == 2
     assert (out / "manifest.json").read_text() == manifest
     assert main([*sweep, "--json", str(out / "summary.json")]) == 0  # another file: fine
+
+
+def test_a_sweep_whose_directory_cannot_be_written_is_plotted_with_output(tmp_path,
+                                                                          monkeypatch, capsys):
+    """A sweep read where it cannot be written (a read-only mount, another
+    user's): plot's default figures in DIR/plots failed after loading with
+    the bare OS error; the refusal names the figure and says --output."""
+    from optical.commands import _common
+
+    out = tmp_path / "s"
+    assert main(["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4,6", "--jobs", "1",
+                 "--quiet", "--out", str(out)]) == 0
+    access = os.access
+    monkeypatch.setattr(_common.os, "access", lambda path, mode: not str(path).startswith(
+        str(out)) and access(path, mode))
+    plot = ["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db"]
+    assert main(plot) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"optical plot: error: the figure {out / 'plots'}") and \
+        err.rstrip().endswith("; give --output STEM to write it elsewhere")
+    assert not (out / "plots").exists()
+    assert main([*plot, "--output", str(tmp_path / "fig.png")]) == 0
+    assert (tmp_path / "fig.png").stat().st_size > 0
 
 
 def test_config_json_to_stdout_is_the_json_alone(capsys):
@@ -576,6 +618,57 @@ def test_a_json_report_that_cannot_be_written_whole_keeps_the_previous_one(tmp_p
     link.symlink_to(out)
     write_json(link, {"sqnr_db": 12.0})
     assert link.is_symlink() and json.loads(out.read_text()) == {"sqnr_db": 12.0}
+
+
+@pytest.mark.parametrize("mode", ["truncate", "append"])
+def test_json_to_a_redirected_stdout_keeps_the_files_order_and_what_it_held(tmp_path, mode):
+    """`--json /dev/stdout > file` (or `>> log`): opening /dev/stdout opened
+    the file afresh, at offset 0 and truncated, so the table printed after
+    it overwrote the JSON, and `>>` lost the lines the file held (an
+    environment audit). Through a symlink and /dev/fd/N alike, the JSON is
+    written through the shell's own descriptor: what the file held, then the
+    JSON, then the table."""
+    import os
+    import subprocess
+    import sys
+
+    held = "line 1\nline 2\n" if mode == "append" else ""
+    (tmp_path / "so.json").symlink_to("/dev/stdout")
+    names = ["/dev/stdout", str(tmp_path / "so.json"), "/dev/fd/1", f"/proc/{'self'}/fd/1"]
+    for name in names:
+        log = tmp_path / "log.txt"
+        log.write_text(held)
+        with open(log, "ab" if mode == "append" else "wb") as out:
+            run = subprocess.run([sys.executable, "-m", "optical.cli", "config", "--preset",
+                                  "ideal", "--json", name], stdout=out, stderr=subprocess.PIPE,
+                                 text=True, timeout=120, cwd=os.getcwd())
+        assert run.returncode == 0, run.stderr
+        text = log.read_text()
+        assert text.startswith(held), name
+        report, end = json.JSONDecoder().raw_decode(text, len(held))
+        assert report["adc"]["bits"] is None, name
+        table = text[end:].lstrip("\n")
+        assert table.startswith("path ") and "\nadc.bits " in table, name
+
+
+def test_a_path_stdout_cannot_encode_is_printed_escaped_not_an_error(tmp_path):
+    """Under PYTHONIOENCODING=ascii (or a console's code page) a model path
+    with an é made the command fail after its work, its table unprinted, as
+    bad input (exit 2, an environment audit): stdout escapes it, as stderr
+    does."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    model = tmp_path / "minilm\u00e9"
+    model.mkdir()
+    shutil.copy("models/all-minilm-l6-v2/config.json", model)
+    run = subprocess.run([sys.executable, "-m", "optical.cli", "energy", "--model", str(model)],
+                         capture_output=True, timeout=120,
+                         env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert run.returncode == 0, run.stderr.decode()
+    assert run.stdout.decode("ascii").startswith("minilm\\xe9: 512 prompt tokens")
 
 
 def test_outputs_that_are_not_files_are_written_in_place(tmp_path):

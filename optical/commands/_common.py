@@ -142,7 +142,7 @@ def check_output_path(path: Path | None, option: str) -> None:
         raise ValueError(f"{option} {path}: is a directory, not a file")
     if path.exists():
         if not os.access(path, os.W_OK):
-            raise ValueError(f"{option} {path}: not writable (permission denied)")
+            raise ValueError(f"{option} {path}: not writable ({_not_writable_why(path)})")
         return
     parent = path.parent
     while not parent.exists():  # the nearest existing ancestor: mkdir starts there
@@ -152,7 +152,8 @@ def check_output_path(path: Path | None, option: str) -> None:
     if parent.exists() and not parent.is_dir():
         raise ValueError(f"{option} {path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{option} {path}: cannot create it in {parent} (permission denied)")
+        raise ValueError(f"{option} {path}: cannot create it in {parent} "
+                         f"({_not_writable_why(parent)})")
     try:  # os.access says yes to root, where a file system (sysfs, NFS) may still refuse
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".optical-probe-")
     except OSError as err:
@@ -164,6 +165,17 @@ def check_output_path(path: Path | None, option: str) -> None:
     except OSError as err:  # an append-only directory (chattr +a) takes files, keeps them
         raise ValueError(f"{option} {path}: {parent} lets files be created but not replaced "
                          f"or removed ({err.strerror or err}; {probe} is left there)") from None
+
+
+def _not_writable_why(path: Path) -> str:
+    """Why ``os.access`` said no: a file system mounted read-only (where
+    "permission denied" sent the user to the file's mode), else permission."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    except (OSError, AttributeError):  # (no statvfs on Windows)
+        pass
+    return "permission denied"
 
 
 # The files of a model directory that optical.transformer.load reads (or, for
@@ -264,7 +276,9 @@ def write_json(path: Path | None, data: Any) -> None:
         print(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_output(path, lambda p: p.write_text(text + "\n"))
+    text += "\n"  # (ASCII: json.dumps escapes the rest; a descriptor is given bytes)
+    write_output(path, lambda p: p.write(text.encode()) if hasattr(p, "write")
+                 else p.write_text(text))
 
 
 def say_stopped(message: str) -> None:
