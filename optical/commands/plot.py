@@ -184,13 +184,14 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         stem, formats = args.sweep_dir / "plots" / name, formats or ["png", "svg"]
         check_not_json(args, plots.output_paths(stem, formats), "the default --output")
-        try:  # a sweep read where it cannot be written (another user's, a read-only mount)
-            for path in plots.output_paths(stem, formats):
-                check_output_path(path, "the figure")
-        except ValueError as err:
-            raise ValueError(f"{err}; give --output STEM to write it elsewhere") from None
         # Links to the figures inside it are replaced, not written through.
-        paths = plots.save(fig, stem, formats, follow_links=False)
+        try:
+            paths = plots.save(fig, stem, formats, follow_links=False)
+        except OSError as err:  # a sweep read where it cannot be written (a read-only
+            if err.errno is None or not err.strerror:  # mount, another user's)
+                raise
+            raise type(err)(err.errno, f"{err.strerror}; give --output STEM to write the "
+                            "figure elsewhere", err.filename) from None
     else:
         paths = plots.save(fig, args.output, formats)
     metric = args.z if args.kind == "heatmap" else (args.y or "sqnr_db")
