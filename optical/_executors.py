@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures as cf
 import dataclasses
+import errno
 import multiprocessing
 import os
 import pickle
@@ -290,6 +291,20 @@ def _start_tracker_deaf_to_hangup() -> None:
 _CLOSE_WAIT_S = 10.0
 
 
+def _check_cwd() -> None:
+    """FileNotFoundError naming the cause where this process's working
+    directory was deleted (a shell left in it): spawn gives its workers
+    that directory, and failed with a bare "[Errno 2] No such file or
+    directory" naming nothing."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT, "No such file or directory (the current directory was deleted, "
+            "and worker processes start in it); cd to a directory that exists, or run "
+            "serially (--jobs 1, executor='serial')", ".") from None
+
+
 class ProcessExecutor(Executor):
     """Worker processes on this machine (``concurrent.futures``, spawn).
 
@@ -318,6 +333,7 @@ class ProcessExecutor(Executor):
         if self._pool is not None and self.workers < workers:
             self.close()  # a pool of an earlier, smaller call: start a bigger one
         if self._pool is None:
+            _check_cwd()
             self.workers, self.threads = workers, self._threads(workers)
             _start_tracker_deaf_to_hangup()
             self._pool = cf.ProcessPoolExecutor(

@@ -1380,6 +1380,24 @@ def test_a_worker_exception_that_cannot_be_unpickled_names_its_run_and_cause(tmp
                       seeds=1, out=tmp_path / "s", base=BASE, executor=2, progress=False)
 
 
+def test_worker_processes_in_a_deleted_directory_are_refused_naming_it(tmp_path, monkeypatch):
+    """A shell left in a directory that was then deleted: spawn gives the
+    workers the current directory, and a sweep failed with a bare "[Errno
+    2] No such file or directory" (an environment audit). The error says
+    which directory and what to do; nothing is started."""
+    from optical import _executors
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    executor = _executors.ProcessExecutor(2)
+    with pytest.raises(FileNotFoundError, match=r"the current directory was deleted, and worker "
+                                                r"processes start in it\); cd to a directory"):
+        list(executor.run([_executors.Task(f"r{i}", 0, i, WL, BASE) for i in range(2)]))
+    assert executor.workers == 0 and executor._pool is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [0, 1])
 def test_closing_the_pool_does_not_hang_when_a_worker_dies_meanwhile(victim):
