@@ -17,6 +17,7 @@ import re
 import reprlib
 import stat
 import sys
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -363,6 +364,22 @@ def _open_lock(path: Path) -> int:
         return os.open(path, os.O_RDONLY | flags)
 
 
+#: Set to 1 to run sweeps on a file system without ``flock`` (Lustre mounted
+#: ``noflock``, some NFS) unlocked, with a warning: the user then keeps a
+#: second sweep out of the directory.
+UNLOCKED_ENV = "OPTICAL_SWEEP_WITHOUT_FLOCK"
+
+
+def _without_flock() -> bool:
+    """Whether :data:`UNLOCKED_ENV` asks for sweeps without the lock
+    (ValueError for a value other than unset, "", 0 or 1)."""
+    value = os.environ.get(UNLOCKED_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{UNLOCKED_ENV}={value!r}: expected 1 (run without the sweep's lock "
+                         "where the file system has no flock) or 0")
+    return value == "1"
+
+
 @contextlib.contextmanager
 def lock(out: Path) -> Iterator[None]:
     """Refuse a second sweep process on the same directory (Unix). A lock
@@ -374,6 +391,7 @@ def lock(out: Path) -> Iterator[None]:
         yield
         return
     path = out / ".lock"
+    unlocked = _without_flock()  # (a bad value is refused wherever it is set)
     while True:
         made = not os.path.lexists(path)
         # Never through a symlink (a directory from someone else: its .lock may
@@ -403,13 +421,20 @@ def lock(out: Path) -> Iterator[None]:
                              "to end (it keeps its finished runs there), or give this one "
                              "another directory") from None
         except OSError as err:  # a file system without flock (ENOSYS, ENOLCK)
+            if unlocked:
+                warnings.warn(f"{out}: running without the sweep's lock ({err.strerror or err}; "
+                              f"{UNLOCKED_ENV}=1): a second sweep on this directory is not "
+                              "refused", RuntimeWarning, stacklevel=3)
+                break  # held, unlocking nothing, until the sweep ends
             handle.close()
             if made:
                 path.unlink(missing_ok=True)
             raise ValueError(f"{out}: cannot lock {path.name} ({err.strerror or err}): this "
                              "file system does not support the lock that keeps a second "
                              "sweep out of the directory; use a directory on one that "
-                             "does (a local disk, or a mount with locking)") from None
+                             "does (a local disk, or a mount with locking), or set "
+                             f"{UNLOCKED_ENV}=1 to run without it, making sure that no "
+                             "other sweep runs there meanwhile") from None
         try:  # a lock file a failed sweep removed meanwhile locks nothing: again
             if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
                 break
@@ -424,7 +449,8 @@ def lock(out: Path) -> Iterator[None]:
                 path.unlink(missing_ok=True)
             raise
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):  # (nothing to unlock without flock)
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _workload_record(workload: Any) -> dict[str, Any]:

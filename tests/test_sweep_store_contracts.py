@@ -688,10 +688,41 @@ def test_a_file_system_without_flock_is_named_and_keeps_no_lock_file(tmp_path, m
         raise OSError(getattr(errno, code), "Function not implemented")
 
     monkeypatch.setattr(fcntl, "flock", flock)
-    with pytest.raises(ValueError, match=r"cannot lock \.lock .*does not support the lock"):
+    with pytest.raises(ValueError, match=r"cannot lock \.lock .*does not support the lock.*"
+                                         r"or set OPTICAL_SWEEP_WITHOUT_FLOCK=1 to run"):
         with lock(tmp_path):
             pass
     assert not (tmp_path / ".lock").exists()
+
+
+def test_a_file_system_without_flock_runs_a_sweep_unlocked_when_told(tmp_path, monkeypatch):
+    """Where the cluster's only shared file system has no flock (Lustre
+    mounted noflock), sweeps could not run at all: OPTICAL_SWEEP_WITHOUT_FLOCK=1
+    runs them with a warning (the user keeps a second one out), whole and
+    resumable; any other value is refused by name."""
+    import errno
+    import fcntl
+
+    def flock(handle, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    out = tmp_path / "s"
+    monkeypatch.setenv("OPTICAL_SWEEP_WITHOUT_FLOCK", "yes")
+    with pytest.raises(ValueError, match=r"OPTICAL_SWEEP_WITHOUT_FLOCK='yes': expected 1"):
+        optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
+                      progress=False)
+    monkeypatch.setenv("OPTICAL_SWEEP_WITHOUT_FLOCK", "1")
+    with pytest.warns(RuntimeWarning, match=r"running without the sweep's lock \(No locks "
+                                            r"available; OPTICAL_SWEEP_WITHOUT_FLOCK=1\)"):
+        frame = optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
+                              progress=False)
+    monkeypatch.undo()
+    assert len(frame) == 2
+    again = optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=tmp_path / "locked",
+                          executor="serial", progress=False)
+    pd.testing.assert_frame_equal(frame.drop(columns=["elapsed_s", "finished_at", "run_id"]),
+                                  again.drop(columns=["elapsed_s", "finished_at", "run_id"]))
 
 
 def test_a_manifest_that_appeared_meanwhile_is_not_replaced(tmp_path, monkeypatch):
