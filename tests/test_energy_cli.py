@@ -42,6 +42,18 @@ def test_energy_command_prints_the_breakdown_and_writes_json_and_plot(tmp_path, 
     assert data["gpu"]["ttft_s"] == pytest.approx(ref.time)
     assert "energy_per_request_j" in data["disaggregated"]
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # What computed it and what it read of config.json (a reproduction audit:
+    # an energy-model change moved the numbers under the same results_version)
+    from optical._version import source_commit
+
+    assert data["optical_commit"] == source_commit()
+    assert data["model_spec"] == {
+        "architecture": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+        "num_layers": 16, "num_heads": 32, "num_kv_heads": 8, "head_dim": 64,
+        "vocab_size": 128256, "max_positions": 131072, "tie_word_embeddings": True}
+    rebuilt = optical.transformer.ModelSpec.from_config({**spec.raw})
+    assert {k: getattr(rebuilt, k) for k in data["model_spec"] if k != "tie_word_embeddings"} \
+        == {k: v for k, v in data["model_spec"].items() if k != "tie_word_embeddings"}
 
 
 @pytest.mark.parametrize(("value", "text"), [(1.0023, "1.002"), (0.99951, "0.9995"),

@@ -447,6 +447,33 @@ def test_validate_errors(tiny_dir, tmp_path):
         transformer.validate(42, layer=0, tokens=4, config=CFG)
 
 
+def test_the_report_records_the_options_that_change_its_numbers(tiny_dir, tmp_path, capsys):
+    """matmul_options (a backend, exact) change the numbers, and reports of
+    the same call with and without them were alike in every other field (a
+    reproduction audit): the report records them, as given (an array by its
+    shape and dtype), and the CLI's JSON says there were none."""
+    model = transformer.load(tiny_dir)
+    kw = {"layer": 0, "tokens": 6, "config": NAIVE, "seed": 2}
+    plain = transformer.validate(model, **kw)
+    exact = transformer.validate(model, **kw, matmul_options={"exact": True,
+                                                              "chunk_tokens": np.int64(4)})
+    assert plain.output.sqnr_db != exact.output.sqnr_db
+    assert plain.to_dict()["options"] == {"matmul_options": {}, "program_options": {}}
+    assert exact.to_dict()["options"] == {"matmul_options": {"exact": True, "chunk_tokens": 4},
+                                          "program_options": {}}
+    with pytest.raises(TypeError):
+        exact.options["matmul_options"]["exact"] = False  # read-only, as the report
+    from optical.transformer.validate import _recorded
+
+    assert _recorded({"calibration": np.zeros((3, 4), np.float32), "f": len}) == {
+        "calibration": "ndarray (3, 4) float32", "f": "builtin_function_or_method"}
+    out = tmp_path / "r.json"
+    assert main(["validate", "--model", str(tiny_dir), "--tokens", "4", "--quiet",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["options"] == {"matmul_options": {},
+                                                      "program_options": {}}
+
+
 def test_numpy_integers_are_integers(tiny_dir):
     """Token counts computed with numpy (np.int64) are accepted and reported as int."""
     model = transformer.load(tiny_dir)

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from optical._version import RESULTS_VERSION, __version__
+from optical._version import RESULTS_VERSION, __version__, source_commit
 from optical.commands._common import (
     add_config_options,
     add_json_option,
@@ -172,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
         **config_source(args), "config": cfg.to_dict(),
         "optical": opt.to_dict(), "gpu": ref.to_dict(), "comparison": comparison,
         "disaggregated": split,
-        "optical_version": __version__, "results_version": RESULTS_VERSION,
+        # What the estimate read of config.json, and the code that computed it:
+        # an energy model's change moves these numbers, not RESULTS_VERSION.
+        "model_spec": _spec_record(spec),
+        "optical_version": __version__, "optical_commit": source_commit(),
+        "results_version": RESULTS_VERSION,
     }
     if args.plot is not None:
         from optical.energy.plot import plot_breakdown
@@ -185,6 +189,15 @@ def run(args: argparse.Namespace) -> int:
 
     write_json_and_show(args, result, show)
     return 0
+
+
+def _spec_record(spec: Any) -> dict[str, Any]:
+    """The shape of the model the estimate counts (what it reads of
+    config.json): the same record re-runs the same estimate."""
+    fields = ("architecture", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+              "num_kv_heads", "head_dim", "vocab_size", "max_positions")
+    return {**{name: getattr(spec, name) for name in fields},
+            "tie_word_embeddings": spec.raw.get("tie_word_embeddings")}  # (None: absent)
 
 
 def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,

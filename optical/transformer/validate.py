@@ -175,6 +175,12 @@ class ValidationReport:
         by ``model.hidden_states``). The held-out calibration input is
         drawn either way: a ``hidden`` equal to it scores the calibration
         set itself, which no report field can tell.
+    options : mapping (read-only)
+        ``{"matmul_options": ..., "program_options": ...}`` as given (``{}``
+        where none were): a backend or ``exact`` changes the numbers, so the
+        report says which ran; a value that is not a JSON number, string,
+        bool or None is recorded by its type (an array by its shape and
+        dtype).
     notes : tuple of str
         What the numbers alone do not say, printed under the table: the
         products a norm takes next (Llama's o_proj; BERT's attention.output
@@ -203,9 +209,11 @@ class ValidationReport:
     calibration_prompts: int | None = None
     hidden_given: bool = False
     notes: tuple[str, ...] = ()
+    options: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: {"matmul_options": {}, "program_options": {}})
 
     def __post_init__(self) -> None:
-        frozen(self, "totals", "timings")  # read-only: layer_metrics reads them
+        frozen(self, "totals", "timings", "options")  # read-only: layer_metrics reads them
         object.__setattr__(self, "notes", tuple(self.notes))
 
     def product(self, name: str) -> ProductReport:
@@ -217,7 +225,11 @@ class ValidationReport:
                        f"{', '.join(r.name for r in self.products)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready values: what ``optical validate --json`` writes."""
+        """The report as JSON-ready values. ``optical validate --json`` writes
+        these and the run's provenance beside them (the model's directory
+        and digest, the config's source, :func:`optical.kernels.environment`
+        and the versions): a report kept from Python keeps what computed it
+        only if the caller adds those."""
         return {
             "model": self.model, "architecture": self.architecture, "weights": self.weights,
             "layer": self.layer, "tokens": self.tokens, "batch": self.batch, "seed": self.seed,
@@ -228,6 +240,7 @@ class ValidationReport:
             "calibration_tokens": self.calibration_tokens,
             "calibration_prompts": self.calibration_prompts, "data_seed": self.data_seed,
             "hidden_given": self.hidden_given, "notes": list(self.notes),
+            "options": {k: dict(v) for k, v in self.options.items()},
         }
 
     def __str__(self) -> str:
@@ -526,7 +539,26 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         calibration_tokens=calibration_tokens if needs_calibration else None,
         calibration_prompts=calibration_prompts,
         data_seed=None if data_seed is None else data, hidden_given=hidden_given,
-        notes=_overflow_notes(run.products))
+        notes=_overflow_notes(run.products),
+        options={"matmul_options": _recorded(matmul_options),
+                 "program_options": _recorded(program_options)})
+
+
+def _recorded(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` as the report records them: JSON numbers, strings, bools
+    and None as they are, anything else by its type (an array by its shape
+    and dtype)."""
+    record = {}
+    for key, value in (options or {}).items():
+        if value is None or isinstance(value, bool | int | float | str):
+            record[str(key)] = value
+        elif isinstance(value, np.generic):
+            record[str(key)] = value.item()
+        elif hasattr(value, "shape") and hasattr(value, "dtype"):
+            record[str(key)] = f"{type(value).__name__} {tuple(value.shape)} {value.dtype}"
+        else:
+            record[str(key)] = type(value).__name__
+    return record
 
 
 def _overflow_notes(products: Mapping[str, np.ndarray]) -> list[str]:
