@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "named", "own_descriptor", "read_plain", "replacing", "replacing_target",
-           "write_output"]
+__all__ = ["absolute", "atomic_write", "named", "own_descriptor", "read_plain", "replacing",
+           "replacing_target", "writable_descriptor", "write_output"]
 
 #: The largest JSON file of a model directory read (config.json, an index,
 #: sentence-transformers' files: real ones are kilobytes).
@@ -210,13 +210,39 @@ def own_descriptor(path: Path) -> int | None:
             number = 1 if out else 2 if err else int(fd or proc_fd)
             try:
                 os.fstat(number)
-            except OSError:  # not open here: the name fails as it would
+            except (OSError, OverflowError):  # not open here: the name fails as it would
                 return None
             return number
         if not os.path.islink(hop):
             return None
         hop = os.path.abspath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
     return None
+
+
+def writable_descriptor(number: int) -> bool:
+    """Whether descriptor ``number`` is open for writing (``/dev/stdin``, or
+    ``5< file``, is not: a report written there was lost after the work)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the write itself will say
+        return True
+    try:
+        return fcntl.fcntl(number, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except OSError:
+        return False
+
+
+def absolute(path: str | os.PathLike, name: str) -> Path:
+    """``path`` made absolute; where it is relative and the working directory
+    was deleted (a shell left in it), FileNotFoundError says so, naming
+    ``name``, where Python's named nothing."""
+    try:
+        return Path(path).absolute()
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"No such file or directory ({name} is relative "
+                                "to the current directory, which was deleted: cd to a "
+                                "directory that exists, or give an absolute path)",
+                                str(path)) from None
 
 
 def _write_to_descriptor(number: int, path: Path, write: Callable[[Any], None]) -> None:

@@ -422,9 +422,16 @@ def lock(out: Path) -> Iterator[None]:
                              "another directory") from None
         except OSError as err:  # a file system without flock (ENOSYS, ENOLCK)
             if unlocked:
-                warnings.warn(f"{out}: running without the sweep's lock ({err.strerror or err}; "
-                              f"{UNLOCKED_ENV}=1): a second sweep on this directory is not "
-                              "refused", RuntimeWarning, stacklevel=3)
+                try:  # (raised under -W error: then as the refusal below, tidied)
+                    warnings.warn(f"{out}: running without the sweep's lock "
+                                  f"({err.strerror or err}; {UNLOCKED_ENV}=1): a second sweep "
+                                  "on this directory is not refused", RuntimeWarning,
+                                  stacklevel=3)
+                except BaseException:
+                    handle.close()
+                    if made:
+                        path.unlink(missing_ok=True)
+                    raise
                 break  # held, unlocking nothing, until the sweep ends
             handle.close()
             if made:

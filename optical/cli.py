@@ -95,7 +95,9 @@ def _printable_stdout() -> Iterator[None]:
     always has: under ``PYTHONIOENCODING=ascii`` (or a console's code page)
     a path with an é made validate fail after its work, its table unprinted,
     and report it as bad input (exit 2). Restored afterwards (``main``
-    called from Python leaves the caller's stdout as it found it)."""
+    called from Python leaves the caller's stdout as it found it), except
+    where stdout can no longer be flushed (its reader gone, a full disk:
+    ``reconfigure`` flushes first, and that failure is already reported)."""
     stream = sys.stdout
     errors = getattr(stream, "errors", None)
     if errors != "strict" or not hasattr(stream, "reconfigure"):
@@ -161,7 +163,8 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     except Warning as err:  # turned into an error by -W error (or the caller's filter)
         print(f"optical {args.command}: error: {type(err).__name__}: {err} (a warning, "
-              "raised as an error by the warnings filter)", file=sys.stderr)
+              f"raised as an error by the warnings filter{_where_raised(err)})",
+              file=sys.stderr)
         return 1
     except MemoryError as err:  # numpy's says how much it could not allocate
         why = f" ({err})" if str(err) else ""
@@ -171,6 +174,9 @@ def _run(args: argparse.Namespace) -> int:
         # Bad input: one clear line, no traceback.
         text = describe_os_error(err) if isinstance(err, FileNotFoundError) and \
             err.strerror else str(err)
+        if isinstance(err, FileNotFoundError) and err.filename is None and _cwd_deleted():
+            text += (" (a relative path, and the current directory was deleted: cd to a "
+                     "directory that exists, or give absolute paths)")
         print(f"optical {args.command}: error: {text}", file=sys.stderr)
         return 2
     except ImportError as err:  # an optional dependency: the message names its extra
@@ -185,6 +191,23 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"optical {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 1
+
+
+def _where_raised(err: BaseException) -> str:
+    """``, at FILE:LINE``: the innermost Python frame the warning was raised
+    from (a traceback said where; the one line should too)."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    return f", at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+def _cwd_deleted() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _silence_stdout() -> None:

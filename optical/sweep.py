@@ -60,7 +60,7 @@ from optical._executors import (
     evaluate,
     make_executor,
 )
-from optical._files import atomic_write, replacing
+from optical._files import absolute, atomic_write, replacing
 from optical._progress import progress_bar
 from optical._signals import (  # sigterm_as_exit: where callers found it before the split
     Terminated,
@@ -398,7 +398,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                          "parquet)")
     # Absolute now: a workload (or a notebook's thread) changing the working
     # directory mid-sweep would send later runs to another sweep's directory.
-    out = Path(out).absolute()
+    out = absolute(out, "out")
     if results_format is None:  # a resumed CSV sweep stays one (a link to a file counts)
         results_format = "csv" if ((out / "results.csv").is_file()
                                    and not (out / "results.parquet").is_file()) else "parquet"
@@ -673,7 +673,7 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         raise ValueError(f"sample_seed: applies only with samples (random points); a grid "
                          f"draws nothing, and sample_seed={definition.sample_seed} would make "
                          f"the same grid another sweep")
-    out = Path(out).absolute()  # the directory execute writes, whatever the cwd then
+    out = absolute(out, "out")  # the directory execute writes, whatever the cwd then
     execute(definition, out, executor=executor, progress=progress,
             results_format=results_format)
     return load(out)

@@ -378,8 +378,10 @@ def test_ctrl_c_and_out_of_memory_are_one_line_not_a_traceback(stop, monkeypatch
     assert code == (130 if isinstance(stop, KeyboardInterrupt) else 1)
     err = capsys.readouterr().err
     assert err.startswith("optical config: ") and err.count("\n") == 1
-    if isinstance(stop, Warning):
+    if isinstance(stop, Warning):  # and where it was raised, as a traceback said
         assert err.startswith("optical config: error: RuntimeWarning: numba finds no writable")
+        assert err.rstrip().endswith(f"raised as an error by the warnings filter, at "
+                                     f"{__file__}:{stopped.__code__.co_firstlineno + 4})")
 
 
 def test_an_abbreviated_option_is_refused(tmp_path, capsys):
@@ -655,6 +657,54 @@ def test_json_to_a_redirected_stdout_keeps_the_files_order_and_what_it_held(tmp_
         assert report["adc"]["bits"] is None, name
         table = text[end:].lstrip("\n")
         assert table.startswith("path ") and "\nadc.bits " in table, name
+
+
+def test_a_descriptor_name_that_cannot_take_the_json_is_refused_before_any_work(
+        tmp_path, monkeypatch, capsys):
+    """--json /dev/stdin (open for reading) passed the check and lost the
+    report after the work ("Bad file descriptor"): refused before any work,
+    naming the option; a link to a descriptor number past C's int gave
+    OverflowError's traceback (a review), now the name's own error."""
+    import os
+
+    from optical.commands import config as config_command
+
+    ran = []
+    monkeypatch.setattr(config_command, "run", lambda args: ran.append(args) or 0)
+    read_end, write_end = os.pipe()
+    try:
+        assert main(["config", "--json", f"/dev/fd/{read_end}"]) == 2
+        assert capsys.readouterr().err == (f"optical config: error: --json /dev/fd/{read_end}: "
+                                           f"descriptor {read_end} is open for reading only\n")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert not ran
+    monkeypatch.undo()
+    (tmp_path / "big.json").symlink_to("/dev/fd/3000000000")
+    assert main(["config", "--json", str(tmp_path / "big.json")]) == 2
+    assert capsys.readouterr().err.endswith(f"{tmp_path / 'big.json'}: No such file or "
+                                            "directory\n")
+
+
+def test_a_relative_path_in_a_deleted_directory_says_so(tmp_path, monkeypatch, capsys):
+    """A shell left in a directory that was deleted: a relative --out (the
+    README's form) or --json failed with a bare "[Errno 2] No such file or
+    directory" (a review); the line says why."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert main(["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4", "--jobs", "1",
+                 "--quiet", "--out", "runs/x"]) == 2
+    assert capsys.readouterr().err == (
+        "optical sweep: error: runs/x: No such file or directory (out is relative to the "
+        "current directory, which was deleted: cd to a directory that exists, or give an "
+        "absolute path)\n")
+    assert main(["config", "--json", "c.json"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "(a relative path, and the current directory was deleted: cd to a directory that "
+        "exists, or give absolute paths)\n")
 
 
 def test_a_path_stdout_cannot_encode_is_printed_escaped_not_an_error(tmp_path):

@@ -699,7 +699,8 @@ def test_a_file_system_without_flock_runs_a_sweep_unlocked_when_told(tmp_path, m
     """Where the cluster's only shared file system has no flock (Lustre
     mounted noflock), sweeps could not run at all: OPTICAL_SWEEP_WITHOUT_FLOCK=1
     runs them with a warning (the user keeps a second one out), whole and
-    resumable; any other value is refused by name."""
+    resumable; any other value is refused by name; the warning raised as an
+    error (-W error) leaves no lock file and no open handle (a review)."""
     import errno
     import fcntl
 
@@ -713,13 +714,26 @@ def test_a_file_system_without_flock_runs_a_sweep_unlocked_when_told(tmp_path, m
         optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
                       progress=False)
     monkeypatch.setenv("OPTICAL_SWEEP_WITHOUT_FLOCK", "1")
+    # (the suite's filterwarnings=error: the warning is raised, before any run)
+    with pytest.raises(RuntimeWarning, match="running without the sweep's lock"):
+        optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
+                      progress=False)
+    assert not (out / ".lock").exists()  # (a leaked handle: a ResourceWarning, an error here)
     with pytest.warns(RuntimeWarning, match=r"running without the sweep's lock \(No locks "
                                             r"available; OPTICAL_SWEEP_WITHOUT_FLOCK=1\)"):
-        frame = optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
+        frame = optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=out, executor="serial",
+                              progress=False)
+    with pytest.raises(ValueError, match="holds a different sweep"):  # (refused, as locked)
+        with pytest.warns(RuntimeWarning):
+            optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=out, executor="serial",
+                          progress=False)
+    (out / "runs" / f"{frame['run_id'][0]}.json").unlink()  # resumed: the run again, alone
+    with pytest.warns(RuntimeWarning):
+        frame = optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=out, executor="serial",
                               progress=False)
     monkeypatch.undo()
-    assert len(frame) == 2
-    again = optical.sweep(WL, {"adc.bits": [4, 6]}, seeds=1, out=tmp_path / "locked",
+    assert len(frame) == 1
+    again = optical.sweep(WL, {"adc.bits": [4]}, seeds=1, out=tmp_path / "locked",
                           executor="serial", progress=False)
     pd.testing.assert_frame_equal(frame.drop(columns=["elapsed_s", "finished_at", "run_id"]),
                                   again.drop(columns=["elapsed_s", "finished_at", "run_id"]))

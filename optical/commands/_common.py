@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from optical import presets
-from optical._files import replacing_target, write_output
+from optical._files import own_descriptor, replacing_target, writable_descriptor, write_output
 from optical._sweep_store import encode
 from optical._validation import missing_or_broken
 from optical.config import OpticalConfig, parse_value
@@ -136,6 +136,11 @@ def check_output_path(path: Path | None, option: str) -> None:
     if path is None or str(path) == "-":
         return
     path = Path(path)
+    number = own_descriptor(path)  # /dev/stdout, /dev/fd/N: written through that descriptor
+    if number is not None:
+        if not writable_descriptor(number):
+            raise ValueError(f"{option} {path}: descriptor {number} is open for reading only")
+        return
     # What gets written: a symlink's target (a dangling one's too), as write_output does.
     path = replacing_target(path) or path
     if path.is_dir():
