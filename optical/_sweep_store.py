@@ -579,5 +579,8 @@ def read_frame(out: Path, pd: Any) -> Any:
     frame.attrs["sweep"] = {"out": str(out), "params": paths, "metrics": list(metric_names),
                             "results_version": results_version(manifest),
                             "runs": sum(len(ids) for ids in manifest["run_ids"]),
-                            "finished": len(frame), **_described(manifest["definition"])}
+                            "finished": len(frame), **_described(manifest["definition"]),
+                            # the whole definition (workload fields, base config,
+                            # params, seeds): results.parquet then rebuilds the call
+                            "definition": manifest["definition"]}
     return frame

@@ -649,8 +649,11 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         unfinished), ``workload``, the workload's label, and ``base``, the
         base config's :func:`optical.presets.describe` (its preset, or the
         nearest preset with the few fields it changes, else "custom config"),
-        and ``results_version``, the results version its runs were computed
-        under (:data:`optical._version.RESULTS_VERSION`).
+        ``results_version``, the results version its runs were computed
+        under (:data:`optical._version.RESULTS_VERSION`), and ``definition``,
+        the manifest's whole definition (the workload's every field, the
+        base config, params, sampling and seeds), which results.parquet
+        keeps too (a CSV keeps no attrs).
 
     Raises
     ------
