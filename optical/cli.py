@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  where no command is known yet)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version_line(),
+                        help="print optical's version, its git commit where it has one, "
+                             "and the results version, then exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(subparsers)
@@ -47,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.allow_abbrev = False  # `sweep --seed 5` must not pass for --seeds 5
     parser.command_names = tuple(subparsers.choices)
     return parser
+
+
+def _version_line() -> str:
+    """``optical 0.1.0 (commit 1a2b3c4d5e6f, results version 5)``: what a
+    report of a run records of the code that computed it."""
+    from optical._version import RESULTS_VERSION, __version__, source_commit
+
+    commit = source_commit()
+    where = f"commit {commit[:12]}" if commit else "no git commit"
+    return f"optical {__version__} ({where}, results version {RESULTS_VERSION})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     program = argv is None  # the `optical` command itself, not a caller in Python
     argv = sys.argv[1:] if program else list(argv)
-    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
-        # optical itself has no options: this one is a command's, given before it
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        # optical itself has no options but these: this one is a command's, given before it
         command = next((a for a in argv if a in parser.command_names), "COMMAND")
         parser.error(f"unrecognized arguments: {argv[0]} (a command's options go after it: "
                      f"optical {command} {argv[0]} ...)")

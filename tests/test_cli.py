@@ -944,6 +944,20 @@ def test_an_option_before_the_command_is_refused_by_the_program(capsys, argv, op
             f"it: optical {command} {option} ...)") in err
 
 
+def test_version_names_the_release_the_commit_and_the_results_version(capsys):
+    """`optical --version`: what a run's report records of the code, asked
+    of the command itself (it was refused as a command's option)."""
+    from optical._version import RESULTS_VERSION, __version__, source_commit
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    commit = source_commit()
+    where = f"commit {commit[:12]}" if commit else "no git commit"
+    assert capsys.readouterr().out == (f"optical {__version__} ({where}, results version "
+                                       f"{RESULTS_VERSION})\n")
+
+
 def test_a_config_file_with_a_byte_order_mark_reads(tmp_path):
     """Editors on Windows save UTF-8 with a BOM."""
     path = tmp_path / "machine.json"
