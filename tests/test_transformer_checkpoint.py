@@ -42,6 +42,17 @@ def test_bf16_checkpoint_loads_back_bit_exactly(tmp_path, bf16_tensors, shards):
                                           stored.view(np.uint16).astype(np.uint32))
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_checkpoint_says_which_directory_and_how_much_in_its_repr(tmp_path, bf16_tensors,
+                                                                   shards):
+    """The default repr was an object address (interactive-use audit)."""
+    directory = write_model(tmp_path / "m", TINY_LLAMA, bf16_tensors, shards=shards)
+    checkpoint = Checkpoint(directory)
+    files = "1 file" if shards == 1 else f"{shards} files"
+    assert repr(checkpoint) == (f"Checkpoint({str(directory)!r}, {files}, "
+                                f"{len(bf16_tensors)} tensors{', indexed' * (shards > 1)})")
+
+
 def test_float32_storage_loads_back_bit_exactly(tmp_path):
     """float32 tensors come back with their own bits (no rounding through a
     narrower dtype on the way): values that fp16 and bf16 cannot hold."""

@@ -356,6 +356,14 @@ class Checkpoint:
             raise ValueError(f"{path}: not a readable safetensors file "
                              f"({_unreadable(path, err)})") from None
 
+    def __repr__(self) -> str:
+        """``Checkpoint('models/x', 3 files, 291 tensors, indexed)``: which
+        directory and how much of it, not an object address."""
+        files = f"{len(self.files)} file{'s' * (len(self.files) != 1)}"
+        indexed = ", indexed" if self.index is not None else ""
+        return (f"{type(self).__name__}({str(self.directory)!r}, {files}, "
+                f"{len(self._where)} tensors{indexed})")
+
     def names(self) -> list[str]:
         """Every tensor name, sorted."""
         return sorted(self._where)
