@@ -717,7 +717,6 @@ def test_a_report_is_read_only_and_shows_every_component_it_counts():
     import pickle
 
     pytest.importorskip("matplotlib")
-    from optical.commands.energy import _table
     from optical.energy.plot import breakdown_figure
 
     spec, cfg = read_spec(MODEL), optical.presets.get("iris-like")
@@ -736,7 +735,9 @@ def test_a_report_is_read_only_and_shows_every_component_it_counts():
     thermal = dataclasses.replace(opt, components={**opt.components, "thermal": total})
     assert thermal.total == pytest.approx(2 * total, rel=1e-12)
     assert thermal.component_names[-1] == "thermal"
-    assert any(line.split()[0] == "thermal" for line in _table(thermal))
+    assert any(line.split()[0] == "thermal" for line in thermal.table().splitlines())
+    assert str(thermal) == thermal.table()  # print(report): the table, as the CLI's
+    assert repr(thermal).startswith("PrefillEnergy(model='llama-3.2-1b'")  # every field
     ref = gpu.prefill(spec, PROMPT, gpu.get_gpu("h100"))
     energy = breakdown_figure(thermal, ref).axes[0]
     (bar,) = {c.get_label(): c.patches for c in energy.containers}["thermal"]

@@ -113,24 +113,6 @@ def _hardware(args: argparse.Namespace) -> str:
     return ("preset " if args.preset is not None else "config ") + config_label(args)
 
 
-def _table(report: model.PrefillEnergy) -> list[str]:
-    tokens = report.batch * report.tokens
-    total = report.total
-    lines = [f"  {'component':18s} {'J (batch)':>11s} {'J/token':>11s} {'share':>7s}"]
-    for name in report.component_names:
-        value = report.components.get(name, 0.0)
-        share = value / total if total > 0 else 0.0
-        lines.append(f"  {name:18s} {value:11.4g} {value / tokens:11.4g} {share:7.1%}")
-    lines.append(f"  {'total':18s} {total:11.4g} {report.per_token:11.4g} {1:7.1%}")
-    macs = report.counts["macs"]
-    if macs:
-        lines.append(f"  per optical MAC: {report.per_mac * 1e12:.4g} pJ (laser "
-                     f"{report.components['laser'] / macs * 1e12:.4g} pJ) over {macs:.4g} MACs")
-        lines.append(f"  lasers while streaming: {report.laser_power:.4g} W electrical "
-                     "(average)")
-    return lines
-
-
 def run(args: argparse.Namespace) -> int:
     _check_counts(args)
     if args.plot is not None:  # before the work, not after it
@@ -207,8 +189,7 @@ def _print_report(args: argparse.Namespace, name: str, cfg: Any, gpu: Any,
     print(f"{name}: {args.prompt_tokens} prompt tokens x batch {args.batch}, {_hardware(args)}, "
           f"{e.cores} core(s) of {cfg.core.inputs} x {cfg.core.outputs}")
     print("optical prefill")
-    for line in _table(opt):
-        print(line)
+    print(opt.table())
     t = opt.time
     print(f"  time: mask loads {t['mask_load']:.4g} s + streaming {t['streaming']:.4g} s + "
           f"digital {t['digital']:.4g} s = TTFT {opt.ttft:.4g} s; "

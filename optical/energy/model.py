@@ -361,6 +361,31 @@ class PrefillEnergy:
         """Prompt tokens per second of one machine, tokens/s."""
         return self.batch * self.tokens / self.ttft if self.ttft > 0 else math.inf
 
+    def table(self) -> str:
+        """The components as ``optical energy`` prints them (J for the batch,
+        J per token, share), the total, the energy per optical MAC and the
+        lasers' average power."""
+        tokens = self.batch * self.tokens
+        total = self.total
+        lines = [f"  {'component':18s} {'J (batch)':>11s} {'J/token':>11s} {'share':>7s}"]
+        for name in self.component_names:
+            value = self.components.get(name, 0.0)
+            share = value / total if total > 0 else 0.0
+            lines.append(f"  {name:18s} {value:11.4g} {value / tokens:11.4g} {share:7.1%}")
+        lines.append(f"  {'total':18s} {total:11.4g} {self.per_token:11.4g} {1:7.1%}")
+        macs = self.counts["macs"]
+        if macs:
+            lines.append(f"  per optical MAC: {self.per_mac * 1e12:.4g} pJ (laser "
+                         f"{self.components['laser'] / macs * 1e12:.4g} pJ) over {macs:.4g} "
+                         "MACs")
+            lines.append(f"  lasers while streaming: {self.laser_power:.4g} W electrical "
+                         "(average)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        """:meth:`table` (``print(report)``); ``repr`` keeps every field."""
+        return self.table()
+
     def to_dict(self) -> dict[str, Any]:
         """The estimate as JSON-ready values (what ``optical energy --json``
         writes under ``optical``): energies in J, times in s, and the counts they come from."""
