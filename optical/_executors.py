@@ -301,8 +301,7 @@ def _check_cwd() -> None:
     except FileNotFoundError:
         raise FileNotFoundError(
             errno.ENOENT, "No such file or directory (the current directory was deleted, "
-            "and worker processes start in it); cd to a directory that exists, or run "
-            "serially (--jobs 1, executor='serial')", ".") from None
+            "and worker processes start in it); cd to a directory that exists", ".") from None
 
 
 class ProcessExecutor(Executor):

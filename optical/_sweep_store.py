@@ -580,7 +580,9 @@ def read_frame(out: Path, pd: Any) -> Any:
                             "results_version": results_version(manifest),
                             "runs": sum(len(ids) for ids in manifest["run_ids"]),
                             "finished": len(frame), **_described(manifest["definition"]),
-                            # the whole definition (workload fields, base config,
-                            # params, seeds): results.parquet then rebuilds the call
-                            "definition": manifest["definition"]}
+                            # the definition but its seeds (the seed column; a
+                            # list pandas would copy at every step): results.parquet
+                            # then rebuilds each run's call
+                            "definition": {k: v for k, v in manifest["definition"].items()
+                                           if k != "seeds"}}
     return frame

@@ -188,8 +188,7 @@ def _run(args: argparse.Namespace) -> int:
         text = describe_os_error(err) if isinstance(err, FileNotFoundError) and \
             err.strerror else str(err)
         if isinstance(err, FileNotFoundError) and err.filename is None and _cwd_deleted():
-            text += (" (a relative path, and the current directory was deleted: cd to a "
-                     "directory that exists, or give absolute paths)")
+            text += " (the current directory was deleted: cd to a directory that exists)"
         print(f"optical {args.command}: error: {text}", file=sys.stderr)
         return 2
     except ImportError as err:  # an optional dependency: the message names its extra

@@ -651,9 +651,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         nearest preset with the few fields it changes, else "custom config"),
         ``results_version``, the results version its runs were computed
         under (:data:`optical._version.RESULTS_VERSION`), and ``definition``,
-        the manifest's whole definition (the workload's every field, the
-        base config, params, sampling and seeds), which results.parquet
-        keeps too (a CSV keeps no attrs).
+        the manifest's definition but its seeds (the ``seed`` column): the
+        workload as its ``to_dict`` records it, the base config, params and
+        sampling, which results.parquet keeps too (a CSV keeps no attrs).
 
     Raises
     ------

@@ -1393,7 +1393,8 @@ def test_worker_processes_in_a_deleted_directory_are_refused_naming_it(tmp_path,
     gone.rmdir()
     executor = _executors.ProcessExecutor(2)
     with pytest.raises(FileNotFoundError, match=r"the current directory was deleted, and worker "
-                                                r"processes start in it\); cd to a directory"):
+                                                r"processes start in it\); cd to a directory "
+                                                r"that exists: '.'$"):
         list(executor.run([_executors.Task(f"r{i}", 0, i, WL, BASE) for i in range(2)]))
     assert executor.workers == 0 and executor._pool is None
 

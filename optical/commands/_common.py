@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from optical import presets
-from optical._files import own_descriptor, replacing_target, writable_descriptor, write_output
+from optical._files import (
+    absolute,
+    own_descriptor,
+    replacing_target,
+    writable_descriptor,
+    write_output,
+)
 from optical._sweep_store import encode
 from optical._validation import missing_or_broken
 from optical.config import OpticalConfig, parse_value
@@ -132,14 +138,20 @@ def path_text(text: str) -> str:
 def check_output_path(path: Path | None, option: str) -> None:
     """Refuse, before any work, an output file that cannot be written:
     ValueError naming ``option`` if ``path`` is a directory, lies under a
-    regular file, or is in a directory this process may not write to."""
+    regular file, or is in a directory this process may not write to, names
+    a descriptor not open for writing (``/dev/stdin``), or is relative to a
+    working directory that was deleted."""
     if path is None or str(path) == "-":
         return
     path = Path(path)
+    try:
+        absolute(path, option)
+    except FileNotFoundError as err:
+        raise ValueError(f"{option} {path}: {err.strerror}") from None
     number = own_descriptor(path)  # /dev/stdout, /dev/fd/N: written through that descriptor
     if number is not None:
         if not writable_descriptor(number):
-            raise ValueError(f"{option} {path}: descriptor {number} is open for reading only")
+            raise ValueError(f"{option} {path}: descriptor {number} is not open for writing")
         return
     # What gets written: a symlink's target (a dangling one's too), as write_output does.
     path = replacing_target(path) or path

@@ -174,8 +174,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _spec_record(spec: Any) -> dict[str, Any]:
-    """The shape of the model the estimate counts (what it reads of
-    config.json): the same record re-runs the same estimate."""
+    """The shape of the model the estimate counts, by ModelSpec's names
+    (what it reads of config.json: ``ModelSpec(**fields, raw=...)`` of
+    these re-runs the same estimate)."""
     fields = ("architecture", "hidden_size", "intermediate_size", "num_layers", "num_heads",
               "num_kv_heads", "head_dim", "vocab_size", "max_positions")
     return {**{name: getattr(spec, name) for name in fields},

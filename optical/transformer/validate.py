@@ -213,7 +213,8 @@ class ValidationReport:
         default_factory=lambda: {"matmul_options": {}, "program_options": {}})
 
     def __post_init__(self) -> None:
-        frozen(self, "totals", "timings", "options")  # read-only: layer_metrics reads them
+        frozen(self, "totals", "timings", "options")  # read-only (layer_metrics reads the
+                                                        # first two)
         object.__setattr__(self, "notes", tuple(self.notes))
 
     def product(self, name: str) -> ProductReport:
