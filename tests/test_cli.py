@@ -642,7 +642,7 @@ def test_json_to_a_redirected_stdout_keeps_the_files_order_and_what_it_held(tmp_
 
     held = "line 1\nline 2\n" if mode == "append" else ""
     (tmp_path / "so.json").symlink_to("/dev/stdout")
-    names = ["/dev/stdout", str(tmp_path / "so.json"), "/dev/fd/1", f"/proc/{'self'}/fd/1"]
+    names = ["/dev/stdout", str(tmp_path / "so.json"), "/dev/fd/1", "/proc/self/fd/1"]
     for name in names:
         log = tmp_path / "log.txt"
         log.write_text(held)
