@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from optical._files import cwd_deleted
 from optical._validation import check_positive_int
 from optical._version import RESULTS_VERSION, __version__
 from optical.config import OpticalConfig
@@ -296,12 +297,10 @@ def _check_cwd() -> None:
     directory was deleted (a shell left in it): spawn gives its workers
     that directory, and failed with a bare "[Errno 2] No such file or
     directory" naming nothing."""
-    try:
-        os.getcwd()
-    except FileNotFoundError:
+    if cwd_deleted():
         raise FileNotFoundError(
             errno.ENOENT, "No such file or directory (the current directory was deleted, "
-            "and worker processes start in it); cd to a directory that exists", ".") from None
+            "and worker processes start in it); cd to a directory that exists", ".")
 
 
 class ProcessExecutor(Executor):

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["absolute", "atomic_write", "named", "own_descriptor", "read_plain", "replacing",
-           "replacing_target", "writable_descriptor", "write_output"]
+__all__ = ["absolute", "atomic_write", "cwd_deleted", "named", "own_descriptor", "read_plain",
+           "replacing", "replacing_target", "writable_descriptor", "write_output"]
 
 #: The largest JSON file of a model directory read (config.json, an index,
 #: sentence-transformers' files: real ones are kilobytes).
@@ -165,6 +165,18 @@ def atomic_write(path: Path, text: str, *, exclusive: bool = False) -> None:
         tmp.write_text(text)
 
 
+def _link_hops(path: Path | str) -> Iterator[str]:
+    """``path`` made absolute, then each name its symlinks lead to, one link
+    at a time, up to the kernel's own limit of 40 links followed."""
+    hop = os.path.abspath(path)
+    yield hop
+    for _ in range(40):
+        if not os.path.islink(hop):
+            return
+        hop = os.path.abspath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+        yield hop
+
+
 def replacing_target(path: Path) -> Path | None:
     """Where :func:`replacing` should write a user's output ``path``: the file
     its symlinks name (the links are kept), or None for a target that must
@@ -172,13 +184,8 @@ def replacing_target(path: Path) -> Path | None:
     other hard links, or a file descriptor's name, ``/dev/stdout`` or a link
     to it (redirected to a file, a new file there would leave the shell's
     open one behind, and what the command prints with it)."""
-    hop = Path(os.path.abspath(path))
-    for _ in range(40):  # the kernel's own limit on links followed
-        if str(hop).startswith(("/dev/", "/proc/")):
-            return None
-        if not hop.is_symlink():
-            break
-        hop = Path(os.path.abspath(hop.parent / os.readlink(hop)))
+    if any(hop.startswith(("/dev/", "/proc/")) for hop in _link_hops(path)):
+        return None
     target = Path(os.path.realpath(path))
     if str(target).startswith(("/dev/", "/proc/")):
         return None
@@ -200,8 +207,7 @@ def own_descriptor(path: Path) -> int | None:
     ``>`` or ``>>`` gave the process its own offset (and append mode), so the
     JSON and the table printed after it overwrote each other, and ``>>``
     lost what the file held."""
-    hop = os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on links followed
+    for hop in _link_hops(path):
         match = _DESCRIPTOR_NAME.fullmatch(hop)
         if match:
             out, err, fd, pid, proc_fd = match.groups()
@@ -213,9 +219,6 @@ def own_descriptor(path: Path) -> int | None:
             except (OSError, OverflowError):  # not open here: the name fails as it would
                 return None
             return number
-        if not os.path.islink(hop):
-            return None
-        hop = os.path.abspath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
     return None
 
 
@@ -230,6 +233,17 @@ def writable_descriptor(number: int) -> bool:
         return fcntl.fcntl(number, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
     except OSError:
         return False
+
+
+def cwd_deleted() -> bool:
+    """Whether this process's working directory was deleted (a shell left in
+    it): relative paths, and spawned processes, then fail with a bare
+    ENOENT."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def absolute(path: str | os.PathLike, name: str) -> Path:

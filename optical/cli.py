@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from optical._files import cwd_deleted
 from optical.commands import config as config_command
 from optical.commands import energy as energy_command
 from optical.commands import plot as plot_command
@@ -187,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
         # Bad input: one clear line, no traceback.
         text = describe_os_error(err) if isinstance(err, FileNotFoundError) and \
             err.strerror else str(err)
-        if isinstance(err, FileNotFoundError) and err.filename is None and _cwd_deleted():
+        if isinstance(err, FileNotFoundError) and err.filename is None and cwd_deleted():
             text += " (the current directory was deleted: cd to a directory that exists)"
         print(f"optical {args.command}: error: {text}", file=sys.stderr)
         return 2
@@ -212,14 +213,6 @@ def _where_raised(err: BaseException) -> str:
 
     frames = traceback.extract_tb(err.__traceback__)
     return f", at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-
-
-def _cwd_deleted() -> bool:
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        return True
-    return False
 
 
 def _silence_stdout() -> None:

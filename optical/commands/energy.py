@@ -4,6 +4,7 @@ component, against a GPU."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -177,9 +178,8 @@ def _spec_record(spec: Any) -> dict[str, Any]:
     """The shape of the model the estimate counts, by ModelSpec's names
     (what it reads of config.json: ``ModelSpec(**fields, raw=...)`` of
     these re-runs the same estimate)."""
-    fields = ("architecture", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-              "num_kv_heads", "head_dim", "vocab_size", "max_positions")
-    return {**{name: getattr(spec, name) for name in fields},
+    return {**{field.name: getattr(spec, field.name) for field in dataclasses.fields(spec)
+               if field.name != "raw"}, "max_positions": spec.max_positions,
             "tie_word_embeddings": spec.raw.get("tie_word_embeddings")}  # (None: absent)
 
 
