@@ -347,10 +347,15 @@ class SweepDefinition:
         return self.run_ids(config, (seed,), workload)[0]
 
     def run_ids(self, config: OpticalConfig, seeds: Sequence[int],
-                workload: Any = None) -> list[str]:
+                workload: Any = None, *, model_dir: str | None = None) -> list[str]:
         """:meth:`run_id` of ``config`` at each of ``seeds`` (the workload and
-        config serialised once)."""
+        config serialised once). ``model_dir``: the directory the ids name the
+        workload's model by, where it is not the workload's own (a sweep
+        resumed with its model moved keeps the ids of the path it began
+        with)."""
         workload = _hashed(self.workload if workload is None else workload)
+        if model_dir is not None:
+            workload["model_dir"] = model_dir
         data = json.loads(config.to_json())
         # The results version too: a run another version computed differently
         # is never taken for this one's (copied runs, a rebuilt manifest).

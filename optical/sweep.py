@@ -25,7 +25,11 @@ killed sweep loses only the runs in flight; a sweep whose definition differs
 from the manifest's, or that another results version began, is refused with
 the list of what changed. If the manifest is lost or damaged,
 delete it and start the same sweep again: the new manifest finds the finished
-runs by their ids. :func:`load` reads the runs back.
+runs by their ids. A layer sweep whose model moved (another machine, another
+path) resumes with the model's new directory (:func:`resume`'s
+``model_dir``, or the same definition given with it): the model there must be
+the one the sweep began with, and the runs keep the ids of the path it began
+with. :func:`load` reads the runs back.
 
 The module is light to import: pandas, tqdm and the executors' dependencies
 (the ``sweep`` extra) are imported when a sweep runs.
@@ -123,13 +127,20 @@ class SweepError(RuntimeError):
 # --------------------------------------------------------------------------- #
 
 
-def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefinition:
+def stored_definition(out: str | os.PathLike, workload: Any = None, *,
+                      model_dir: str | os.PathLike | None = None) -> SweepDefinition:
     """The definition of the sweep in ``out``, rebuilt from its manifest
-    (``workload`` for a custom workload the manifest cannot rebuild);
-    ValueError names the manifest when it cannot be rebuilt."""
+    (``workload`` for a custom workload the manifest cannot rebuild;
+    ``model_dir`` for a layer sweep's model that has moved since it began:
+    its directory now); ValueError names the manifest when it cannot be
+    rebuilt."""
     manifest = read_manifest(out)
+    if model_dir is not None:
+        workload_dict = _moved_workload(out, manifest, workload, model_dir)
     if workload is None:  # its model directory may have changed since: say so, not "manifest"
         stored = manifest["definition"]["workload"]
+        if model_dir is not None:
+            stored = workload_dict
         kind = stored.get("kind") if isinstance(stored, Mapping) else None
         if kind not in BUILTIN_KINDS:
             raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload, of kind {kind!r}, "
@@ -141,17 +152,86 @@ def stored_definition(out: str | os.PathLike, workload: Any = None) -> SweepDefi
         try:
             workload = workload_from_dict(stored)
         except (ValueError, TypeError, OSError) as err:
+            if model_dir is not None:  # the directory the caller gave: named as theirs
+                raise ValueError(f"model_dir: {err}") from None
+            moved = ""
+            where = stored.get("model_dir") if kind == "layer" else None
+            if isinstance(where, str) and not os.path.isdir(where):
+                moved = (f"; if its model has moved from {where}, resume with its directory "
+                         "now (optical sweep --out DIR --moved-model MODEL_DIR; "
+                         "optical.resume_sweep(out, model_dir=...))")
             raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload it stores "
                              f"({workload_label(manifest['definition']['workload'])}) cannot "
                              f"be made now: {err}. Its finished runs stay readable "
                              "(optical.load_sweep, optical plot); to finish it, run the sweep "
-                             "again into a new --out directory") from None
+                             f"again into a new --out directory{moved}") from None
     try:
         return SweepDefinition.from_dict(manifest["definition"], workload)
     except (ValueError, TypeError, KeyError) as err:
         text = f"missing key {err}" if isinstance(err, KeyError) else str(err)
         raise ValueError(f"{Path(out) / MANIFEST}: cannot rebuild the sweep's definition "
                          f"from it: {text}") from None
+
+
+def _moved_workload(out: str | os.PathLike, manifest: Mapping[str, Any], workload: Any,
+                    model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The stored workload of a layer sweep with ``model_dir`` in its
+    directory's place and its checkpoint left to be found there (compared
+    with the sweep's by :func:`_prepare`); ValueError where the sweep has no
+    single model to move."""
+    where = Path(out) / MANIFEST
+    if workload is not None:
+        raise ValueError("model_dir: give the moved workload itself (its model_dir the new "
+                         "directory), or model_dir with the stored workload, not both")
+    definition = manifest["definition"]
+    stored = definition.get("workload")
+    if not isinstance(stored, Mapping) or stored.get("kind") != "layer":
+        kind = stored.get("kind") if isinstance(stored, Mapping) else None
+        raise ValueError(f"model_dir: {where}: the sweep's workload is of kind {kind!r}, "
+                         "which has no model directory to move (only a layer sweep's has)")
+    if WORKLOAD_PREFIX + "model_dir" in (definition.get("params") or ()):
+        raise ValueError(f"model_dir: {where}: the sweep sweeps workload.model_dir, each of its "
+                         "points naming its own directory; such a sweep cannot be moved to "
+                         "one")
+    if not isinstance(model_dir, str | os.PathLike):
+        raise TypeError(f"model_dir: expected a path, got {type(model_dir).__name__}")
+    fields = {k: v for k, v in stored.items() if k not in ("checkpoint", "model_digest")}
+    return {**fields, "model_dir": os.fspath(model_dir)}
+
+
+def _moved_model(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str | None:
+    """The model directory a stored layer sweep began with, where the
+    definition ``given`` now is that sweep with its model moved: the
+    workloads differ in ``model_dir`` alone (the checkpoint's fingerprint
+    included), the sweep does not sweep ``workload.model_dir``, and the
+    model's digest (``config.json`` and samples of the weights' bytes) is
+    the one the manifest recorded. None otherwise (a manifest of a version
+    that recorded no digest included): the definitions are then compared as
+    they are."""
+    old, new = stored.get("workload"), given.get("workload")
+    if not (isinstance(old, Mapping) and isinstance(new, Mapping)) \
+            or old.get("kind") != "layer" or new.get("kind") != "layer" \
+            or old.get("model_dir") == new.get("model_dir") \
+            or WORKLOAD_PREFIX + "model_dir" in (given.get("params") or ()) \
+            or old.get("model_digest") is None:
+        return None
+    if {k: v for k, v in old.items() if k != "model_dir"} \
+            != {k: v for k, v in new.items() if k != "model_dir"}:
+        return None
+    moved = old.get("model_dir")
+    return moved if isinstance(moved, str) else None
+
+
+def _not_moved(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """Why a layer sweep whose workloads differ in ``model_dir`` alone is not
+    taken for the same sweep with its model moved (:func:`_moved_model`)."""
+    before, now = old.get("model_digest"), new.get("model_digest")
+    if before is None:
+        return (" (the manifest records no digest of its model, as versions before digests "
+                "did not, so a moved model cannot be told to be the same one)")
+    return (f" (the model in {new.get('model_dir')} is not the one the sweep began with: its "
+            f"config.json or weights differ, model digest {now} where the sweep's was "
+            f"{before})")
 
 
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -229,19 +309,21 @@ def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -
 
 def _run_ids_problem(definition: SweepDefinition, points: list[dict[str, Any]],
                      configs: list[OpticalConfig], workloads: list[Any],
-                     manifest: Mapping[str, Any]) -> str | None:
+                     manifest: Mapping[str, Any], moved: str | None = None) -> str | None:
     """A manifest's run id that is not the hash of its point's workload,
     config and seed (None: none). Checked only where the manifest's base
     config has the fields this version's has: a version with other fields
     hashes other JSON, and its ids are taken as written. (``workloads`` are each point's
-    workload of the definition, which _prepare compared with the manifest's.)"""
+    workload of the definition, which _prepare compared with the manifest's;
+    ``moved``: the model directory the sweep began with, where its model
+    has moved since.)"""
     fields = {f"{section}.{name}" for section, values
               in manifest["definition"]["base_config"].items()
               if isinstance(values, Mapping) for name in values}
     if fields != set(OpticalConfig().paths()):
         return None
     for i, config in enumerate(configs):
-        ids = definition.run_ids(config, definition.seeds, workloads[i])
+        ids = definition.run_ids(config, definition.seeds, workloads[i], model_dir=moved)
         for seed, run_id, expected in zip(definition.seeds, manifest["run_ids"][i], ids,
                                           strict=True):
             if run_id != expected:
@@ -277,6 +359,7 @@ def _prepare(definition: SweepDefinition, out: Path
     deleted) gets a new one: the runs already there that belong to this sweep
     are found by their ids."""
     new = json.loads(json.dumps(definition.to_dict()))
+    moved = None
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
         version = results_version(manifest)
@@ -288,6 +371,11 @@ def _prepare(definition: SweepDefinition, out: Path
                 "Finish it with the "
                 "version that began it, or run the sweep again into a new --out directory "
                 "(load() and optical plot still read the runs it has)")
+        # A layer sweep's model moved since it began: the same model, now
+        # elsewhere; its runs keep the ids of the path the sweep began with.
+        moved = _moved_model(manifest["definition"], new)
+        if moved is not None:
+            new = {**new, "workload": {**new["workload"], "model_dir": moved}}
         # The workload's unhashed fields are checked run by run, not here.
         stored, fresh = (_without_unhashed(d, definition.workload)
                          for d in (manifest["definition"], new))
@@ -308,6 +396,9 @@ def _prepare(definition: SweepDefinition, out: Path
                          "that did not record a checkpoint's fingerprint; the model's weights "
                          f"are now read from the checkpoint in {where}, whose runs are not "
                          "those)")
+            elif isinstance(old, Mapping) and len(changed) == 1 \
+                    and changed[0].startswith("workload model_dir: "):
+                keep += _not_moved(old, new["workload"])
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
                              ". Use a new --out directory, or delete this one to start over; "
@@ -317,7 +408,7 @@ def _prepare(definition: SweepDefinition, out: Path
         problem = _points_problem(definition, points)
         if problem is None:
             configs, workloads = definition.configs(points), definition.workloads(points)
-            problem = _run_ids_problem(definition, points, configs, workloads, manifest)
+            problem = _run_ids_problem(definition, points, configs, workloads, manifest, moved)
         if problem is not None:
             raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem}. "
                              f"{_rebuild_advice(out)}")
@@ -683,10 +774,17 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
 
 
 def resume(out: str | os.PathLike, *, workload: Any = None, executor: Any = None,
-           progress: bool = True, results_format: str | None = None) -> SweepSummary:
+           progress: bool = True, results_format: str | None = None,
+           model_dir: str | os.PathLike | None = None) -> SweepSummary:
     """Finish the sweep in ``out`` from its manifest (``workload`` for a
-    custom workload that the manifest cannot rebuild)."""
-    definition = stored_definition(out, workload)
+    custom workload that the manifest cannot rebuild). ``model_dir``: where
+    a layer sweep's model is now, if it has moved since the sweep began
+    (another machine, another path); it must be the same model (the
+    checkpoint's fingerprint and the model's digest are compared with the
+    manifest's), and the manifest keeps naming the directory the sweep began
+    with, so the runs keep their ids (each new run file records where its
+    model was)."""
+    definition = stored_definition(out, workload, model_dir=model_dir)
     return execute(definition, out, executor=executor, progress=progress,
                    results_format=results_format)
 

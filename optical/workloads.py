@@ -326,7 +326,9 @@ class LayerWorkload:
     ----------
     model_dir : str
         A model directory (``config.json``, optional ``*.safetensors``); kept
-        as an absolute path so a sweep resumes from any working directory.
+        as an absolute path so a sweep resumes from any working directory
+        (a sweep whose model moved since resumes with its directory now:
+        :func:`optical.sweep.resume`'s ``model_dir``).
     layer : int
         Layer index.
     tokens : int

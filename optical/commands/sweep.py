@@ -57,6 +57,9 @@ EXAMPLES = """examples:
   # resume an interrupted (or finish a finished) sweep from its manifest
   optical sweep --out runs/adc
 
+  # resume a layer sweep copied to a machine where its model is elsewhere
+  optical sweep --out runs/llama --moved-model /data/models/llama-3.1-8b
+
 Re-running a sweep skips the runs already in --out; a different sweep in the same
 --out is refused, and so are options of the sweep's definition given with --out
 alone (they would be ignored). Results: DIR/results.parquet, one row per point
@@ -142,6 +145,10 @@ def register(subparsers) -> None:
     where.add_argument("--vmap", action="store_true",
                        help="run in this process, vmapping the runs of a --backend jax "
                             "--matmul that differ only in seed and numeric noise fields")
+    run.add_argument("--moved-model", metavar="DIR", type=path_text,
+                     help="resume the layer sweep in --out with its model now in DIR (it "
+                          "moved since the sweep began: the same config.json and weights, "
+                          "checked)")
     run.add_argument("--format", choices=("parquet", "csv"), default=None,
                      help="format of DIR/results.* (default: that of the results file "
                           "already in DIR, else parquet)")
@@ -228,9 +235,12 @@ def _definition(args: argparse.Namespace) -> Any:
             raise ValueError(
                 f"{', '.join(given)} given without a workload: give a workload (--matmul "
                 "TxKxN or --model DIR) with the sweep's options, or only --out DIR (with "
-                "--jobs, --scheduler, --vmap, --format, --quiet, --json) to resume the sweep "
-                "there as its manifest defines it")
+                "--jobs, --scheduler, --vmap, --moved-model, --format, --quiet, --json) to "
+                "resume the sweep there as its manifest defines it")
         return None
+    if args.moved_model is not None:
+        raise ValueError("--moved-model resumes the sweep in --out from its manifest; with a "
+                         "workload given, give the model's directory now as --model")
     other = MODEL_OPTIONS if args.matmul is not None else MATMUL_OPTIONS
     if misplaced := _given(args, other):
         own, alien = ("--matmul", "--model") if args.matmul is not None else ("--model",
@@ -325,7 +335,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
     definition = _definition(args)
     if definition is None:  # resumed: its model is the stored workload's
-        definition = stored_definition(args.out)
+        definition = stored_definition(args.out, model_dir=args.moved_model)
         check_json_model(args.json_path, getattr(definition.workload, "model_dir", None),
                          f"the model of the sweep in {args.out}")
     if args.vmap and not _vmappable(definition):
@@ -340,9 +350,11 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         executor = args.jobs
 
+    model_dir = getattr(definition.workload, "model_dir", None)
+
     def stopped(signum: int) -> str:
         return (f"optical sweep: {describe(signum)}; finished runs are kept in {args.out}; run "
-                f"{_resume_command(args.out)} to resume")
+                f"{_resume_command(args.out, model_dir)} to resume")
 
     def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
         die_of(signum, stopped(signum))
@@ -359,7 +371,8 @@ def run_command(args: argparse.Namespace) -> int:
                 # A full disk, say: what finished is on disk; the sweep goes on from there.
                 print(f"optical sweep: error: {describe_os_error(err)}; finished runs are kept "
                       f"in {args.out}; "
-                      f"run {_resume_command(args.out)} to resume once that is mended",
+                      f"run {_resume_command(args.out, model_dir)} to resume once that is "
+                      "mended",
                       file=sys.stderr)
                 return 1
             write_json(args.json_path, summary.to_dict())  # first: a reader gone loses none
@@ -383,8 +396,8 @@ def run_command(args: argparse.Namespace) -> int:
     except SweepError as err:  # a failed run; what finished is kept
         text = str(err)
         if "running the sweep again" not in text:
-            text = (f"{text.removesuffix('.')}; run {_resume_command(args.out)} to run the rest "
-                    "once that is mended")
+            text = (f"{text.removesuffix('.')}; run {_resume_command(args.out, model_dir)} to "
+                    "run the rest once that is mended")
         print(f"optical sweep: error: {text}", file=sys.stderr)
         return 1
     finally:
@@ -398,19 +411,32 @@ def _shown(value: Any) -> str:
     return f"{value:.12g}" if isinstance(value, float) else str(value)
 
 
-def _resume_command(out: str) -> str:
+def _resume_command(out: str, model_dir: str | None = None) -> str:
     """The command that resumes the sweep in ``out``, in backquotes and quoted
     for a POSIX shell: ``optical sweep --out DIR`` once the manifest is
-    written; before it (a full disk or a kill as it was written) only the
-    whole command can, as ``--out`` alone finds no sweep to rebuild."""
-    from optical._sweep_store import MANIFEST
+    written (with ``--moved-model`` where ``model_dir``, the sweep's model
+    now, is not the directory its manifest names); before it (a full disk or
+    a kill as it was written) only the whole command can, as ``--out`` alone
+    finds no sweep to rebuild."""
+    from optical._sweep_store import MANIFEST, read_manifest
 
     if not (Path(out) / MANIFEST).is_file():
         return "the same `optical sweep` command (workload, --param, ... and --out) again"
-    text = str(out)
-    if text.startswith(("~", "-")):  # a directory named "~" (given as ./~/...): not the
-        text = f".{os.sep}{text}"      # home; "-s": not an option
-    return f"`optical sweep --out {shlex.quote(text)}`"
+    moved = ""
+    if model_dir is not None:
+        try:
+            stored = read_manifest(out)["definition"]["workload"].get("model_dir")
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
+            stored = model_dir  # unreadable now: the plain command names what is wrong
+        if stored != model_dir:
+            moved = f" --moved-model {shlex.quote(_not_an_option(model_dir))}"
+    return f"`optical sweep --out {shlex.quote(_not_an_option(str(out)))}{moved}`"
+
+
+def _not_an_option(text: str) -> str:
+    """A path as a command line takes it: a directory named "~" (given as
+    ./~/...) is not the home, "-s" not an option."""
+    return f".{os.sep}{text}" if text.startswith(("~", "-")) else text
 
 
 def _print_table(results: Path, paths: list[str], metric: str = "sqnr_db") -> None:
