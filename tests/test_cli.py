@@ -3,6 +3,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -982,6 +983,19 @@ def test_a_config_file_with_a_byte_order_mark_reads(tmp_path):
 def test_a_dotted_key_of_no_section_gets_no_nesting_hint():
     with pytest.raises(ValueError, match=r"unknown config section 'adcc\.bits'; valid"):
         optical.OpticalConfig.from_dict({"adcc.bits": 6})
+
+
+def test_a_relative_config_file_is_recorded_resolved(tmp_path, monkeypatch):
+    """--config given relative to the working directory is recorded as the
+    file it named (as model_dir is), not as typed: read elsewhere, a
+    report's relative path would name another file or none."""
+    model = Path("models/llama-3.2-1b").resolve()
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "--preset", "iris-like", "--json", "machine.json"]) == 0
+    assert main(["energy", "--model", str(model), "--prompt-tokens", "64", "--config",
+                 "machine.json", "--json", "e.json"]) == 0
+    data = json.loads((tmp_path / "e.json").read_text())
+    assert data["config_file"] == str((tmp_path / "machine.json").resolve())
 
 
 def test_energy_names_its_overrides_in_the_heading_and_the_json(tmp_path, capsys):

@@ -102,9 +102,12 @@ def config_label(args: argparse.Namespace) -> str:
 
 def config_source(args: argparse.Namespace) -> dict[str, Any]:
     """What a command's JSON report records of where its config came from:
-    ``preset`` (None with ``--config``), ``config_file`` and ``overrides``."""
+    ``preset`` (None with ``--config``), ``config_file`` (resolved, as the
+    reports' ``model_dir`` is: a relative path names nothing once the report
+    is read from elsewhere) and ``overrides``."""
     return {"preset": args.preset,
-            "config_file": None if args.config_file is None else str(args.config_file),
+            "config_file": None if args.config_file is None
+            else str(Path(args.config_file).resolve()),
             "overrides": list(args.overrides)}
 
 
