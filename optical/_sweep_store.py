@@ -580,6 +580,7 @@ def read_frame(out: Path, pd: Any) -> Any:
                             "results_version": results_version(manifest),
                             "runs": sum(len(ids) for ids in manifest["run_ids"]),
                             "finished": len(frame), **_described(manifest["definition"]),
+                            "definition_hash": manifest["definition_hash"],
                             # the definition but its seeds (the seed column; a
                             # list pandas would copy at every step): results.parquet
                             # then rebuilds each run's call

@@ -744,7 +744,9 @@ def sweep(workload: Any, params: Mapping[str, Any], *, seeds: int | Sequence[int
         under (:data:`optical._version.RESULTS_VERSION`), and ``definition``,
         the manifest's definition but its seeds (the ``seed`` column): the
         workload as its ``to_dict`` records it, the base config, params and
-        sampling, which results.parquet keeps too (a CSV keeps no attrs).
+        sampling, which results.parquet keeps too (a CSV keeps no attrs),
+        and ``definition_hash``, the manifest's hash of the whole definition
+        (``optical plot --json`` records it).
 
     Raises
     ------

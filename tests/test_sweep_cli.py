@@ -804,6 +804,11 @@ def test_plot_of_an_unfinished_sweep_says_how_many_runs_it_shows(tmp_path, capsy
     # --json names the metric its means are of, and the values held
     assert {k: json.loads(captured.out)[k] for k in ("kind", "metric", "where")} == {
         "kind": "line", "metric": "sqnr_db", "where": {}}
+    # and which parameters it drew on which axis, of which sweep definition
+    # (the reproduction audit: a JSON read alone could not say)
+    assert {k: json.loads(captured.out)[k] for k in ("x", "hue", "definition_hash")} == {
+        "x": "adc.bits", "hue": None,
+        "definition_hash": json.loads((out / "manifest.json").read_text())["definition_hash"]}
     # --json holds what the figure draws: each point's mean, std and seeds
     frame = load(out)
     data = json.loads(captured.out)["data"]

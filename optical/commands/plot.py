@@ -35,8 +35,9 @@ Writes DIR/plots/<name>.png and .svg unless --output STEM is given; --output
 fig.png (a format's suffix) writes that file alone unless --formats says more.
 --json PATH also writes the numbers drawn ("data": each point's mean, sample
 std and seeds), the table behind the figure, with the sweep directory and
-the figures' paths (absolute), the sweep's results version and the plotting
-optical's version.
+the figures' paths (absolute), the sweep's results version and definition
+hash, the swept parameters on --x and --hue, and the plotting optical's
+version.
 """
 
 
@@ -202,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
                                 "run_commits": sorted({c for c in frame["optical_commit"]
                                                        if isinstance(c, str)}),
                                 "files": [os.path.abspath(p) for p in paths],
-                                "kind": args.kind,
+                                "definition_hash": frame.attrs["sweep"]["definition_hash"],
+                                "kind": args.kind, "x": args.x, "hue": args.hue,
                                 "metric": metric, "where": _where(args.where),
                                 "runs": len(frame), "planned_runs": planned,
                                 "data": plotted_data(frame, args)})  # first: a reader gone
