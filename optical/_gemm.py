@@ -26,6 +26,7 @@ piece runs on one BLAS thread, concurrently.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -73,13 +74,17 @@ class _OneBlasThread:
     run multi-threaded (and change their last bits). With a pthreads BLAS
     (one count per process) BLAS calls made by other code of the process
     meanwhile also run on one thread; an OpenMP BLAS keeps a count per
-    thread, which is set on the GEMM pool's threads alone.
+    thread, which is set on the GEMM pool's threads alone. The libraries are
+    listed again when modules were imported since the last list (scipy's
+    linear algebra, say, loads its own OpenBLAS after numpy's): one loaded
+    later was left at its own count (a test-order audit).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._depth = 0
         self._libs: list = []
+        self._listed_at = -1  # len(sys.modules) when _libs was listed
         self._original: list[int | None] = []
 
     @staticmethod
@@ -106,11 +111,9 @@ class _OneBlasThread:
     def __enter__(self) -> _OneBlasThread:
         with self._lock:
             if self._depth == 0:
-                if not self._libs:
-                    from threadpoolctl import ThreadpoolController
-
-                    self._libs = [lib for lib in ThreadpoolController().lib_controllers
-                                  if lib.user_api == "blas"]
+                if len(sys.modules) != self._listed_at:  # ~0.3 ms a listing
+                    self._listed_at = len(sys.modules)
+                    self._libs = _blas_controllers()
                 # Only process-wide counts are limited here (and restored by the last
                 # call out). A per-thread count is set on the pool's own threads
                 # alone (_concurrently runs every task there): the caller's thread,
@@ -130,6 +133,13 @@ class _OneBlasThread:
                 for lib, threads in zip(self._libs, self._original, strict=True):
                     if threads is not None:
                         self._setter(lib)(threads)
+
+
+def _blas_controllers() -> list:
+    """threadpoolctl's controllers of the BLAS libraries loaded now."""
+    from threadpoolctl import ThreadpoolController
+
+    return [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
 
 
 _ONE_BLAS_THREAD = _OneBlasThread()

@@ -475,8 +475,11 @@ def _workload_record(workload: Any) -> dict[str, Any]:
 
 
 def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Mapping[str, Any],
-              version: str) -> None:
-    """Store one finished run as ``runs/<run_id>.json`` (atomically)."""
+              version: str, moved: str | None = None) -> None:
+    """Store one finished run as ``runs/<run_id>.json`` (atomically).
+    ``moved``: the model directory a layer sweep whose model has moved began
+    with, recorded as the workload's (the directory its id hashes), with
+    where the model was as ``moved_model_dir``."""
     record = {
         "run_id": task.run_id,
         "point": task.point,
@@ -493,6 +496,9 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "config": json.loads(task.config.to_json()),
         "workload": _workload_record(task.workload),
     }
+    if moved is not None:
+        record["moved_model_dir"] = record["workload"]["model_dir"]
+        record["workload"]["model_dir"] = moved
     atomic_write(runs_dir / f"{task.run_id}.json", json.dumps(encode(record)) + "\n")
 
 

@@ -88,7 +88,9 @@ from optical._sweep_store import (
     SWEEP_FILES,
     WORKLOAD_PREFIX,
     _rebuild_advice,
+    _workload_record,
     check_placement,
+    content_hash,
     damaged_runs,
     decode_value,
     encode,
@@ -156,7 +158,8 @@ def stored_definition(out: str | os.PathLike, workload: Any = None, *,
                 raise ValueError(f"model_dir: {err}") from None
             moved = ""
             where = stored.get("model_dir") if kind == "layer" else None
-            if isinstance(where, str) and not os.path.isdir(where):
+            swept = manifest["definition"].get("params") or ()
+            if isinstance(where, str) and WORKLOAD_PREFIX + "model_dir" not in swept:
                 moved = (f"; if its model has moved from {where}, resume with its directory "
                          "now (optical sweep --out DIR --moved-model MODEL_DIR; "
                          "optical.resume_sweep(out, model_dir=...))")
@@ -195,6 +198,8 @@ def _moved_workload(out: str | os.PathLike, manifest: Mapping[str, Any], workloa
                          "one")
     if not isinstance(model_dir, str | os.PathLike):
         raise TypeError(f"model_dir: expected a path, got {type(model_dir).__name__}")
+    if not os.fspath(model_dir).strip():  # Path("") would be the working directory
+        raise ValueError("model_dir: an empty path names no model directory")
     fields = {k: v for k, v in stored.items() if k not in ("checkpoint", "model_digest")}
     return {**fields, "model_dir": os.fspath(model_dir)}
 
@@ -223,12 +228,19 @@ def _moved_model(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str | N
 
 
 def _not_moved(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """Why a layer sweep whose workloads differ in ``model_dir`` alone is not
-    taken for the same sweep with its model moved (:func:`_moved_model`)."""
+    """Why a layer sweep whose workloads differ in ``model_dir`` (and the
+    checkpoint's fingerprint) alone is not taken for the same sweep with its
+    model moved (:func:`_moved_model`)."""
     before, now = old.get("model_digest"), new.get("model_digest")
     if before is None:
         return (" (the manifest records no digest of its model, as versions before digests "
                 "did not, so a moved model cannot be told to be the same one)")
+    if before == now:  # the fingerprint alone differs
+        return (f" (the model in {new.get('model_dir')} has the sweep's model digest, but "
+                "not its checkpoint's fingerprint, which also hashes each file's header, the "
+                "index and the name the file resolves to: a Hugging Face cache's blob names "
+                "there, the file's own in a plain copy; give the model in the layout the "
+                "sweep began with (a cache copied with cp -a keeps its blob names))")
     return (f" (the model in {new.get('model_dir')} is not the one the sweep began with: its "
             f"config.json or weights differ, model digest {now} where the sweep's was "
             f"{before})")
@@ -349,15 +361,19 @@ def _without_unhashed(definition: Mapping[str, Any], workload: Any) -> dict[str,
 
 
 def _prepare(definition: SweepDefinition, out: Path
-             ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[Any], list[list[str]]]:
+             ) -> tuple[list[dict[str, Any]], list[OpticalConfig], list[Any], list[list[str]],
+                        str | None]:
     """Create ``out`` with its manifest, or check the one there; returns the
-    points, their configs and workloads, and the run ids by point and seed.
+    points, their configs and workloads, the run ids by point and seed, and
+    the model directory the sweep began with where its model has moved since
+    (:func:`_moved_model`; None otherwise).
     Points and ids come from the manifest once it exists, so a resumed sweep
     runs the same points under the same ids even if a newer version of the
     library adds config fields (with defaults that keep the old behaviour).
     A directory holding only a sweep's files but no manifest (it was lost or
     deleted) gets a new one: the runs already there that belong to this sweep
-    are found by their ids."""
+    are found by their ids (those of a layer sweep whose model has moved
+    since they ran, by the directory their files name: :func:`_began_at`)."""
     new = json.loads(json.dumps(definition.to_dict()))
     moved = None
     if (out / MANIFEST).exists():
@@ -396,8 +412,10 @@ def _prepare(definition: SweepDefinition, out: Path
                          "that did not record a checkpoint's fingerprint; the model's weights "
                          f"are now read from the checkpoint in {where}, whose runs are not "
                          "those)")
-            elif isinstance(old, Mapping) and len(changed) == 1 \
-                    and changed[0].startswith("workload model_dir: "):
+            elif isinstance(old, Mapping) and old.get("kind") == "layer" \
+                    and {line.partition(":")[0] for line in changed} \
+                    <= {"workload model_dir", "workload checkpoint"} \
+                    and WORKLOAD_PREFIX + "model_dir" not in definition.paths:
                 keep += _not_moved(old, new["workload"])
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
@@ -412,7 +430,7 @@ def _prepare(definition: SweepDefinition, out: Path
         if problem is not None:
             raise ValueError(f"{out / MANIFEST}: damaged sweep manifest: {problem}. "
                              f"{_rebuild_advice(out)}")
-        return points, configs, workloads, manifest["run_ids"]
+        return points, configs, workloads, manifest["run_ids"], moved
     # Without a manifest, only a sweep's own files (its manifest was lost): the
     # new manifest finds the finished runs again by their ids.
     foreign = [p.name for p in out.iterdir() if p.name not in SWEEP_FILES
@@ -429,7 +447,10 @@ def _prepare(definition: SweepDefinition, out: Path
                          f"holds {names}: {advice}")
     points = definition.points()
     configs, workloads = definition.configs(points), definition.workloads(points)
-    run_ids = [definition.run_ids(config, definition.seeds, workload)
+    moved = _began_at(definition, new, out, configs, workloads)
+    if moved is not None:  # the manifest names the model as the runs' ids do
+        new = {**new, "workload": {**new["workload"], "model_dir": moved}}
+    run_ids = [definition.run_ids(config, definition.seeds, workload, model_dir=moved)
                for config, workload in zip(configs, workloads, strict=True)]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
@@ -438,7 +459,7 @@ def _prepare(definition: SweepDefinition, out: Path
         "results_version": RESULTS_VERSION,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "definition": new,
-        "definition_hash": definition.hash,
+        "definition_hash": definition.hash if moved is None else content_hash(new),
         "params": definition.paths,
         "points": encode(points),
         "runs": len(points) * len(definition.seeds),
@@ -450,7 +471,49 @@ def _prepare(definition: SweepDefinition, out: Path
         atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n", exclusive=True)
     except FileExistsError:
         return _prepare(definition, out)
-    return points, configs, workloads, run_ids
+    return points, configs, workloads, run_ids, moved
+
+
+def _began_at(definition: SweepDefinition, new: Mapping[str, Any], out: Path,
+              configs: list[OpticalConfig], workloads: list[Any]) -> str | None:
+    """The model directory a layer sweep whose manifest was lost began with,
+    where its model has moved since: the ``workload.model_dir`` a run file in
+    ``out`` records (the sweep's name for the model, where the model was
+    found being the file's ``moved_model_dir``), when its workload is the
+    definition's but for that directory, its model digest is the model's
+    now, and the ids of that directory name runs that are there. None
+    otherwise: the runs are then found, or not, by the ids of the directory
+    given."""
+    given = new.get("workload")
+    runs = out / RUNS
+    if not isinstance(given, Mapping) or given.get("kind") != "layer" \
+            or WORKLOAD_PREFIX + "model_dir" in definition.paths or not runs.is_dir():
+        return None
+    files = {p.stem: p for p in runs.glob("*.json")}
+    if not files:
+        return None
+    # As a run file records a workload: every field, those at their defaults
+    # too; the fields the sweep sweeps are each point's.
+    leave_out = {"model_dir", *(p.removeprefix(WORKLOAD_PREFIX) for p in definition.paths
+                                if p.startswith(WORKLOAD_PREFIX))}
+    same = {k: v for k, v in _workload_record(definition.workload).items()
+            if k not in leave_out}
+    for path in files.values():  # one file of the sweep's names its directory
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8")).get("workload")
+        except (OSError, ValueError, AttributeError):
+            continue  # damaged or foreign: the run itself is named when it is read
+        if not isinstance(stored, Mapping) or stored.get("model_dir") == given.get("model_dir") \
+                or not isinstance(stored.get("model_dir"), str):
+            continue
+        if {k: v for k, v in stored.items() if k not in leave_out} != same:
+            continue
+        began = stored["model_dir"]
+        if any(run_id in files for config, workload in zip(configs, workloads, strict=True)
+               for run_id in definition.run_ids(config, definition.seeds, workload,
+                                                model_dir=began)):
+            return began
+    return None
 
 
 # --------------------------------------------------------------------------- #
@@ -504,7 +567,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
         raise ValueError(f"out: cannot create {out}: {err.strerror or err}") from None
     start = time.perf_counter()
     with lock(out), _sweeping():
-        points, configs, workloads, run_ids = _prepare(definition, out)
+        points, configs, workloads, run_ids, moved = _prepare(definition, out)
         runs_dir = out / RUNS
         if runs_dir.is_symlink():  # a directory from someone else: runs/ may name any
             raise ValueError(f"{runs_dir}: a symlink; a sweep writes and removes its run "
@@ -588,7 +651,7 @@ def execute(definition: SweepDefinition, out: str | os.PathLike, *, executor: An
                             f"whose numbers or metrics differ from this one's (results version "
                             f"{RESULTS_VERSION}): every worker needs this version of optical. "
                             f"The {finished} runs finished so far are kept in {out}.")
-                    write_run(runs_dir, task, points[task.point], outcome, version)
+                    write_run(runs_dir, task, points[task.point], outcome, version, moved)
                     finished += 1
                     received.add(task.run_id)
                     bar.update(1)

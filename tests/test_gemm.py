@@ -145,6 +145,7 @@ def test_overlapping_calls_run_on_one_blas_thread_and_leave_every_count_as_found
 
     fake = _FakeBlas(layer)
     monkeypatch.setattr(_gemm._ONE_BLAS_THREAD, "_libs", [fake])
+    monkeypatch.setattr(_gemm, "_blas_controllers", lambda: [fake])
     seen, after = [], {}
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
 
@@ -209,3 +210,25 @@ raise SystemExit(os.waitstatus_to_exitcode(status))
     result = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_blas_library_loaded_after_the_first_call_is_held_at_one_thread_too(monkeypatch):
+    """The libraries are listed again once modules were imported since the
+    last list: scipy's linear algebra loads an OpenBLAS of its own after
+    numpy's, which an earlier list of the first call's had left at its
+    count (the test above failed after the sweep tests had imported it)."""
+    import sys
+    import types
+
+    from optical import _gemm
+
+    late = _FakeBlas("pthreads")
+    monkeypatch.setattr(_gemm._ONE_BLAS_THREAD, "_libs", [])
+    monkeypatch.setattr(_gemm._ONE_BLAS_THREAD, "_listed_at", len(sys.modules))
+    monkeypatch.setattr(_gemm, "_blas_controllers", lambda: [late])
+    seen = []
+    _gemm._concurrently([lambda: seen.append(late.get_num_threads())])
+    assert seen == [2]  # nothing imported since the list: the list stands
+    monkeypatch.setitem(sys.modules, "_optical_test_late_blas", types.ModuleType("late"))
+    _gemm._concurrently([lambda: seen.append(late.get_num_threads())] * 2)
+    assert seen == [2, 1, 1] and late.get_num_threads() == 2  # held inside, restored after

@@ -42,7 +42,8 @@ def test_a_sweep_resumes_where_its_model_is_now_with_the_numbers_of_the_old_plac
     """Moved with its model, the sweep runs its deleted run again at the new
     place: the same metrics as that run had at the old one (the same model
     and seed), the same run id, the manifest untouched, and the new run's
-    file records where the model was."""
+    file records where the model was beside the workload the id hashes. A
+    manifest lost after the move is rebuilt around the runs there."""
     old = _model(tmp_path / "laptop" / "llama", weights)
     out = tmp_path / "s"
     before = _sweep(old, out)
@@ -64,10 +65,19 @@ def test_a_sweep_resumes_where_its_model_is_now_with_the_numbers_of_the_old_plac
                                   before.drop(columns=["elapsed_s", "finished_at"]))
     assert (out / "manifest.json").read_bytes() == manifest
     record = json.loads((out / "runs" / f"{run_id}.json").read_text())
-    assert record["workload"]["model_dir"] == str(new.resolve())
+    assert record["workload"]["model_dir"] == str(old.resolve())
+    assert record["moved_model_dir"] == str(new.resolve())
     # The same definition given with the moved model is the same sweep too.
     again = _sweep(new, out)
     assert again["run_id"].tolist() == before["run_id"].tolist()
+    # The manifest lost: rebuilt from the definition given with the moved
+    # model, it names the model as the runs' ids do, and runs none again.
+    (out / "manifest.json").unlink()
+    rebuilt = _sweep(new, out)
+    assert rebuilt["run_id"].tolist() == before["run_id"].tolist()
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == sorted(before["run_id"])
+    stored = json.loads((out / "manifest.json").read_text())["definition"]["workload"]
+    assert stored["model_dir"] == str(old.resolve())
 
 
 def test_another_model_where_the_sweep_looks_for_its_own_is_refused(tmp_path):
@@ -87,6 +97,26 @@ def test_another_model_where_the_sweep_looks_for_its_own_is_refused(tmp_path):
     with pytest.raises(ValueError, match=message):
         _sweep(other, out)
     assert sorted(p.name for p in (out / "runs").iterdir()) == runs
+
+
+def test_a_hugging_face_cache_and_a_plain_copy_are_told_apart_by_their_fingerprint(tmp_path):
+    """The same checkpoint in a Hugging Face cache (files linked to blobs)
+    has the plain copy's digest but another fingerprint (it hashes the
+    names the files resolve to): refused, saying that the layout differs."""
+    plain = _model(tmp_path / "plain" / "m", True)
+    out = tmp_path / "s"
+    _sweep(plain, out)
+    blobs, snapshot = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, file in enumerate(sorted(plain.iterdir())):
+        shutil.copyfile(file, blobs / f"{i:040x}")
+        (snapshot / file.name).symlink_to(blobs / f"{i:040x}")
+    with pytest.raises(ValueError, match=r"Changed: workload checkpoint: .*; workload model_dir: "
+                                         r".* \(the model in .*abc123 has the sweep's model "
+                                         r"digest, but not its checkpoint's fingerprint.*"
+                                         r"Hugging Face cache's blob names"):
+        resume(out, executor="serial", progress=False, model_dir=snapshot)
 
 
 def test_a_manifest_without_a_model_digest_cannot_recognise_its_model_elsewhere(tmp_path):
@@ -126,12 +156,20 @@ def test_sweeps_without_one_model_to_move_refuse_model_dir(tmp_path):
                   executor="serial", progress=False)
     with pytest.raises(ValueError, match=r"model_dir: .*the sweep sweeps workload.model_dir"):
         resume(swept, model_dir=model)
+    shutil.copytree(model, tmp_path / "kept")
+    shutil.rmtree(model)
+    with pytest.raises(ValueError, match=r"cannot be made now") as refused:
+        resume(swept)  # each point names its directory: no hint to move them to one
+    assert "--moved-model" not in str(refused.value)
+    shutil.copytree(tmp_path / "kept", model)
     with pytest.raises(ValueError, match=r"model_dir: give the moved workload itself"):
         resume(swept, model_dir=model, workload=LayerWorkload(str(model), layer=0, tokens=4))
     plain = tmp_path / "plain"
     _sweep(model, plain)
     with pytest.raises(ValueError, match=r"^model_dir: .*nowhere"):
         resume(plain, model_dir=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"^model_dir: an empty path"):
+        resume(plain, model_dir=" ")
 
 
 def test_the_cli_resumes_a_moved_model_and_says_how_to_resume_it(tmp_path, capsys):
@@ -156,6 +194,8 @@ def test_the_cli_resumes_a_moved_model_and_says_how_to_resume_it(tmp_path, capsy
     assert main(["sweep", "--model", str(new), "--out", str(out), "--moved-model",
                  str(new)]) == 2
     assert "--moved-model resumes the sweep in --out" in capsys.readouterr().err
+    assert main(["sweep", "--out", str(out), "--moved-model", str(tmp_path / "nowhere")]) == 2
+    assert "optical sweep: error: --moved-model: " in capsys.readouterr().err
     assert _resume_command(str(out), str(new)) == (f"`optical sweep --out {out} "
                                                    f"--moved-model {new}`")
     assert _resume_command(str(out), str(old)) == f"`optical sweep --out {out}`"

@@ -335,7 +335,13 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
     definition = _definition(args)
     if definition is None:  # resumed: its model is the stored workload's
-        definition = stored_definition(args.out, model_dir=args.moved_model)
+        try:
+            definition = stored_definition(args.out, model_dir=args.moved_model)
+        except (ValueError, TypeError) as err:  # named as the option given
+            text = str(err)
+            if args.moved_model is None or not text.startswith("model_dir: "):
+                raise
+            raise type(err)("--moved-model: " + text.removeprefix("model_dir: ")) from None
         check_json_model(args.json_path, getattr(definition.workload, "model_dir", None),
                          f"the model of the sweep in {args.out}")
     if args.vmap and not _vmappable(definition):
