@@ -111,7 +111,7 @@ class _OneBlasThread:
     def __enter__(self) -> _OneBlasThread:
         with self._lock:
             if self._depth == 0:
-                if len(sys.modules) != self._listed_at:  # ~0.3 ms a listing
+                if len(sys.modules) != self._listed_at:  # 0.3-3 ms a listing
                     self._listed_at = len(sys.modules)
                     self._libs = _blas_controllers()
                 # Only process-wide counts are limited here (and restored by the last

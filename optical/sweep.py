@@ -81,12 +81,14 @@ from optical._sweep_definition import (
     parse_swept_value,
 )
 from optical._sweep_store import (
+    _MAX_RECORD_BYTES,
     FORMAT,
     MANIFEST,
     META_COLUMNS,
     RUNS,
     SWEEP_FILES,
     WORKLOAD_PREFIX,
+    _read_json,
     _rebuild_advice,
     _workload_record,
     check_placement,
@@ -447,11 +449,13 @@ def _prepare(definition: SweepDefinition, out: Path
                          f"holds {names}: {advice}")
     points = definition.points()
     configs, workloads = definition.configs(points), definition.workloads(points)
-    moved = _began_at(definition, new, out, configs, workloads)
+    run_ids = [definition.run_ids(config, definition.seeds, workload)
+               for config, workload in zip(configs, workloads, strict=True)]
+    moved = _began_at(definition, new, out, configs, workloads, run_ids)
     if moved is not None:  # the manifest names the model as the runs' ids do
         new = {**new, "workload": {**new["workload"], "model_dir": moved}}
-    run_ids = [definition.run_ids(config, definition.seeds, workload, model_dir=moved)
-               for config, workload in zip(configs, workloads, strict=True)]
+        run_ids = [definition.run_ids(config, definition.seeds, workload, model_dir=moved)
+                   for config, workload in zip(configs, workloads, strict=True)]
     (out / RUNS).mkdir(parents=True, exist_ok=True)
     manifest = {
         "format": FORMAT,
@@ -475,45 +479,51 @@ def _prepare(definition: SweepDefinition, out: Path
 
 
 def _began_at(definition: SweepDefinition, new: Mapping[str, Any], out: Path,
-              configs: list[OpticalConfig], workloads: list[Any]) -> str | None:
+              configs: list[OpticalConfig], workloads: list[Any],
+              run_ids: list[list[str]]) -> str | None:
     """The model directory a layer sweep whose manifest was lost began with,
-    where its model has moved since: the ``workload.model_dir`` a run file in
-    ``out`` records (the sweep's name for the model, where the model was
-    found being the file's ``moved_model_dir``), when its workload is the
-    definition's but for that directory, its model digest is the model's
-    now, and the ids of that directory name runs that are there. None
-    otherwise: the runs are then found, or not, by the ids of the directory
-    given."""
+    where its model has moved since: where none of ``run_ids`` (the given
+    directory's) is in ``out`` but the runs there are this sweep's under
+    another directory's ids, the ``workload.model_dir`` their files record
+    (the sweep's name for the model; where it was found is their
+    ``moved_model_dir``), for a workload that is the definition's but for
+    that directory, with the model's digest now; of several such
+    directories, the one whose ids name the most runs there. None
+    otherwise: the runs are then found, or not, by the given directory's
+    ids. Run files are read as a load reads them (plain files, within
+    limits; a damaged or foreign one is skipped here, named where it is
+    read), each directory's ids computed once."""
     given = new.get("workload")
     runs = out / RUNS
     if not isinstance(given, Mapping) or given.get("kind") != "layer" \
             or WORKLOAD_PREFIX + "model_dir" in definition.paths or not runs.is_dir():
         return None
     files = {p.stem: p for p in runs.glob("*.json")}
-    if not files:
-        return None
+    if not files or any(run_id in files for ids in run_ids for run_id in ids):
+        return None  # the given directory's runs are there: not moved, or moved back
     # As a run file records a workload: every field, those at their defaults
     # too; the fields the sweep sweeps are each point's.
     leave_out = {"model_dir", *(p.removeprefix(WORKLOAD_PREFIX) for p in definition.paths
                                 if p.startswith(WORKLOAD_PREFIX))}
     same = {k: v for k, v in _workload_record(definition.workload).items()
             if k not in leave_out}
-    for path in files.values():  # one file of the sweep's names its directory
+    found: dict[str, int] = {}  # a directory tried: how many runs its ids name
+    for path in files.values():
         try:
-            stored = json.loads(path.read_text(encoding="utf-8")).get("workload")
-        except (OSError, ValueError, AttributeError):
-            continue  # damaged or foreign: the run itself is named when it is read
-        if not isinstance(stored, Mapping) or stored.get("model_dir") == given.get("model_dir") \
-                or not isinstance(stored.get("model_dir"), str):
+            stored = _read_json(path, "", _MAX_RECORD_BYTES)
+        except (OSError, ValueError):
             continue
-        if {k: v for k, v in stored.items() if k not in leave_out} != same:
+        stored = stored.get("workload") if isinstance(stored, Mapping) else None
+        began = stored.get("model_dir") if isinstance(stored, Mapping) else None
+        if not isinstance(began, str) or began == given.get("model_dir") or began in found \
+                or {k: v for k, v in stored.items() if k not in leave_out} != same:
             continue
-        began = stored["model_dir"]
-        if any(run_id in files for config, workload in zip(configs, workloads, strict=True)
-               for run_id in definition.run_ids(config, definition.seeds, workload,
-                                                model_dir=began)):
-            return began
-    return None
+        found[began] = sum(run_id in files for config, workload
+                           in zip(configs, workloads, strict=True)
+                           for run_id in definition.run_ids(config, definition.seeds, workload,
+                                                            model_dir=began))
+    best = max(sorted(found), key=found.__getitem__, default=None)
+    return best if best is not None and found[best] else None
 
 
 # --------------------------------------------------------------------------- #

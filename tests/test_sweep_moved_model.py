@@ -199,3 +199,47 @@ def test_the_cli_resumes_a_moved_model_and_says_how_to_resume_it(tmp_path, capsy
     assert _resume_command(str(out), str(new)) == (f"`optical sweep --out {out} "
                                                    f"--moved-model {new}`")
     assert _resume_command(str(out), str(old)) == f"`optical sweep --out {out}`"
+
+
+def test_a_lost_manifest_of_a_sweep_that_did_not_move_is_rebuilt_as_before(tmp_path):
+    """Rebuilding a lost manifest looks for a moved model's runs only where
+    the given directory's own are absent: runs of the same model at another
+    directory copied in stay foreign (the sweep keeps its directory and
+    runs none again), and foreign files there are read as a load reads them:
+    a FIFO is never opened (it would block), JSON nested past the parser is
+    skipped."""
+    import os
+    import threading
+
+    here = write_model(tmp_path / "a" / "m", TINY_LLAMA)
+    there = shutil.copytree(here, tmp_path / "d" / "m")
+    other, out = tmp_path / "s1", tmp_path / "s2"
+    optical.sweep(LayerWorkload(str(there), layer=1, tokens=4), {"adc.bits": [6]}, seeds=[0, 1],
+                  out=other, base=BASE, executor="serial", progress=False)
+    before = _sweep(here, out)
+    for file in (other / "runs").glob("*.json"):
+        shutil.copy(file, out / "runs")
+    (out / "runs" / "nested.json").write_text("[" * 100_000 + "]" * 100_000)
+    fifo = out / "runs" / "fifo.json"
+    os.mkfifo(fifo)
+    opened = []
+
+    def unblock():  # a reader blocked on the FIFO: let it go, and say so
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            opened.append(True)
+        except OSError:  # no reader: nothing blocked
+            pass
+
+    watchdog = threading.Timer(60, unblock)
+    watchdog.start()
+    try:
+        (out / "manifest.json").unlink()
+        rebuilt = _sweep(here, out)
+    finally:
+        watchdog.cancel()
+        unblock()
+    assert not opened
+    assert rebuilt["run_id"].tolist() == before["run_id"].tolist()
+    stored = json.loads((out / "manifest.json").read_text())["definition"]["workload"]
+    assert stored["model_dir"] == str(here.resolve())
