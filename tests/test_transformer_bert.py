@@ -657,15 +657,19 @@ def test_padded_attention_operands_are_what_each_prompt_sent(tiny_bert):
 
 
 @pytest.mark.slow  # ~9 s alone: 40 padded prompts through three configs, twice
-def test_encode_holds_a_few_prompts_attention_at_a_time_with_the_same_bits(tiny_bert,
-                                                                          monkeypatch):
+def test_encode_holds_a_few_prompts_attention_at_a_time_whatever_the_chunking(tiny_bert,
+                                                                             monkeypatch):
     """encode() reads no trace, so a padded batch's attention runs a few
     prompts at a time (each prompt's score matrices are their own products)
     and the GELU skips the padding's rows: the same bits as the whole batch
     at once, under the reference and the optical core (digital and optical
     attention), in a fraction of the memory: holding the batch's (B, heads,
     T, T) scores several times over made embed() run out of memory on a few
-    hundred sentences of 256 tokens where sentence-transformers needs 0.7 GB."""
+    hundred sentences of 256 tokens where sentence-transformers needs 0.7 GB.
+    A trace keeps the whole batch's products at the padded length: the same
+    bits with optical attention (which encode runs at that length too), the
+    reference's to float32 rounding (encode runs each prompt's digital
+    attention at its own length)."""
     import tracemalloc
 
     from optical.transformer import _engines
@@ -696,11 +700,57 @@ def test_encode_holds_a_few_prompts_attention_at_a_time_with_the_same_bits(tiny_
             assert peak < 4 * scores_bytes
     for chunked, whole in zip(*runs.values(), strict=True):
         np.testing.assert_array_equal(chunked, whole)
-    # And the bits of a trace, which keeps every product of the whole batch.
+    # And a trace, which keeps every product of the whole batch at the padded
+    # length. (Digital attention on the optical core: its last-bit changes
+    # flip ADC codes downstream; chunked against whole above.)
     h = model.encode(ids, mask, layers=0)
-    for c in configs:
+    for c in (configs[0], configs[2]):
         layer = model.layer(0)
         traced = layer.trace(h, dtype="float32" if c is None else None, config=c, seed=3,
                              mask=mask).output
-        np.testing.assert_array_equal(model.encode(ids, mask, config=c, seed=3, layers=1),
-                                      traced)
+        encoded = model.encode(ids, mask, config=c, seed=3, layers=1)
+        if c is None:
+            np.testing.assert_allclose(encoded, traced, rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(encoded, traced)
+
+
+def test_a_padded_batchs_attention_runs_each_prompt_over_its_own_tokens():
+    """Untraced (encode, embed), a padded batch's digital attention takes each
+    prompt up to its last real token, prompts of one length together: a
+    short prompt's context is, bit for bit, its attention alone at its own
+    length (whatever the batch's longest), rows past it are 0, and the real
+    rows are float64 attention over the real keys. A traced run and optical
+    attention (its noise keyed by the batch's shape) keep the padded length."""
+    from optical.transformer import bert
+    from optical.transformer._engines import OpticalEngine
+
+    rng = np.random.default_rng(0)
+    lengths = [5, 20, 5, 9]
+    q, k, v = (rng.standard_normal((4, 2, 20, 8)).astype(np.float32) for _ in range(3))
+    mask = np.arange(20)[None, :] < np.array(lengths)[:, None]
+    mask[3, 2] = False  # a hole before the last real token: kept, and masked
+    engine = ReferenceEngine("float32")
+    engine.keep = False
+    assert engine.attention_by_length()
+    got = bert._attention_by_length(q, k, v, mask, engine)
+    for i, n in enumerate(lengths):
+        one = slice(i, i + 1)
+        alone = bert._attention(q[one, :, :n], k[one, :, :n], v[one, :, :n], mask[one, :n],
+                                engine)
+        np.testing.assert_array_equal(got[one, :, :n], alone)
+        assert not got[i, :, n:].any()
+        keys = mask[i, :n]
+        scores = q[i, :, :n].astype(np.float64) @ k[i, :, :n][:, keys].astype(np.float64) \
+            .swapaxes(-1, -2) / math.sqrt(8)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        np.testing.assert_allclose(got[i, :, :n], weights @ v[i, :, :n][:, keys], rtol=1e-5,
+                                   atol=1e-6)
+    engine.keep = True
+    assert not engine.attention_by_length()
+    for attention, by_length in (("digital", True), ("optical", False)):
+        cfg = optical.presets.get("ideal").replace({"mapping.attention": attention})
+        optical_engine = OpticalEngine(cfg, seed=0, layer=0)
+        optical_engine.keep = False
+        assert optical_engine.attention_by_length() is by_length

@@ -213,8 +213,11 @@ class ReferenceEngine:
     each product, and the engine its inputs and operands, for a
     :meth:`trace`. A run that reads no trace (BERT's ``encode``) sets it
     False: only each product's peak is kept, and a
-    padded batch's attention runs a few prompts at a time
-    (:meth:`attention_prompts`), the same bits in a fraction of the memory.
+    padded batch's attention runs each prompt up to its last real token,
+    prompts of one length a few at a time (:meth:`attention_by_length`,
+    :meth:`attention_prompts`): a fraction of the memory and the time, each
+    prompt's bits its own whatever the batch (a trace's, at the padded
+    length, agree to float32 rounding).
     """
 
     def __init__(self, dtype: str, stop_after: Collection[str] = ()) -> None:
@@ -247,6 +250,13 @@ class ReferenceEngine:
         """The largest row square sum of each product a norm takes next."""
         return {name: largest_row_square_sum(value) for name, value in self.products.items()
                 if name in NORMED} | self.row_sums
+
+    def attention_by_length(self) -> bool:
+        """Whether a padded batch's attention may run each prompt over its own
+        tokens, its padded tail cut (BERT's ``_attention_by_length``): a run
+        that keeps no trace, with digital products (each entry its own dot
+        product; the softmax gives the cut keys no weight)."""
+        return not self.keep
 
     def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
         """How many of a batch's prompts to run attention on at once, one
@@ -480,6 +490,11 @@ class OpticalEngine(ReferenceEngine):
         if self.keep:  # for a trace's local SQNR
             self.operands[name] = (a, b.swapaxes(-1, -2) if transpose_b else b, out)
         return out
+
+    def attention_by_length(self) -> bool:
+        """Never with optical attention: its products' seeds and stats are
+        keyed by each prompt's place in the batch and the batch's shape."""
+        return self.config.mapping.attention == "digital" and super().attention_by_length()
 
     def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
         """The whole batch with optical attention (its products' seeds and
