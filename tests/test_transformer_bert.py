@@ -754,3 +754,18 @@ def test_a_padded_batchs_attention_runs_each_prompt_over_its_own_tokens():
         optical_engine = OpticalEngine(cfg, seed=0, layer=0)
         optical_engine.keep = False
         assert optical_engine.attention_by_length() is by_length
+
+
+def test_the_paddings_hidden_states_pass_through_the_layers(tiny_bert):
+    """Nothing reads the padding's sums and LayerNorms, so nothing computes
+    them: its hidden states leave every layer as they came (the embeddings'
+    rows), traced or not, while the real rows go through every layer (the
+    float64 re-derivation above checks their values)."""
+    model, _ = tiny_bert
+    ids, mask = _padded_batch(np.random.default_rng(4), [3, 12, 7])
+    embedded = model.encode(ids, mask, layers=0)
+    encoded = model.encode(ids, mask)
+    np.testing.assert_array_equal(encoded[~mask], embedded[~mask])
+    assert not np.isclose(encoded[mask], embedded[mask]).any()
+    traced = model.layer(0).trace(embedded, dtype="float32", mask=mask).output
+    np.testing.assert_array_equal(traced[~mask], embedded[~mask])

@@ -222,17 +222,25 @@ class BertLayer:
                     part = slice(start, start + step)
                     context[part] = _attention(q[part], k[part], v[part], mask[part], engine)
         context = context.transpose(0, 2, 1, 3).reshape(batch * tokens, hidden)
-        attn = project("attention.output", context)
-        x = layer_norm(rnd(attn + rows), w["attention.output.LayerNorm.weight"],
+        # From here on every op is row by row: the real rows alone go on, and
+        # the padding's rows leave the layer as they came (no product, sum or
+        # LayerNorm of theirs is read; 94 % of the rows of a batch of short
+        # sentences padded to one of 256 tokens).
+        kept = rows[real] if padded else rows
+        if padded:
+            context = context[real]
+        attn = engine.linear("attention.output", context, w["attention.output"],
+                             w["attention.output.bias"])
+        x = layer_norm(rnd(attn + kept), w["attention.output.LayerNorm.weight"],
                        w["attention.output.LayerNorm.bias"], self.eps, engine)
-        inter = project("intermediate", x)
-        if padded:  # GELU(0) = 0: the padding's rows stay as they are
-            inter[real] = rnd(_gelu(inter[real]))
-        else:
-            inter = rnd(_gelu(inter))
-        out = project("output", inter)
+        inter = rnd(_gelu(engine.linear("intermediate", x, w["intermediate"],
+                                        w["intermediate.bias"])))
+        out = engine.linear("output", inter, w["output"], w["output.bias"])
         out = layer_norm(rnd(out + x), w["output.LayerNorm.weight"], w["output.LayerNorm.bias"],
                          self.eps, engine)
+        if padded:
+            rows[real] = out
+            out = rows
         return out.reshape(batch, tokens, hidden)
 
 
