@@ -213,11 +213,10 @@ class ReferenceEngine:
     each product, and the engine its inputs and operands, for a
     :meth:`trace`. A run that reads no trace (BERT's ``encode``) sets it
     False: only each product's peak is kept, and a
-    padded batch's attention runs each prompt up to its last real token,
-    prompts of one length a few at a time (:meth:`attention_by_length`,
-    :meth:`attention_prompts`): a fraction of the memory and the time, each
-    prompt's bits its own whatever the batch (a trace's, at the padded
-    length, agree to float32 rounding).
+    padded batch's attention runs prompts of one length a few at a time
+    (:meth:`attention_prompts`): a fraction of the memory. (Traced or not,
+    each prompt's digital attention runs up to its last real token:
+    :meth:`attention_by_length`.)
     """
 
     def __init__(self, dtype: str, stop_after: Collection[str] = ()) -> None:
@@ -252,11 +251,13 @@ class ReferenceEngine:
                 if name in NORMED} | self.row_sums
 
     def attention_by_length(self) -> bool:
-        """Whether a padded batch's attention may run each prompt over its own
-        tokens, its padded tail cut (BERT's ``_attention_by_length``): a run
-        that keeps no trace, with digital products (each entry its own dot
-        product; the softmax gives the cut keys no weight)."""
-        return not self.keep
+        """Whether a padded batch's attention runs each prompt over its own
+        tokens, its padded tail cut (BERT's ``_attention_by_length``): with
+        digital products (each entry its own dot product; the softmax gives
+        the cut keys no weight), traced or not, so a trace (and
+        ``matmul_inputs``, a held-out calibration's recipe) has the bits of
+        an untraced run."""
+        return True
 
     def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
         """How many of a batch's prompts to run attention on at once, one
@@ -494,7 +495,7 @@ class OpticalEngine(ReferenceEngine):
     def attention_by_length(self) -> bool:
         """Never with optical attention: its products' seeds and stats are
         keyed by each prompt's place in the batch and the batch's shape."""
-        return self.config.mapping.attention == "digital" and super().attention_by_length()
+        return self.config.mapping.attention == "digital"
 
     def attention_prompts(self, batch: int, prompt_bytes: int) -> int:
         """The whole batch with optical attention (its products' seeds and

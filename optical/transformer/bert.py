@@ -245,16 +245,19 @@ class BertLayer:
 
 
 def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray,
-               engine: ReferenceEngine) -> np.ndarray:
-    """softmax(q k^T / sqrt(d)) v over each prompt's real keys: (B, heads, T, d)."""
+               engine: ReferenceEngine,
+               record: Callable[[str, np.ndarray], None] | None = None) -> np.ndarray:
+    """softmax(q k^T / sqrt(d)) v over each prompt's real keys: (B, heads, T, d).
+    ``record``: where the products go (default ``engine.record``)."""
     rnd = engine.round
+    record = engine.record if record is None else record
     scores = rnd(engine.scores(q, k, mask) * np.float32(q.shape[-1] ** -0.5))  # (B, heads, T, T)
     keys = mask[:, None, None, :]
-    engine.record("attention.scores", np.where(keys, scores, np.float32(0)))
+    record("attention.scores", np.where(keys, scores, np.float32(0)))
     probs = rnd(softmax(np.where(keys, scores, -np.inf).astype(np.float32)))
     context = engine.values(probs, v, mask)
     # Padded queries' rows set to 0, as the optical core leaves them.
-    engine.record("attention.values", np.where(mask[:, None, :, None], context, np.float32(0)))
+    record("attention.values", np.where(mask[:, None, :, None], context, np.float32(0)))
     return context
 
 
@@ -267,19 +270,35 @@ def _attention_by_length(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
     sentence's scores at the long one's length (3.4 s for 100 short
     sentences through all-MiniLM-L6-v2 on iris-like, 19 s beside one of 256
     tokens). A prompt's products are then its own matrices at its own
-    length, whatever the batch. Rows past a prompt's length, padded queries
-    whose context no product reads, are 0, as the optical core leaves them."""
+    length, whatever the batch, traced or not (a trace's products are laid
+    out at the padded length, 0 past each prompt's: the padded queries' rows
+    are 0, their q being 0, and the padded keys' columns masked, as at the
+    padded length). Rows past a prompt's length, padded queries whose
+    context no product reads, are 0, as the optical core leaves them."""
     batch, heads, tokens, d = q.shape
     lengths = tokens - np.argmax(mask[:, ::-1], axis=1)  # past each prompt's last real token
     context = np.zeros((batch, heads, tokens, d), dtype=np.float32)
+    traced = {"attention.scores": np.zeros((batch, heads, tokens, tokens), np.float32),
+              "attention.values": np.zeros((batch, heads, tokens, d), np.float32)} \
+        if engine.keep else {}
     for length in np.unique(lengths).tolist():
         prompts = np.flatnonzero(lengths == length)
         step = engine.attention_prompts(prompts.size, heads * length * length * 4)
         for start in range(0, prompts.size, step):
             part = prompts[start:start + step]
+
+            def record(name: str, value: np.ndarray, part: np.ndarray = part,
+                       length: int = length) -> None:
+                if name in traced:  # its place in the whole batch's product
+                    traced[name][part, :, :length, :value.shape[-1]] = value
+                else:
+                    engine.record(name, value)
+
             context[part, :, :length] = _attention(q[part, :, :length], k[part, :, :length],
                                                    v[part, :, :length], mask[part, :length],
-                                                   engine)
+                                                   engine, record)
+    for name, value in traced.items():
+        engine.record(name, value)
     return context
 
 
