@@ -685,7 +685,7 @@ def test_encode_holds_a_few_prompts_attention_at_a_time_whatever_the_chunking(ti
                                                                              monkeypatch):
     """encode() reads no trace, so a padded batch's attention runs a few
     prompts at a time (each prompt's score matrices are their own products)
-    and the GELU skips the padding's rows: the same bits as the whole batch
+    and every op after it skips the padding's rows: the same bits as the whole batch
     at once, under the reference and the optical core (digital and optical
     attention), in a fraction of the memory: holding the batch's (B, heads,
     T, T) scores several times over made embed() run out of memory on a few
@@ -789,8 +789,9 @@ def test_a_padded_batchs_attention_runs_each_prompt_over_its_own_tokens():
 def test_the_paddings_hidden_states_pass_through_the_layers(tiny_bert):
     """Nothing reads the padding's sums and LayerNorms, so nothing computes
     them: its hidden states leave every layer as they came (the embeddings'
-    rows), traced or not, while the real rows go through every layer (the
-    float64 re-derivation above checks their values)."""
+    rows; in float32, or rounded to a trace's dtype), traced or not, while
+    the real rows go through every layer (the float64 re-derivation above
+    checks their values)."""
     model, _ = tiny_bert
     ids, mask = _padded_batch(np.random.default_rng(4), [3, 12, 7])
     embedded = model.encode(ids, mask, layers=0)
@@ -799,3 +800,5 @@ def test_the_paddings_hidden_states_pass_through_the_layers(tiny_bert):
     assert not np.isclose(encoded[mask], embedded[mask]).any()
     traced = model.layer(0).trace(embedded, dtype="float32", mask=mask).output
     np.testing.assert_array_equal(traced[~mask], embedded[~mask])
+    half = model.layer(0).trace(embedded, dtype="float16", mask=mask).output
+    np.testing.assert_array_equal(half[~mask], embedded[~mask].astype(np.float16))

@@ -127,7 +127,10 @@ class BertLayer:
         h : ndarray, float32, shape (tokens, hidden) or (batch, tokens, hidden)
         dtype : {"float32", "float16", "bfloat16"}
         mask : ndarray of bool, shape (batch, tokens), optional
-            True for real tokens; padded keys get no attention. Default: all real.
+            True for real tokens; padded keys get no attention. Default: all
+            real. Padding reaches no product, and its rows of the output are
+            its rows of ``h`` (rounded to ``dtype``), where Hugging Face
+            computes them: nothing reads them.
 
         Raises
         ------
