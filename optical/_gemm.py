@@ -12,7 +12,11 @@ caller chunked the tokens.
 exactly ``block`` rows (the last block zero-padded), each on one BLAS thread;
 blocks run concurrently on a small thread pool. A row's result then depends
 only on its own values, ``b``, ``block`` and its position inside its block,
-which callers fix by starting every chunk at a multiple of ``block``.
+which callers fix by starting every chunk at a multiple of ``block``. (The
+position counts: OpenBLAS's Haswell kernels, as on an AMD EPYC, round a row
+by its lane in a 24-row micro-kernel, so a prompt's rows in a batch, or a
+prefix's under another block, can differ in the last bit from the prompt
+alone.)
 ``block`` itself depends only on the total number of tokens
 (:func:`row_block`).
 
