@@ -48,7 +48,7 @@ import reprlib
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +139,12 @@ def stored_definition(out: str | os.PathLike, workload: Any = None, *,
     its directory now); ValueError names the manifest when it cannot be
     rebuilt."""
     manifest = read_manifest(out)
-    if model_dir is not None:
-        workload_dict = _moved_workload(out, manifest, workload, model_dir)
+    if model_dir is not None and workload is not None:
+        raise ValueError("model_dir: give the moved workload itself (its model_dir the new "
+                         "directory), or model_dir with the stored workload, not both")
     if workload is None:  # its model directory may have changed since: say so, not "manifest"
-        stored = manifest["definition"]["workload"]
-        if model_dir is not None:
-            stored = workload_dict
+        stored = manifest["definition"]["workload"] if model_dir is None \
+            else _moved_workload(out, manifest, model_dir)
         kind = stored.get("kind") if isinstance(stored, Mapping) else None
         if kind not in BUILTIN_KINDS:
             raise ValueError(f"{Path(out) / MANIFEST}: the sweep's workload, of kind {kind!r}, "
@@ -159,9 +159,9 @@ def stored_definition(out: str | os.PathLike, workload: Any = None, *,
             if model_dir is not None:  # the directory the caller gave: named as theirs
                 raise ValueError(f"model_dir: {err}") from None
             moved = ""
-            where = stored.get("model_dir") if kind == "layer" else None
-            swept = manifest["definition"].get("params") or ()
-            if isinstance(where, str) and WORKLOAD_PREFIX + "model_dir" not in swept:
+            where = stored.get("model_dir")
+            if _one_model(stored, manifest["definition"].get("params")) \
+                    and isinstance(where, str):
                 moved = (f"; if its model has moved from {where}, resume with its directory "
                          "now (optical sweep --out DIR --moved-model MODEL_DIR; "
                          "optical.resume_sweep(out, model_dir=...))")
@@ -178,16 +178,21 @@ def stored_definition(out: str | os.PathLike, workload: Any = None, *,
                          f"from it: {text}") from None
 
 
-def _moved_workload(out: str | os.PathLike, manifest: Mapping[str, Any], workload: Any,
+def _one_model(workload: Any, params: Iterable[str] | None) -> bool:
+    """Whether a sweep's stored workload (``to_dict()`` or a run file's
+    record of it) and its swept ``params`` name one model directory, which
+    can move: a layer workload whose ``model_dir`` the sweep does not sweep."""
+    return isinstance(workload, Mapping) and workload.get("kind") == "layer" \
+        and WORKLOAD_PREFIX + "model_dir" not in (params or ())
+
+
+def _moved_workload(out: str | os.PathLike, manifest: Mapping[str, Any],
                     model_dir: str | os.PathLike) -> dict[str, Any]:
     """The stored workload of a layer sweep with ``model_dir`` in its
     directory's place and its checkpoint left to be found there (compared
     with the sweep's by :func:`_prepare`); ValueError where the sweep has no
     single model to move."""
     where = Path(out) / MANIFEST
-    if workload is not None:
-        raise ValueError("model_dir: give the moved workload itself (its model_dir the new "
-                         "directory), or model_dir with the stored workload, not both")
     definition = manifest["definition"]
     stored = definition.get("workload")
     if not isinstance(stored, Mapping) or stored.get("kind") != "layer":
@@ -216,10 +221,8 @@ def _moved_model(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str | N
     that recorded no digest included): the definitions are then compared as
     they are."""
     old, new = stored.get("workload"), given.get("workload")
-    if not (isinstance(old, Mapping) and isinstance(new, Mapping)) \
-            or old.get("kind") != "layer" or new.get("kind") != "layer" \
+    if not (_one_model(old, given.get("params")) and _one_model(new, given.get("params"))) \
             or old.get("model_dir") == new.get("model_dir") \
-            or WORKLOAD_PREFIX + "model_dir" in (given.get("params") or ()) \
             or old.get("model_digest") is None:
         return None
     if {k: v for k, v in old.items() if k != "model_dir"} \
@@ -414,10 +417,9 @@ def _prepare(definition: SweepDefinition, out: Path
                          "that did not record a checkpoint's fingerprint; the model's weights "
                          f"are now read from the checkpoint in {where}, whose runs are not "
                          "those)")
-            elif isinstance(old, Mapping) and old.get("kind") == "layer" \
+            elif _one_model(old, definition.paths) \
                     and {line.partition(":")[0] for line in changed} \
-                    <= {"workload model_dir", "workload checkpoint"} \
-                    and WORKLOAD_PREFIX + "model_dir" not in definition.paths:
+                    <= {"workload model_dir", "workload checkpoint"}:
                 keep += _not_moved(old, new["workload"])
             raise ValueError(f"{out} holds a different sweep; refusing to mix results. "
                              "Changed: " + "; ".join(changed) +
@@ -495,8 +497,7 @@ def _began_at(definition: SweepDefinition, new: Mapping[str, Any], out: Path,
     read), each directory's ids computed once."""
     given = new.get("workload")
     runs = out / RUNS
-    if not isinstance(given, Mapping) or given.get("kind") != "layer" \
-            or WORKLOAD_PREFIX + "model_dir" in definition.paths or not runs.is_dir():
+    if not _one_model(given, definition.paths) or not runs.is_dir():
         return None
     files = {p.stem: p for p in runs.glob("*.json")}
     if not files or any(run_id in files for ids in run_ids for run_id in ids):
