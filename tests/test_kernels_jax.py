@@ -803,6 +803,33 @@ def test_a_new_mask_contrast_does_not_recompile(rng):
     assert _jax_pass._chunk_jit._cache_size() == compiled
 
 
+def test_a_sweep_over_converter_bits_compiles_the_pass_once(rng):
+    """``dac.bits`` and ``adc.bits`` reach the jitted pass as arrays (their top
+    codes), not as part of its key: a precision sweep compiled a program per
+    value (~4 s and ~8 MB kept per value on a CPU). Each value's outputs are
+    its own: against the numpy reference, a code or two of float32 rounding
+    at most (a top code left over from another value would be off by a
+    whole 2-bit step, a third of the window)."""
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    x = rng.standard_normal((6, 64)).astype(np.float32)
+    for i, (dac_bits, adc_bits) in enumerate(((8, 8), (2, 2), (5, 11), (12, 3))):
+        cfg = ideal(**{"core.inputs": 32, "core.outputs": 8, "dac.bits": dac_bits,
+                       "adc.bits": adc_bits, "adc.full_scale": "max"})
+        y, st = jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0, return_stats=True)
+        reference, ref_st = optical.matmul(x, w, cfg, seed=0, backend="numpy",
+                                           return_stats=True)
+        y = np.asarray(y)
+        scale = np.abs(reference).max()
+        close = np.isclose(y, reference, rtol=0, atol=1e-4 * scale)
+        assert close.mean() >= 0.95, f"{(~close).sum()} of {close.size} differ"
+        # and the rest a code boundary away: two steps of 2**bits - 1 over the outputs' range
+        assert np.abs(y - reference).max() <= 2 * scale / (2 ** adc_bits - 1)
+        assert st.clipped_fraction == ref_st.clipped_fraction
+        if i == 0:
+            compiled = _jax_pass._chunk_jit._cache_size()
+    assert _jax_pass._chunk_jit._cache_size() == compiled
+
+
 def test_traced_narrow_weights_and_jax_arrays_to_program_are_named(rng):
     x = jnp.ones((2, 8), jnp.float32)
     for dtype in (jnp.bfloat16, jnp.float16):

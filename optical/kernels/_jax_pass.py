@@ -68,8 +68,11 @@ class Static:
     n_det: int
     n_adc: int
     balanced: bool
-    dac_top: float
-    adc_bits: int | None
+    # Whether the converters quantise; their codes (``2**bits - 1``) are
+    # traced (``params``), so that a sweep over ``dac.bits`` or ``adc.bits``
+    # reuses one compiled pass (each value compiled its own, ~4 s).
+    dac: bool
+    adc: bool
     poisson: bool
     exact: bool
     low_rank: bool
@@ -112,8 +115,8 @@ def static_of(shape: tuple[int, int], config: OpticalConfig, exact: bool, varied
         k_tiles=-(-k // config.core.inputs), n_tiles=-(-n // config.core.outputs),
         offset_inputs=config.encoding.inputs == "offset",
         n_in=dec.n_in, n_det=dec.n_det, n_adc=dec.n_adc, balanced=dec.balanced,
-        dac_top=0.0 if config.dac.bits is None else float((1 << config.dac.bits) - 1),
-        adc_bits=config.adc.bits, poisson=poisson, exact=exact or poisson,
+        dac=config.dac.bits is not None, adc=config.adc.bits is not None,
+        poisson=poisson, exact=exact or poisson,
         low_rank=low_rank, use_diff=low_rank or (not exact and not finite and dec.balanced),
         rin=config.source.rin_sigma > 0 or bool(varied & {"source.rin_db_per_hz"}),
         windows=windows, window_per_tile=config.adc.window == "per_tile",
@@ -249,7 +252,16 @@ def noise_params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> 
             "dark": jnp.asarray(values["detector.dark_electrons"], jnp.float32),
             "read": jnp.asarray(values["detector.read_noise_electrons"], jnp.float32),
             "enob_loss": jnp.asarray(values["adc.enob_loss"], jnp.float32),
-            "headroom": jnp.asarray(values["adc.headroom"], jnp.float32)}
+            "headroom": jnp.asarray(values["adc.headroom"], jnp.float32),
+            # The converters' top codes (exact in float32 up to MAX_BITS = 24;
+            # 0 where a converter is ideal: Static.dac / adc say so).
+            "dac_top": jnp.asarray(_top_code(config.dac.bits), jnp.float32),
+            "adc_top": jnp.asarray(_top_code(config.adc.bits), jnp.float32)}
+
+
+def _top_code(bits: int | None) -> float:
+    """A converter's largest code, ``2**bits - 1`` (0 for an ideal one)."""
+    return 0.0 if bits is None else float((1 << bits) - 1)
 
 
 #: Mean count above which Poisson draws (shot and dark noise) are taken as
@@ -353,9 +365,8 @@ def _shared_per_tile(st: Static, lo, hi):
     return (jnp.broadcast_to(lo, tiles).reshape(flat), jnp.broadcast_to(hi, tiles).reshape(flat))
 
 
-def _adc(value, lo, hi, bits):
-    top = float((1 << bits) - 1)
-    step = (hi - lo) / top
+def _adc(value, lo, hi, top, inv_top):
+    step = (hi - lo) * inv_top
     safe = jnp.where(step > 0, step, 1.0)
     code = jnp.round((value - lo) / safe)
     clipped = ((code < 0) | (code > top)) & (step > 0)
@@ -389,8 +400,11 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
         a = ((xn + 1) / 2)[None]
     else:
         a = jnp.stack([jnp.maximum(xn, 0), jnp.maximum(-xn, 0)])
-    if st.dac_top:
-        a = jnp.round(jnp.clip(a, 0, 1) * st.dac_top) / st.dac_top
+    if st.dac:
+        # Times the reciprocal, as XLA computed the division by the compiled-in
+        # code it replaces: a true division moved ~40 % of outputs by an ulp.
+        dac_top = params["dac_top"].astype(dt)
+        a = jnp.round(jnp.clip(a, 0, 1) * dac_top) * (1 / dac_top)
     a = jnp.where(jnp.arange(kp) < cols, a, 0).reshape(st.n_in, tokens, st.k_tiles, st.tile_k)
     a_sum = a.sum(axis=-1)  # (n_in, T, kt)
     if st.rin:
@@ -410,8 +424,10 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
     hi_b = jnp.moveaxis(hi, 1, 0)[:, None, None]
     inv_p = params["inv_p"].astype(dt)
     enob_sd = jnp.zeros((), dt)
-    if st.adc_bits is not None:
-        step = (hi_b - lo_b) / ((1 << st.adc_bits) - 1)
+    adc_top = params["adc_top"].astype(dt)
+    inv_top = 1 / adc_top  # (unused, inf, for an ideal ADC)
+    if st.adc:
+        step = (hi_b - lo_b) * inv_top
         enob_sd = step * jnp.sqrt((4.0 ** params["enob_loss"] - 1.0) / 12.0)
     shape = (st.k_tiles, st.n_in, st.n_adc, np_)
     if not st.exact:
@@ -457,8 +473,8 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
         zr, za = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zr, za))
         value = value + params["read"] * inv_p * zr + enob_sd * za
     clipped = jnp.zeros((), jnp.int32)
-    if st.adc_bits is not None:
-        value, clip = _adc(value, lo_b, hi_b, st.adc_bits)
+    if st.adc:
+        value, clip = _adc(value, lo_b, hi_b, adc_top, inv_top)
         real = (jnp.arange(tokens) < rows)[:, None, None]  # the token axis of "estkn"
         clipped = (clip[..., :st.n] & real).sum(dtype=jnp.int32)
     zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value)
