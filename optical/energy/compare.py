@@ -22,7 +22,8 @@ from optical.transformer.spec import ModelSpec
 __all__ = ["break_even_batch", "break_even_photons", "break_even_tokens", "compare"]
 
 #: The longest prompt :func:`break_even_tokens` tries by default (or the
-#: model's ``max_position_embeddings`` when shorter): ~0.3 ms a length.
+#: model's ``max_position_embeddings`` when shorter): ~0.3-0.5 ms a length
+#: on a 2-core CPU.
 MAX_BREAK_EVEN_TOKENS = 8192
 
 
@@ -84,8 +85,8 @@ def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPU
     model's ``max_position_embeddings``, at most
     :data:`MAX_BREAK_EVEN_TOKENS`). Every length is tried in order, so the
     answer is the shortest even where the ratio is not monotone (about
-    0.3 ms a length: up to ~3 s where nothing breaks even). Optics may still
-    lose at some longer lengths; on the bundled Llama models under iris-like
+    0.3-0.5 ms a length: up to ~3-4 s where nothing breaks even). Optics may
+    still lose at some longer lengths; on the bundled Llama models under iris-like
     it does not up to 8192 tokens."""
     batch = check_positive_int(batch, "batch")
     limit = _token_limit(spec)
