@@ -86,8 +86,8 @@ def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPU
     :data:`MAX_BREAK_EVEN_TOKENS`). Every length is tried in order, so the
     answer is the shortest even where the ratio is not monotone (about
     0.3-0.5 ms a length: up to ~3-4 s where nothing breaks even). Optics may
-    still lose at some longer lengths; on the bundled Llama models under iris-like
-    it does not up to 8192 tokens."""
+    still lose at some longer lengths; on the bundled Llama models under
+    iris-like it does not up to 8192 tokens."""
     batch = check_positive_int(batch, "batch")
     limit = _token_limit(spec)
     if max_tokens is not None:
