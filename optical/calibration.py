@@ -410,7 +410,7 @@ def mse_windows(samples: np.ndarray, sigma: np.ndarray, bits: int, enob_loss: fl
                               tails.e_lo, step)[:, ::-1]
         clip_hi = np.maximum(clip_hi, _group_sum(model_hi, groups, n_groups))
         clip_lo = np.maximum(clip_lo, _group_sum(model_lo, groups, n_groups))
-    quant = t0 * 4.0**enob_loss / (12.0 * ((1 << bits) - 1) ** 2)  # times (hi - lo)**2
+    quant = t0 * 4.0**enob_loss / (12.0 * converters.top_code(bits) ** 2)  # times (hi - lo)**2
 
     rows = np.arange(n_groups)
     i = np.zeros(n_groups, dtype=np.int64)

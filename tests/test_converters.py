@@ -36,6 +36,23 @@ def test_level_quantiser_is_idempotent_and_monotone(u, bits):
     assert np.all(np.diff(q[order]) >= 0)
 
 
+def test_top_code_is_the_largest_of_2_pow_bits_codes_and_0_for_an_ideal_converter():
+    # The one spelling the kernels, windows and quantisers share: counted
+    # from the levels, not from the formula.
+    for bits in (1, 2, 7, 10):
+        levels = np.unique(converters.quantize_levels(np.linspace(0, 1, 5 * 2**bits), bits))
+        assert converters.top_code(bits) == levels.size - 1
+    for bits in (1, 8, 16, 24):
+        assert converters.top_code(bits) == converters.top_code(np.int64(bits)) == 2**bits - 1
+    assert converters.top_code(None) == 0
+    for bad in (0, 25, 8.0, True):
+        with pytest.raises(ValueError, match="bits: .* is not valid"):
+            converters.top_code(bad)
+    # An ideal ADC has no code width: said so, not a bare TypeError from ``<<``.
+    with pytest.raises(ValueError, match=r"bits: None \(an ideal ADC\) has no code width"):
+        converters.adc_step(0.0, 1.0, None)
+
+
 def test_transmission_spans_min_to_one():
     t = converters.transmission(np.array([0.0, 0.5, 1.0]), 0.02)
     np.testing.assert_allclose(t, [0.02, 0.51, 1.0])

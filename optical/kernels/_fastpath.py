@@ -140,7 +140,7 @@ def adc_noise(pw: ProgrammedWeights) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if bits is None:
         return lo, hi, np.zeros_like(lo), 0.0
     std = converters.enob_noise_std(pw.adc_lo, pw.adc_hi, bits, pw.config.adc.enob)
-    return lo, hi, np.asarray(std, dtype=np.float64), float((1 << bits) - 1)
+    return lo, hi, np.asarray(std, dtype=np.float64), float(converters.top_code(bits))
 
 
 def derived(pw: ProgrammedWeights, name: object, build,

@@ -20,7 +20,7 @@ from jax.custom_derivatives import SymbolicZero
 from optical import _rng
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
-from optical.physics import encoding
+from optical.physics import converters, encoding
 from optical.quant import (
     _UNIFORM_INPUT_MOMENTS,
     ProgrammedWeights,
@@ -255,13 +255,8 @@ def noise_params(config: OpticalConfig, overrides: Mapping[str, Any] | None) -> 
             "headroom": jnp.asarray(values["adc.headroom"], jnp.float32),
             # The converters' top codes (exact in float32 up to MAX_BITS = 24;
             # 0 where a converter is ideal: Static.dac / adc say so).
-            "dac_top": jnp.asarray(_top_code(config.dac.bits), jnp.float32),
-            "adc_top": jnp.asarray(_top_code(config.adc.bits), jnp.float32)}
-
-
-def _top_code(bits: int | None) -> float:
-    """A converter's largest code, ``2**bits - 1`` (0 for an ideal one)."""
-    return 0.0 if bits is None else float((1 << bits) - 1)
+            "dac_top": jnp.asarray(converters.top_code(config.dac.bits), jnp.float32),
+            "adc_top": jnp.asarray(converters.top_code(config.adc.bits), jnp.float32)}
 
 
 #: Mean count above which Poisson draws (shot and dark noise) are taken as

@@ -35,6 +35,7 @@ import numpy as np
 from optical import _memory
 from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
+from optical.physics import converters
 
 _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
 
@@ -359,7 +360,7 @@ def lens_mask(v: np.ndarray, gain: np.ndarray | None, diag: np.ndarray | None, t
     scalar = dtype.type
     t_min = scalar(min_transmission)
     consts = np.array([t_min, 1 - t_min, scalar(1 - min_transmission), 0, 1, 2], dtype=dtype)
-    top = scalar(0 if bits is None else (1 << bits) - 1)
+    top = scalar(converters.top_code(bits))
     s = np.abs(kern.envelope_field).astype(dtype)[:rails * tiling.tile_n]
     lags = _mask_apply.output_taps(np.real(kern.output_mutual), dtype)
     g_lag, g_d0, g_d1, g_w = [], [], [], []

@@ -27,6 +27,7 @@ import numpy as np
 
 from optical._numba_cache import can_cache, serialise
 from optical._numba_threads import guarded  # (also: passive OpenMP waits)
+from optical.physics import converters
 
 _CACHE = can_cache(__file__)  # False (with a warning) where nothing can be written
 
@@ -281,7 +282,7 @@ def windows(samples_t: np.ndarray, sigma: np.ndarray, groups: np.ndarray, n_grou
     group_windows(np.require(samples_t, None, ("C", "W")), f64(sigma), f64(g_lo), f64(width),
                   f64(inv_width), order, starts, f64(nodes), f64(node_weights),
                   tails is not None, float(count), f64(u_lo), f64(e_lo), f64(u_hi), f64(e_hi),
-                  4.0**enob_loss, 12.0 * ((1 << bits) - 1) ** 2, int(n_bins), lo, hi)
+                  4.0**enob_loss, 12.0 * converters.top_code(bits) ** 2, int(n_bins), lo, hi)
     return lo, hi
 
 

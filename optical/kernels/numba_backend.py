@@ -49,6 +49,7 @@ from optical import _memory, _rng
 from optical._gemm import row_block, rows_matmul
 from optical.config import OpticalConfig
 from optical.kernels import _fastpath
+from optical.physics import converters
 from optical.quant import ProgrammedWeights, adc_rails
 
 if TYPE_CHECKING:
@@ -352,7 +353,7 @@ def accumulate(x2: np.ndarray, scale: np.ndarray, pw: ProgrammedWeights, config:
     tl, dec = plan.tiling, plan.dec
     src, det = config.source, config.detector
     p = src.photons_per_mac
-    dac_top = dtype.type(0 if config.dac.bits is None else (1 << config.dac.bits) - 1)
+    dac_top = dtype.type(converters.top_code(config.dac.bits))
     offset_inputs = config.encoding.inputs == "offset"
     keys = np.array([_rng.stream_key(seed, _rng.STREAMS[s])
                      for s in ("shot", "dark", "read", "adc", "rin")], dtype=np.uint64)

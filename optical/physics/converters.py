@@ -14,6 +14,7 @@ __all__ = [
     "adc_step",
     "enob_noise_std",
     "quantize_levels",
+    "top_code",
     "transmission",
 ]
 
@@ -22,6 +23,13 @@ def _check_bits(bits: int | None) -> None:
     if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int | np.integer)
                              or not 1 <= bits <= 24):
         raise ValueError(f"bits: {bits!r} is not valid; valid: integer in [1, 24] or None")
+
+
+def top_code(bits: int | None) -> int:
+    """A ``bits``-bit converter's largest code, ``2**bits - 1``; 0 for an ideal
+    one (``bits=None``), which is how the kernels are told not to quantise."""
+    _check_bits(bits)
+    return 0 if bits is None else (1 << int(bits)) - 1
 
 
 def quantize_levels(u: np.ndarray, bits: int | None) -> np.ndarray:
@@ -43,7 +51,7 @@ def quantize_levels(u: np.ndarray, bits: int | None) -> np.ndarray:
         raise TypeError(f"u: dtype {u.dtype} is not supported; pass float32 or float64 levels")
     if bits is None:
         return u
-    top = u.dtype.type((1 << bits) - 1)
+    top = u.dtype.type(top_code(bits))
     return np.rint(np.clip(u, 0, 1) * top) / top
 
 
@@ -66,8 +74,9 @@ def transmission(u: np.ndarray, min_transmission: float) -> np.ndarray:
 
 def adc_step(lo: np.ndarray, hi: np.ndarray, bits: int) -> np.ndarray:
     """Code width of a ``bits``-bit ADC spanning [lo, hi]."""
-    _check_bits(bits)
-    return (np.asarray(hi) - np.asarray(lo)) / ((1 << bits) - 1)
+    if bits is None:
+        raise ValueError("bits: None (an ideal ADC) has no code width; valid: integer in [1, 24]")
+    return (np.asarray(hi) - np.asarray(lo)) / top_code(bits)
 
 
 def enob_noise_std(lo: np.ndarray, hi: np.ndarray, bits: int, enob: float | None) -> np.ndarray:
@@ -124,7 +133,7 @@ def adc_quantize(r: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         lo_b, hi_b = np.broadcast_arrays(lo, hi)
         raise ValueError(f"lo, hi: the ADC window needs lo <= hi; got lo = {lo_b[first]} > "
                          f"hi = {hi_b[first]} (in {np.count_nonzero(inverted)} window(s))")
-    top = (1 << bits) - 1
+    top = top_code(bits)
     step = (hi - lo) / top
     safe = np.where(step > 0, step, 1)
     code = np.rint((r - lo) / safe)
