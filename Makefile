@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 # Two pytest-xdist workers, one per core of the 2-core machines CI runs on
-# (~10 min instead of ~12; 12-15 on a slower AMD EPYC); worksteal evens out the slow tests.
+# (~11 min on the 2-core AMD EPYC last timed); worksteal evens out the slow tests.
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 --dist worksteal -m "slow or not slow"
