@@ -219,7 +219,7 @@ class SweepDefinition:
             _check_runs(samples * len(seeds), "samples, seeds", "runs (points x seeds)")
         definition = cls(workload=workload, base=base, params=tuple(canonical),
                          seeds=seeds, samples=None if samples is None
-                         else int(samples), sample_seed=_named_seed(sample_seed, "sample_seed"))
+                         else int(samples), sample_seed=check_seed(sample_seed, "sample_seed"))
         points = definition.points()
         configs = definition.configs(points)  # every point's config is valid, or ValueError now
         workloads = definition.workloads(points)  # and every point's workload
@@ -379,14 +379,6 @@ def _check_stored(workload: Any) -> None:
                         ) from None
 
 
-def _named_seed(value: Any, name: str) -> int:
-    """``check_seed`` with the argument's name in the message."""
-    try:
-        return check_seed(value)
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"{name}: {str(err).removeprefix('seed: ')}") from None
-
-
 def _check_runs(runs: int, name: str, what: str) -> None:
     if runs > MAX_RUNS:
         raise ValueError(f"{name}: {runs} {what} are more than a sweep holds (at most "
@@ -409,7 +401,7 @@ def _check_seeds(seeds: Any) -> tuple[int, ...]:
         raise ValueError(f"seeds: {seeds!r} must be a positive count or a non-empty "
                          "sequence of seeds")
     _check_runs(len(seeds), "seeds", "seeds")  # before each is checked (range(10**11))
-    checked = tuple(_named_seed(s, "seeds") for s in seeds)
+    checked = tuple(check_seed(s, "seeds") for s in seeds)
     if len(set(checked)) != len(checked):
         raise ValueError(f"seeds: {list(checked)} repeats a seed")
     return checked
