@@ -236,12 +236,43 @@ def test_a_layer_reference_takes_what_its_dtype_rounds_to_a_finite_value(
     ({"program_options": {1: "x"}}, TypeError,
      r"^program_options: expected a mapping of str keys"),
     ({"calibration": [np.zeros((4, 64))]}, TypeError, r"calibration: expected a mapping"),
+    # What the layer passes itself, and what optical.program / optical.matmul
+    # do not take, are named with what they do take (Python said "matmul()
+    # got multiple values for argument 'config'", or "an unexpected keyword
+    # argument", at the first product).
+    ({"matmul_options": {"config": ideal()}}, ValueError,
+     r"^matmul_options: 'config' is set by the layer itself \(the layer's config is every"),
+    ({"program_options": {"w": np.eye(64)}}, ValueError,
+     r"^program_options: 'w' is set by the layer itself"),
+    ({"matmul_options": {"backnd": "numba"}}, TypeError,
+     r"^matmul_options: 'backnd' is not an option of optical.matmul; valid: chunk_tokens, "
+     r"backend, exact$"),
+    ({"program_options": {"seed": 1}}, TypeError,
+     r"^program_options: 'seed' is not an option of optical.program; valid: calibration$"),
 ])
 def test_layer_options_that_are_not_mappings_or_clash_are_named(tiny_llama, options, error,
                                                                  message):
     h = tiny_llama.hidden_states(0, 8)
     with pytest.raises(error, match=message):
         tiny_llama.layer(0).optical(h, ideal(), seed=0, **options)
+
+
+@pytest.mark.parametrize("options", [{"matmul_options": {"backnd": "jax"}},
+                                     {"program_options": {"config": None}}])
+def test_validate_and_encode_refuse_an_option_before_any_work(tiny_llama, tmp_path, options,
+                                                              monkeypatch):
+    # Refused before the model's hidden states (or embeddings) are made: a
+    # mistyped option cost an 8B layer's calibration and reference first.
+    def made(*args, **kwargs):
+        raise AssertionError("work began before the options were checked")
+
+    monkeypatch.setattr(type(tiny_llama), "hidden_states", made)
+    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: "):
+        transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), **options)
+    bert = transformer.load(_config_dir(tmp_path, TINY_BERT))
+    monkeypatch.setattr(transformer.bert, "embeddings", made)
+    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: "):
+        bert.encode(np.ones((1, 4), dtype=np.int64), config=ideal(), **options)
 
 
 def test_a_calibration_entry_is_checked_even_where_the_config_does_not_read_it(tiny_llama):

@@ -2,6 +2,7 @@
 counts, reproducible, and hurt by massive activations where the physics says so."""
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import optical
 from optical import transformer
 from optical.quant import calibration_needs
-from optical.transformer import LlamaLayer, SyntheticLlama, layer_schedule
+from optical.transformer import LlamaLayer, SyntheticLlama, _engines, layer_schedule
 from optical.transformer._engines import OpticalEngine
 from optical.transformer.model import LlamaModel
 from optical.transformer.spec import ModelSpec
@@ -208,7 +209,7 @@ def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
         layer.optical(h, wild, seed=1)
 
 
-def test_an_error_not_of_the_calibration_is_not_blamed_on_it(tiny):
+def test_an_error_not_of_the_calibration_is_not_blamed_on_it(tiny, monkeypatch):
     """Under a calibrating preset every product names its calibration source in
     the calibration's own errors; any other error of program() (here an unknown
     program option) passes through as it was raised, not prefixed with the
@@ -216,16 +217,35 @@ def test_an_error_not_of_the_calibration_is_not_blamed_on_it(tiny):
     layer = tiny.layer(0)
     h = tiny.hidden_states(0, 4)
     assert optical.quant.calibration_needs(IRIS)  # q_proj gets a calibration source
+
+    @functools.wraps(_engines.program)
+    def failing(w, config, **kwargs):  # (unknown options are refused before it now)
+        raise TypeError("program() failed on its own")
+
+    monkeypatch.setattr(_engines, "program", failing)
     with pytest.raises(TypeError) as err:
-        layer.optical(h, IRIS, seed=0, program_options={"no_such_option": 1})
-    assert str(err.value).startswith("program() got an unexpected keyword argument")
-    assert "own input" not in str(err.value) and "calibration" not in str(err.value)
+        layer.optical(h, IRIS, seed=0)
+    assert str(err.value) == "program() failed on its own"
 
 
-def test_engine_options_reach_every_program_call(tiny):
+def test_engine_options_reach_every_program_and_matmul_call(tiny, monkeypatch):
     h = tiny.hidden_states(0, 4)
-    with pytest.raises(TypeError, match="no_such_option"):
-        tiny.layer(0).optical(h, IRIS, seed=0, program_options={"no_such_option": 1})
+    given = {"program": [], "matmul": []}
+    for name in given:
+        inner = getattr(_engines, name)
+
+        def recording(*args, _inner=inner, _name=name, **kwargs):
+            given[_name].append(kwargs)
+            return _inner(*args, **kwargs)
+
+        monkeypatch.setattr(_engines, name, functools.wraps(inner)(recording))
+    tiny.layer(0).optical(h, IDEAL, seed=0,
+                          program_options={"calibration": None},
+                          matmul_options={"chunk_tokens": 3})
+    products = len(_engines.weight_matmuls(tiny.layer(0).weights))
+    assert len(given["program"]) == len(given["matmul"]) == products == 7  # q k v o gate up down
+    assert all(kw == {"calibration": None} for kw in given["program"])
+    assert all(kw["chunk_tokens"] == 3 for kw in given["matmul"])
 
 
 def test_iris_like_errors_are_finite_and_worse_than_ideal(tiny):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import math
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -315,19 +316,51 @@ class ReferenceEngine:
         return self.round(stack_matmul(p, v))
 
 
-def _options(options: Any, name: str, reserved: tuple[str, ...]) -> dict[str, Any]:
-    """A copy of an optional mapping argument; TypeError names the argument
-    when it is not a mapping of str keys or sets a key the engine sets."""
+# What the layer passes each product itself, so an option may not set it.
+_SET_BY_LAYER = {
+    "x": "the layer gives each product its input",
+    "w": "the layer gives each product its weights",
+    "config": "the layer's config is every product's",
+    "seed": "each product's seed derives from the call's",
+    "return_stats": "the layer keeps every product's stats",
+}
+
+
+# The keywords of optical.program and optical.matmul, read once from the
+# functions themselves (not at each call: tests wrap those names here).
+_KEYWORDS = {f.__name__: tuple(inspect.signature(f).parameters) for f in (program, matmul)}
+
+
+def _options(options: Any, name: str, callee: str) -> dict[str, Any]:
+    """A copy of an optional mapping of keyword arguments for ``callee``
+    (``"program"`` or ``"matmul"``, optical's): TypeError names the argument
+    when it is not a mapping of str keys or a key is none of ``callee``'s
+    keywords (naming those it takes), ValueError when it sets a key the
+    layer sets itself."""
     if options is None:
         return {}
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise TypeError(f"{name}: expected a mapping of str keys (a dict), got "
                         f"{type(options).__name__}")
-    taken = [k for k in reserved if k in options]
+    params = _KEYWORDS[callee]
+    taken = [k for k in options if k in _SET_BY_LAYER and k in params]
     if taken:
+        why = "; ".join(_SET_BY_LAYER[k] for k in taken)
         raise ValueError(f"{name}: {', '.join(map(repr, taken))} is set by the layer itself "
-                         "(each product's seed derives from the call's); remove it")
+                         f"({why}); remove it")
+    valid = [k for k in params if k not in _SET_BY_LAYER]
+    unknown = [k for k in options if k not in params]
+    if unknown:
+        raise TypeError(f"{name}: {', '.join(map(repr, unknown))} is not an option of "
+                        f"optical.{callee}; valid: {', '.join(valid)}")
     return dict(options)
+
+
+def check_options(program_options: Any, matmul_options: Any) -> None:
+    """Refuse options the optical layer cannot pass on, before any work:
+    what :class:`OpticalEngine` checks when it is made."""
+    _options(program_options, "program_options", "program")
+    _options(matmul_options, "matmul_options", "matmul")
 
 
 class OpticalEngine(ReferenceEngine):
@@ -364,9 +397,8 @@ class OpticalEngine(ReferenceEngine):
         self.config = config
         self.seed = seed
         self.layer = layer
-        self.program_options = _options(program_options, "program_options", ())
-        self.matmul_options = _options(matmul_options, "matmul_options",
-                                       ("seed", "return_stats"))
+        self.program_options = _options(program_options, "program_options", "program")
+        self.matmul_options = _options(matmul_options, "matmul_options", "matmul")
         self.calibration = dict(calibration or {})  # checked by engine_for
         self.progress = progress
 

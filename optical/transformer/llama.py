@@ -229,7 +229,8 @@ class LlamaLayer:
             Also return each product's :class:`optical.MatmulStats`.
         program_options, matmul_options : mapping, optional
             Extra keyword arguments for every ``optical.program`` /
-            ``optical.matmul`` call (engine options such as a backend).
+            ``optical.matmul`` call (engine options such as a backend): their
+            keywords the layer does not set itself, else refused by name.
         calibration : mapping of str to ndarray, optional
             Held-out input rows of each weight matmul, by product name, for
             configs that need calibration (``layer.matmul_inputs(held_out)``

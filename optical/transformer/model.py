@@ -25,7 +25,12 @@ from optical._validation import as_plain_array, check_positive_int, check_seed, 
 from optical.config import OpticalConfig, check_config
 from optical.quant import calibration_needs
 from optical.transformer import bert, llama, sentence, synthetic
-from optical.transformer._engines import InputsEngine, ReferenceEngine, engine_for
+from optical.transformer._engines import (
+    InputsEngine,
+    ReferenceEngine,
+    check_options,
+    engine_for,
+)
 from optical.transformer.checkpoint import Checkpoint, find_checkpoint_files
 from optical.transformer.spec import ModelSpec, missing_model_directory, read_spec
 
@@ -574,6 +579,8 @@ class BertModel(_Model):
             raise ValueError("calibration_ids: given with program_options['calibration'], "
                              "which would calibrate every product in their place; give one")
         seed = check_seed(seed)
+        if config is not None:
+            check_options(program_options, matmul_options)  # before the layers run
         count = self.spec.num_layers
         if layers is not None:
             if isinstance(layers, bool) or not isinstance(layers, int | np.integer) \

@@ -33,6 +33,7 @@ from optical.quant import calibration_needs
 from optical.transformer._engines import (
     NORMED,
     check_hidden,
+    check_options,
     derive_seed,
     largest_row_square_sum,
     norm_overflows,
@@ -373,7 +374,9 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         float64 GEMM per product): the weight matmuls', and the attention
         products' when ``mapping.attention = "optical"``.
     program_options, matmul_options : mapping, optional
-        Passed to every ``optical.program`` / ``optical.matmul`` call.
+        Passed to every ``optical.program`` / ``optical.matmul`` call: their
+        keywords the layer does not set itself (``calibration``;
+        ``chunk_tokens``, ``backend``, ``exact``), checked before any work.
     calibration_tokens : int, optional
         When the config needs calibration (calibrated ADC windows, a static
         input range, static outlier channels), each weight matmul is
@@ -434,6 +437,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     local, progress = check_bool(local, "local"), check_bool(progress, "progress")
     if calibration_tokens is not None:
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
+    check_options(program_options, matmul_options)  # before the model's states are made
     begin = time.perf_counter()
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
