@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from optical.physics import crosstalk
+from optical.physics import converters, crosstalk
 
 if TYPE_CHECKING:
     from optical.quant import Tiling
@@ -285,7 +285,7 @@ def tolerance(bits: int | None, min_transmission: float) -> float:
     17.5 dB at 10 um; the gain is folded into ``ProgrammedWeights.scale``)."""
     if bits is None:
         return TOLERANCE
-    return max(TOLERANCE, LEVEL_FRACTION * (1 - min_transmission) / ((1 << bits) - 1))
+    return max(TOLERANCE, LEVEL_FRACTION * (1 - min_transmission) / converters.top_code(bits))
 
 
 def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics: Optics, tiling: Tiling,

@@ -249,6 +249,11 @@ def test_a_layer_reference_takes_what_its_dtype_rounds_to_a_finite_value(
      r"backend, exact$"),
     ({"program_options": {"seed": 1}}, TypeError,
      r"^program_options: 'seed' is not an option of optical.program; valid: calibration$"),
+    ({"matmul_options": {"x": 1, "seed": 1}}, ValueError,
+     r"^matmul_options: 'x', 'seed' are set by the layer itself \(the layer gives each "
+     r"product its input; each product's seed derives from the call's\); remove them$"),
+    ({"program_options": {"a": 1, "b": 2}}, TypeError,
+     r"^program_options: 'a', 'b' are not options of optical.program"),
 ])
 def test_layer_options_that_are_not_mappings_or_clash_are_named(tiny_llama, options, error,
                                                                  message):
@@ -258,7 +263,8 @@ def test_layer_options_that_are_not_mappings_or_clash_are_named(tiny_llama, opti
 
 
 @pytest.mark.parametrize("options", [{"matmul_options": {"backnd": "jax"}},
-                                     {"program_options": {"config": None}}])
+                                     {"program_options": {"config": None}},
+                                     {"program_options": {"calibration": None}}])
 def test_validate_and_encode_refuse_an_option_before_any_work(tiny_llama, tmp_path, options,
                                                               monkeypatch):
     # Refused before the model's hidden states (or embeddings) are made: a
@@ -267,8 +273,12 @@ def test_validate_and_encode_refuse_an_option_before_any_work(tiny_llama, tmp_pa
         raise AssertionError("work began before the options were checked")
 
     monkeypatch.setattr(type(tiny_llama), "hidden_states", made)
-    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: "):
-        transformer.validate(tiny_llama, layer=0, tokens=8, config=ideal(), **options)
+    calibrating = optical.presets.get("iris-like")  # validate sets program()'s calibration
+    assert optical.quant.calibration_needs(calibrating)
+    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: '"):
+        transformer.validate(tiny_llama, layer=0, tokens=8, config=calibrating, **options)
+    if options == {"program_options": {"calibration": None}}:
+        return  # BERT's encode takes it (calibration_ids is its way)
     bert = transformer.load(_config_dir(tmp_path, TINY_BERT))
     monkeypatch.setattr(transformer.bert, "embeddings", made)
     with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: "):

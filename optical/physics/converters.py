@@ -19,9 +19,12 @@ __all__ = [
 ]
 
 
+def _valid_bits(bits: object) -> bool:
+    return not isinstance(bits, bool) and isinstance(bits, int | np.integer) and 1 <= bits <= 24
+
+
 def _check_bits(bits: int | None) -> None:
-    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int | np.integer)
-                             or not 1 <= bits <= 24):
+    if bits is not None and not _valid_bits(bits):
         raise ValueError(f"bits: {bits!r} is not valid; valid: integer in [1, 24] or None")
 
 
@@ -74,8 +77,9 @@ def transmission(u: np.ndarray, min_transmission: float) -> np.ndarray:
 
 def adc_step(lo: np.ndarray, hi: np.ndarray, bits: int) -> np.ndarray:
     """Code width of a ``bits``-bit ADC spanning [lo, hi]."""
-    if bits is None:
-        raise ValueError("bits: None (an ideal ADC) has no code width; valid: integer in [1, 24]")
+    if bits is None or not _valid_bits(bits):
+        raise ValueError(f"bits: {bits!r} is not valid; valid: integer in [1, 24] (an ideal "
+                         "ADC, None, has no code width)")
     return (np.asarray(hi) - np.asarray(lo)) / top_code(bits)
 
 

@@ -346,12 +346,14 @@ def _options(options: Any, name: str, callee: str) -> dict[str, Any]:
     taken = [k for k in options if k in _SET_BY_LAYER and k in params]
     if taken:
         why = "; ".join(_SET_BY_LAYER[k] for k in taken)
-        raise ValueError(f"{name}: {', '.join(map(repr, taken))} is set by the layer itself "
-                         f"({why}); remove it")
+        raise ValueError(f"{name}: {', '.join(map(repr, taken))} "
+                         f"{'is' if len(taken) == 1 else 'are'} set by the layer itself "
+                         f"({why}); remove {'it' if len(taken) == 1 else 'them'}")
     valid = [k for k in params if k not in _SET_BY_LAYER]
     unknown = [k for k in options if k not in params]
     if unknown:
-        raise TypeError(f"{name}: {', '.join(map(repr, unknown))} is not an option of "
+        raise TypeError(f"{name}: {', '.join(map(repr, unknown))} "
+                        f"{'is not an option' if len(unknown) == 1 else 'are not options'} of "
                         f"optical.{callee}; valid: {', '.join(valid)}")
     return dict(options)
 

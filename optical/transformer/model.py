@@ -549,7 +549,9 @@ class BertModel(_Model):
         layers : int, optional
             Stop after this many layers.
         program_options, matmul_options : mapping, optional
-            Passed to every ``optical.program`` / ``optical.matmul`` call.
+            Passed to every ``optical.program`` / ``optical.matmul`` call:
+            their keywords the layer does not set itself, else refused by
+            name before any layer runs.
         calibration_ids, calibration_mask : ndarray, optional
             Held-out token ids (and their mask), as ``ids`` and ``mask``: where
             the config needs calibration, each layer's weight matmuls are
@@ -656,7 +658,9 @@ class BertModel(_Model):
             batch: ~1e-7. With ``mapping.attention = "optical"`` the
             attention runs at the padded length, its noise keyed by it.)
         program_options, matmul_options : mapping, optional
-            Passed to every ``optical.program`` / ``optical.matmul`` call.
+            Passed to every ``optical.program`` / ``optical.matmul`` call:
+            their keywords the layer does not set itself, else refused by
+            name before any layer runs.
         calibration : sequence of str, optional
             Held-out sentences, tokenised as ``sentences`` are: each layer's
             weight matmuls are calibrated on their inputs in a float32

@@ -375,7 +375,8 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
         products' when ``mapping.attention = "optical"``.
     program_options, matmul_options : mapping, optional
         Passed to every ``optical.program`` / ``optical.matmul`` call: their
-        keywords the layer does not set itself (``calibration``;
+        keywords the layer does not set itself (``calibration``, except
+        under a config that calibrates, where validate sets it;
         ``chunk_tokens``, ``backend``, ``exact``), checked before any work.
     calibration_tokens : int, optional
         When the config needs calibration (calibrated ADC windows, a static
@@ -425,6 +426,7 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 
     seed = check_seed(seed)
     data = seed if data_seed is None else check_seed(data_seed, "data_seed")
+    check_options(program_options, matmul_options)  # before the model is loaded
     if isinstance(model, str | os.PathLike):
         model = load(model)
     elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
@@ -437,7 +439,11 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
     local, progress = check_bool(local, "local"), check_bool(progress, "progress")
     if calibration_tokens is not None:
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
-    check_options(program_options, matmul_options)  # before the model's states are made
+    needs_calibration = bool(calibration_needs(config))
+    if needs_calibration and program_options and "calibration" in program_options:
+        raise ValueError("program_options: 'calibration' is set by validate itself under this "
+                         "config (it calibrates every weight matmul on held-out tokens: "
+                         "calibration_tokens); remove it")
     begin = time.perf_counter()
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
@@ -452,7 +458,6 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
             raise ValueError(f"hidden: expected shape ({batch}, {tokens}, hidden), got {shape}")
     _check_hidden_fits(hidden, dtype)  # the model's own states too (with its advice)
 
-    needs_calibration = bool(calibration_needs(config))
     on_core = len(weight_matmuls(block.weights))
     on_core += 2 if config.mapping.attention == "optical" else 0
     with progress_bar(on_core + 1 + needs_calibration, desc=f"{model.name} layer {block.index}",
