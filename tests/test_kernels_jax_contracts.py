@@ -283,7 +283,7 @@ def test_rin_gives_the_output_variance_of_per_source_fluctuations(rng):
     cfg = ideal(**{"source.rin_db_per_hz": rin_db, "source.rin_bandwidth": bandwidth,
                    "encoding.inputs": "split", "core.inputs": 24, "core.outputs": 5})
     assert cfg.source.rin_sigma == pytest.approx(sigma)
-    tokens = 4000
+    tokens = 4096  # whole 512-row chunks: one compiled program
     ys = np.asarray(jax_backend.matmul(jnp.asarray(np.tile(x, (tokens, 1))), w, cfg, seed=11),
                     dtype=np.float64)
     theory = sigma**2 * (x.astype(np.float64) ** 2) @ (w.astype(np.float64) ** 2)
@@ -298,7 +298,7 @@ def test_poisson_dark_counts_add_no_offset(rng):
     subtracts a common offset): their mean is subtracted, so zero tokens
     (dac.scaling per tensor, a lit first token) read 0 on average, with the
     numpy reference's variance."""
-    x = np.zeros((2001, 16), np.float32)
+    x = np.zeros((2048, 16), np.float32)  # whole 512-row chunks: one compiled program
     x[0, 0] = 1.0
     w = rng.uniform(-1, 1, (16, 4)).astype(np.float32)
     cfg = ideal(**{"core.inputs": 16, "core.outputs": 4, "dac.scaling": "per_tensor",
@@ -342,7 +342,7 @@ def test_split_inputs_get_the_exact_shot_variance_not_the_low_rank_one():
     light over the other rows."""
     p = 50.0
     rng = np.random.default_rng(3)
-    x = np.zeros((20000, 16), dtype=np.float32)
+    x = np.zeros((20480, 16), dtype=np.float32)  # whole 512-row chunks: one program
     x[:, 3] = 1.0
     w = rng.uniform(-2, 2, (16, 4)).astype(np.float32)
     w[3] = [1.9, -0.1, 0.05, -1.2]  # bright and dim outputs on the lit row
@@ -368,7 +368,7 @@ def test_low_rank_shot_noise_of_a_partial_last_k_tile(k):
     walkthrough audit: 6 dB too little noise at K = 256 on 1024-row tiles)."""
     p = 50.0
     rng = np.random.default_rng(1)
-    x = np.zeros((20001, k), dtype=np.float32)
+    x = np.zeros((20480, k), dtype=np.float32)  # whole 512-row chunks: one program
     x[0, 0] = 1.0
     w = rng.uniform(-2, 2, (k, 4)).astype(np.float32)
     s = np.abs(w).max(axis=0).astype(np.float64)
@@ -396,7 +396,7 @@ def test_low_rank_shot_noise_of_a_partial_last_k_tile(k):
       "adc.full_scale": "max"}, True),
 ], ids=["exact-dark", "fast-dark-balanced", "exact-read-and-enob"])
 def test_noise_variances_match_the_reference_backend(changes, exact):
-    """The output variance of one token repeated 4000 times equals the numpy
+    """The output variance of one token repeated 4096 times equals the numpy
     reference's, for the noises the other variance tests leave out (a dark
     sd of D / p on the exact path, a fast-path dark variance of one
     photodiode, and ENOB noise drawn from the read noise's stream each passed
@@ -411,7 +411,7 @@ def test_noise_variances_match_the_reference_backend(changes, exact):
         enob_sd = step * math.sqrt((4.0**3 - 1) / 12)  # the ENOB noise of 3 lost bits
         cfg = cfg.replace({"detector.read_noise_electrons": enob_sd * 1e9})
     pw = optical.program(w, cfg, calibration=x1.repeat(8, 0))
-    n = 4000
+    n = 4096  # whole 512-row chunks: one compiled program
     x = np.repeat(x1, n, axis=0)
     got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3, exact=exact),
                      np.float64)
@@ -476,13 +476,13 @@ def test_fast_path_enob_noise_matches_the_reference_backend():
     noises as one normal whose variance must include the ADC's ENOB noise
     (4**enob_loss - 1) step**2 / 12: here the only noise besides a read noise
     as large, so dropping it halves the variance. Truth: the numpy
-    reference's variance (one token repeated 4000 times)."""
+    reference's variance (one token repeated 4096 times)."""
     x1, w, cfg, pw = _enob_case(1e9)
     step = float(np.median((pw.adc_hi - pw.adc_lo) / 63))
     enob_sd = step * math.sqrt((4.0**3 - 1) / 12)
     cfg = cfg.replace({"detector.read_noise_electrons": enob_sd * 1e9})
     pw = optical.program(w, cfg)
-    n = 4000
+    n = 4096  # whole 512-row chunks: one compiled program
     x = np.repeat(x1, n, axis=0)
     got = np.asarray(jax_backend.matmul(jnp.asarray(x), pw, cfg, seed=3), np.float64)
     ref = optical.matmul(x, pw, cfg, seed=3, backend="numpy").astype(np.float64)

@@ -224,12 +224,14 @@ def test_read_and_dark_noise_add_their_variance(rng):
 # that sum is pinned here against its law, on all three paths.
 # --------------------------------------------------------------------------- #
 
-def _zero_tokens(tokens, k):
-    """``tokens`` all-zero tokens after one lit token (x[0, 0] = 1): with
+def _zero_tokens(rows, k):
+    """One lit token (x[0, 0] = 1) and ``rows - 1`` all-zero tokens: with
     ``dac.scaling = "per_tensor"`` the lit token sets a scale of 1 for all, so
     the zero tokens are read out in these units (an all-zero token alone has
-    scale 0 and an exact 0 output). Drop row 0 from the statistics."""
-    x = np.zeros((tokens + 1, k))
+    scale 0 and an exact 0 output). Drop row 0 from the statistics. Callers
+    take whole 512-row chunks of the JAX backend: one compiled chunk program
+    a config, not a second one for a shorter last chunk (~1.5 s each here)."""
+    x = np.zeros((rows, k))
     x[0, 0] = 1.0
     return x
 
@@ -350,7 +352,7 @@ def test_dark_and_read_noise_in_the_dark(rng, backend, exact, balanced, source):
     var(y) = s**2 * 2 * (2 dark + n_adc read**2) / p**2, n_adc = 1 or 2."""
     p = 100.0
     dark, read = (40.0, 0.0) if source == "dark" else (0.0, 30.0)
-    x = _zero_tokens(20000, 16)
+    x = _zero_tokens(20480, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
@@ -386,7 +388,7 @@ def test_read_noise_past_float32_range_keeps_its_law(rng, backend, exact, inputs
     read**2 / p**2; offset inputs and offset weights one conversion doubled
     twice (2 a - 1, 2 u - 1), var(y) = s**2 * 16 * read**2 / p**2."""
     p, read = 100.0, 1e30
-    x = _zero_tokens(4000, 16)
+    x = _zero_tokens(4096, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
@@ -412,7 +414,7 @@ def test_poisson_dark_counts_are_fluctuations_about_their_mean(rng, backend, exa
     mean 0 and variance s**2 * 16 * (sum_j t_j / 2 / p + d / p**2). (numba
     draws Poisson counts on its exact path in both modes.)"""
     p, dark = 100.0, 400.0
-    x = _zero_tokens(20000, 16)
+    x = _zero_tokens(20480, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.dark_electrons": dark,
@@ -434,7 +436,7 @@ def test_enob_noise_alone_follows_the_converter_law(rng, backend, exact):
     rounding, so the two add to the 4-bit law (to ~exp(-2 pi^2 sigma^2 /
     step^2) ~ 1e-11). Decoding doubles the weight rail (2 u - 1) and the input
     rail (2 a - 1): var(y) = s**2 * 16 * (4 step)**2 / 12."""
-    x = _zero_tokens(20000, 16)
+    x = _zero_tokens(20480, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"adc.bits": 6, "adc.enob_loss": 2.0, "adc.full_scale": "max",
@@ -466,7 +468,7 @@ def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, ex
     Decoding: (sum_e h_e value_e) / (1 - t_min) with h_e = +-1, times 2 for
     the offset input rail, times the weight scale s."""
     p, dark, read, t_min = 200.0, 400.0, 30.0, 0.02
-    x = _zero_tokens(20000, 16)
+    x = _zero_tokens(20480, 16)
     w = rng.uniform(-2, 2, (16, 4))
     s = np.abs(w).max(axis=0)
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": shot,
@@ -1188,7 +1190,7 @@ def test_adc_codes_follow_the_discretised_gaussian_law(rng, backend, exact):
     from scipy.special import ndtr
 
     p, dark, read, t_min, tokens, n = 200.0, 400.0, 30.0, 0.02, 20000, 64
-    x = _zero_tokens(tokens, 16)
+    x = _zero_tokens(tokens + 1, 16)
     w = rng.uniform(-2, 2, (16, n))
     cfg = ideal(**{"source.photons_per_mac": p, "detector.shot_noise": "gaussian",
                    "detector.dark_electrons": dark, "detector.read_noise_electrons": read,
