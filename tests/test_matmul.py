@@ -548,7 +548,7 @@ def test_rin_is_drawn_once_per_source_and_pass(rng, backend, exact):
     cfg = ideal(**{"source.rin_db_per_hz": 10 * math.log10(sigma**2 / bandwidth),
                    "source.rin_bandwidth": bandwidth, "encoding.inputs": "split",
                    "core.inputs": 5, "core.outputs": 3})
-    ys, _ = _run(np.tile(x, (20000, 1)), w, cfg, 11, backend, exact)
+    ys, _ = _run(np.tile(x, (20480, 1)), w, cfg, 11, backend, exact)  # whole JAX chunks
     same_tile = (np.arange(6) // 3)[:, None] == (np.arange(6) // 3)[None, :]
     theory = sigma**2 * ((w.T * x**2) @ w) * same_tile
     measured = np.cov(ys.T)
@@ -989,7 +989,7 @@ def test_rin_and_readout_noise_are_independent(rng, backend, exact):
     stream would add or remove 2 rho sigma_1 sigma_2, or correlate outputs
     whose sources and readouts are independent."""
     sigma, bandwidth, p, read = 1e-2, 1e9, 1e4, 100.0
-    x = np.ones((20000, 16))
+    x = np.ones((20480, 16))  # whole 512-row chunks: one JAX program a config
     w = np.eye(16)
     base = {"encoding.inputs": "offset", "core.inputs": 16, "core.outputs": 16,
             "source.photons_per_mac": p, "detector.shot_noise": "gaussian"}  # fast paths
