@@ -211,15 +211,16 @@ def test_an_input_zeroed_by_an_upstream_overflow_names_the_overflow(tiny):
 
 def test_an_error_not_of_the_calibration_is_not_blamed_on_it(tiny, monkeypatch):
     """Under a calibrating preset every product names its calibration source in
-    the calibration's own errors; any other error of program() (here an unknown
-    program option) passes through as it was raised, not prefixed with the
-    calibration source (which did nothing wrong)."""
+    the calibration's own errors; any other error of program() (here a
+    stand-in that fails on its own: an unknown option, the case before, is
+    refused before any product now) passes through as it was raised, not
+    prefixed with the calibration source (which did nothing wrong)."""
     layer = tiny.layer(0)
     h = tiny.hidden_states(0, 4)
     assert optical.quant.calibration_needs(IRIS)  # q_proj gets a calibration source
 
     @functools.wraps(_engines.program)
-    def failing(w, config, **kwargs):  # (unknown options are refused before it now)
+    def failing(w, config, **kwargs):
         raise TypeError("program() failed on its own")
 
     monkeypatch.setattr(_engines, "program", failing)
