@@ -420,9 +420,9 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
     hi_b = jnp.moveaxis(hi, 1, 0)[:, None, None]
     inv_p = params["inv_p"].astype(dt)
     enob_sd = jnp.zeros((), dt)
-    adc_top = params["adc_top"].astype(dt)
-    inv_top = 1 / adc_top  # (unused, inf, for an ideal ADC)
-    if st.adc:
+    if st.adc:  # (adc_top and inv_top are read again below, under the same test)
+        adc_top = params["adc_top"].astype(dt)
+        inv_top = 1 / adc_top
         step = (hi_b - lo_b) * inv_top
         enob_sd = step * jnp.sqrt((4.0 ** params["enob_loss"] - 1.0) / 12.0)
     shape = (st.k_tiles, st.n_in, st.n_adc, np_)
