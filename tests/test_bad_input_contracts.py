@@ -275,14 +275,19 @@ def test_validate_and_encode_refuse_an_option_before_any_work(tiny_llama, tmp_pa
     monkeypatch.setattr(type(tiny_llama), "hidden_states", made)
     calibrating = optical.presets.get("iris-like")  # validate sets program()'s calibration
     assert optical.quant.calibration_needs(calibrating)
-    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: '"):
+    clash = options == {"program_options": {"calibration": None}}
+    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: '"
+                       + (r".* beside validate's own calibration on held-out tokens "
+                          r"\(calibration_tokens" if clash else "")):
         transformer.validate(tiny_llama, layer=0, tokens=8, config=calibrating, **options)
-    if options == {"program_options": {"calibration": None}}:
-        return  # BERT's encode takes it (calibration_ids is its way)
     bert = transformer.load(_config_dir(tmp_path, TINY_BERT))
     monkeypatch.setattr(transformer.bert, "embeddings", made)
-    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: "):
-        bert.encode(np.ones((1, 4), dtype=np.int64), config=ideal(), **options)
+    # BERT's encode takes a calibration in program_options, but not beside
+    # its own held-out ids.
+    held_out = {"calibration_ids": np.ones((1, 4), dtype=np.int64)} if clash else {}
+    with pytest.raises((TypeError, ValueError), match=r"^(matmul|program)_options: "
+                       + (r"'calibration' given beside calibration_ids" if clash else "")):
+        bert.encode(np.ones((1, 4), dtype=np.int64), config=ideal(), **options, **held_out)
 
 
 def test_a_calibration_entry_is_checked_even_where_the_config_does_not_read_it(tiny_llama):

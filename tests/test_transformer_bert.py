@@ -186,7 +186,9 @@ def test_the_held_out_recipe_gives_encodes_bits_with_prompts_of_many_lengths(tin
             ({"calibration_ids": cal_ids, "calibration_mask": cal_mask[:, :3]}, ValueError,
              "calibration_mask: expected a bool array of shape"),
             ({"calibration_ids": cal_ids, "program_options": {"calibration": cal_ids}},
-             ValueError, r"calibration_ids: given with program_options\['calibration'\]")]:
+             ValueError, r"^program_options: 'calibration' given beside calibration_ids "
+                         r"\(held-out ids run through every layer\), which calibrates every "
+                         r"weight matmul itself; remove it")]:
         with pytest.raises(error, match=message):
             model.encode(ids, config=cfg, **kwargs)
 

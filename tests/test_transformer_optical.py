@@ -119,9 +119,9 @@ def test_a_calibration_missing_a_product_is_refused_where_the_config_calibrates(
                                          r"gate_proj, up_proj, down_proj, which the config "
                                          r"calibrates: .*the oracle"):
         layer.optical(h, IRIS, seed=0, calibration={"q_proj": held_out["q_proj"]})
-    with pytest.raises(ValueError, match=r"^calibration: given with "
-                                         r"program_options\['calibration'\], which would "
-                                         r"calibrate every product in its place"):
+    with pytest.raises(ValueError, match=r"^program_options: 'calibration' given beside "
+                                         r"calibration= \(each weight matmul's held-out rows\), "
+                                         r"which calibrates every weight matmul itself"):
         layer.optical(h, IRIS, seed=0, calibration=held_out,  # the mapping was ignored
                       program_options={"calibration": held_out["q_proj"]})
     assert calibration_needs(IRIS) and not calibration_needs(IDEAL)

@@ -358,11 +358,20 @@ def _options(options: Any, name: str, callee: str) -> dict[str, Any]:
     return dict(options)
 
 
-def check_options(program_options: Any, matmul_options: Any) -> None:
+def check_options(program_options: Any, matmul_options: Any, *,
+                  calibrated_by: str | None = None) -> None:
     """Refuse options the optical layer cannot pass on, before any work:
-    what :class:`OpticalEngine` checks when it is made."""
-    _options(program_options, "program_options", "program")
+    what :class:`OpticalEngine` checks when it is made. ``calibrated_by``
+    names what else calibrates the weight matmuls in the call (a layer's
+    ``calibration=``, BERT's ``calibration_ids``, validate's held-out
+    tokens): a ``program_options["calibration"]`` beside it, which would
+    calibrate every product in its place, is refused naming both."""
+    program_options = _options(program_options, "program_options", "program")
     _options(matmul_options, "matmul_options", "matmul")
+    if calibrated_by is not None and "calibration" in program_options:
+        raise ValueError(f"program_options: 'calibration' given beside {calibrated_by}, which "
+                         "calibrates every weight matmul itself; remove it from "
+                         "program_options")
 
 
 class OpticalEngine(ReferenceEngine):
@@ -609,8 +618,8 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
     the layer's ``weights``: a name that is not one of its weight matmuls
     would otherwise leave that product calibrated on its own inputs, and so
     would a weight matmul missing from it under a config that calibrates
-    (both refused, as is a ``program_options["calibration"]`` beside it,
-    which would take its place for every product)."""
+    (both refused, as is a ``program_options["calibration"]`` beside it:
+    :func:`check_options`)."""
     if (dtype is None) == (config is None):
         raise ValueError("give exactly one of dtype (reference) or config (optical)")
     if calibration is not None:
@@ -627,9 +636,8 @@ def engine_for(dtype: str | None, config: OpticalConfig | None, seed: int, layer
                              f"layer {layer}; each layer calibrates on its own "
                              f"(layer({layer}).matmul_inputs(held_out)). To use them anyway, "
                              "pass them as a plain dict")
-        if isinstance(program_options, Mapping) and "calibration" in program_options:
-            raise ValueError("calibration: given with program_options['calibration'], which "
-                             "would calibrate every product in its place; give one of them")
+        check_options(program_options, matmul_options,
+                      calibrated_by="calibration= (each weight matmul's held-out rows)")
         missing = [k for k in names if k not in calibration]
         if missing and isinstance(config, OpticalConfig) and calibration_needs(config):
             raise ValueError(f"calibration: no entry for {', '.join(missing)}, which the "

@@ -576,13 +576,11 @@ class BertModel(_Model):
             calibrates = config is not None and bool(calibration_needs(check_config(config)))
         elif calibration_mask is not None:
             raise ValueError("calibration_mask: given without calibration_ids")
-        if calibration_ids is not None and isinstance(program_options, Mapping) \
-                and "calibration" in program_options:
-            raise ValueError("calibration_ids: given with program_options['calibration'], "
-                             "which would calibrate every product in their place; give one")
         seed = check_seed(seed)
-        if config is not None:
-            check_options(program_options, matmul_options)  # before the layers run
+        if config is not None or calibration_ids is not None:  # before the layers run
+            check_options(program_options, matmul_options, calibrated_by=None
+                          if calibration_ids is None else "calibration_ids (held-out ids "
+                          "run through every layer)")
         count = self.spec.num_layers
         if layers is not None:
             if isinstance(layers, bool) or not isinstance(layers, int | np.integer) \

@@ -426,24 +426,24 @@ def validate(model: Any, *, layer: int, tokens: int, config: OpticalConfig, seed
 
     seed = check_seed(seed)
     data = seed if data_seed is None else check_seed(data_seed, "data_seed")
-    check_options(program_options, matmul_options)  # before the model is loaded
+    check_config(config)
+    needs_calibration = bool(calibration_needs(config))
+    # Before the model is loaded; under a calibrating config validate sets
+    # every product's calibration itself (held-out tokens: calibration_tokens).
+    check_options(program_options, matmul_options, calibrated_by="validate's own calibration "
+                  "on held-out tokens (calibration_tokens; this config calibrates)"
+                  if needs_calibration else None)
     if isinstance(model, str | os.PathLike):
         model = load(model)
     elif not (callable(getattr(model, "layer", None)) and hasattr(model, "spec")):
         raise TypeError("model: expected a model from optical.transformer.load or a model "
                         f"directory, got {type(model).__name__}")
-    check_config(config)
     dtype = check_dtype(dtype)
     tokens = check_positive_int(tokens, "tokens")
     batch = check_positive_int(batch, "batch")
     local, progress = check_bool(local, "local"), check_bool(progress, "progress")
     if calibration_tokens is not None:
         calibration_tokens = check_positive_int(calibration_tokens, "calibration_tokens")
-    needs_calibration = bool(calibration_needs(config))
-    if needs_calibration and program_options and "calibration" in program_options:
-        raise ValueError("program_options: 'calibration' is set by validate itself under this "
-                         "config (it calibrates every weight matmul on held-out tokens: "
-                         "calibration_tokens); remove it")
     begin = time.perf_counter()
     block = model.layer(layer)
     model.spec.check_tokens(tokens)
