@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,15 @@ def test_bad_model_directories(tmp_path):
     # directory ..."), as transformer.load names it.
     with pytest.raises(FileNotFoundError, match=r"nowhere: no such model directory"):
         read_spec(tmp_path / "nowhere")
+    # A file given for its directory (config.json, say) is named as a file,
+    # with the directory to give: it was "no such model directory".
+    (tmp_path / "config.json").write_text("{}")
+    for call in (read_spec, transformer.load):
+        where = re.escape(str(tmp_path))
+        with pytest.raises(FileNotFoundError, match=rf"config.json: a file, not a model "
+                                                    rf"directory \(give the directory that "
+                                                    rf"holds config.json: {where}\)$"):
+            call(tmp_path / "config.json")
     with pytest.raises(TypeError, match=r"^path: expected a model directory \(str or "
                                         r"os.PathLike\), got NoneType$"):
         transformer.load(None)  # was pathlib's message, naming no argument

@@ -69,6 +69,18 @@ def tiny_bert(tmp_path_factory):
     return transformer.load(directory), tensors
 
 
+def test_a_bert_checkpoint_with_and_without_the_bert_prefix_is_refused(tmp_path):
+    # Two copies (BertModel's names and BertForMaskedLM's): neither is taken
+    # silently, as the unprefixed one was.
+    pytest.importorskip("safetensors")
+    tensors = _bert_tensors(TINY_BERT)
+    both = {**tensors, **{"bert." + k: v + 1 for k, v in tensors.items()}}
+    with pytest.raises(ValueError, match=r"^tensors 'embeddings.word_embeddings.weight' and "
+                                         r"'bert.embeddings.word_embeddings.weight': .* 2 "
+                                         r"prefixes \('', 'bert.'\)"):
+        transformer.load(write_model(tmp_path, TINY_BERT, both))
+
+
 def _padded_batch(rng, lengths):
     """Random token ids of sentences of ``lengths``, padded (id 0) to the
     longest, and the mask of the real tokens."""

@@ -73,6 +73,20 @@ def test_unprefixed_layer_names_and_float16_storage(tmp_path):
                                   tensors["layers.1.mlp.up_proj.weight"].astype(np.float32))
 
 
+def test_two_copies_of_the_layers_under_two_prefixes_are_refused(tmp_path):
+    """A review: with both model.layers.* and layers.* the loader took the
+    first silently (transformers 5 read the other); which copy is the model's
+    cannot be told, so neither is taken."""
+    first = random_llama_tensors(TINY_LLAMA, seed=2)
+    second = {k.removeprefix("model."): v for k, v in
+              random_llama_tensors(TINY_LLAMA, seed=3).items() if k.startswith("model.layers.")}
+    with pytest.raises(ValueError, match=r"^tensors 'model.layers.0.self_attn.q_proj.weight' "
+                                         r"and 'layers.0.self_attn.q_proj.weight': the "
+                                         r"checkpoint holds the weights under 2 prefixes "
+                                         r"\('model.layers.', 'layers.'\).*keep one$"):
+        transformer.load(write_model(tmp_path, TINY_LLAMA, {**first, **second}))
+
+
 def test_layers_are_read_lazily(tmp_path, bf16_tensors, monkeypatch):
     model = transformer.load(write_model(tmp_path, TINY_LLAMA, bf16_tensors))
     read = []

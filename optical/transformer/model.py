@@ -243,10 +243,21 @@ class _Model:
         return layer
 
     def _resolve_prefix(self, candidates: Sequence[str], probe: str) -> str:
+        """The one of ``candidates`` (``"model.layers."``, ``"layers."``)
+        under which the checkpoint holds ``probe``. Two of them both holding
+        it are two copies of the weights, and which one a framework reads
+        differs (transformers 5.25 read ``layers.*`` and ``bert.*``, the
+        copies this loader did not take): refused, naming both, rather than
+        one picked silently."""
         assert self.checkpoint is not None
-        for prefix in candidates:
-            if prefix + probe in self.checkpoint:
-                return prefix
+        found = [prefix for prefix in candidates if prefix + probe in self.checkpoint]
+        if len(found) > 1:
+            raise ValueError(f"tensors {' and '.join(repr(p + probe) for p in found)}: the "
+                             "checkpoint holds the weights under "
+                             f"{len(found)} prefixes ({', '.join(repr(p) for p in found)}), "
+                             "two copies of which none is certainly the model's; keep one")
+        if found:
+            return found[0]
         raise ValueError(f"{self.checkpoint.missing(candidates[0] + probe)} (also tried "
                          f"prefixes {', '.join(repr(c) for c in candidates[1:])})")
 

@@ -193,9 +193,12 @@ class ModelSpec:
 
 
 def missing_model_directory(model_dir: str | os.PathLike) -> FileNotFoundError:
-    """The error for a model directory that is not there; ``models/...``
-    given relative says where the bundled ones are."""
+    """The error for a model directory that is not there (or is a file,
+    named so); ``models/...`` given relative says where the bundled ones are."""
     path = Path(model_dir)
+    if path.is_file():  # config.json, a safetensors file: the directory was meant
+        return FileNotFoundError(f"{model_dir}: a file, not a model directory (give the "
+                                 f"directory that holds config.json: {path.parent})")
     hint = ""
     if not path.is_absolute() and path.parts[:1] == ("models",):
         hint = (f" in {Path.cwd()} (the bundled models/ directories come with optical's "
