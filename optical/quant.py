@@ -503,7 +503,10 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         inputs that are all zero (an all-zero ``w`` is fine: its outputs are
         0), calibration inputs missing where the config needs them, an outlier
         rule that leaves no channel on the mask, or one that leaves only
-        all-zero channels there to fit a static range or calibrated windows to.
+        all-zero channels there to fit a static range or calibrated windows to,
+        and calibrated windows of zero width on a readout that varies (the
+        calibration rows gave it a single value: one row, say, on a
+        noise-free config).
     """
     check_config(config)
     w = check_float_array(w, "w", ndim=2)
@@ -553,6 +556,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                                     config, static_range, tensor_absmax=float(np.max(np.abs(cal))))
         lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
                                               config)
+        _refuse_collapsed_windows(lo, hi, transmissions, tiling, config, xn.shape[0])
     else:
         lo, hi = _adc_windows(transmissions, tiling, config)
         if config.adc.window == "per_tile":
@@ -567,6 +571,44 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         _OWN_ARRAYS[id(array)] = array
     return ProgrammedWeights(config, tiling, scale, weights, weight_sums, transmissions, lo, hi,
                              input_range=static_range, bypass=bypass)
+
+
+#: A calibrated window narrower than this fraction of its readout's span (the
+#: noise-free range, "max"'s window) holds one calibration value, to rounding.
+_COLLAPSED = 1e-5
+
+
+def _refuse_collapsed_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
+                              tiling: Tiling, config: OpticalConfig, rows: int) -> None:
+    """ValueError for calibrated windows that collapsed to a point on readouts
+    that vary with the input: the calibration rows gave each one value (a
+    single row, or a K-tile whose inputs are the same in every row, all zero
+    say), and the ADC would read that value whatever came, counting little or
+    nothing clipped (a 40 x 11 product from one noise-free calibration row:
+    relative error 1.37, clipping 0; a K-tile all zero in 256 rows: 0.57,
+    clipping 0.18). A readout with no light to vary (zero weights on balanced
+    rails) keeps its zero-width window. Only windows far narrower than the
+    widest, or than their own ends, are examined (none, as a rule)."""
+    width = hi.astype(np.float64) - lo
+    near = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), width.max())
+    rails = adc_rails(config)
+    collapsed = []
+    for i, e, n in np.argwhere(width <= _COLLAPSED * near):  # (K-tile, ADC rail, column)
+        span = np.abs(rails[e] @ transmissions[:, tiling.k_slice(i), n]).sum()
+        if span > 0 and width[i, e, n] <= _COLLAPSED * span:
+            collapsed.append(int(i))
+    if not collapsed:
+        return
+    tiles = sorted(set(collapsed))
+    raise ValueError(
+        f"calibration: {len(collapsed)} of {lo.size} calibrated ADC windows collapsed to a "
+        f"point (K-tile{'s' if len(tiles) > 1 else ''} {', '.join(map(str, tiles[:8]))}"
+        f"{', ...' if len(tiles) > 8 else ''} of {tiling.k_tiles}, {config.core.inputs} inputs "
+        f"each): the {rows} calibration row{'s' if rows != 1 else ''} used gave each of those "
+        "readouts one value (one row, or a K-tile's inputs the same in every row, all zero "
+        "say), so the ADC would read that value whatever the input, without counting it "
+        "clipped. Give calibration rows that vary on every K-tile, or use adc.full_scale "
+        "'max' or 'rms'")
 
 
 def _share_windows(lo: np.ndarray, hi: np.ndarray,
