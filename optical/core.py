@@ -355,7 +355,7 @@ def matmul(x: np.ndarray, w: np.ndarray | ProgrammedWeights, config: OpticalConf
         # inputs: an oracle, the best calibration can do (held-out data: program()).
         needs = calibration_needs(config)
         _check_calibrates_on(x.shape, x, needs)
-        programmed = program(w, config, calibration=x if needs else None)
+        programmed = program(w, config, calibration=x if needs else None, oracle=True)
     k, n = programmed.shape
     if chunk_tokens is not None:
         chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")

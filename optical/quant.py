@@ -23,7 +23,7 @@ import numpy as np
 
 from optical import _memory, compensation, outliers
 from optical import calibration as _calibration
-from optical._validation import check_float_array, check_plain_array, read_only
+from optical._validation import check_bool, check_float_array, check_plain_array, read_only
 from optical.config import OpticalConfig, check_config
 from optical.physics import _mask_apply, converters, crosstalk, encoding
 
@@ -470,7 +470,7 @@ def _all_channels_digital(config: OpticalConfig, k: int) -> str:
 
 
 def program(w: np.ndarray, config: OpticalConfig, *,
-            calibration: np.ndarray | None = None) -> ProgrammedWeights:
+            calibration: np.ndarray | None = None, oracle: bool = False) -> ProgrammedWeights:
     """Program a weight matrix onto the mask.
 
     Parameters
@@ -488,6 +488,14 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         kept they narrowed a static range's percentile and pulled calibrated
         windows toward zero (1024 zero rows beside 128 real ones: 31.2 ->
         28.6 dB, clipping 0.03 -> 0.57 %).
+    oracle : bool
+        True when ``calibration`` is the very inputs the weights will then
+        multiply (the oracle, as :func:`optical.matmul` calibrates raw
+        weights). A calibrated ADC window that collapses to a point (the rows
+        give its readout one value: a single row, or a K-tile the rows leave
+        dark) is then exact for those inputs and kept; from held-out rows
+        (False, the default) it would read every other input as that one
+        value without counting a clip, and is refused.
 
     Returns
     -------
@@ -504,11 +512,12 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         0), calibration inputs missing where the config needs them, an outlier
         rule that leaves no channel on the mask, or one that leaves only
         all-zero channels there to fit a static range or calibrated windows to,
-        and calibrated windows of zero width on a readout that varies (the
-        calibration rows gave it a single value: one row, say, on a
-        noise-free config).
+        and, unless ``oracle``, calibrated windows collapsed to a point on a
+        readout that varies (the calibration rows gave it a single value: one
+        row, say, on a noise-free config).
     """
     check_config(config)
+    oracle = check_bool(oracle, "oracle")
     w = check_float_array(w, "w", ndim=2)
     if 0 in w.shape:
         raise ValueError(f"w: shape {w.shape} has an empty dimension")
@@ -556,7 +565,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                                     config, static_range, tensor_absmax=float(np.max(np.abs(cal))))
         lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
                                               config)
-        _refuse_collapsed_windows(lo, hi, transmissions, tiling, config, xn.shape[0])
+        if not oracle:
+            _refuse_collapsed_windows(lo, hi, transmissions, tiling, config, xn.shape[0])
     else:
         lo, hi = _adc_windows(transmissions, tiling, config)
         if config.adc.window == "per_tile":

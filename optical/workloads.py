@@ -236,7 +236,7 @@ class MatmulWorkload:
             raise ValueError("run_batch: the configs differ in more than the traced noise fields")
         traced = _traced_fields(base)
         x, w, exact = self.data()
-        pw = program(w, base, calibration=x if calibration_needs(base) else None)
+        pw = program(w, base, calibration=x if calibration_needs(base) else None, oracle=True)
         ys, photons, clipped = jax_backend.matmul_runs(
             x, pw, base, seeds=seeds, params={f: [c.get(f) for c in configs] for f in traced})
         d = 0 if pw.bypass is None else int(pw.bypass.channels.size)

@@ -244,6 +244,9 @@ def test_a_layer_reference_takes_what_its_dtype_rounds_to_a_finite_value(
      r"^matmul_options: 'config' is set by the layer itself \(the layer's config is every"),
     ({"program_options": {"w": np.eye(64)}}, ValueError,
      r"^program_options: 'w' is set by the layer itself"),
+    ({"program_options": {"oracle": True}}, ValueError,
+     r"^program_options: 'oracle' is set by the layer itself \(the layer says which "
+     r"products calibrate on their own inputs\)"),
     ({"matmul_options": {"backnd": "numba"}}, TypeError,
      r"^matmul_options: 'backnd' is not an option of optical.matmul; valid: chunk_tokens, "
      r"backend, exact$"),

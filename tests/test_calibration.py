@@ -109,6 +109,15 @@ def test_one_calibration_token_is_enough_for_a_range_not_for_noise_free_windows(
     noisy = ideal(**windows, **{"source.photons_per_mac": 1e3})
     pw = optical.program(w, noisy, calibration=cal)
     assert np.all(np.isfinite(pw.adc_lo)) and np.all(pw.adc_hi - pw.adc_lo > 0)
+    # The oracle: the one token is the input itself, and its point windows
+    # read it exactly (as optical.matmul calibrates raw weights on x).
+    pw = optical.program(w, ideal(**windows), calibration=cal, oracle=True)
+    np.testing.assert_allclose(optical.matmul(cal, pw, ideal(**windows), seed=0), cal @ w,
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(optical.matmul(cal, w, ideal(**windows), seed=0), cal @ w,
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match=r"^oracle: expected a bool, got int$"):
+        optical.program(w, ideal(**windows), calibration=cal, oracle=1)
 
 
 @pytest.mark.parametrize("inputs", ["split", "offset"])
@@ -126,6 +135,9 @@ def test_calibrated_windows_of_a_k_tile_the_calibration_leaves_dark_are_refused(
                                          r"collapsed to a point \(K-tile 1 of 3, 16 inputs "
                                          r"each\): the 256 calibration rows used"):
         optical.program(w, cfg, calibration=cal)
+    # On its own inputs (the oracle), the dark tile is dark when multiplied too.
+    np.testing.assert_allclose(optical.matmul(cal, w, cfg, seed=0), cal @ w, rtol=0.05,
+                               atol=0.05 * np.abs(cal @ w).max())
     w[16:32] = 0
     pw = optical.program(w, cfg, calibration=cal)
     x = rng.standard_normal((64, 40))

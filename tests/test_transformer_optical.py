@@ -44,6 +44,23 @@ def test_ideal_preset_reproduces_the_float32_reference(tiny, attention):
     assert run.output.dtype == np.float32 and run.output.shape == h.shape
 
 
+def test_a_one_token_prompt_calibrates_on_itself_but_not_on_one_held_out_token(tiny):
+    """Noise-free calibrated windows fitted to one token are points: exact
+    for that token (each product's own input, the oracle) and refused from a
+    held-out one, which they would read every input as."""
+    cfg = IDEAL.replace({**SMALL_CORE, "mapping.attention": "optical", "adc.bits": 10,
+                         "adc.full_scale": "calibrated"})
+    h = tiny.hidden_states(2, 1)
+    layer = tiny.layer(2)
+    reference, run = layer.trace(h, dtype="float32"), layer.trace(h, config=cfg, seed=0)
+    for name, value in reference.products.items():
+        assert optical.metrics.relative_error(value, run.products[name]) < 1e-5, name
+    held_out = layer.matmul_inputs(tiny.hidden_states(2, 1, seed=4))
+    with pytest.raises(ValueError, match=r"^calibration\['q_proj'\]: 128 of 128 calibrated ADC "
+                                         r"windows collapsed to a point"):
+        layer.optical(h, cfg, seed=0, calibration=held_out)
+
+
 @pytest.mark.parametrize("attention", ["digital", "optical"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_stats_equal_layer_schedule(tiny, attention, batch):

@@ -225,7 +225,7 @@ def matmul(x: Any, w: Any, config: OpticalConfig, *, seed: Any, return_stats: bo
             raise ValueError(_TRACED_X_CALIBRATION.format(" and ".join(needs)))
         _check_calibrates_on(tuple(x.shape), None if x_traced else np.asarray(x_values), needs)
         calibration = np.asarray(x_values).reshape(-1, w_np.shape[0]) if needs else None
-        pw = program(w_np, config, calibration=calibration)
+        pw = program(w_np, config, calibration=calibration, oracle=True)
         shape, input_range = pw.shape, pw.input_range
     if pw is not None and pw.bypass is not None:
         if pw.bypass.channels is None:

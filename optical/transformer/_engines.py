@@ -323,6 +323,7 @@ _SET_BY_LAYER = {
     "config": "the layer's config is every product's",
     "seed": "each product's seed derives from the call's",
     "return_stats": "the layer keeps every product's stats",
+    "oracle": "the layer says which products calibrate on their own inputs",
 }
 
 
@@ -452,7 +453,7 @@ class OpticalEngine(ReferenceEngine):
             options["calibration"] = self.calibration[name]
         elif "calibration" not in options and calibration_needs(self.config):
             source = f"{name}'s own input (the oracle: no calibration= entry for it)"
-            options["calibration"] = x
+            options["calibration"], options["oracle"] = x, True
         elif "calibration" in options:
             source = (f"program_options['calibration'] (given to every product; {name} "
                       f"takes inputs of {w_in_out.shape[0]} features)")
