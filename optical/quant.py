@@ -513,8 +513,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         rule that leaves no channel on the mask, or one that leaves only
         all-zero channels there to fit a static range or calibrated windows to,
         and, unless ``oracle``, calibrated windows collapsed to a point on a
-        readout that varies (the calibration rows gave it a single value: one
-        row, say, on a noise-free config).
+        readout that varies where the calibration rows are one row (a single
+        row, or a K-tile they leave dark, on a noise-free config).
     """
     check_config(config)
     oracle = check_bool(oracle, "oracle")
@@ -566,7 +566,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
                                               config)
         if not oracle:
-            _refuse_collapsed_windows(lo, hi, transmissions, tiling, config, xn.shape[0])
+            _refuse_collapsed_windows(lo, hi, transmissions, tiling, config, xn)
     else:
         lo, hi = _adc_windows(transmissions, tiling, config)
         if config.adc.window == "per_tile":
@@ -589,21 +589,30 @@ _COLLAPSED = 1e-5
 
 
 def _refuse_collapsed_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
-                              tiling: Tiling, config: OpticalConfig, rows: int) -> None:
+                              tiling: Tiling, config: OpticalConfig, xn: np.ndarray) -> None:
     """ValueError for calibrated windows that collapsed to a point on readouts
-    that vary with the input: the calibration rows gave each one value (a
-    single row, or a K-tile whose inputs are the same in every row, all zero
-    say), and the ADC would read that value whatever came, counting little or
-    nothing clipped (a 40 x 11 product from one noise-free calibration row:
-    relative error 1.37, clipping 0; a K-tile all zero in 256 rows: 0.57,
-    clipping 0.18). A readout with no light to vary (zero weights on balanced
-    rails) keeps its zero-width window. Only windows far narrower than the
-    widest, or than their own ends, are examined (none, as a rule)."""
+    that vary with the input, where the calibration rows ``xn`` (normalised)
+    are one row in that K-tile (a single row, or a tile whose inputs are the
+    same in every row, all zero say): the window holds the one value they
+    gave, and the ADC would read it whatever came, counting little or nothing
+    clipped (a 40 x 11 product from one noise-free calibration row: relative
+    error 1.37, clipping 0; a K-tile all zero in 256 rows: 0.57, clipping
+    0.18). A readout with no light to vary (zero weights on balanced rails)
+    keeps its zero-width window, as does one whose varied rows drown in noise
+    (a point at the mean is then the least-squares window). Only windows far
+    narrower than the widest, or than their own ends, are examined (none, as
+    a rule)."""
     width = hi.astype(np.float64) - lo
     near = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), width.max())
     rails = adc_rails(config)
+    one_row: dict[int, bool] = {}
     collapsed = []
     for i, e, n in np.argwhere(width <= _COLLAPSED * near):  # (K-tile, ADC rail, column)
+        if int(i) not in one_row:
+            rows = xn[:, tiling.k_slice(i)]
+            one_row[int(i)] = bool(np.all(rows == rows[:1]))
+        if not one_row[int(i)]:
+            continue
         span = np.abs(rails[e] @ transmissions[:, tiling.k_slice(i), n]).sum()
         if span > 0 and width[i, e, n] <= _COLLAPSED * span:
             collapsed.append(int(i))
@@ -614,11 +623,11 @@ def _refuse_collapsed_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.
         f"calibration: {len(collapsed)} of {lo.size} calibrated ADC windows collapsed to a "
         f"point (K-tile{'s' if len(tiles) > 1 else ''} {', '.join(map(str, tiles[:8]))}"
         f"{', ...' if len(tiles) > 8 else ''} of {tiling.k_tiles}, {config.core.inputs} inputs "
-        f"each): the {rows} calibration row{'s' if rows != 1 else ''} used gave each of those "
-        "readouts one value (one row, or a K-tile's inputs the same in every row, all zero "
-        "say), so the ADC would read that value whatever the input, without counting it "
-        "clipped. Give calibration rows that vary on every K-tile, or use adc.full_scale "
-        "'max' or 'rms'")
+        f"each): each holds the one readout of the {xn.shape[0]} calibration "
+        f"row{'' if xn.shape[0] == 1 else 's'} used"
+        f"{'' if xn.shape[0] == 1 else ', which are the same on that tile (all zero, say)'}, "
+        "so the ADC would read it whatever the input, without counting a clip. Give "
+        "calibration rows that vary on every K-tile, or use adc.full_scale 'max' or 'rms'")
 
 
 def _share_windows(lo: np.ndarray, hi: np.ndarray,

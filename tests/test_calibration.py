@@ -103,8 +103,8 @@ def test_one_calibration_token_is_enough_for_a_range_not_for_noise_free_windows(
     assert calibration.check_inputs(cal[0], 6).shape == (1, 6)
     windows = {**static, "adc.full_scale": "calibrated"}
     with pytest.raises(ValueError, match=r"^calibration: 3 of 3 calibrated ADC windows "
-                                         r"collapsed to a point \(K-tile 0 of 1, .*the 1 "
-                                         r"calibration row used gave each"):
+                                         r"collapsed to a point \(K-tile 0 of 1, .*each holds "
+                                         r"the one readout of the 1 calibration row used, so"):
         optical.program(w, ideal(**windows), calibration=cal)
     noisy = ideal(**windows, **{"source.photons_per_mac": 1e3})
     pw = optical.program(w, noisy, calibration=cal)
@@ -133,7 +133,9 @@ def test_calibrated_windows_of_a_k_tile_the_calibration_leaves_dark_are_refused(
                    "adc.full_scale": "calibrated", "encoding.inputs": inputs})
     with pytest.raises(ValueError, match=r"^calibration: 11 of 33 calibrated ADC windows "
                                          r"collapsed to a point \(K-tile 1 of 3, 16 inputs "
-                                         r"each\): the 256 calibration rows used"):
+                                         r"each\): each holds the one readout of the 256 "
+                                         r"calibration rows used, which are the same on that "
+                                         r"tile"):
         optical.program(w, cfg, calibration=cal)
     # On its own inputs (the oracle), the dark tile is dark when multiplied too.
     np.testing.assert_allclose(optical.matmul(cal, w, cfg, seed=0), cal @ w, rtol=0.05,
