@@ -13,12 +13,12 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["absolute", "atomic_write", "cwd_deleted", "named", "own_descriptor", "read_plain",
-           "replacing", "replacing_target", "writable_descriptor", "write_output"]
+__all__ = ["absolute", "atomic_write", "cwd_deleted", "linked_to", "named", "own_descriptor",
+           "read_plain", "replacing", "replacing_target", "writable_descriptor", "write_output"]
 
 #: The largest JSON file of a model directory read (config.json, an index,
 #: sentence-transformers' files: real ones are kilobytes).
@@ -148,6 +148,28 @@ def read_plain(path: Path, limit: int) -> bytes:
         raise named(err, path) from None
     finally:
         os.close(fd)
+
+
+def linked_to(path: Path, others: Iterable[Path]) -> bool:
+    """Whether ``path`` is a hard link to one of ``others``: one regular file
+    under two names, which ``Path.resolve`` does not see. An output with
+    other links is written in place (:func:`replacing_target`), so a report
+    written there rewrites every name of the file. False for a path that is
+    missing or has one link."""
+    try:
+        mine = path.stat()
+    except (OSError, ValueError):
+        return False
+    if not stat.S_ISREG(mine.st_mode) or mine.st_nlink < 2:
+        return False
+    for other in others:
+        try:
+            theirs = other.stat()
+        except (OSError, ValueError):
+            continue
+        if (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino):
+            return True
+    return False
 
 
 def named(err: OSError, path: Path | str) -> OSError:

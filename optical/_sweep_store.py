@@ -26,7 +26,7 @@ import numpy as np
 
 from optical import presets
 from optical._executors import Task, utc_now
-from optical._files import atomic_write, read_plain
+from optical._files import atomic_write, linked_to, read_plain
 from optical._validation import DuplicateKeyError, parse_json
 from optical._version import RESULTS_VERSION
 from optical.config import OpticalConfig
@@ -113,10 +113,15 @@ SWEEP_FILES = (".lock", RUNS, "results.parquet", "results.csv", "plots")
 
 def writes(out: str | os.PathLike, path: str | os.PathLike) -> bool:
     """Whether the sweep in ``out`` writes ``path`` itself: its manifest, lock,
-    results table or a run file (another writer there would destroy them)."""
-    out, path = Path(out).resolve(), Path(path).resolve()
+    results table or a run file (another writer there would destroy them),
+    by name, through a symlink, or as a hard link to one of them."""
+    out, given = Path(out).resolve(), Path(path)
+    path = given.resolve()
     own = {out / name for name in (MANIFEST, *SWEEP_FILES) if name not in (RUNS, "plots")}
-    return path in own or out / RUNS in path.parents
+    if path in own or out / RUNS in path.parents:
+        return True
+    runs = out / RUNS
+    return linked_to(given, [*own, *(runs.iterdir() if runs.is_dir() else ())])
 
 
 #: How a sweep directory without a (readable) manifest gets one back.

@@ -429,6 +429,43 @@ def test_json_into_the_sweep_s_own_files_is_refused(name, tmp_path, capsys):
     assert main([*sweep, "--json", str(out / "summary.json")]) == 0  # another file: fine
 
 
+def test_json_through_a_hard_link_to_a_sweep_or_model_file_is_refused(tmp_path, capsys):
+    """An audit: a --json file with another hard link is written in place (a
+    new file would break the link), so a hard link to the manifest, a run
+    file or the model's config.json rewrote it, where the same target as a
+    symlink was refused: the sweep could no longer be read, nor the model
+    loaded."""
+    from tests.transformer_helpers import TINY_LLAMA, write_model
+
+    out = tmp_path / "s"
+    sweep = ["sweep", "--matmul", "4x8x4", "--param", "adc.bits=4,6", "--jobs", "1", "--quiet",
+             "--out", str(out)]
+    assert main(sweep) == 0
+    capsys.readouterr()
+    run = next((out / "runs").iterdir())
+    for name, original in [("manifest-link.json", out / "manifest.json"),
+                           ("run-link.json", run)]:
+        before = original.read_bytes()
+        os.link(original, tmp_path / name)
+        for argv in (sweep, ["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db"]):
+            assert main([*argv, "--json", str(tmp_path / name)]) == 2
+            assert f"--json {tmp_path / name}: a file of the sweep in {out}" in \
+                capsys.readouterr().err
+            assert original.read_bytes() == before
+    model = write_model(tmp_path / "m", TINY_LLAMA)
+    config = (model / "config.json").read_bytes()
+    os.link(model / "config.json", tmp_path / "config-link.json")
+    assert main(["validate", "--model", str(model), "--tokens", "4", "--quiet", "--json",
+                 str(tmp_path / "config-link.json")]) == 2
+    assert f"a file of the model in {model}" in capsys.readouterr().err
+    assert (model / "config.json").read_bytes() == config
+    # A hard link to nothing of theirs is written in place, as before.
+    (tmp_path / "mine.json").write_text("{}")
+    os.link(tmp_path / "mine.json", tmp_path / "mine-link.json")
+    assert main([*sweep, "--json", str(tmp_path / "mine-link.json")]) == 0
+    assert json.loads((tmp_path / "mine.json").read_text()) != {}
+
+
 def test_a_sweep_whose_directory_cannot_be_written_is_plotted_with_output(tmp_path,
                                                                           monkeypatch, capsys):
     """A sweep read where it cannot be written (a read-only mount, another

@@ -18,6 +18,7 @@ from typing import Any
 from optical import presets
 from optical._files import (
     absolute,
+    linked_to,
     own_descriptor,
     replacing_target,
     writable_descriptor,
@@ -213,8 +214,9 @@ def check_json_model(path: Path | None, model: str | Path | None, option: str = 
     target, directory = Path(path).resolve(), Path(model).resolve()
     named = target.parent == directory and any(
         fnmatch.fnmatch(target.name, pattern) for pattern in MODEL_FILES)
-    if named or target in {f.resolve() for pattern in MODEL_FILES
-                           for f in directory.glob(pattern)}:  # through a symlink too
+    files = [f for pattern in MODEL_FILES for f in directory.glob(pattern)]
+    if named or target in {f.resolve() for f in files} \
+            or linked_to(Path(path), files):  # through a symlink or a hard link too
         raise ValueError(f"--json {path}: a file of the model in {model} ({option}), which "
                          "it would overwrite; write the JSON elsewhere")
 
@@ -254,7 +256,7 @@ def check_not_json(args: argparse.Namespace, paths: Sequence[Path], option: str)
         return
     target = Path(json_path).resolve()
     for path in paths:
-        if Path(path).resolve() == target:
+        if Path(path).resolve() == target or linked_to(Path(json_path), [Path(path)]):
             raise ValueError(f"--json {json_path}: is also the figure {path} of {option}, "
                              "which the JSON would replace; write them to two files")
 
