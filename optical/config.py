@@ -369,7 +369,7 @@ class OpticalConfig:
         """The config in the JSON file ``path``: :meth:`to_json`'s sections
         (what ``optical config --json FILE`` writes), or a command's JSON
         report holding them under ``"config"`` (``optical validate`` /
-        ``optical energy --json``); fields it leaves out take
+        ``optical energy --json``), not both; fields it leaves out take
         ``OpticalConfig()``'s values. ValueError names the file and what is
         wrong with it."""
         if not isinstance(path, str | os.PathLike):
@@ -388,6 +388,11 @@ class OpticalConfig:
         except DuplicateKeyError as err:
             raise ValueError(f"{path}: {err}") from None
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            beside = [k for k in data if k in _SECTIONS]
+            if beside:  # which is the config? (a report holds none of these)
+                raise ValueError(f"{path}: config sections both under \"config\" (as a "
+                                 f"report holds them) and beside it ({', '.join(beside)}); "
+                                 "keep one place")
             data = data["config"]  # a report of optical validate / energy
         try:
             return cls.from_dict(data)

@@ -155,6 +155,13 @@ def test_a_config_file_naming_a_section_or_field_twice_is_refused(tmp_path):
             OpticalConfig.from_file(machine)
         with pytest.raises(ValueError, match=rf"^key '{key}' appears twice"):
             OpticalConfig.from_json(text)
+    # A report's "config" beside sections of its own: one of the two was
+    # dropped without a word (the top-level adc.bits 7, for "config"'s 5).
+    machine.write_text('{"config": {"adc": {"bits": 5}}, "adc": {"bits": 7}}')
+    with pytest.raises(ValueError, match=rf'^{machine}: config sections both under "config" '
+                                         r"\(as a report holds them\) and beside it \(adc\); "
+                                         "keep one place$"):
+        OpticalConfig.from_file(machine)
     machine.write_text('{"adc": {"bits": 6}, "dac": {"bits": 6}}')  # one key per object
     assert OpticalConfig.from_file(machine) == OpticalConfig().replace({"adc.bits": 6,
                                                                        "dac.bits": 6})
