@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
+import itertools
 import json
 import math
 import numbers
@@ -120,8 +121,8 @@ def writes(out: str | os.PathLike, path: str | os.PathLike) -> bool:
     own = {out / name for name in (MANIFEST, *SWEEP_FILES) if name not in (RUNS, "plots")}
     if path in own or out / RUNS in path.parents:
         return True
-    runs = out / RUNS
-    return linked_to(given, [*own, *(runs.iterdir() if runs.is_dir() else ())])
+    runs = out / RUNS  # (listed only for a file with other links)
+    return linked_to(given, itertools.chain(own, runs.iterdir() if runs.is_dir() else ()))
 
 
 #: How a sweep directory without a (readable) manifest gets one back.
