@@ -252,6 +252,47 @@ def test_static_outlier_bypass_is_the_explicit_decomposition(rng):
         optical.matmul(jnp.asarray(x), w, cfg.replace({"outliers.policy": "dynamic"}), seed=0)
 
 
+def _dot_precisions(jaxpr):
+    """The precision of every dot_general in a jaxpr, sub-jaxprs included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _dot_precisions(inner)
+    return found
+
+
+@pytest.mark.parametrize("changes", [{}, {"detector.balanced": False},
+                                     {"detector.shot_noise": "gaussian"},
+                                     {"encoding.inputs": "split", "encoding.weights": "offset"}])
+def test_every_product_asks_for_full_float32_the_bypass_and_gradients_included(rng, changes):
+    """An audit: the outlier bypass's product, the straight-through
+    gradient's (dx W_eff, x dw) and the pass's combinations of rails and
+    passes (einsums with +-1 coefficients over the readouts) set no
+    precision, which a recent NVIDIA GPU runs through TF32 (10 mantissa
+    bits, of the readouts themselves), unlike the pass's GEMMs and the numpy
+    and numba backends. Read from the programs' jaxprs (no GPU here)."""
+    x = rng.standard_normal((24, 96)).astype(np.float32)
+    x[:, [5, 40]] *= 60.0
+    w = rng.standard_normal((96, 20)).astype(np.float32)
+    cfg = noisy(**{"outliers.policy": "static", "adc.full_scale": "calibrated", **changes})
+    pw = optical.program(w, cfg, calibration=x)
+    assert pw.bypass.channels.size == 2
+    forward = jax.make_jaxpr(lambda v: jax_backend.matmul(v, pw, cfg, seed=1))(jnp.asarray(x))
+    rules = cfg.replace({"outliers.policy": "none", "adc.full_scale": "rms"})  # a traced w
+    backward = jax.make_jaxpr(jax.grad(
+        lambda v, m: jax_backend.matmul(v, m, rules, seed=1).sum(), argnums=(0, 1)))(
+        jnp.asarray(x), jnp.asarray(w))
+    highest = (jax.lax.Precision.HIGHEST,) * 2
+    for jaxpr in (forward, backward):
+        precisions = _dot_precisions(jaxpr.jaxpr)
+        assert precisions and all(p == highest for p in precisions), precisions
+
+
 def test_matmul_runs_checks_every_argument(rng):
     x = rng.standard_normal((3, 40)).astype(np.float32)
     cfg = noisy(**{"core.inputs": 32})

@@ -391,8 +391,17 @@ def _static_bypass(x, pw: ProgrammedWeights, config: OpticalConfig, *, return_st
                  **kwargs)
     y, stats = out if return_stats else (out, None)
     if bypass.channels.size:
-        digital = jnp.take(x, jnp.asarray(bypass.channels), axis=-1)
-        y = y + digital @ jnp.asarray(bypass.weights, dtype=y.dtype)
+        # In full float32 (a GPU's default would round through TF32, as the
+        # pass's own GEMMs say), its operands behind a barrier: XLA folded a
+        # closed-over x's product while compiling (a traced seed moved 388 of
+        # 1200 outputs' last bits against the eager call, 177 since). Those
+        # 177 are the sum's: under an outer jit XLA contracts it with the
+        # pass's last multiplication (an FMA, one rounding for two), which no
+        # barrier stops (docs/ARCHITECTURE.md).
+        digital, weights = jax.lax.optimization_barrier(
+            (jnp.take(x, jnp.asarray(bypass.channels), axis=-1),
+             jnp.asarray(bypass.weights, dtype=y.dtype)))
+        y = y + jnp.matmul(digital, weights, precision=jax.lax.Precision.HIGHEST)
     if not return_stats:
         return y
     tokens = int(np.prod(x.shape[:-1]))
