@@ -491,11 +491,10 @@ def program(w: np.ndarray, config: OpticalConfig, *,
     oracle : bool
         True when ``calibration`` is the very inputs the weights will then
         multiply (the oracle, as :func:`optical.matmul` calibrates raw
-        weights). A calibrated ADC window that collapses to a point (the rows
-        give its readout one value: a single row, or a K-tile the rows leave
-        dark) is then exact for those inputs and kept; from held-out rows
-        (False, the default) it would read every other input as that one
-        value without counting a clip, and is refused.
+        weights). Calibrated ADC windows that collapse to points because the
+        rows are all one row (a single row) are then exact for that input and
+        kept; from held-out rows (False, the default) they would read every
+        other input as that row without counting a clip, and are refused.
 
     Returns
     -------
@@ -512,9 +511,13 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         0), calibration inputs missing where the config needs them, an outlier
         rule that leaves no channel on the mask, or one that leaves only
         all-zero channels there to fit a static range or calibrated windows to,
-        and, unless ``oracle``, calibrated windows collapsed to a point on a
-        readout that varies where the calibration rows are one row (a single
-        row, or a K-tile they leave dark, on a noise-free config).
+        and calibrated windows collapsed to a point on a readout that varies
+        because the calibration rows used are all one row (a single row, on a
+        config whose noise does not widen them; under ``oracle`` only where
+        ``calibration.max_tokens`` subsampled several to one). Where only a
+        K-tile is constant in them (dark, a bias column), its point windows
+        are widened upward by 1e-5 of the readout's span: the constant reads
+        exactly, a shift from it counts as clipping.
     """
     check_config(config)
     oracle = check_bool(oracle, "oracle")
@@ -565,8 +568,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                                     config, static_range, tensor_absmax=float(np.max(np.abs(cal))))
         lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
                                               config)
-        if not oracle:
-            _refuse_collapsed_windows(lo, hi, transmissions, tiling, config, xn)
+        hi = _point_windows(lo, hi, transmissions, tiling, config, xn,
+                            rows=cal.shape[0], oracle=oracle)
     else:
         lo, hi = _adc_windows(transmissions, tiling, config)
         if config.adc.window == "per_tile":
@@ -584,50 +587,71 @@ def program(w: np.ndarray, config: OpticalConfig, *,
 
 
 #: A calibrated window narrower than this fraction of its readout's span (the
-#: noise-free range, "max"'s window) holds one calibration value, to rounding.
+#: noise-free range, "max"'s window) holds one calibration value, to rounding;
+#: such a window on a K-tile the calibration holds constant is given this
+#: width above its value.
 _COLLAPSED = 1e-5
 
 
-def _refuse_collapsed_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
-                              tiling: Tiling, config: OpticalConfig, xn: np.ndarray) -> None:
-    """ValueError for calibrated windows that collapsed to a point on readouts
-    that vary with the input, where the calibration rows ``xn`` (normalised)
-    are one row in that K-tile (a single row, or a tile whose inputs are the
-    same in every row, all zero say): the window holds the one value they
-    gave, and the ADC would read it whatever came, counting little or nothing
-    clipped (a 40 x 11 product from one noise-free calibration row: relative
-    error 1.37, clipping 0; a K-tile all zero in 256 rows: 0.57, clipping
-    0.18). A readout with no light to vary (zero weights on balanced rails)
-    keeps its zero-width window, as does one whose varied rows drown in noise
-    (a point at the mean is then the least-squares window). Only windows far
+def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
+                   tiling: Tiling, config: OpticalConfig, xn: np.ndarray, *,
+                   rows: int, oracle: bool) -> np.ndarray:
+    """``hi`` with the calibrated windows that collapsed to a point, on
+    readouts that vary with the input, widened upward by ``_COLLAPSED`` of
+    the readout's noise-free span; or ValueError where every calibration
+    row used is one row.
+
+    Such windows come from a K-tile the calibration rows ``xn`` (normalised;
+    ``calibration.max_tokens`` of the ``rows`` given) hold constant: dark,
+    or a bias column, or a single row. Read as a point, the ADC gave that
+    one value whatever came and counted nothing clipped (a 40 x 11 product
+    programmed from one noise-free row: relative error 1.37, clipping 0; a
+    tile dark in 256 rows and lit at run time: 0.57, clipping ~0). Widened,
+    the constant still reads exactly (code 0 is the window's low end) and a
+    shift from it is counted as clipping. A single row gives nothing to
+    programme from but itself: refused, unless ``oracle`` (the very input to
+    be multiplied, which reads exactly) and no subsample made it one of
+    several. Kept as they are: points on readouts with no light to vary
+    (zero weights on balanced rails) and points fitted to varied rows that
+    drown in noise (the least-squares window there). Only windows far
     narrower than the widest, or than their own ends, are examined (none, as
     a rule)."""
     width = hi.astype(np.float64) - lo
     near = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), width.max())
+    candidates = np.argwhere(width <= _COLLAPSED * near)  # (K-tile, ADC rail, column)
+    if candidates.size == 0:
+        return hi
     rails = adc_rails(config)
-    one_row: dict[int, bool] = {}
-    collapsed = []
-    for i, e, n in np.argwhere(width <= _COLLAPSED * near):  # (K-tile, ADC rail, column)
-        if int(i) not in one_row:
-            rows = xn[:, tiling.k_slice(i)]
-            one_row[int(i)] = bool(np.all(rows == rows[:1]))
-        if not one_row[int(i)]:
+    constant = {i: bool(np.all(xn[:, tiling.k_slice(i)] == xn[:1, tiling.k_slice(i)]))
+                for i in {int(c[0]) for c in candidates}}
+    points = []
+    for i, e, n in candidates:
+        if not constant[int(i)]:
             continue
-        span = np.abs(rails[e] @ transmissions[:, tiling.k_slice(i), n]).sum()
+        span = float(np.abs(rails[e] @ transmissions[:, tiling.k_slice(i), n]).sum())
         if span > 0 and width[i, e, n] <= _COLLAPSED * span:
-            collapsed.append(int(i))
-    if not collapsed:
-        return
-    tiles = sorted(set(collapsed))
-    raise ValueError(
-        f"calibration: {len(collapsed)} of {lo.size} calibrated ADC windows collapsed to a "
-        f"point (K-tile{'s' if len(tiles) > 1 else ''} {', '.join(map(str, tiles[:8]))}"
-        f"{', ...' if len(tiles) > 8 else ''} of {tiling.k_tiles}, {config.core.inputs} inputs "
-        f"each): each holds the one readout of the {xn.shape[0]} calibration "
-        f"row{'' if xn.shape[0] == 1 else 's'} used"
-        f"{'' if xn.shape[0] == 1 else ', which are the same on that tile (all zero, say)'}, "
-        "so the ADC would read it whatever the input, without counting a clip. Give "
-        "calibration rows that vary on every K-tile, or use adc.full_scale 'max' or 'rms'")
+            points.append((i, e, n, span))
+    if not points:
+        return hi
+    subsampled = xn.shape[0] < rows
+    if np.all(xn == xn[:1]) and (subsampled or not oracle):
+        if subsampled:
+            why = (f"calibration.max_tokens = {config.calibration.max_tokens} kept "
+                   f"{xn.shape[0]} of the {rows} calibration rows, all one row once "
+                   "normalised; raise it")
+        else:
+            why = (("there is one calibration row" if rows == 1 else
+                    f"the {rows} calibration rows are all one row once normalised")
+                   + "; give rows that vary (held-out tokens: validate's calibration_tokens, "
+                   "encode's calibration_ids), or use adc.full_scale 'max' or 'rms'")
+        raise ValueError(
+            f"calibration: {len(points)} of {lo.size} calibrated ADC windows collapsed to a "
+            "point, each holding its readout of that one row, so the ADC would read it "
+            f"whatever the input, without counting a clip: {why}")
+    hi = hi.copy()
+    for i, e, n, span in points:
+        hi[i, e, n] = lo[i, e, n] + _COLLAPSED * span
+    return hi
 
 
 def _share_windows(lo: np.ndarray, hi: np.ndarray,

@@ -287,10 +287,24 @@ def test_every_product_asks_for_full_float32_the_bypass_and_gradients_included(r
     backward = jax.make_jaxpr(jax.grad(
         lambda v, m: jax_backend.matmul(v, m, rules, seed=1).sum(), argnums=(0, 1)))(
         jnp.asarray(x), jnp.asarray(w))
+    bypassed = jax.make_jaxpr(jax.grad(lambda v: jax_backend.matmul(v, pw, cfg, seed=1).sum()))(
+        jnp.asarray(x))
     highest = (jax.lax.Precision.HIGHEST,) * 2
-    for jaxpr in (forward, backward):
+    for jaxpr in (forward, backward, bypassed):
         precisions = _dot_precisions(jaxpr.jaxpr)
         assert precisions and all(p == highest for p in precisions), precisions
+
+
+def test_raw_weights_calibrate_on_one_token_itself(rng):
+    """Raw weights calibrate on x (the oracle): one token's point windows read
+    it exactly, where held-out (optical.program) they are refused."""
+    cfg = ideal(**{"adc.bits": 8, "adc.full_scale": "calibrated"})
+    x = rng.standard_normal((1, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 20)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jax_backend.matmul(jnp.asarray(x), w, cfg, seed=0)),
+                               x @ w, rtol=1e-5, atol=1e-5 * np.abs(x @ w).max())
+    with pytest.raises(ValueError, match="there is one calibration row"):
+        optical.program(w, cfg, calibration=x)
 
 
 def test_matmul_runs_checks_every_argument(rng):
