@@ -435,8 +435,8 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
             shot = jnp.zeros_like(means)  # noise-free
         else:
             shot = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.square(g), dt),
-                              jnp.maximum(means, 0))
-            means = jnp.einsum("er,rstkn->estkn", jnp.asarray(g, dt), means)
+                              jnp.maximum(means, 0), precision=hp)
+            means = jnp.einsum("er,rstkn->estkn", jnp.asarray(g, dt), means, precision=hp)
         g2 = np.square(g).sum(axis=1)  # dark counts of each rail, per ADC
         sd = _root_sum_squares(
             jnp.sqrt(jnp.maximum(shot, 0) * inv_p),
@@ -463,7 +463,8 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
             zs, zd = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zs, zd))
             det = (means + jnp.sqrt(jnp.maximum(means, 0) * inv_p) * zs
                    + jnp.sqrt(params["dark"]) * inv_p * zd)
-        value = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.array(st.g), dt), det)
+        value = jnp.einsum("er,rstkn->estkn", jnp.asarray(np.array(st.g), dt), det,
+                           precision=hp)
         zr = _token_normals(key, _rng.STREAMS["read"], t0, tokens, shape, dt)
         za = _token_normals(key, _rng.STREAMS["adc"], t0, tokens, shape, dt)
         zr, za = (jnp.transpose(v, (3, 2, 0, 1, 4)) for v in (zr, za))
@@ -473,11 +474,13 @@ def _chunk(st: Static, prog, params, x, scale, t0, seed, rows, cols):
         value, clip = _adc(value, lo_b, hi_b, adc_top, inv_top)
         real = (jnp.arange(tokens) < rows)[:, None, None]  # the token axis of "estkn"
         clipped = (clip[..., :st.n] & real).sum(dtype=jnp.int32)
-    zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value)
+    # The rails' and passes' combinations too (a GPU's default precision
+    # would round the readouts themselves through TF32's 10 mantissa bits).
+    zsum = jnp.einsum("e,estkn->stkn", jnp.asarray(st.h, dt), value, precision=hp)
     a_sum = a_sum[..., None]
     z = (zsum - prog["t_min_c"] * a_sum) / prog["t_span"] + st.w_const * a_sum
-    part = st.in_const * prog["w_sum"][None] + jnp.einsum("s,stkn->tkn",
-                                                           jnp.asarray(st.in_coeffs, dt), z)
+    part = st.in_const * prog["w_sum"][None] + jnp.einsum(
+        "s,stkn->tkn", jnp.asarray(st.in_coeffs, dt), z, precision=hp)
     y = jnp.einsum("tkn,kn->tn", part, prog["scale"], precision=hp)[:, :st.n]
     return y * scale[:, None], photons / params["inv_p"], clipped
 
