@@ -570,6 +570,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                                               config)
         hi = _point_windows(lo, hi, transmissions, tiling, config, xn,
                             rows=cal.shape[0], oracle=oracle)
+        if config.adc.window == "per_tile":  # widened columns: one window a tile again
+            lo, hi = _share_windows(lo, hi, tiling)
     else:
         lo, hi = _adc_windows(transmissions, tiling, config)
         if config.adc.window == "per_tile":

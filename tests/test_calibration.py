@@ -150,6 +150,13 @@ def test_a_k_tile_constant_in_varied_calibration_rows_keeps_its_point_windows(rn
     assert stats.clipped_fraction > 0.25  # most of tile 1's readouts (1/3 of all)
     width = pw.adc_hi - pw.adc_lo
     assert np.all(width[1] > 0) and np.all(width[1] < 1e-4 * width[[0, 2]].min())
+    # One window per tile stays one window per tile, widened.
+    tiled = optical.program(np.ones((40, 11)), cfg.replace({"adc.window": "per_tile"}),
+                            calibration=cal)
+    for ns in (slice(0, 8), slice(8, 11)):
+        assert np.all(tiled.adc_hi[..., ns] == tiled.adc_hi[..., ns][..., :1])
+        assert np.all(tiled.adc_lo[..., ns] == tiled.adc_lo[..., ns][..., :1])
+    assert np.all(tiled.adc_hi[1] > tiled.adc_lo[1])
     one = cfg.replace({"calibration.max_tokens": 1})
     for oracle in (False, True):
         with pytest.raises(ValueError, match=r"collapsed to a point, .*: calibration.max_tokens "
