@@ -241,6 +241,21 @@ ALL_BACKENDS = [*BACKENDS, pytest.param("jax", False, id="jax-fast"),
                 pytest.param("jax", True, id="jax-exact")]
 
 
+def jax_in_turns(cases, ids, exact):
+    """``(backend, exact, *case)`` params: every case on each of BACKENDS,
+    and on one of the JAX backend's two paths, the exact one where
+    ``exact[i]``. Each JAX case compiles a pass of its own (2-5 s, where the
+    loops' cases take milliseconds), so a grid runs each JAX path on about
+    half its cases, every case on one of them, chosen so that each path
+    meets every value of each factor (a Latin square)."""
+    params = []
+    for case, name, jax_exact in zip(cases, ids, exact, strict=True):
+        params += [pytest.param(*b.values, *case, id=f"{name}-{b.id}") for b in BACKENDS]
+        params.append(pytest.param("jax", jax_exact, *case,
+                                   id=f"{name}-jax-{'exact' if jax_exact else 'fast'}"))
+    return params
+
+
 def _run(x, w, cfg, seed, backend, exact):
     """(y, stats) of optical.matmul on ``backend`` (JAX: float32 device arrays,
     y back in float64)."""
@@ -253,9 +268,10 @@ def _run(x, w, cfg, seed, backend, exact):
                           return_stats=True)
 
 
-@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
-@pytest.mark.parametrize(("inputs", "weights"), ENCODINGS)
-@pytest.mark.parametrize("balanced", [True, False])
+@pytest.mark.parametrize(("backend", "exact", "inputs", "weights", "balanced"), jax_in_turns(
+    [(i, w, b) for b in (True, False) for i, w in ENCODINGS],
+    [f"{b}-{i}-{w}" for b in (True, False) for i, w in ENCODINGS],
+    [(j + (not b)) % 2 == 1 for b in (True, False) for j in range(len(ENCODINGS))]))
 def test_clipped_conversions_are_the_loops_count(rng, backend, exact, inputs, weights,
                                                  balanced):
     """Tight windows clip on both sides; every backend counts exactly the
@@ -366,14 +382,14 @@ def test_dark_and_read_noise_in_the_dark(rng, backend, exact, balanced, source):
     _assert_noise_law(y[1:], 0.0, theory)
 
 
-@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
-@pytest.mark.parametrize(("inputs", "balanced", "bits"), [
+@pytest.mark.parametrize(("backend", "exact", "inputs", "balanced", "bits"), jax_in_turns([
     ("split", True, None),   # numba: the general readout, one ADC per balanced pair
     ("split", False, None),  # ... an ADC per rail
     ("split", True, 8),      # ... with an ADC's window and rounding
     ("offset", True, None),  # numba: the one-pass, one-rail readout (offset weights)
     ("offset", True, 8),     # ... with an ADC
-])
+], ["split-True-None", "split-False-None", "split-True-8", "offset-True-None", "offset-True-8"],
+    [False, True, True, True, False]))
 def test_read_noise_past_float32_range_keeps_its_law(rng, backend, exact, inputs, balanced,
                                                      bits):
     """A read noise 1e28 times the photons per MAC (a variance of 1e56, past
@@ -450,9 +466,9 @@ def test_enob_noise_alone_follows_the_converter_law(rng, backend, exact):
     assert st.clipped_fraction == 0.0
 
 
-@pytest.mark.parametrize(("backend", "exact"), ALL_BACKENDS)
-@pytest.mark.parametrize(("balanced", "shot"), [(True, "gaussian"), (False, "gaussian"),
-                                                (True, "poisson")])
+@pytest.mark.parametrize(("backend", "exact", "balanced", "shot"), jax_in_turns(
+    [(True, "gaussian"), (False, "gaussian"), (True, "poisson")],  # (Poisson: the exact path)
+    ["True-gaussian", "False-gaussian", "True-poisson"], [False, True, True]))
 def test_every_readout_noise_adds_its_variance_on_offset_inputs(rng, backend, exact, balanced,
                                                                 shot):
     """iris-like's path: offset inputs, split weights, Gaussian shot, dark,
