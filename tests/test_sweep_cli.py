@@ -1339,6 +1339,26 @@ def test_plot_refuses_a_json_path_that_is_its_figure_and_writes_each_format_once
         assert "is also the figure" in capsys.readouterr().err and not figure.exists()
 
 
+def test_plot_refuses_a_json_path_hard_linked_to_its_figure(tmp_path, capsys):
+    """A --json file with another hard link is written in place (a new file
+    would break the link): one that is a hard link of the figure is the
+    figure under another name, which resolving the paths does not see, and
+    the JSON replaced it."""
+    out = tmp_path / "s"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    fig = tmp_path / "fig.png"
+    base = ["plot", str(out), "--x", "adc.bits", "--y", "sqnr_db", "--where",
+            "source.photons_per_mac=1e6", "--output", str(fig)]
+    assert main(base) == 0
+    figure = fig.read_bytes()
+    os.link(fig, tmp_path / "fig-link.json")
+    capsys.readouterr()
+    assert main([*base, "--json", str(tmp_path / "fig-link.json")]) == 2
+    assert f"--json {tmp_path / 'fig-link.json'}: is also the figure {fig}" in \
+        capsys.readouterr().err
+    assert fig.read_bytes() == figure
+
+
 def test_a_sweep_from_a_config_file_is_the_sweep_of_its_preset(tmp_path):
     """--config FILE stands for the preset and overrides it was written from:
     the same runs, configs and numbers."""
