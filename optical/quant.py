@@ -568,8 +568,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                                     config, static_range, tensor_absmax=float(np.max(np.abs(cal))))
         lo, hi = _calibration.readout_windows(xn, transmissions, tiling, adc_rails(config),
                                               config)
-        hi = _point_windows(lo, hi, transmissions, tiling, config, xn,
-                            rows=cal.shape[0], oracle=oracle)
+        lo, hi = _point_windows(lo, hi, transmissions, tiling, config, xn,
+                                rows=cal.shape[0], oracle=oracle)
         if config.adc.window == "per_tile":  # widened columns: one window a tile again
             lo, hi = _share_windows(lo, hi, tiling)
     else:
@@ -597,11 +597,14 @@ _COLLAPSED = 1e-5
 
 def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
                    tiling: Tiling, config: OpticalConfig, xn: np.ndarray, *,
-                   rows: int, oracle: bool) -> np.ndarray:
-    """``hi`` with the calibrated windows that collapsed to a point, on
-    readouts that vary with the input, widened upward by ``_COLLAPSED`` of
-    the readout's noise-free span; or ValueError where every calibration
-    row used is one row.
+                   rows: int, oracle: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` with the calibrated windows that collapsed to a point, on
+    readouts that vary with the input, widened: upward by ``_COLLAPSED`` of
+    the readout's noise-free span, and downward by the rounding of a readout
+    in the programmed dtype (``k eps`` of the light the ADC rail sees, over
+    the K-tile's ``k`` inputs) where that could pass half an ADC step
+    (float32, as a rule: float64 keeps the value as the low end); or
+    ValueError where every calibration row used is one row.
 
     Such windows come from a K-tile the calibration rows ``xn`` (normalised;
     ``calibration.max_tokens`` of the ``rows`` given) hold constant: dark,
@@ -609,20 +612,23 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
     one value whatever came and counted nothing clipped (a 40 x 11 product
     programmed from one noise-free row: relative error 1.37, clipping 0; a
     tile dark in 256 rows and lit at run time: 0.57, clipping ~0). Widened,
-    the constant still reads exactly (code 0 is the window's low end) and a
-    shift from it is counted as clipping. A single row gives nothing to
-    programme from but itself: refused, unless ``oracle`` (the very input to
-    be multiplied, which reads exactly) and no subsample made it one of
-    several. Kept as they are: points on readouts with no light to vary
-    (zero weights on balanced rails) and points fitted to varied rows that
-    drown in noise (the least-squares window there). Only windows far
-    narrower than the widest, or than their own ends, are examined (none, as
-    a rule)."""
+    the constant still reads to its dtype's rounding (exactly, code 0, where
+    the low end stays) and a shift from it is counted as clipping; the
+    margin below keeps the constant computed in another order from counting
+    (float32 readouts an ulp under a low end that was the value: 0.3 of a
+    one-token product's conversions counted clipped on the numpy backend).
+    A single row gives nothing to programme from but itself: refused, unless
+    ``oracle`` (the very input to be multiplied, which reads exactly) and no
+    subsample made it one of several. Kept as they are: points on readouts
+    with no light to vary (zero weights on balanced rails) and points fitted
+    to varied rows that drown in noise (the least-squares window there).
+    Only windows far narrower than the widest, or than their own ends, are
+    examined (none, as a rule)."""
     width = hi.astype(np.float64) - lo
     near = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), width.max())
     candidates = np.argwhere(width <= _COLLAPSED * near)  # (K-tile, ADC rail, column)
     if candidates.size == 0:
-        return hi
+        return lo, hi
     rails = adc_rails(config)
     constant = {i: bool(np.all(xn[:, tiling.k_slice(i)] == xn[:1, tiling.k_slice(i)]))
                 for i in {int(c[0]) for c in candidates}}
@@ -630,11 +636,12 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
     for i, e, n in candidates:
         if not constant[int(i)]:
             continue
-        span = float(np.abs(rails[e] @ transmissions[:, tiling.k_slice(i), n]).sum())
+        t = transmissions[:, tiling.k_slice(i), n]
+        span = float(np.abs(rails[e] @ t).sum())
         if span > 0 and width[i, e, n] <= _COLLAPSED * span:
-            points.append((i, e, n, span))
+            points.append((i, e, n, span, float(np.abs(rails[e]) @ np.abs(t).sum(axis=1))))
     if not points:
-        return hi
+        return lo, hi
     subsampled = xn.shape[0] < rows
     if np.all(xn == xn[:1]) and (subsampled or not oracle):
         if subsampled:
@@ -650,10 +657,17 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
             f"calibration: {len(points)} of {lo.size} calibrated ADC windows collapsed to a "
             "point, each holding its readout of that one row, so the ADC would read it "
             f"whatever the input, without counting a clip: {why}")
-    hi = hi.copy()
-    for i, e, n, span in points:
-        hi[i, e, n] = lo[i, e, n] + _COLLAPSED * span
-    return hi
+    lo, hi = lo.copy(), hi.copy()
+    eps = float(np.finfo(transmissions.dtype).eps)
+    top = max(converters.top_code(config.adc.bits), 1)
+    for i, e, n, span, light in points:
+        k = tiling.k_slice(int(i)).stop - tiling.k_slice(int(i)).start
+        value, rounding = float(lo[i, e, n]), k * eps * light
+        hi[i, e, n] = value + _COLLAPSED * span
+        # A readout within half a step under the low end reads code 0 uncounted.
+        if rounding >= 0.5 * _COLLAPSED * span / top:
+            lo[i, e, n] = value - rounding
+    return lo, hi
 
 
 def _share_windows(lo: np.ndarray, hi: np.ndarray,
