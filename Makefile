@@ -18,8 +18,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 # Two pytest-xdist workers, one per core of the 2-core machines CI runs on
-# (~10.5 min on a fresh clone of the 2-core AMD EPYC last timed, 9 with the numba kernels
-# cached); worksteal evens out the slow tests.
+# (~11 min of tests on a fresh clone of the 2-core AMD EPYC last timed; tests/conftest.py
+# gives the run one JAX compilation cache); worksteal evens out the slow tests.
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 --dist worksteal -m "slow or not slow"
