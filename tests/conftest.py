@@ -36,10 +36,10 @@ def pytest_configure(config):
     the CPU) once per process, and the suite's processes, and its tests'
     fresh ``jax.jit`` wrappers, compile many of the same programs (with the
     cache, the four JAX-heavy test files ran in 303 s against 373 s on two
-    workers).
-    The executables are the ones compiled, so the bits are. Made by the
-    controller before it starts the workers, which inherit it; removed at
-    its end. A JAX_COMPILATION_CACHE_DIR of the user's own is used as set."""
+    workers). The executables are the ones compiled, so the bits are. Made
+    by the controller before it starts the workers, which inherit it;
+    removed at its end. A JAX_COMPILATION_CACHE_DIR of the user's own is
+    used as set."""
     if hasattr(config, "workerinput") or "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return
     path = tempfile.mkdtemp(prefix="optical-tests-jax-cache-")

@@ -206,11 +206,12 @@ def test_a_static_dac_range_reports_the_inputs_it_clips_run_by_run_and_batched(b
 def test_a_one_token_workload_reads_its_own_calibration_exactly(backend):
     """A workload calibrates on the x it is scored on (the oracle, as
     optical.matmul does with raw weights), the JAX batch included: one
-    noise-free token's windows are points that read it exactly, where one
-    held-out row is refused (optical.program). float32 data: the numpy
-    backend's readouts, computed in another order than the calibration's,
-    fell an ulp under the points' low ends and counted 0.3 of the
-    conversions clipped; in float64 the product is exact to 1e-12."""
+    noise-free token's windows, points widened, read it to float32 rounding
+    with no clip counted, where one held-out row is refused
+    (optical.program). The numpy backend's float32 readouts, computed in
+    another order than the calibration's, fell an ulp under the points' low
+    ends and counted 0.3 of the conversions clipped; in float64 the product
+    is exact to 1e-12."""
     if backend == "jax":
         pytest.importorskip("jax")
     cfg = optical.presets.get("ideal").replace({"adc.bits": 8, "adc.full_scale": "calibrated"})
