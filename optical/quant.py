@@ -516,8 +516,9 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         config whose noise does not widen them; under ``oracle`` only where
         ``calibration.max_tokens`` subsampled several to one). Where only a
         K-tile is constant in them (dark, a bias column), its point windows
-        are widened upward by 1e-5 of the readout's span: the constant reads
-        exactly, a shift from it counts as clipping.
+        are widened upward by 1e-5 of the readout's span (and, in float32,
+        downward by a readout's rounding): the constant reads to its
+        rounding, a shift from it counts as clipping.
     """
     check_config(config)
     oracle = check_bool(oracle, "oracle")
@@ -570,12 +571,10 @@ def program(w: np.ndarray, config: OpticalConfig, *,
                                               config)
         lo, hi = _point_windows(lo, hi, transmissions, tiling, config, xn,
                                 rows=cal.shape[0], oracle=oracle)
-        if config.adc.window == "per_tile":  # widened columns: one window a tile again
-            lo, hi = _share_windows(lo, hi, tiling)
     else:
         lo, hi = _adc_windows(transmissions, tiling, config)
-        if config.adc.window == "per_tile":
-            lo, hi = _share_windows(lo, hi, tiling)
+    if config.adc.window == "per_tile":  # (after the widening: one window a tile again)
+        lo, hi = _share_windows(lo, hi, tiling)
     for array in (scale, weights, weight_sums, transmissions, lo, hi):
         # Read-only in place (the fast backends cache by identity): these are
         # program()'s own, views included (of the engines' recycled buffers,
@@ -639,7 +638,8 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
         t = transmissions[:, tiling.k_slice(i), n]
         span = float(np.abs(rails[e] @ t).sum())
         if span > 0 and width[i, e, n] <= _COLLAPSED * span:
-            points.append((i, e, n, span, float(np.abs(rails[e]) @ np.abs(t).sum(axis=1))))
+            light = float(np.abs(rails[e]) @ np.abs(t).sum(axis=1))
+            points.append((i, e, n, span, light, t.shape[1]))
     if not points:
         return lo, hi
     subsampled = xn.shape[0] < rows
@@ -660,8 +660,7 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
     lo, hi = lo.copy(), hi.copy()
     eps = float(np.finfo(transmissions.dtype).eps)
     top = max(converters.top_code(config.adc.bits), 1)
-    for i, e, n, span, light in points:
-        k = tiling.k_slice(int(i)).stop - tiling.k_slice(int(i)).start
+    for i, e, n, span, light, k in points:
         value, rounding = float(lo[i, e, n]), k * eps * light
         hi[i, e, n] = value + _COLLAPSED * span
         # A readout within half a step under the low end reads code 0 uncounted.
