@@ -721,7 +721,12 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
     (the matmul's kernels and the transformer's rounding kernels alike).
     numba refuses a cached function without a locator when it is decorated,
     so every kernel module is imported; wang-2022's matmul compiles a
-    quarter of what iris-like's does (10 s against 38 s here)."""
+    quarter of what iris-like's does (10 s against 38 s here). Compiled
+    afresh, each per-token function has one signature per dtype: its
+    ``prange`` driver hands it an int64 index (a bare ``prange`` index is
+    int64 where numba types the loop and uint64 in the parallel function
+    built from it, which compiled each such function twice: a fifth of the
+    kernels' cold compile)."""
     import subprocess
     import sys
 
@@ -745,6 +750,10 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
         "    v = np.linspace(-6e4, 6e4, 1 << 15, dtype=np.float32)\n"
         "    fp16 = v.astype(np.float16).astype(np.float32)\n"
         "    same = np.array_equal(round_to(v, 'float16'), fp16)\n"
+        "from optical.kernels import _numba, _windows\n"
+        "tokenwise = (_numba._levels_token, _numba._light_token, _numba._readout_fast_token,\n"
+        "             _numba._readout_exact_token, _windows._group)\n"
+        "print('index', sorted({str(s[0]) for f in tokenwise for s in f.signatures}))\n"
         "print('rounding', int(same))\n"
         "np.save(r'%s', y)\n"
         "print(sum('NUMBA_CACHE_DIR' in str(c.message) for c in caught))\n" % (tmp_path / "y.npy"))
@@ -752,6 +761,7 @@ def test_kernels_compile_without_a_writable_cache(tmp_path):
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "rounding 1" in run.stdout  # the transformer's fp16 rounding ran, numpy's bits
+    assert "index ['int64']" in run.stdout, run.stdout  # one compile per function and dtype
     assert int(run.stdout.split()[-1]) == 1  # once per process, not once per kernel module
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((8, 64)), rng.standard_normal((64, 16))

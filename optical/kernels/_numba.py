@@ -5,7 +5,11 @@ normalises every argument (contiguous arrays of the working dtype). Each
 kernel works on one block of tokens and one (K-tile, N-tile) weight block;
 the GEMMs between them run in BLAS or XLA. Each is a serial function of one
 token (``_*_token``, compiled once) under a thin ``prange`` driver, which keeps
-numba's compile time short. Every random number is a function of its absolute
+numba's compile time short. The drivers hand it the loop index as
+``np.int64``: numba types a ``prange`` index as int64 where it types the loop
+and as uint64 in the parallel function it builds from it, so an index passed
+as it is compiles each per-token function twice (a fifth of the kernels' cold
+compile). Every random number is a function of its absolute
 (seed, index), so the output depends neither on the thread count nor on how
 tokens are blocked.
 
@@ -163,7 +167,7 @@ def encode_levels(x, k0, scale, offset, top, levels, a_sum, left_t, p_low):
     p_low : (n_in * T, rank) float64, out: ``levels @ left_t.T``.
     """
     for t in nb.prange(x.shape[0]):
-        _levels_token(t, x, k0, scale, offset, top, levels, a_sum, left_t, p_low)
+        _levels_token(np.int64(t), x, k0, scale, offset, top, levels, a_sum, left_t, p_low)
 
 
 # --------------------------------------------------------------------------- #
@@ -228,8 +232,8 @@ def source_light(levels, out, rowsum, light, key, sigma, exact, t_first, k_tiles
         gets ``out @ rowsum``, the pass's mean detected light in full-scale MACs.
     """
     for t in nb.prange(levels.shape[1]):
-        _light_token(t, levels, out, rowsum, light, key, sigma, exact, t_first, k_tiles, kt,
-                     n_tiles, nt, tile_k)
+        _light_token(np.int64(t), levels, out, rowsum, light, key, sigma, exact, t_first,
+                     k_tiles, kt, n_tiles, nt, tile_k)
 
 
 # --------------------------------------------------------------------------- #
@@ -443,7 +447,7 @@ def readout_fast(m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_con
     tokens = a_sum.shape[1]
     for t in nb.prange(tokens):
         clipped[t] += _readout_fast_token(
-            t, m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const, w_sum,
+            np.int64(t), m, g, p_low, r_low, a_sum, lo, step, inv_step, var_col, var_const, w_sum,
             w_scale, y, key, inv_p,
             top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first, k_tiles, kt, big_n, col0)
 
@@ -533,9 +537,9 @@ def readout_exact(m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, clipped, seed, 
     tokens = a_sum.shape[1]
     for t in nb.prange(tokens):
         clipped[t] += _readout_exact_token(
-            t, m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, seed, keys, p, dark, read, poisson,
-            balanced, top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first, k_tiles, kt,
-            big_n, col0)
+            np.int64(t), m, a_sum, lo, hi, enob_std, w_sum, w_scale, y, seed, keys, p, dark, read,
+            poisson, balanced, top, h, t_min, c_sum, w_const, in_coeffs, in_const, t_first,
+            k_tiles, kt, big_n, col0)
 
 
 serialise(globals())  # processes filling the kernel cache at once: optical._numba_cache

@@ -209,8 +209,10 @@ def group_windows(samples_t, sigma, g_lo, width, inv_width, order, starts, nodes
     lo_out, hi_out : (G,) float64, out.
     """
     for g in nb.prange(lo_out.size):
-        _group(g, samples_t, sigma, g_lo, width, inv_width, order, starts, nodes, node_weights,
-               tails, count, u_lo, e_lo, u_hi, e_hi, kappa, denom, n_bins, lo_out, hi_out)
+        # int64, as the numba kernels' drivers pass it: one compile of _group
+        _group(np.int64(g), samples_t, sigma, g_lo, width, inv_width, order, starts, nodes,
+               node_weights, tails, count, u_lo, e_lo, u_hi, e_hi, kappa, denom, n_bins, lo_out,
+               hi_out)
 
 
 @guarded
