@@ -407,6 +407,38 @@ def test_break_even_tokens_is_the_shortest_prompt_where_optics_wins(llama_8b):
     assert compare.break_even_tokens(llama_8b, cfg, h100, max_tokens=t) == t
 
 
+@pytest.mark.parametrize(("changes", "resident", "found"), [
+    ({}, False, (419, 141)),  # fewer cores than weight tiles: reloaded every prefill
+    ({"energy.cores": 100_000}, True, (1, 1)),  # resident: no loads, optics wins at once
+    # Resident beside optical attention on the one core left (the 8B's 6,656
+    # tiles under iris-like): the report also prices reloading, which is faster.
+    ({"energy.cores": 6657, "mapping.attention": "optical", "energy.static_power": 1e-3},
+     True, (235, 234)),
+])
+def test_break_even_tokens_prices_each_length_as_the_public_report_does(llama_8b, changes,
+                                                                        resident, found):
+    """break_even_tokens prices each length without building the report
+    (model._total: a fifth to two fifths less time where nothing breaks
+    even); its totals are the reports' to the bit, and its answer that of a
+    scan of the public reports, at batch 1 and 3."""
+    from optical.energy import model
+
+    cfg, h100 = optical.presets.get("iris-like").replace(changes), gpu.get_gpu("h100")
+    for batch, expected in zip((1, 3), found, strict=True):
+        for tokens in (1, 2, 7, 64, 419, 1000):
+            report = optical.energy.prefill(llama_8b, tokens, cfg, batch=batch)
+            assert report.weights_resident == resident
+            if "mapping.attention" in changes:
+                assert report.faster_if_reloaded is not None
+            assert model._total(llama_8b, tokens, cfg, batch) == report.total
+        scan = next((t for t in range(1, 1025)
+                     if optical.energy.prefill(llama_8b, t, cfg, batch=batch).per_token
+                     <= gpu.prefill(llama_8b, t, h100, batch=batch).per_token), None)
+        assert scan == expected
+        assert compare.break_even_tokens(llama_8b, cfg, h100, batch=batch,
+                                         max_tokens=1024) == scan
+
+
 @pytest.mark.parametrize("batch", [2, 4, 8])
 def test_break_even_tokens_is_set_by_rows_per_weight_load(llama_8b, batch):
     """The mask loads are amortised over batch x tokens rows: batching b

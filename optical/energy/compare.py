@@ -22,7 +22,7 @@ from optical.transformer.spec import ModelSpec
 __all__ = ["break_even_batch", "break_even_photons", "break_even_tokens", "compare"]
 
 #: The longest prompt :func:`break_even_tokens` tries by default (or the
-#: model's ``max_position_embeddings`` when shorter): ~0.3-0.5 ms a length
+#: model's ``max_position_embeddings`` when shorter): ~0.4-0.6 ms a length
 #: on a 2-core CPU.
 MAX_BREAK_EVEN_TOKENS = 8192
 
@@ -85,7 +85,7 @@ def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPU
     model's ``max_position_embeddings``, at most
     :data:`MAX_BREAK_EVEN_TOKENS`). Every length is tried in order, so the
     answer is the shortest even where the ratio is not monotone (about
-    0.3-0.5 ms a length: up to ~3-4 s where nothing breaks even). Optics may
+    0.4-0.6 ms a length: up to ~4-5 s where nothing breaks even). Optics may
     still lose at some longer lengths; on the bundled Llama models under
     iris-like it does not up to 8192 tokens."""
     batch = check_positive_int(batch, "batch")
@@ -93,8 +93,13 @@ def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPU
     if max_tokens is not None:
         limit = check_positive_int(max_tokens, "max_tokens")
         spec.check_tokens(limit, "max_tokens")
+    # The public models check everything once (the spec, the config's prices,
+    # the GPU, the batch; ``limit`` was checked against the positions above);
+    # each length then prices its optical total alone, as _ratio's reports do.
+    _ratio(spec, 1, config, gpu, batch)
     for tokens in range(1, limit + 1):
-        if _ratio(spec, tokens, config, gpu, batch) <= 1:
+        optical = model._total(spec, tokens, config, batch) / (batch * tokens)
+        if optical / gpu_model.prefill(spec, tokens, gpu, batch=batch).per_token <= 1:
             return tokens
     return None
 

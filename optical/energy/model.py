@@ -466,6 +466,19 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     return kept
 
 
+def _total(spec: ModelSpec, tokens: int, config: OpticalConfig, batch: int) -> float:
+    """``prefill(spec, tokens, config, batch=batch).total`` (J) without
+    building the report (read-only mappings, the reloaded alternative) or
+    checking the arguments again: for a caller that has checked them once
+    and prices thousands of prompt lengths (``compare.break_even_tokens``;
+    building the reports took a fifth to two fifths of its time)."""
+    schedules = layer_schedule(spec, tokens, config, batch=batch)
+    tiles = spec.num_layers * sum(s.weight_loads for n, s in schedules.items()
+                                  if n not in counts.ACTIVATION_MASKS)
+    return _price(spec, tokens, config, batch, "", schedules, tiles,
+                  resident=config.energy.cores >= tiles, report=False)
+
+
 def spare_cores(cores: int, tiles: int) -> int:
     """The cores optical attention's activation masks run on beside ``tiles``
     resident weight tiles: those the weights leave, or, with none left, one
@@ -474,9 +487,10 @@ def spare_cores(cores: int, tiles: int) -> int:
 
 
 def _price(spec: ModelSpec, tokens: int, config: OpticalConfig, batch: int, model: str,
-           schedules: Mapping[str, Schedule], tiles: int, *, resident: bool) -> PrefillEnergy:
+           schedules: Mapping[str, Schedule], tiles: int, *, resident: bool,
+           report: bool = True) -> PrefillEnergy | float:
     """:func:`prefill` with the weights resident (``cores >= tiles``) or
-    reloaded every prefill."""
+    reloaded every prefill; ``report`` False: its ``total`` alone."""
     e = config.energy
     layers = spec.num_layers
     spare = spare_cores(e.cores, tiles) if resident else e.cores
@@ -523,6 +537,8 @@ def _price(spec: ModelSpec, tokens: int, config: OpticalConfig, batch: int, mode
     time = {"mask_load": optics - layers * streaming, "streaming": layers * streaming,
             "digital": all_work.ops / e.digital_ops_per_s}
     components["static"] = e.static_power * e.cores * sum(time.values())
+    if not report:
+        return float(sum(components.values()))  # as PrefillEnergy.total sums them
     totals.update(digital_ops=all_work.ops, sram_bytes=all_work.sram_bytes,
                   dram_bytes=all_work.dram_bytes, weight_tiles=tiles,
                   rows_per_weight_load=batch * tokens)
