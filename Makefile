@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 # Two pytest-xdist workers, one per core of the 2-core machines CI runs on
-# (~11 min of tests on a fresh clone of the 2-core AMD EPYC last timed; tests/conftest.py
+# (11-12 min of tests on a fresh clone of the 2-core AMD EPYC last timed; tests/conftest.py
 # gives the run one JAX compilation cache); worksteal evens out the slow tests.
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
