@@ -47,10 +47,13 @@ def break_even_photons(spec: ModelSpec, tokens: int, config: OpticalConfig,
 
 
 def _ratio(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.GPUSpec,
-           batch: int) -> float:
-    """Optical over GPU energy per token."""
-    return (model.prefill(spec, tokens, config, batch=batch).per_token
-            / gpu_model.prefill(spec, tokens, gpu, batch=batch).per_token)
+           batch: int, *, checked: bool = False) -> float:
+    """Optical over GPU energy per token. ``checked``: a ratio of these
+    arguments was computed before (which checked them), so the optical side
+    is priced without its report (``model._total``, the same total)."""
+    optical = (model._total(spec, tokens, config, batch) if checked
+               else model.prefill(spec, tokens, config, batch=batch).total)
+    return optical / (batch * tokens) / gpu_model.prefill(spec, tokens, gpu, batch=batch).per_token
 
 
 def break_even_batch(spec: ModelSpec, tokens: int, config: OpticalConfig,
@@ -93,13 +96,11 @@ def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPU
     if max_tokens is not None:
         limit = check_positive_int(max_tokens, "max_tokens")
         spec.check_tokens(limit, "max_tokens")
-    # The public models check everything once (the spec, the config's prices,
-    # the GPU, the batch; ``limit`` was checked against the positions above);
-    # each length then prices its optical total alone, as _ratio's reports do.
-    _ratio(spec, 1, config, gpu, batch)
+    # The first length goes through the public models, which check the spec,
+    # the config's prices, the GPU and the batch (``limit`` was checked
+    # against the positions above); the others price their totals alone.
     for tokens in range(1, limit + 1):
-        optical = model._total(spec, tokens, config, batch) / (batch * tokens)
-        if optical / gpu_model.prefill(spec, tokens, gpu, batch=batch).per_token <= 1:
+        if _ratio(spec, tokens, config, gpu, batch, checked=tokens > 1) <= 1:
             return tokens
     return None
 

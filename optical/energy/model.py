@@ -446,10 +446,8 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     counts._check_counts(tokens, batch)
     spec.check_tokens(tokens)
     e = config.energy
-    layers = spec.num_layers
     schedules = layer_schedule(spec, tokens, config, batch=batch)
-    linear = {n: s for n, s in schedules.items() if n not in counts.ACTIVATION_MASKS}
-    tiles = layers * sum(s.weight_loads for s in linear.values())
+    tiles = _weight_tiles(spec, schedules)
     if e.cores < tiles:
         return _price(spec, tokens, config, batch, model, schedules, tiles, resident=False)
     kept = _price(spec, tokens, config, batch, model, schedules, tiles, resident=True)
@@ -473,10 +471,16 @@ def _total(spec: ModelSpec, tokens: int, config: OpticalConfig, batch: int) -> f
     and prices thousands of prompt lengths (``compare.break_even_tokens``;
     building the reports took a fifth to two fifths of its time)."""
     schedules = layer_schedule(spec, tokens, config, batch=batch)
-    tiles = spec.num_layers * sum(s.weight_loads for n, s in schedules.items()
-                                  if n not in counts.ACTIVATION_MASKS)
+    tiles = _weight_tiles(spec, schedules)
     return _price(spec, tokens, config, batch, "", schedules, tiles,
                   resident=config.energy.cores >= tiles, report=False)
+
+
+def _weight_tiles(spec: ModelSpec, schedules: Mapping[str, Schedule]) -> int:
+    """The weight tiles of the whole model: every layer's weight loads but
+    the activation masks' (the cores that hold them all keep them resident)."""
+    return spec.num_layers * sum(s.weight_loads for n, s in schedules.items()
+                                 if n not in counts.ACTIVATION_MASKS)
 
 
 def spare_cores(cores: int, tiles: int) -> int:
