@@ -29,8 +29,41 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 #: The JAX compilation cache directory this run made (the controller's).
 _JAX_CACHE = pytest.StashKey[str]()
 
+#: The LLVM optimisation level XLA compiles the suite's programs at: 1, not
+#: XLA's default (3). Compiling is most of the JAX tests' time (~600 of the
+#: suite's ~1,500 s of test time went to XLA's backend compile), and level 1
+#: compiles test_kernels_jax.py's programs in 145 s against 224 s at the
+#: default, with the same executables' bits wherever checked (every preset,
+#: Poisson and exact passes, both dtypes): level 0 would save a little more
+#: but changes the last bit of 40-90% of the outputs (it contracts no
+#: multiply-adds), so the suite would test programs no user runs.
+#: test_the_suites_xla_level_computes_the_bits_of_xla_s_default checks the
+#: bits against a process at the default level. A level the user's own
+#: XLA_FLAGS names is used as set.
+XLA_TEST_LEVEL = "--xla_backend_optimization_level=1"
+
+#: The XLA_FLAGS the run started with (None: unset), put back at its end.
+_XLA_FLAGS = pytest.StashKey[str | None]()
+
+
+def _with_test_level(flags: str) -> str:
+    if "xla_backend_optimization_level" in flags:
+        return flags
+    return f"{flags} {XLA_TEST_LEVEL}".strip()
+
 
 def pytest_configure(config):
+    """The controller's environment, which its xdist workers and the processes
+    the tests start inherit: XLA's optimisation level (:data:`XLA_TEST_LEVEL`)
+    and the run's JAX compilation cache (:func:`_jax_cache`)."""
+    if hasattr(config, "workerinput"):
+        return
+    config.stash[_XLA_FLAGS] = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = _with_test_level(os.environ.get("XLA_FLAGS", ""))
+    _jax_cache(config)
+
+
+def _jax_cache(config):
     """One JAX compilation cache on disk for the whole run, its xdist workers
     and the processes the tests start: JAX compiles each new pass (2-5 s on
     the CPU) once per process, and the suite's processes, and its tests'
@@ -40,7 +73,7 @@ def pytest_configure(config):
     by the controller before it starts the workers, which inherit it;
     removed at its end. A JAX_COMPILATION_CACHE_DIR of the user's own is
     used as set."""
-    if hasattr(config, "workerinput") or "JAX_COMPILATION_CACHE_DIR" in os.environ:
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return
     path = tempfile.mkdtemp(prefix="optical-tests-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = path
@@ -49,6 +82,12 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    if _XLA_FLAGS in config.stash:
+        previous = config.stash[_XLA_FLAGS]
+        if previous is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = previous
     path = config.stash.get(_JAX_CACHE, None)
     if path is not None:
         os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)

@@ -617,7 +617,8 @@ def test_a_committed_x_keeps_its_device():
             "y = jax_backend.matmul(x, np.ones((16, 8), np.float32), cfg, seed=0)\n"
             "assert y.devices() == {jax.devices()[1]} and y.committed, y.devices()\n"
             "assert np.allclose(np.asarray(y), 16.0)\n")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")
+           + " --xla_force_host_platform_device_count=2"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-800:]
@@ -676,3 +677,68 @@ def test_an_empty_input_detects_no_photons_on_every_backend():
         _, stats = optical.matmul(np.ones((1, 8), np.float32), pw, cfg, seed=0,
                                   backend=backend, return_stats=True)
         assert stats.detected_photons == math.inf, backend
+
+
+#: The programs test_the_suites_xla_level_computes_the_bits_of_xla_s_default
+#: compiles in each process: the JAX pass's Gaussian, Poisson and exact
+#: paths, a preset's, float64, the straight-through gradient, and the numba
+#: backend's GEMMs in XLA.
+_BITS = """
+import sys
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np, optical
+from optical.kernels import jax_backend
+rng = np.random.default_rng(0)
+x = rng.standard_normal((33, 200)).astype(np.float32)
+w = (rng.standard_normal((200, 50)) / 10).astype(np.float32)
+small = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
+         "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
+         "adc.full_scale": "rms", "outliers.policy": "none"}
+noisy = optical.presets.get("iris-like").replace(small)
+poisson = noisy.replace({"detector.shot_noise": "poisson"})
+out = {
+    "gaussian": jax_backend.matmul(x, w, noisy, seed=1),
+    "float64": jax_backend.matmul(x.astype(np.float64), w.astype(np.float64), noisy, seed=1),
+    "poisson": jax_backend.matmul(x, w, poisson, seed=2),
+    "exact": jax_backend.matmul(x, w, noisy, seed=3, exact=True),
+    "wang": jax_backend.matmul(x, w, optical.presets.get("wang-2022"), seed=4),
+    "grad": jax.grad(lambda v: jnp.sum(jax_backend.matmul(v, w, noisy, seed=5) ** 2))(
+        jnp.asarray(x)),
+    "numba": optical.matmul(x, w, optical.presets.get("iris-like"), seed=6, backend="numba"),
+}
+np.savez(sys.argv[1], **{k: np.asarray(v) for k, v in out.items()})
+"""
+
+
+@pytest.mark.slow
+def test_the_suites_xla_level_computes_the_bits_of_xla_s_default(tmp_path):
+    """tests/conftest.py has XLA compile the suite's programs at a lower LLVM
+    optimisation level than XLA's default (the compiling is most of the JAX
+    tests' time); the programs a user runs are compiled at the default. The
+    outputs of both, to the bit: were a level to change them (level 0 does,
+    in the last bit of 40-90% of them), the suite would no longer test what
+    users run, and this test says to drop the level."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from .conftest import XLA_TEST_LEVEL
+
+    suite = os.environ.get("XLA_FLAGS", "")
+    default = re.sub(r"--xla_backend_optimization_level=\S*", "", suite).strip()
+    outputs = {}
+    for name, flags in (("suite", suite), ("default", default)):
+        path = tmp_path / f"{name}.npz"
+        done = subprocess.run([sys.executable, "-c", _BITS, str(path)], capture_output=True,
+                              text=True, env={**os.environ, "XLA_FLAGS": flags}, timeout=300,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-800:]
+        outputs[name] = np.load(path)
+    for key in outputs["default"].files:
+        same = outputs["suite"][key] == outputs["default"][key]
+        assert same.all(), (f"{key}: {1 - same.mean():.0%} of the outputs differ between "
+                            f"XLA_FLAGS={suite!r} and XLA's default level: the suite "
+                            f"would not test the programs users run at that level "
+                            f"(tests/conftest.py sets {XLA_TEST_LEVEL})")

@@ -970,7 +970,8 @@ with jax.default_device(cpu1), jax.transfer_guard_host_to_device("disallow"):
     program = str(jax.make_jaxpr(nb._xla_gemm(1))(x, w))
 print(on_host, "precision=(Precision.HIGHEST, Precision.HIGHEST)" in program)
 """
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")
+           + " --xla_force_host_platform_device_count=2",
            "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
