@@ -681,17 +681,16 @@ def test_an_empty_input_detects_no_photons_on_every_backend():
 
 #: The programs test_the_suites_xla_level_computes_the_bits_of_xla_s_default
 #: compiles in each process: the JAX pass's Gaussian, Poisson and exact
-#: paths, a preset's, float64, the straight-through gradient, and the numba
-#: backend's GEMMs in XLA.
+#: paths over two K-tiles, the straight-through gradient, and the numba
+#: backend's GEMMs in XLA. (When the level was chosen, every preset's pass,
+#: and float64's, were checked too, at a larger shape: the same bits.)
 _BITS = """
 import sys
-import jax
-jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp, numpy as np, optical
+import jax, jax.numpy as jnp, numpy as np, optical
 from optical.kernels import jax_backend
 rng = np.random.default_rng(0)
-x = rng.standard_normal((33, 200)).astype(np.float32)
-w = (rng.standard_normal((200, 50)) / 10).astype(np.float32)
+x = rng.standard_normal((33, 128)).astype(np.float32)
+w = (rng.standard_normal((128, 30)) / 10).astype(np.float32)
 small = {"core.inputs": 64, "core.outputs": 32, "source.photons_per_mac": 40.0,
          "source.rin_db_per_hz": -120.0, "detector.read_noise_electrons": 30.0,
          "adc.full_scale": "rms", "outliers.policy": "none"}
@@ -699,10 +698,8 @@ noisy = optical.presets.get("iris-like").replace(small)
 poisson = noisy.replace({"detector.shot_noise": "poisson"})
 out = {
     "gaussian": jax_backend.matmul(x, w, noisy, seed=1),
-    "float64": jax_backend.matmul(x.astype(np.float64), w.astype(np.float64), noisy, seed=1),
     "poisson": jax_backend.matmul(x, w, poisson, seed=2),
     "exact": jax_backend.matmul(x, w, noisy, seed=3, exact=True),
-    "wang": jax_backend.matmul(x, w, optical.presets.get("wang-2022"), seed=4),
     "grad": jax.grad(lambda v: jnp.sum(jax_backend.matmul(v, w, noisy, seed=5) ** 2))(
         jnp.asarray(x)),
     "numba": optical.matmul(x, w, optical.presets.get("iris-like"), seed=6, backend="numba"),
