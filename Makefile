@@ -18,8 +18,9 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 # Two pytest-xdist workers, one per core of the 2-core machines CI runs on
-# (11-12 min of tests on a fresh clone of the 2-core AMD EPYC last timed; tests/conftest.py
-# gives the run one JAX compilation cache); worksteal evens out the slow tests.
+# (~10 min of tests on a fresh clone of the 2-core AMD EPYC last timed; tests/conftest.py
+# gives the run one JAX compilation cache and XLA's LLVM level 1); worksteal evens out
+# the slow tests.
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 --dist worksteal -m "slow or not slow"
