@@ -31,12 +31,13 @@ _JAX_CACHE = pytest.StashKey[str]()
 
 #: The LLVM optimisation level XLA compiles the suite's programs at: 1, not
 #: XLA's default (3). Compiling is most of the JAX tests' time (~600 of the
-#: suite's ~1,500 s of test time went to XLA's backend compile), and level 1
-#: compiles test_kernels_jax.py's programs in 145 s against 224 s at the
-#: default, with the same executables' bits wherever checked (every preset,
-#: Poisson and exact passes, both dtypes): level 0 would save a little more
-#: but changes the last bit of 40-90% of the outputs (it contracts no
-#: multiply-adds), so the suite would test programs no user runs.
+#: suite's ~1,500 s of test time went to XLA's backend compile): at level 1
+#: test_kernels_jax.py runs in 145 s against 224 s at the default (the
+#: whole suite in ~600 s against ~720 s), with the same bits wherever
+#: checked (every preset, Poisson and exact passes, both dtypes): level 0
+#: would save a little more but changes the last bit of 40-90% of the
+#: outputs (it contracts no multiply-adds), so the suite would test
+#: programs no user runs.
 #: test_the_suites_xla_level_computes_the_bits_of_xla_s_default checks the
 #: bits against a process at the default level. A level the user's own
 #: XLA_FLAGS names is used as set.
