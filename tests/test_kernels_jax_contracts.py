@@ -715,7 +715,7 @@ def test_the_suites_xla_level_computes_the_bits_of_xla_s_default(tmp_path):
     tests' time); the programs a user runs are compiled at the default. The
     outputs of both, to the bit: were a level to change them (level 0 does,
     in the last bit of 40-90% of them), the suite would no longer test what
-    users run, and this test says to drop the level."""
+    users run, and this test fails naming the output that moved."""
     import os
     import re
     import subprocess
