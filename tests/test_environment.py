@@ -268,3 +268,43 @@ def test_the_commit_optical_runs_from_is_read_from_its_checkout(tmp_path):
     here = os.path.dirname(os.path.dirname(os.path.abspath(optical.__file__)))
     if os.path.exists(os.path.join(here, ".git")):
         assert env["optical_commit"] == git("rev-parse", "HEAD", cwd=here)
+
+
+def test_a_jax_run_records_the_device_it_computes_on(monkeypatch):
+    """A JAX run's last bits follow its device's GEMMs (a GPU's round as its
+    own): run records and validate's JSON name the device an unplaced JAX
+    run computes on, ``jax.default_device``'s where one is set, and None
+    where JAX starts no backend (a JAX_PLATFORMS naming none that works)."""
+    import dataclasses
+    import json
+
+    jax = pytest.importorskip("jax")
+    from optical.kernels import _jax_device
+
+    first = jax.devices()[0]
+    env = optical.kernels.environment()
+    assert env["jax_device"] == _jax_device()
+    assert env["jax_device"].split(":")[0] == first.platform == jax.default_backend()
+    if first.platform == "cpu":
+        assert env["jax_device"] == "cpu"  # XLA's CPU device is of kind "cpu"
+
+    @dataclasses.dataclass
+    class Device:
+        platform: str
+        device_kind: str
+
+    h100 = Device("gpu", "NVIDIA H100 80GB HBM3")
+    with jax.default_device(jax.devices("cpu")[0]):
+        monkeypatch.setattr(jax, "devices", lambda backend=None: [h100])
+        assert _jax_device() == "cpu"  # the default device set, not the backend's first
+    assert _jax_device() == "gpu: NVIDIA H100 80GB HBM3"
+    with jax.default_device("gpu"):  # a platform's name: its first device
+        assert _jax_device() == "gpu: NVIDIA H100 80GB HBM3"
+    monkeypatch.undo()
+    done = subprocess.run(
+        [sys.executable, "-c", "import json, optical; e = optical.kernels.environment(); "
+         "print(json.dumps([e['jax_cpu'], e['jax_device']]))"],
+        capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cuda"},
+        timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [False, None]

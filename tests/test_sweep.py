@@ -1820,6 +1820,9 @@ def test_a_run_records_the_library_versions_it_ran_on(tmp_path):
                    "jax": None if jax is None else jax.__version__,
                    "jaxlib": None if jax is None else env["jaxlib"],
                    "jax_cpu": None if jax is None else True,
+                   # the device a JAX run computes on: this CPU (a GPU's kind where one is)
+                   "jax_device": None if jax is None else (
+                       "cpu" if jax.default_backend() == "cpu" else env["jax_device"]),
                    "python": platform.python_version(), "machine": platform.machine(),
                    "optical_commit": optical._version.source_commit(),
                    "cpu": env["cpu"], "blas": env["blas"]}

@@ -93,6 +93,9 @@ def environment() -> dict[str, str | bool | None]:
     loaded where none lies in numpy's own package, as for a conda or
     distribution numpy; None where it finds none, as for Apple's
     Accelerate), and
+    ``jax_device``: the device an unplaced JAX run (the JAX backend's, as
+    sweeps and ``validate`` run it) computes on (:func:`_jax_device`; None:
+    no JAX), whose GEMMs round as its own (a GPU's are not a CPU's), and
     ``jax_cpu``: whether JAX's CPU backend is there for the numba backend
     (None: no JAX), which a run's last bits depend on
     besides its inputs, config and seed: the numba backend runs its float32
@@ -111,10 +114,27 @@ def environment() -> dict[str, str | bool | None]:
                                     "machine": platform.machine(),
                                     "optical_commit": source_commit(), **dict(_hardware())}
     if versions["jax"] is None:
-        return {**versions, "jax_cpu": None}
+        return {**versions, "jax_cpu": None, "jax_device": None}
     from optical.kernels.numba_backend import xla_available
 
-    return {**versions, "jax_cpu": xla_available()}
+    return {**versions, "jax_cpu": xla_available(), "jax_device": _jax_device()}
+
+
+def _jax_device() -> str | None:
+    """The device a JAX run whose arrays are not placed runs on, as
+    ``"platform: kind"`` (``"gpu: NVIDIA H100 80GB HBM3"``; ``"cpu"`` where
+    the kind is the platform's name): ``jax.default_device``'s, else the
+    default backend's first. None where JAX starts no backend."""
+    import jax
+
+    try:
+        device = jax.config.jax_default_device
+        if device is None or isinstance(device, str):  # None: the default backend
+            device = jax.devices(device)[0]
+    except Exception:  # noqa: BLE001 - a JAX_PLATFORMS naming no usable backend
+        return None
+    kind = str(device.device_kind)
+    return device.platform if kind.lower() == device.platform else f"{device.platform}: {kind}"
 
 
 def available() -> list[str]:
