@@ -103,14 +103,17 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def run_outcome(metrics: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
+def run_outcome(metrics: dict[str, Any], elapsed_s: float, *,
+                vmap_batch: int | None = None) -> dict[str, Any]:
     """A finished run's outcome, with what the process that ran it runs: the
     numpy, numba and JAX versions and optical's own (a Dask worker's may not
     be the driver's), and when it finished by that process's clock (UTC, ISO
-    8601 to the second)."""
+    8601 to the second). ``vmap_batch``: the runs computed with it in one
+    ``run_batch`` (a ``jax.vmap``, whose traced seed XLA may compile to
+    other roundings than a run alone's); None for a run alone."""
     return {"metrics": metrics, "elapsed_s": elapsed_s, "finished_at": utc_now(),
             "environment": environment(), "optical_version": __version__,
-            "results_version": RESULTS_VERSION}
+            "results_version": RESULTS_VERSION, "vmap_batch": vmap_batch}
 
 
 Outcome = dict[str, Any] | BaseException
@@ -207,7 +210,7 @@ class VmapExecutor(Executor):
                     continue
                 share = (time.perf_counter() - start) / len(batch)
                 for task, metrics in zip(batch, listed, strict=True):
-                    yield task, run_outcome(metrics, share)
+                    yield task, run_outcome(metrics, share, vmap_batch=len(batch))
 
     def describe(self) -> str:
         """Where the runs went: this process, how many vmapped."""

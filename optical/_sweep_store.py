@@ -499,6 +499,8 @@ def write_run(runs_dir: Path, task: Task, point: Mapping[str, Any], outcome: Map
         "optical_version": outcome.get("optical_version", version),  # the worker's
         "results_version": RESULTS_VERSION,
         "environment": outcome.get("environment"),  # kernels.environment() of the worker
+        # How many runs one vmap computed it with (None: alone, or a custom executor's).
+        "vmap_batch": batch if type(batch := outcome.get("vmap_batch")) is int else None,
         "config": json.loads(task.config.to_json()),
         "workload": _workload_record(task.workload),
     }

@@ -716,6 +716,9 @@ def test_vmap_executor_gives_the_serial_results_of_jax_runs(tmp_path):
     pd.testing.assert_frame_equal(batched.drop(columns=["elapsed_s", "finished_at"]),
                                   serial.drop(columns=["elapsed_s", "finished_at"]))
     assert batched["sqnr_db"].nunique() == len(batched)  # every run its own noise
+    # one vmap per ADC resolution (its windows), over 3 seeds x 2 photon counts
+    assert _vmap_batches(tmp_path / "v") == [6] * 12
+    assert _vmap_batches(tmp_path / "s") == [None] * 12
     calibrated = optical.sweep(workload, {"source.photons_per_mac": [1e3, 1e5]}, seeds=2,
                                out=tmp_path / "c", base=BASE, executor="vmap", progress=False)
     one = workload.run(BASE.replace({"source.photons_per_mac": 1e5}), 1)
@@ -1267,6 +1270,16 @@ def test_a_reused_vmap_executor_describes_each_sweep_alone(tmp_path):
     second = execute(SweepDefinition.build(WL, {"adc.bits": [4]}, seeds=2, base=BASE),
                      tmp_path / "b", executor=runner, progress=False)
     assert second.executor == "this process, one run at a time (nothing to vmap)"
+    # Each run file says how many runs one vmap computed it with (None: alone):
+    # BASE calibrates its windows, so only seeds share a batch, and each
+    # photon count went alone through one.
+    assert _vmap_batches(tmp_path / "a") == [1, 1]
+    assert _vmap_batches(tmp_path / "b") == [None, None]
+
+
+def _vmap_batches(out: pathlib.Path) -> list[int | None]:
+    """Each run file's ``vmap_batch``."""
+    return [json.loads(f.read_text())["vmap_batch"] for f in (out / "runs").glob("*.json")]
 
 
 @pytest.mark.parametrize("guarded", [False, True])
