@@ -92,13 +92,12 @@ def environment() -> dict[str, str | bool | None]:
     0.3.31.188.0 SkylakeX"``, as threadpoolctl finds it: the first BLAS
     loaded where none lies in numpy's own package, as for a conda or
     distribution numpy; None where it finds none, as for Apple's
-    Accelerate), and
-    ``jax_device``: the device an unplaced JAX run (the JAX backend's, as
-    sweeps and ``validate`` run it) computes on (:func:`_jax_device`; None:
-    no JAX), whose GEMMs round as its own (a GPU's are not a CPU's), and
-    ``jax_cpu``: whether JAX's CPU backend is there for the numba backend
-    (None: no JAX), which a run's last bits depend on
-    besides its inputs, config and seed: the numba backend runs its float32
+    Accelerate), ``jax_device``: the device an unplaced JAX run (the JAX
+    backend's, as sweeps and ``validate`` run it) computes on
+    (:func:`_jax_device`; None: no JAX), whose GEMMs round as its own (a
+    GPU's are not a CPU's), and ``jax_cpu``: whether JAX's CPU backend is
+    there for the numba backend (None: no JAX), which a run's last bits
+    depend on besides its inputs, config and seed: the numba backend runs its float32
     GEMMs in JAX's XLA where it is, else in numpy's BLAS (a
     ``JAX_PLATFORMS`` without ``cpu``, as GPU nodes set, leaves it out),
     which round differently (0.017 dB on a Llama-3.2-1B layer's SQNR). Sweep
