@@ -1282,6 +1282,28 @@ def _vmap_batches(out: pathlib.Path) -> list[int | None]:
     return [json.loads(f.read_text())["vmap_batch"] for f in (out / "runs").glob("*.json")]
 
 
+def test_a_custom_executors_vmap_batch_is_recorded_only_as_a_plain_int(tmp_path):
+    """A custom executor's outcome may leave ``vmap_batch`` out or give
+    something else than a count: its run files say null, never that value."""
+    from optical._executors import SerialExecutor
+
+    class Relabelled(SerialExecutor):
+        def __init__(self, value):
+            self.value = value
+
+        def run(self, tasks):
+            for task, outcome in super().run(tasks):
+                outcome = {k: v for k, v in outcome.items() if k != "vmap_batch"}
+                yield task, outcome if self.value is None else {**outcome,
+                                                                "vmap_batch": self.value}
+
+    for name, value in (("absent", None), ("text", "2"), ("numpy", np.int64(2)),
+                        ("flag", True), ("count", 2)):
+        optical.sweep(WL, {"adc.bits": [6]}, seeds=2, out=tmp_path / name, base=BASE,
+                      executor=Relabelled(value), progress=False)
+        assert _vmap_batches(tmp_path / name) == [2 if name == "count" else None] * 2, name
+
+
 @pytest.mark.parametrize("guarded", [False, True])
 def test_a_script_without_the_main_guard_is_told_so(tmp_path, guarded):
     """Spawned workers re-import the script: without `if __name__ ==
