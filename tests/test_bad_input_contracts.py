@@ -581,6 +581,39 @@ def test_a_llama_layer_built_by_hand_names_a_wrong_weight(tiny_llama):
     np.testing.assert_array_equal(LlamaLayer(layer.spec, 0, weights).weights["q_proj"], q)
 
 
+
+def test_a_bert_layer_built_by_hand_names_a_wrong_weight(tmp_path):
+    """``BertLayer(spec, index, weights)`` is public too, and took any
+    mapping: an intermediate projection narrower than config.json's ran
+    (another model than the one its schedule counts), a missing bias met a
+    KeyError mid-forward, float64 weights ran the fp32 reference and met an
+    ``out:`` error in the fp16 one."""
+    from optical.transformer.bert import BertLayer
+
+    layer = transformer.load(_config_dir(tmp_path, TINY_BERT)).layer(0)
+    weights = dict(layer.weights)
+    width = TINY_BERT["intermediate_size"]
+    narrow = {**weights, "intermediate": weights["intermediate"][:width - 1],
+              "intermediate.bias": weights["intermediate.bias"][:width - 1],
+              "output": np.ascontiguousarray(weights["output"][:, :width - 1])}
+    hidden = TINY_BERT["hidden_size"]
+    with pytest.raises(ValueError, match=rf"layer 0: weight intermediate: expected float32 of "
+                                         rf"shape \({width}, {hidden}\) \(config.json's\), "
+                                         rf"got float32 \({width - 1}, {hidden}\)"):
+        BertLayer(layer.spec, 0, narrow)
+    with pytest.raises(ValueError, match="layer 0: missing weights query.bias$"):
+        BertLayer(layer.spec, 0, {k: v for k, v in weights.items() if k != "query.bias"})
+    with pytest.raises(ValueError, match=r"layer 0: weight query: expected float32 .*got float64"):
+        BertLayer(layer.spec, 0, {k: v.astype(np.float64) for k, v in weights.items()})
+    with pytest.raises(ValueError, match=r"weight output.LayerNorm.bias: .*got list"):
+        BertLayer(layer.spec, 0, {**weights, "output.LayerNorm.bias":
+                                  weights["output.LayerNorm.bias"].tolist()})
+    with pytest.raises(TypeError, match="weights: expected a mapping of names to arrays"):
+        BertLayer(layer.spec, 0, list(weights.items()))
+    h = np.random.default_rng(0).standard_normal((3, hidden)).astype(np.float32)
+    np.testing.assert_array_equal(BertLayer(layer.spec, 0, weights).reference(h),
+                                  layer.reference(h))
+
 def test_a_sliding_window_and_a_missing_model_type_are_named(tmp_path):
     """An extension audit relabelled a Mistral config "llama": its
     sliding_window=4 was ignored (the layer attended to every earlier token,

@@ -43,9 +43,8 @@ from optical.quant import calibration_needs, program
 from optical.transformer.numerics import check_dtype, largest, range_problem, round_to
 
 __all__ = ["InputsComplete", "InputsEngine", "LayerInputs", "LayerTrace", "OpticalEngine",
-           "ReferenceEngine",
-           "check_hidden", "derive_seed", "engine_for", "matmul_inputs", "sum_stats",
-           "weight_matmuls"]
+           "ReferenceEngine", "check_hidden", "check_weights", "derive_seed", "engine_for",
+           "matmul_inputs", "sum_stats", "weight_matmuls"]
 
 
 #: Bytes of attention scores a run that keeps no trace holds at once.
@@ -83,6 +82,27 @@ def check_hidden(h: object, hidden: int, dtype: str | None = None, name: str = "
     h = np.ascontiguousarray(h)
     return h if h.ndim == 3 else h[None]
 
+
+
+def check_weights(weights: object, shapes: Mapping[str, tuple[int, ...]],
+                  index: int) -> None:
+    """Raise naming the weight if ``weights`` (a layer built by hand: the
+    public layer classes take any mapping) lacks one of ``shapes``' names or
+    holds one that is not a float32 ndarray of its shape under config.json
+    (TypeError if it is no mapping at all). A checkpoint's were checked as
+    they were read; a caller's may not be."""
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights: expected a mapping of names to arrays, got "
+                        f"{type(weights).__name__}")
+    missing = [name for name in shapes if name not in weights]
+    if missing:
+        raise ValueError(f"layer {index}: missing weights {', '.join(missing)}")
+    for name, shape in shapes.items():
+        w = weights[name]
+        if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.shape != shape:
+            got = f"{w.dtype} {w.shape}" if isinstance(w, np.ndarray) else type(w).__name__
+            raise ValueError(f"layer {index}: weight {name}: expected float32 of shape "
+                             f"{shape} (config.json's), got {got}")
 
 def sum_stats(parts: list[MatmulStats]) -> MatmulStats:
     """Stats of several matmuls of one kind run back to back (e.g. one per head):

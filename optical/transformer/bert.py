@@ -25,6 +25,7 @@ from optical.transformer._engines import (
     LayerTrace,
     ReferenceEngine,
     check_hidden,
+    check_weights,
     engine_for,
     matmul_inputs,
     weight_matmuls,
@@ -45,6 +46,21 @@ TENSORS = {
 EMBEDDINGS = ("word_embeddings.weight", "position_embeddings.weight",
               "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")
 
+
+
+def weight_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """Each weight of a layer (by short name, biases ``name + ".bias"``, the
+    LayerNorms' ``".weight"`` and ``".bias"``) and its shape under
+    config.json: projections (out_features, in_features) as HF stores them."""
+    linear = {s.name: (s.out_features, s.in_features) for s in spec.linear_shapes()}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for short in TENSORS:
+        if short.endswith("LayerNorm"):
+            shapes[short + ".weight"] = shapes[short + ".bias"] = (spec.hidden_size,)
+        else:
+            shapes[short] = linear[short]
+            shapes[short + ".bias"] = (linear[short][0],)
+    return shapes
 
 def check_bert_config(spec: ModelSpec) -> None:
     """Raise ValueError naming the config.json key of an unsupported BERT variant."""
@@ -105,11 +121,14 @@ class BertLayer:
 
     Obtain it from :meth:`optical.transformer.BertModel.layer`. Weights are
     keyed by the short names of ``TENSORS`` (``"query"``, ``"query.bias"``,
-    ``"output.LayerNorm.weight"``, ...), projections (out, in) as HF stores them.
+    ``"output.LayerNorm.weight"``, ...), projections (out, in) as HF stores them,
+    float32 of config.json's shapes (:func:`weight_shapes`): a missing weight,
+    or one of another dtype or shape, is refused (ValueError naming it).
     """
 
     def __init__(self, spec: ModelSpec, index: int, weights: Mapping[str, np.ndarray]) -> None:
         check_bert_config(spec)
+        check_weights(weights, weight_shapes(spec), index)
         self.spec = spec
         self.index = index
         self.weights = FrozenMapping(weights)  # the model's cached layer is shared

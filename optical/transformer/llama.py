@@ -28,6 +28,7 @@ from optical.transformer._engines import (
     LayerTrace,
     ReferenceEngine,
     check_hidden,
+    check_weights,
     engine_for,
     matmul_inputs,
     weight_matmuls,
@@ -137,19 +138,7 @@ class LlamaLayer:
 
     def __init__(self, spec: ModelSpec, index: int, weights: Mapping[str, np.ndarray]) -> None:
         check_llama_config(spec)
-        if not isinstance(weights, Mapping):
-            raise TypeError(f"weights: expected a mapping of names to arrays, got "
-                            f"{type(weights).__name__}")
-        missing = [name for name in TENSORS if name not in weights]
-        if missing:
-            raise ValueError(f"layer {index}: missing weights {', '.join(missing)}")
-        for name, shape in weight_shapes(spec).items():  # load()'s are; a caller's may not be
-            w = weights[name]
-            if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.shape != shape:
-                got = f"{w.dtype} {w.shape}" if isinstance(w, np.ndarray) \
-                    else type(w).__name__
-                raise ValueError(f"layer {index}: weight {name}: expected float32 of shape "
-                                 f"{shape} (config.json's), got {got}")
+        check_weights(weights, weight_shapes(spec), index)
         self.spec = spec
         self.index = index
         self.weights = FrozenMapping(weights)  # the model's cached layer is shared
