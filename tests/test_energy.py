@@ -375,6 +375,46 @@ def test_bad_counts_are_refused(kwargs, message):
         model.prefill(TINY, args["tokens"], tiny_config(), batch=args["batch"])
 
 
+
+def test_numpy_integer_counts_price_as_python_ints(llama_8b):
+    """numpy integers pass the count checks (np.int32 is numpy's default
+    integer on Windows; ``np.arange`` is how one sweeps prompt lengths), but
+    the counts were then multiplied at their fixed width: all-MiniLM-L6-v2's
+    GPU FLOPs at np.int32(512) wrapped to 5.9e8 (its linear layers alone
+    pass 2**31 there), an 8B optical prefill at np.int32(2048) raised
+    OverflowError, an np.int64 batch of 2**20 at 8192 tokens gave negative
+    FLOPs. Each is now priced as the Python int is, and what is handed back
+    counts in Python ints (JSON writes them)."""
+    import numpy as np
+
+    from optical.energy import compare
+    from optical.energy import gpu as gpu_model
+
+    bert = read_spec("models/all-minilm-l6-v2")
+    h100, cfg = gpu_model.get_gpu("h100"), optical.presets.get("iris-like")
+    i32, i64 = np.int32, np.int64
+    assert 2 * 512 * counts.weight_count(bert)["linear"] > 2**31
+    pairs = [
+        (lambda n: gpu_model.prefill(bert, n(512), h100).flops, i32),
+        (lambda n: gpu_model.prefill(bert, n(512), h100, batch=n(10000)).energy, i32),
+        (lambda n: model.prefill(llama_8b, n(2048), cfg).to_dict(), i32),
+        (lambda n: gpu_model.prefill(llama_8b, n(8192), h100, batch=n(2**20)).flops, i64),
+        (lambda n: gpu_model.decode_step(llama_8b, n(100000), n(64), h100).energy, i32),
+        (lambda n: gpu_model.kv_cache_bytes(llama_8b, n(100000)), i32),
+        (lambda n: counts.layer_work(llama_8b, n(8192), batch=n(64)), i32),
+        (lambda n: counts.head_work(llama_8b, n(8192), batch=n(2**20)), i32),
+        (lambda n: compare.compare(llama_8b, n(2048), cfg, h100, batch=n(3)), i32),
+        (lambda n: compare.break_even_batch(llama_8b, n(64), cfg, h100,
+                                            max_batch=n(2**20)), i32),
+    ]
+    for i, (call, fixed) in enumerate(pairs):
+        assert call(fixed) == call(int), f"case {i}"
+    assert gpu_model.prefill(llama_8b, i64(8192), h100, batch=i64(2**20)).flops > 0
+    got = compare.compare(llama_8b, i32(2048), cfg, h100, batch=i32(3))
+    assert type(got["break_even_tokens_tried"]) is int
+    assert type(compare.break_even_batch(llama_8b, i32(64), cfg, h100,
+                                         max_batch=i32(2**20))) is int
+
 def test_prefill_takes_a_spec():
     with pytest.raises(TypeError, match="spec: expected a ModelSpec .*got str"):
         model.prefill("models/llama-3.2-1b", 3, tiny_config())

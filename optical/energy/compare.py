@@ -37,6 +37,8 @@ def break_even_photons(spec: ModelSpec, tokens: int, config: OpticalConfig,
     -------
     float or None, photons
     """
+    tokens = check_positive_int(tokens, "tokens")
+    batch = check_positive_int(batch, "batch")
     opt = model.prefill(spec, tokens, config, batch=batch)
     ref = gpu_model.prefill(spec, tokens, gpu, batch=batch).energy
     laser = opt.components["laser"]
@@ -61,7 +63,8 @@ def break_even_batch(spec: ModelSpec, tokens: int, config: OpticalConfig,
     """The smallest batch (prompts prefilled per weight load) at which the
     optical prefill's energy per token is at most the GPU's; ``None`` if not
     reached by ``max_batch``."""
-    check_positive_int(max_batch, "max_batch")
+    tokens = check_positive_int(tokens, "tokens")
+    max_batch = check_positive_int(max_batch, "max_batch")
     if _ratio(spec, tokens, config, gpu, 1) <= 1:
         return 1
     lo = hi = 1  # ratio(lo) > 1 throughout
@@ -117,6 +120,8 @@ def compare(spec: ModelSpec, tokens: int, config: OpticalConfig, gpu: gpu_model.
     prompt length at ``batch`` (:func:`break_even_tokens`, tried up to the
     default limit or ``tokens``, whichever is longer; None: none up to
     ``break_even_tokens_tried``)."""
+    tokens = check_positive_int(tokens, "tokens")
+    batch = check_positive_int(batch, "batch")
     opt = model.prefill(spec, tokens, config, batch=batch)
     ref = gpu_model.prefill(spec, tokens, gpu, batch=batch)
     tried = max(_token_limit(spec), tokens)

@@ -203,9 +203,13 @@ def _check_spec(spec: object) -> None:
                         f"a loaded model's .spec), got {type(spec).__name__}")
 
 
-def _check_counts(tokens: int, batch: int, names: tuple[str, str] = ("tokens", "batch")) -> None:
-    for name, value in zip(names, (tokens, batch), strict=True):
-        check_positive_int(value, name)
+def _check_counts(tokens: int, batch: int,
+                  names: tuple[str, str] = ("tokens", "batch")) -> tuple[int, int]:
+    """Both counts as Python ints (a numpy integer's fixed width would wrap
+    the products of the counts: np.int32(512) tokens of a small model's
+    FLOPs already pass 2**31), or ValueError naming the one that is not a
+    positive integer."""
+    return (check_positive_int(tokens, names[0]), check_positive_int(batch, names[1]))
 
 
 def layer_work(spec: ModelSpec, tokens: int, *, batch: int = 1,
@@ -229,11 +233,11 @@ def layer_work(spec: ModelSpec, tokens: int, *, batch: int = 1,
     dict of str to Work
         Keyed by the items of the module's table.
     """
-    _check_counts(tokens, batch)
+    tokens, batch = _check_counts(tokens, batch)
     if attention not in ("digital", "optical"):
         raise ValueError(f"attention: {attention!r} is not valid; valid: 'digital', 'optical'")
     context = tokens if context is None else context
-    _check_counts(context, 1, ("context", "batch"))
+    context, _ = _check_counts(context, 1, ("context", "batch"))
     rows, arch = batch * tokens, spec.architecture
     h, inter = spec.hidden_size, spec.intermediate_size
     q = spec.num_heads * spec.head_dim
@@ -267,7 +271,7 @@ def head_work(spec: ModelSpec, tokens: int, *, batch: int = 1) -> dict[str, Work
     (BERT: with position and token-type rows and the embedding LayerNorm) and
     the output head (Llama: final norm and LM head on each request's last
     position, which yields the first token; BERT: mean pooling)."""
-    _check_counts(tokens, batch)
+    tokens, batch = _check_counts(tokens, batch)
     h, rows = spec.hidden_size, batch * tokens
     if spec.architecture == "llama":
         return {"embedding": Work(dram_bytes=rows * h * WEIGHT_BYTES),

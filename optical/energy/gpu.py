@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from optical._frozen import FrozenMapping
-from optical._validation import check_positive_int
+from optical._validation import check_nonnegative_int, check_positive_int
 from optical.energy import counts
 from optical.transformer.spec import ModelSpec
 
@@ -181,6 +181,7 @@ class GPUReport:
 def kv_cache_bytes(spec: ModelSpec, tokens: int) -> int:
     """Bytes of one sequence's KV cache at ``tokens`` positions (bf16; 0 for
     an encoder, which keeps none)."""
+    tokens = check_nonnegative_int(tokens, "tokens")
     if spec.architecture != "llama":
         return 0
     return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * tokens \
@@ -236,7 +237,7 @@ def prefill(spec: ModelSpec, tokens: int, gpu: GPUSpec, *, batch: int = 1) -> GP
         E.g. ``get_gpu("h100")``.
     """
     _check_spec_gpu(spec, gpu)
-    counts._check_counts(tokens, batch)
+    tokens, batch = counts._check_counts(tokens, batch)
     spec.check_tokens(tokens)
     return _forward(spec, gpu, tokens, batch, tokens, batch * kv_cache_bytes(spec, tokens))
 
@@ -248,7 +249,7 @@ def decode_step(spec: ModelSpec, context: int, batch: int, gpu: GPUSpec, *,
     sequence's KV cache (read once per layer). ``gpus`` fixes the instance
     size (default: the fewest that hold the weights and these KV caches)."""
     _check_spec_gpu(spec, gpu)
-    counts._check_counts(context, batch, ("context", "batch"))
+    context, batch = counts._check_counts(context, batch, ("context", "batch"))
     if gpus is not None:
         gpus = check_positive_int(gpus, "gpus")
     return _forward(spec, gpu, 1, batch, context, batch * kv_cache_bytes(spec, context), gpus)

@@ -443,7 +443,7 @@ def prefill(spec: ModelSpec, tokens: int, config: OpticalConfig, *, batch: int =
     counts._check_spec(spec)
     check_config(config)
     _check_priced(config)
-    counts._check_counts(tokens, batch)
+    tokens, batch = counts._check_counts(tokens, batch)
     spec.check_tokens(tokens)
     e = config.energy
     schedules = layer_schedule(spec, tokens, config, batch=batch)

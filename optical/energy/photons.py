@@ -48,8 +48,8 @@ def _operands(width: int, tokens: int, outputs: int, operands: str,
     if operands not in OPERANDS:
         raise ValueError(f"operands: {operands!r} is not valid; valid: "
                          f"{', '.join(repr(o) for o in OPERANDS)}")
-    for name, value in (("width", width), ("tokens", tokens), ("outputs", outputs)):
-        check_positive_int(value, name)
+    width, tokens, outputs = (check_positive_int(value, name) for name, value in
+                              (("width", width), ("tokens", tokens), ("outputs", outputs)))
     low, high = OPERANDS[operands]
     rng = np.random.default_rng(seed)
     x = rng.uniform(low, high, size=(tokens, width))
@@ -154,7 +154,7 @@ def required_photons(width: int, *, target_snr_db: float = 20.0, operands: str =
     if isinstance(target_snr_db, bool) or not isinstance(target_snr_db, numbers.Real) \
             or not math.isfinite(target_snr_db):
         raise ValueError(f"target_snr_db: {target_snr_db!r} must be a finite number")
-    check_nonnegative_int(max_steps, "max_steps")
+    max_steps = check_nonnegative_int(max_steps, "max_steps")
 
     start = 100.0
 
