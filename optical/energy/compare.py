@@ -91,7 +91,9 @@ def break_even_tokens(spec: ModelSpec, config: OpticalConfig, gpu: gpu_model.GPU
     model's ``max_position_embeddings``, at most
     :data:`MAX_BREAK_EVEN_TOKENS`). Every length is tried in order, so the
     answer is the shortest even where the ratio is not monotone (about
-    0.4-0.6 ms a length: up to ~4-5 s where nothing breaks even). Optics may
+    0.4-0.6 ms a length: up to ~4-5 s where nothing breaks even by the
+    default limit; ``compare`` tries up to its prompt when that is longer,
+    ~0.5 min at 65536 tokens). Optics may
     still lose at some longer lengths; on the bundled Llama models under
     iris-like it does not up to 8192 tokens."""
     batch = check_positive_int(batch, "batch")
