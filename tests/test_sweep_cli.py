@@ -565,6 +565,22 @@ def test_vmap_option_batches_jax_runs(tmp_path):
     assert len(load(tmp_path / "v")) == 4
 
 
+
+@pytest.mark.slow
+def test_vmap_option_batches_the_jax_points_of_a_backend_sweep(tmp_path):
+    """``--param workload.backend=jax,numba --vmap`` was refused ("none of
+    this sweep's runs can be vmapped"): the check asked the base workload
+    (backend auto), where the executor asks each point's. Now the JAX
+    point's two seeds run as one batch, the numba point's one by one."""
+    pytest.importorskip("jax")
+    argv = ["sweep", "--matmul", "8x64x16", "--param", "workload.backend=jax,numba",
+            "--set", "adc.full_scale=rms", "--seeds", "2", "--vmap", "--quiet",
+            "--out", str(tmp_path / "v")]
+    assert main(argv) == 0
+    runs = [json.loads(f.read_text()) for f in (tmp_path / "v" / "runs").glob("*.json")]
+    batches = sorted((r["params"]["workload.backend"], r["vmap_batch"]) for r in runs)
+    assert batches == [("jax", 2), ("jax", 2), ("numba", None), ("numba", None)]
+
 def _definition_options():
     """Every option of the sweep's definition, with a valid value: each is
     refused when the sweep is resumed from --out alone (it would be ignored)."""

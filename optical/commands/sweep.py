@@ -285,9 +285,16 @@ def _definition(args: argparse.Namespace) -> Any:
 
 
 def _vmappable(definition: Any) -> bool:
-    """Whether the vmap executor would batch any run of ``definition``."""
-    key_of = getattr(definition.workload, "batch_key", None)
-    return key_of is not None and any(key_of(c) is not None for c in definition.configs())
+    """Whether the vmap executor would batch any run of ``definition``: as
+    it does, asking each point's own workload (``--param workload.backend``
+    makes some points' JAX ones)."""
+    points = definition.points()
+    for workload, config in zip(definition.workloads(points), definition.configs(points),
+                                strict=True):
+        key_of = getattr(workload, "batch_key", None)
+        if key_of is not None and key_of(config) is not None:
+            return True
+    return False
 
 
 def _connect(address: str) -> Any:
@@ -346,7 +353,8 @@ def run_command(args: argparse.Namespace) -> int:
                          f"the model of the sweep in {args.out}")
     if args.vmap and not _vmappable(definition):
         raise ValueError("--vmap: none of this sweep's runs can be vmapped (only a --matmul "
-                         "sweep with --backend jax batches its runs); drop --vmap")
+                         "sweep's runs on the JAX backend, --backend jax or --param "
+                         "workload.backend=...,jax, batch); drop --vmap")
     client = None
     if args.scheduler is not None:
         client = _connect(args.scheduler)
