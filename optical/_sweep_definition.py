@@ -502,6 +502,11 @@ def _describe_point(point: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in point.items()) or "(base config)"
 
 
+#: How a sweep :func:`_check_read` now refuses, stored by an earlier version, still runs.
+_OLD_SWEEPS = (" (a sweep stored by an earlier version resumes from its directory alone: "
+               "optical sweep --out DIR, optical.resume_sweep)")
+
+
 def _check_read(definition: SweepDefinition) -> None:
     """Refuse a swept config path that no config the sweep can make reads
     (:meth:`OpticalConfig.unread`): its values would give the same numbers,
@@ -510,10 +515,18 @@ def _check_read(definition: SweepDefinition) -> None:
     Range by its ends), not on the points drawn, so a random sweep's
     acceptance does not hang on its sample seed; undecided, and so never
     refused, where a combination is invalid beside the base's other fields
-    (it may be valid beside the swept ones). Built-in workloads only: a
-    custom one may read a field in its own way."""
+    (it may be valid beside the swept ones). ``energy.*`` is never read by
+    them. Built-in workloads only: a custom one may read a field in its own
+    way (a workload that prices the machine may sweep ``energy.*``)."""
     if type(definition.workload) not in (MatmulWorkload, LayerWorkload):
         return  # (a subclass of one, of its own kind, may read a field its own way)
+    for path in definition.paths:
+        if path.startswith("energy."):  # prices the machine; changes no arithmetic
+            raise ValueError(f"{path}: a {type(definition.workload).__name__} measures the "
+                             "emulated arithmetic, which no energy.* field changes, so each "
+                             "of its values would give the same numbers; price the machine "
+                             "with optical energy (or optical.energy) instead, or leave it "
+                             f"out{_OLD_SWEEPS}")
     params = dict(definition.params)
     choices = [(c, [definition.base.get(c)] if c not in params
                 else [params[c].lo, params[c].hi] if isinstance(params[c], Range)
@@ -533,9 +546,7 @@ def _check_read(definition: SweepDefinition) -> None:
             why = "; ".join(dict.fromkeys(reasons))  # each reason once, in order
             raise ValueError(f"{path}: no point of this sweep reads it ({why}), so each of "
                              "its values would give the same numbers; sweep or set the field "
-                             "that makes it count, or leave it out (a sweep stored by an "
-                             "earlier version resumes from its directory alone: optical "
-                             "sweep --out DIR, optical.resume_sweep)")
+                             f"that makes it count, or leave it out{_OLD_SWEEPS}")
 
 
 def _unhashed(workload: Any) -> set[str]:

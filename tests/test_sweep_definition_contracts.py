@@ -533,6 +533,39 @@ def test_a_field_the_config_leaves_unread_changes_nothing_and_is_not_swept(
                           base=base)
 
 
+
+def _another_value(value):
+    """A valid value of an energy.* field other than ``value``."""
+    if isinstance(value, bool):
+        return not value
+    if value is None:
+        return 1e-12
+    if isinstance(value, int):
+        return value + 1
+    return value / 2 if value else 1.0
+
+
+def test_no_energy_field_changes_the_arithmetic_and_none_is_swept(tmp_path):
+    """``optical sweep --param energy.laser_efficiency=0.1,0.3,0.9`` ran
+    three identical matmuls (an audit): ``energy.*`` prices the machine, and
+    the built-in workloads measure the arithmetic. Every field changed at
+    once leaves a matmul's and a Llama layer's metrics (counts included)
+    as they were; a sweep of any one is refused, naming it; a workload of
+    one's own (which may price the machine) sweeps them still."""
+    paths = [p for p in BASE.paths() if p.startswith("energy.")]
+    other = BASE.replace({p: _another_value(BASE.get(p)) for p in paths})
+    assert set(other.diff(BASE)) == set(paths)
+    layer = LayerWorkload(str(write_model(tmp_path / "m", TINY_LLAMA)), layer=0, tokens=6)
+    for workload in (WL, layer):
+        assert workload.run(BASE, 3) == workload.run(other, 3)
+        for path in paths:
+            with pytest.raises(ValueError, match=rf"^{re.escape(path)}: a "
+                                                 rf"{type(workload).__name__} measures the "
+                                                 "emulated arithmetic, which no energy"):
+                SweepDefinition.build(workload, {path: [BASE.get(path), other.get(path)]},
+                                      seeds=1, base=BASE)
+    SweepDefinition.build(Returns({"j": 1.0}), {"energy.cores": [1, 2]}, seeds=1, base=BASE)
+
 def test_an_unread_swept_field_is_one_line_from_the_cli(tmp_path, capsys):
     out = tmp_path / "s"
     assert main(["sweep", "--matmul", "16x64x32", "--param", "adc.headroom=2,4",
