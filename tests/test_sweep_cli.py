@@ -76,6 +76,9 @@ def test_csv_results(tmp_path):
     (["--param", "source.photons_per_mac=1:10:cubic"], "must be LO:HI or LO:HI:log"),
     (["--param", "adc.bits=4", "--set", "adc.enob_loss=5"],
      "point adc.bits=4: adc.enob_loss: 5.0 leaves no effective bits"),
+    # No point took the --set's value, yet the manifest's base recorded it.
+    (["--param", "adc.bits=4,6", "--set", "adc.bits=5"],
+     "--set 'adc.bits=5': --param sweeps adc.bits, so no point takes this value"),
     (["--matmul", "16x64"], "matmul shape '16x64': expected TxKxN"),
     (["--matmul", "4x32x0"], "matmul shape '4x32x0': T, K and N must be positive"),
     (["--model", "nowhere", "--param", "adc.bits=4"], "nowhere: no such model directory"),
@@ -105,6 +108,18 @@ def test_malformed_options_fail_before_any_work(tmp_path, capsys, extra, message
     assert message in err and "Traceback" not in err
     assert not out.exists()
 
+
+
+def test_a_set_of_a_swept_path_the_base_needs_is_kept(tmp_path):
+    """The refusal of a --set the sweep overrides spares one the base config
+    is invalid without: iris-like's "static" outlier policy with its
+    threshold unset needs a top_k, here the swept one's."""
+    out = tmp_path / "s"
+    argv = ["sweep", "--matmul", "4x8x4", "--param", "outliers.top_k=1,2", "--set",
+            "outliers.threshold=none", "--quiet", "--out", str(out)]
+    assert main(argv) == 2 and not out.exists()  # the base alone is invalid
+    assert main([*argv, "--set", "outliers.top_k=2"]) == 0
+    assert sorted(load(out)["outliers.top_k"]) == [1, 2]
 
 def test_sweep_prints_its_summary_table_and_results_file(tmp_path, capsys):
     """Without --quiet: the run count on the executor asked for (--jobs 2:

@@ -265,6 +265,7 @@ def _definition(args: argparse.Namespace) -> Any:
                              f"parameter sweeps; drop {given[field]}")
         params[path] = values
     base = config_from_args(args)
+    _check_set_unswept(args, params)
     if args.matmul is not None:
         workload: Any = MatmulWorkload.from_shape(
             args.matmul, inputs=args.inputs, outlier_channels=args.outlier_channels,
@@ -283,6 +284,27 @@ def _definition(args: argparse.Namespace) -> Any:
     return SweepDefinition.build(workload, params, seeds=args.seeds, base=base,
                                  samples=args.samples, sample_seed=args.sample_seed)
 
+
+def _check_set_unswept(args: argparse.Namespace, params: dict[str, Any]) -> None:
+    """Refuse a ``--set`` of a path ``--param`` sweeps: no point takes its
+    value, yet the manifest's base config would record it (and a later run
+    with another value would be refused as a different sweep). Kept where
+    the base config is invalid without it (a rule ``outliers.policy``
+    "static" needs, say, swept and set at once)."""
+    from optical.commands._common import config_from_args
+
+    swept = [item for item in args.overrides if item.partition("=")[0].strip() in params]
+    if not swept:
+        return
+    rest = argparse.Namespace(**{**vars(args), "overrides": [item for item in args.overrides
+                                                             if item not in swept]})
+    try:
+        config_from_args(rest)
+    except ValueError:  # the base needs it; each point still takes its own value
+        return
+    path = swept[0].partition("=")[0].strip()
+    raise ValueError(f"--set {swept[0]!r}: --param sweeps {path}, so no point takes this value "
+                     "(each takes its own); drop the --set")
 
 def _vmappable(definition: Any) -> bool:
     """Whether the vmap executor would batch any run of ``definition``: as
