@@ -189,6 +189,7 @@ def _manifest_problem(manifest: Any) -> str | None:
             return f"'points'[{i}] does not give a value of every parameter"
     if len(run_ids) != len(points):
         return f"'run_ids' has {len(run_ids)} entries for {len(points)} points"
+    first: dict[str, int] = {}
     for i, ids in enumerate(run_ids):
         if not _is_str_list(ids) or len(ids) != len(definition["seeds"]):
             return f"'run_ids'[{i}] is not a list of one run id per seed"
@@ -196,6 +197,12 @@ def _manifest_problem(manifest: Any) -> str | None:
             if not _RUN_ID.fullmatch(run_id):
                 return (f"'run_ids'[{i}] holds {run_id[:80]!r}, which is not a run id "
                         "(hexadecimal digits)")
+            # Each run (point and seed) hashes to its own id: one filed twice
+            # would stand for a run the sweep never makes (a point copied over
+            # another one, say).
+            if first.setdefault(run_id, i) != i or ids.count(run_id) > 1:
+                return (f"'run_ids'[{i}] repeats the run id {run_id} of 'run_ids'"
+                        f"[{first[run_id]}] (edited, or damaged)")
     if content_hash(definition) != manifest.get("definition_hash"):
         # What a sweep resumes and a run's place are read from the manifest:
         # a definition changed by hand would pass the old runs off as its own.

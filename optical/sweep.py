@@ -309,7 +309,10 @@ def _may_share(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -> str | None:
     """A manifest's point whose value lies outside its parameter's values or
-    range (None: every point is the definition's)."""
+    range, a point given twice, a grid's point left out, or more random
+    points than the sweep draws (None: the points are the definition's).
+    A random sweep's points are not drawn again: another version may draw
+    others, and the manifest's are the ones its runs ran."""
     allowed = dict(definition.params)
     for i, point in enumerate(points):
         for path, value in point.items():
@@ -321,6 +324,23 @@ def _points_problem(definition: SweepDefinition, points: list[dict[str, Any]]) -
             if not inside:
                 return (f"'points'[{i}] has {path} = {value!r}, which the sweep does not define "
                         "(edited, or damaged)")
+    # Values as tuples: Python's equality (1000 == 1000.0), as `in spec` above.
+    seen: dict[tuple[Any, ...], int] = {}
+    for i, point in enumerate(points):
+        first = seen.setdefault(tuple(point[p] for p in definition.paths), i)
+        if first != i:
+            return (f"'points'[{i}] repeats 'points'[{first}] ({_describe_point(point)}) "
+                    "(edited, or damaged)")
+    if definition.samples is None:
+        left_out = [point for point in definition.points()
+                    if tuple(point[p] for p in definition.paths) not in seen]
+        if left_out:
+            more = f" and {len(left_out) - 1} more" if len(left_out) > 1 else ""
+            return (f"'points' leaves out the grid's point {_describe_point(left_out[0])}"
+                    f"{more} (edited, or damaged)")
+    elif len(points) > definition.samples:
+        return (f"'points' holds {len(points)} points; the sweep draws at most "
+                f"{definition.samples} (edited, or damaged)")
     return None
 
 

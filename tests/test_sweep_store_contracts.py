@@ -119,6 +119,72 @@ def test_a_manifest_that_misplaces_its_runs_is_refused(tmp_path, change, on_load
         assert "are kept: delete" in str(info.value)  # how to rebuild it, keeping the runs
 
 
+
+def _copy_point(m, run_ids):
+    m["points"][1] = dict(m["points"][0])
+    if run_ids:
+        m["run_ids"][1] = list(m["run_ids"][0])
+
+
+@pytest.mark.parametrize(("change", "on_load", "on_resume"), [
+    # point 0 copied over point 1 with its run ids (the audit's edit: "8 runs, all
+    # done already", and adc.bits=8 gone from the results without a word)
+    (lambda m: _copy_point(m, run_ids=True), r"'run_ids'\[1\] repeats the run id \w+ of "
+     r"'run_ids'\[0\]", r"'run_ids'\[1\] repeats the run id \w+ of 'run_ids'\[0\]"),
+    # the same with point 1's own ids kept
+    (lambda m: _copy_point(m, run_ids=False),
+     r"this run holds adc\.bits = 8, where manifest\.json places it at the point adc\.bits = 4",
+     r"'points'\[1\] repeats 'points'\[0\] \(adc\.bits=4\)"),
+    # the last point and its run ids deleted ("4 runs, all done already")
+    (lambda m: (m["points"].pop(), m["run_ids"].pop()), None,
+     r"'points' leaves out the grid's point adc\.bits=8"),
+])
+def test_a_manifest_that_repeats_or_drops_a_point_is_refused(tmp_path, change, on_load,
+                                                              on_resume):
+    """A hand-edited manifest whose points are the grid's values but not its
+    points (one twice, one left out) resumed as complete (an audit). A run
+    id given twice is refused wherever the manifest is read, a run filed
+    under another point when it is loaded; the points are checked against
+    the grid on resume (a load shows the finished runs of the points the
+    manifest lists)."""
+    out = _sweep(tmp_path / "s")
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    definition = SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
+    calls = [(lambda: resume(out, executor="serial", progress=False), on_resume),
+             (lambda: execute(definition, out, executor="serial", progress=False), on_resume)]
+    for call, message in ([(lambda: load(out), on_load)] if on_load else []) + calls:
+        with pytest.raises(ValueError, match=message) as info:
+            call()
+        assert "(edited, or damaged)" in str(info.value)
+        assert "are kept: delete" in str(info.value)  # how to rebuild it, keeping the runs
+    if on_load is None:
+        assert set(load(out)["adc.bits"]) == {4}
+
+
+def test_a_random_manifest_with_more_points_than_its_samples_is_refused(tmp_path):
+    """A random sweep's points are not drawn again on resume (another version
+    may draw others), but never number more than its samples: a third point
+    inside the range, with its own run id, was run as the sweep's."""
+    from optical.sweep import stored_definition
+
+    out = tmp_path / "s"
+    params = {"source.photons_per_mac": Range(1e3, 1e4, log=True)}
+    optical.sweep(WL, params, seeds=1, samples=2, out=out, base=BASE, executor="serial",
+                  progress=False)
+    path = out / "manifest.json"
+    data = json.loads(path.read_text())
+    definition = stored_definition(out)
+    data["points"].append({"source.photons_per_mac": 2e3})
+    data["run_ids"].append([definition.run_id(
+        definition.base.replace({"source.photons_per_mac": 2e3}), 0)])
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="'points' holds 3 points; the sweep draws at most 2"):
+        resume(out, executor="serial", progress=False)
+    assert len(list((out / "runs").glob("*.json"))) == 2  # nothing run at 2e3
+
 def test_a_run_not_yet_finished_is_not_filed_under_another_runs_id(tmp_path):
     """The review's case: a point edited while its run was still to come
     would have run adc.bits=6 under adc.bits=8's id, and another sweep
