@@ -693,6 +693,41 @@ def test_sigterm_prints_how_to_resume_and_keeps_finished_runs(tmp_path, capsys, 
     assert json.loads((tmp_path / "r.json").read_text())["ran"] == 6
 
 
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_sigterm_while_the_sweep_is_defined_says_so_and_exits_143(tmp_path, capsys,
+                                                                  monkeypatch, resume):
+    """Building the definition (a million random points, a model's digest)
+    ran before the sweep's signal handling: a SIGTERM there killed the
+    command without a word (an audit), where ``optical --help`` promises
+    one line and 143. Nothing in --out is touched, so there is nothing to
+    resume: the line says only what stopped it."""
+    sweep_module = sys.modules["optical.sweep"]  # (optical.sweep is also the function)
+    out = tmp_path / "s"
+    if resume:
+        assert main([*SWEEP, "--out", str(out), "--quiet"]) == 0
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    real_build, real_stored = (sweep_module.SweepDefinition.build.__func__,
+                               sweep_module.stored_definition)
+
+    def build(cls, *args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # in this (the main) thread
+        return real_build(cls, *args, **kwargs)
+
+    def stored(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)
+        return real_stored(*args, **kwargs)
+
+    if resume:
+        monkeypatch.setattr(sweep_module, "stored_definition", stored)
+    else:
+        monkeypatch.setattr(sweep_module.SweepDefinition, "build", classmethod(build))
+    capsys.readouterr()
+    argv = ["sweep", "--out", str(out)] if resume else [*SWEEP, "--out", str(out)]
+    assert main(argv) == 143
+    assert capsys.readouterr().err == "optical sweep: terminated (SIGTERM)\n"
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
 def test_corrupt_manifest_advice_from_the_cli_works(tmp_path, capsys):
     out = tmp_path / "s"
     assert main([*SWEEP, "--out", str(out)]) == 0

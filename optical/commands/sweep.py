@@ -358,46 +358,42 @@ def _connect(address: str) -> Any:
 
 def run_command(args: argparse.Namespace) -> int:
     from optical._signals import describe, sigterm_as_exit
-    from optical.sweep import SweepError, Terminated, execute, stored_definition
+    from optical.sweep import SweepError, Terminated, execute
 
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs} must be a positive integer")
-    definition = _definition(args)
-    if definition is None:  # resumed: its model is the stored workload's
-        try:
-            definition = stored_definition(args.out, model_dir=args.moved_model)
-        except (ValueError, TypeError) as err:  # named as the option given
-            text = str(err)
-            if args.moved_model is None or not text.startswith("model_dir: "):
-                raise
-            raise type(err)("--moved-model: " + text.removeprefix("model_dir: ")) from None
-        check_json_model(args.json_path, getattr(definition.workload, "model_dir", None),
-                         f"the model of the sweep in {args.out}")
-    if args.vmap and not _vmappable(definition):
-        raise ValueError("--vmap: none of this sweep's runs can be vmapped (only a --matmul "
-                         "sweep's runs on the JAX backend, --backend jax or --param "
-                         "workload.backend=...,jax, batch); drop --vmap")
-    client = None
-    if args.scheduler is not None:
-        client = _connect(args.scheduler)
-        executor: Any = client
-    elif args.vmap:
-        executor = "vmap"
-    else:
-        executor = args.jobs
-
-    model_dir = getattr(definition.workload, "model_dir", None)
+    model_dir: str | None = None
+    began = False  # whether execute was called: before, nothing in --out is touched
 
     def stopped(signum: int) -> str:
+        if not began:
+            return f"optical sweep: {describe(signum)}"
         return (f"optical sweep: {describe(signum)}; finished runs are kept in {args.out}; run "
                 f"{_resume_command(args.out, model_dir)} to resume")
 
     def abandon(signum: int) -> None:  # a stop signal Python ignored (numba compiling)
         die_of(signum, stopped(signum))
 
+    client = None
     try:
-        # To the end: a Ctrl-C while the table prints is one too.
+        # From the definition on (a million random points, a model's digest or a
+        # scheduler's answer can take a while) to the end: a Ctrl-C while the
+        # table prints is one too.
         with sigterm_as_exit(abandon if getattr(args, "program", False) else None):
+            definition = _definition_or_stored(args)
+            if args.vmap and not _vmappable(definition):
+                raise ValueError("--vmap: none of this sweep's runs can be vmapped (only a "
+                                 "--matmul sweep's runs on the JAX backend, --backend jax or "
+                                 "--param workload.backend=...,jax, batch); drop --vmap")
+            if args.scheduler is not None:
+                client = _connect(args.scheduler)
+                executor: Any = client
+            elif args.vmap:
+                executor = "vmap"
+            else:
+                executor = args.jobs
+            model_dir = getattr(definition.workload, "model_dir", None)
+            began = True
             try:
                 summary = execute(definition, args.out, executor=executor,
                                   progress=not args.quiet, results_format=args.format)
@@ -423,7 +419,8 @@ def run_command(args: argparse.Namespace) -> int:
                 print(f"results: {summary.results_path}")
     except (KeyboardInterrupt, Terminated) as stop:
         say_stopped(stopped(stop.signum if isinstance(stop, Terminated) else signal.SIGINT))
-        if isinstance(stop, Terminated) and args.vmap and getattr(args, "program", False):
+        if isinstance(stop, Terminated) and began and args.vmap \
+                and getattr(args, "program", False):
             # XLA may still be compiling the batch in its own threads, and an
             # interpreter exit under it crashed (a segfault in 11 of 20 tries):
             # die of the signal instead (no worker processes to see off).
@@ -440,6 +437,25 @@ def run_command(args: argparse.Namespace) -> int:
         if client is not None:
             client.close()
     return 0
+
+
+def _definition_or_stored(args: argparse.Namespace) -> Any:
+    """The sweep the options define, or, given only --out, the one stored there."""
+    from optical.sweep import stored_definition
+
+    definition = _definition(args)
+    if definition is not None:
+        return definition
+    try:  # resumed: its model is the stored workload's
+        definition = stored_definition(args.out, model_dir=args.moved_model)
+    except (ValueError, TypeError) as err:  # named as the option given
+        text = str(err)
+        if args.moved_model is None or not text.startswith("model_dir: "):
+            raise
+        raise type(err)("--moved-model: " + text.removeprefix("model_dir: ")) from None
+    check_json_model(args.json_path, getattr(definition.workload, "model_dir", None),
+                     f"the model of the sweep in {args.out}")
+    return definition
 
 
 def _shown(value: Any) -> str:
