@@ -1,5 +1,5 @@
-"""What the example scripts share on the command line: a count type for
-argparse, and running ``main`` so that bad input ends in one line naming the
+"""What the example scripts share on the command line: count and seed types
+for argparse, and running ``main`` so that bad input ends in one line naming the
 script (as the ``optical`` commands do), not a traceback.
 
 The scripts import it from their own directory (``python examples/NAME.py``
@@ -24,6 +24,19 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
+def seed_type(text: str) -> int:
+    """argparse type of a seed: an integer in [0, 2**64), as numpy's
+    generators and the ``optical`` commands take."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; valid: integer in "
+                                         "[0, 2**64)")
     return value
 
 

@@ -73,13 +73,13 @@ def budget(preset, x, w, x_calibration, seed=0):
 
 
 def main() -> None:
-    from _cli import positive  # (examples/_cli.py, beside this script)
+    from _cli import positive, seed_type  # (examples/_cli.py, beside this script)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="iris-like", choices=optical.presets.names())
     parser.add_argument("--tokens", type=positive, default=256)
     parser.add_argument("--size", type=positive, default=1024)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_type, default=0)
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)

@@ -33,7 +33,7 @@ from optical.energy import photons
 
 
 def main() -> None:
-    from _cli import positive  # (examples/_cli.py, beside this script)
+    from _cli import positive, seed_type  # (examples/_cli.py, beside this script)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=positive, nargs="+",
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--preset", default="ideal", choices=optical.presets.names())
     parser.add_argument("--tokens", type=positive, default=16)
     parser.add_argument("--outputs", type=positive, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_type, default=0)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="PATH=VALUE", help="override a config field (repeatable)")
     args = parser.parse_args()
@@ -51,8 +51,8 @@ def main() -> None:
     for item in args.overrides:
         path, _, text = item.partition("=")
         cfg = cfg.replace({path: parse_value(path, text)})
-    overrides = " ".join(args.overrides)
-    print(f"preset {args.preset} {overrides}, target SNR {args.target_snr} dB, {args.tokens} "
+    overrides = "".join(f" {item}" for item in args.overrides)
+    print(f"preset {args.preset}{overrides}, target SNR {args.target_snr} dB, {args.tokens} "
           f"tokens x {args.outputs} outputs per width; energy per MAC from the preset's "
           "energy section")
     for operands in photons.OPERANDS:

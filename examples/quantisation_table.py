@@ -67,12 +67,12 @@ def activations(rng: np.random.Generator, tokens: int, channels: np.ndarray,
 
 
 def main() -> None:
-    from _cli import positive  # (examples/_cli.py, beside this script)
+    from _cli import positive, seed_type  # (examples/_cli.py, beside this script)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="ideal", choices=optical.presets.names())
     parser.add_argument("--tokens", type=positive, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_type, default=0)
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)

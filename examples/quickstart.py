@@ -18,12 +18,12 @@ import optical
 
 
 def main() -> None:
-    from _cli import positive  # (examples/_cli.py, beside this script)
+    from _cli import positive, seed_type  # (examples/_cli.py, beside this script)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=positive, default=512)
     parser.add_argument("--size", type=positive, default=4096)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_type, default=0)
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)

@@ -33,6 +33,18 @@ def test_a_count_of_zero_is_refused_before_any_work(script, option, tmp_path):
     assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
 
 
+
+@pytest.mark.parametrize("script", ["quickstart.py", "noise_budget.py", "photon_scaling.py",
+                                    "quantisation_table.py"])
+@pytest.mark.parametrize("value", ["-1", str(2**64)])
+def test_a_seed_out_of_range_is_refused_naming_the_option(script, value, tmp_path):
+    """``--seed -1`` ended in numpy's "expected non-negative integer" after
+    the script had begun (exit 1, the option unnamed); ``--seed 2**64`` too."""
+    done = _run(EXAMPLES / script, "--seed", value, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (f"{script}: error: argument --seed: {value} is out "
+                                            "of range; valid: integer in [0, 2**64)")
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["llama_layer_sweep.py", "--model", "no-such-model"],
      "llama_layer_sweep.py: error: no-such-model: no such model directory"),
