@@ -606,21 +606,22 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
     ValueError where every calibration row used is one row.
 
     Such windows come from a K-tile the calibration rows ``xn`` (normalised;
-    ``calibration.max_tokens`` of the ``rows`` given) hold constant: dark,
-    or a bias column, or a single row. Read as a point, the ADC gave that
-    one value whatever came and counted nothing clipped (a 40 x 11 product
-    programmed from one noise-free row: relative error 1.37, clipping 0; a
-    tile dark in 256 rows and lit at run time: 0.57, clipping ~0). Widened,
-    the constant still reads to its dtype's rounding (exactly, code 0, where
-    the low end stays) and a shift from it is counted as clipping; the
-    margin below keeps the constant computed in another order from counting
-    (float32 readouts an ulp under a low end that was the value: 0.3 of a
-    one-token product's conversions counted clipped on the numpy backend).
-    A single row gives nothing to programme from but itself: refused, unless
-    ``oracle`` (the very input to be multiplied, which reads exactly) and no
-    subsample made it one of several. Kept as they are: points on readouts
-    with no light to vary (zero weights on balanced rails) and points fitted
-    to varied rows that drown in noise (the least-squares window there).
+    ``calibration.max_tokens`` of the ``rows`` given) hold constant at the
+    DAC's levels (:func:`_one_row`): dark, or within half a DAC step of dark, a
+    bias column, scaled copies of one row, or a single row. Read as a point,
+    the ADC gave that one value whatever came and counted nothing clipped (a 40
+    x 11 product programmed from one noise-free row: relative error 1.37,
+    clipping 0; a tile dark in 256 rows and lit at run time: 0.57, clipping
+    ~0). Widened, the constant still reads to its dtype's rounding (exactly,
+    code 0, where the low end stays) and a shift from it is counted as
+    clipping; the margin below keeps the constant computed in another order
+    from counting (float32 readouts an ulp under a low end that was the value:
+    0.3 of a one-token product's conversions counted clipped on the numpy
+    backend). A single row gives nothing to programme from but itself: refused,
+    unless ``oracle`` (the very input to be multiplied, which reads exactly)
+    and no subsample made it one of several. Kept as they are: points on
+    readouts with no light to vary (zero weights on balanced rails) and points
+    fitted to varied rows that drown in noise (the least-squares window there).
     Only windows far narrower than the widest, or than their own ends, are
     examined (none, as a rule)."""
     width = hi.astype(np.float64) - lo
@@ -629,7 +630,7 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
     if candidates.size == 0:
         return lo, hi
     rails = adc_rails(config)
-    constant = {i: bool(np.all(xn[:, tiling.k_slice(i)] == xn[:1, tiling.k_slice(i)]))
+    constant = {i: _one_row(xn[:, tiling.k_slice(i)], config)
                 for i in {int(c[0]) for c in candidates}}
     points = []
     for i, e, n in candidates:
@@ -643,7 +644,7 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
     if not points:
         return lo, hi
     subsampled = xn.shape[0] < rows
-    if np.all(xn == xn[:1]) and (subsampled or not oracle):
+    if _one_row(xn, config) and (subsampled or not oracle):
         if subsampled:
             why = (f"calibration.max_tokens = {config.calibration.max_tokens} kept "
                    f"{xn.shape[0]} of the {rows} calibration rows, all one row once "
@@ -667,6 +668,20 @@ def _point_windows(lo: np.ndarray, hi: np.ndarray, transmissions: np.ndarray,
         if rounding >= 0.5 * _COLLAPSED * span / top:
             lo[i, e, n] = value - rounding
     return lo, hi
+
+
+def _one_row(xn: np.ndarray, config: OpticalConfig) -> bool:
+    """Whether the normalised rows ``xn`` drive the sources with one row's
+    levels: every DAC level of every rail within ``_COLLAPSED`` (of full
+    scale) of the first row's, so their readouts agree to ``_COLLAPSED`` of
+    the readout's span. Not ``xn`` itself: rows under half a DAC step from
+    dark, or a row and its copy scaled by 3 (an ulp apart once normalised
+    per token), differed there, and their point windows were neither
+    widened nor refused (an audit: relative error 0.6-1.5, nothing counted
+    clipped)."""
+    levels = converters.quantize_levels(encoding.encode(xn, config.encoding.inputs),
+                                        config.dac.bits)
+    return bool(np.all(np.abs(levels - levels[:, :1]) <= _COLLAPSED))
 
 
 def _share_windows(lo: np.ndarray, hi: np.ndarray,

@@ -177,6 +177,45 @@ def test_a_k_tile_constant_in_varied_calibration_rows_keeps_its_point_windows(rn
             optical.program(w, one, calibration=cal, oracle=oracle)
 
 
+
+@pytest.mark.parametrize("dac_bits", [None, 6])
+def test_rows_that_are_one_row_at_the_dacs_levels_are_refused(rng, dac_bits):
+    """Rows were one row only where their normalised values were equal to
+    the bit: a row and its copies scaled by 3 and 7 (an ulp apart once
+    normalised per token) kept point windows, neither refused nor widened,
+    and read every later input as that row's readout (an audit: relative
+    error 1.52, nothing counted clipped)."""
+    w = rng.standard_normal((48, 10))
+    cfg = ideal(**{"dac.bits": dac_bits, "adc.bits": 6, "core.inputs": 16,
+                   "core.outputs": 4, "adc.full_scale": "calibrated"})
+    row = rng.standard_normal((1, 48))
+    with pytest.raises(ValueError, match=r"the 3 calibration rows are all one row once "
+                                         r"normalised"):
+        optical.program(w, cfg, calibration=row * np.array([[1.0], [3.0], [7.0]]))
+
+
+@pytest.mark.parametrize("inputs", ["split", "offset"])
+def test_a_k_tile_within_half_a_dac_step_of_constant_gets_widened_windows(rng, inputs):
+    """Whether a K-tile was constant in calibration was judged on its
+    normalised inputs, not on the levels the DAC drives: a tile under half
+    a DAC step (every row one level, so one readout) kept its point windows,
+    and lit at run time read as that point with next to nothing counted
+    clipped (an audit: relative error 0.61-0.64, clipping 0-0.0007), where
+    an exactly dark tile's windows are widened and its clipping counted."""
+    w = rng.standard_normal((48, 8))
+    cal = rng.standard_normal((256, 48))
+    tiny = 1e-3 * rng.standard_normal((256, 16))
+    cal[:, 16:32] = np.abs(tiny) if inputs == "offset" else tiny
+    cfg = ideal(**{"dac.bits": 6, "adc.bits": 6, "mask.bits": 6, "core.inputs": 16,
+                   "core.outputs": 8, "adc.full_scale": "calibrated",
+                   "encoding.inputs": inputs})
+    pw = optical.program(w, cfg, calibration=cal)
+    width = pw.adc_hi - pw.adc_lo
+    assert np.all(width[1] > 0) and np.all(width[1] < 1e-4 * width[[0, 2]].min())
+    x = rng.standard_normal((64, 48))
+    _, stats = optical.matmul(x, pw, cfg, seed=0, return_stats=True)
+    assert stats.clipped_fraction > 0.25  # most of tile 1's readouts (a third of all)
+
 @pytest.mark.parametrize("unit", [1e-3, 1.0, 1e3])
 def test_static_range_of_a_mostly_zero_calibration_is_its_largest_value(rng, unit):
     """The percentile of |cal| is 0 when most entries are zero (sparse or
