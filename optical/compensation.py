@@ -40,6 +40,7 @@ stays reachable even when its neighbours leak the most (or the least) light.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
@@ -93,9 +94,10 @@ class SeparableCoupling:
     def __post_init__(self) -> None:
         for name in ("row_kernel", "col_kernel"):
             kernel = np.asarray(getattr(self, name), dtype=np.float64)
-            if kernel.ndim != 1 or kernel.size % 2 == 0 or np.any(kernel < 0):
-                raise ValueError(f"{name}: expected a 1-D non-negative kernel of odd length, "
-                                 f"got {kernel!r}")
+            if kernel.ndim != 1 or kernel.size % 2 == 0 or not np.all(kernel >= 0) \
+                    or not np.isfinite(kernel).all():
+                raise ValueError(f"{name}: expected a 1-D finite non-negative kernel of odd "
+                                 f"length, got {kernel!r}")
             object.__setattr__(self, name, kernel)
         envelope = np.asarray(self.envelope, dtype=np.float64)
         if envelope.ndim > 2 or np.any(envelope < 0) or not np.isfinite(envelope).all():
@@ -160,6 +162,19 @@ _REACH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _REACH_ENTRIES = 128
 
 
+def _check_mask(min_transmission: object, scheme: object) -> float:
+    """``min_transmission`` as a float in [0, 1), and ``scheme`` "split" or
+    "offset", or ValueError naming the one that is not (an unknown scheme
+    was taken for offset weights: one rail, the offset bound)."""
+    if scheme not in ("split", "offset"):
+        raise ValueError(f"scheme: {scheme!r} is not valid; valid: 'split', 'offset'")
+    if isinstance(min_transmission, bool) or not isinstance(min_transmission, numbers.Real) \
+            or not 0 <= min_transmission < 1:
+        raise ValueError(f"min_transmission: {min_transmission!r} must be a number in [0, 1) "
+                         "(a closed pixel's transmission, 1 / mask.contrast)")
+    return float(min_transmission)
+
+
 def gain(optics: Optics, tiling: Tiling, min_transmission: float, scheme: str,
          rails: int) -> np.ndarray:
     """A target scale of each K-tile column that every pixel can reach,
@@ -190,9 +205,10 @@ def gain(optics: Optics, tiling: Tiling, min_transmission: float, scheme: str,
     Raises
     ------
     ValueError
-        If no positive gain works (the optics lose or leak too much light).
+        If no positive gain works (the optics lose or leak too much light),
+        or for a ``scheme`` or ``min_transmission`` out of range.
     """
-    t_min = min_transmission
+    t_min = _check_mask(min_transmission, scheme)
     out = np.empty((tiling.k_tiles, tiling.n))
     # The optics act within each tile alone, so an open mask leaks the same
     # light into every tile of the same shape: evaluate one tile per shape
@@ -221,7 +237,7 @@ def gain(optics: Optics, tiling: Tiling, min_transmission: float, scheme: str,
                         break
                 reach_of[key] = reach
             out[i, ns] = reach
-    if np.any(out <= 0):
+    if not np.all(out > 0):  # (NaN too: optics whose light is not finite)
         raise ValueError("mask.compensate: the optics' envelope and crosstalk leave no gain "
                          f"at which every weight can be reached with {scheme} weights and "
                          f"min_transmission {t_min}; reduce the crosstalk or turn compensation off")
@@ -283,9 +299,10 @@ def tolerance(bits: int | None, min_transmission: float) -> float:
     it out, and with it the signal against the noise (iris-like 64 x 32
     tiles at a gain of 0.002, a 15.7 um beam waist: -27 dB SQNR, against
     17.5 dB at 10 um; the gain is folded into ``ProgrammedWeights.scale``)."""
+    t_min = _check_mask(min_transmission, "split")
     if bits is None:
         return TOLERANCE
-    return max(TOLERANCE, LEVEL_FRACTION * (1 - min_transmission) / converters.top_code(bits))
+    return max(TOLERANCE, LEVEL_FRACTION * (1 - t_min) / converters.top_code(bits))
 
 
 def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics: Optics, tiling: Tiling,
@@ -301,7 +318,23 @@ def pre_distort(v: np.ndarray, gain_rows: np.ndarray, optics: Optics, tiling: Ti
     Each tile is solved on its own, as the optics act within it alone, and
     iterates until none of its values moves by more than ``tol`` (at most
     ``max_iter`` times): a tile's mask depends on that tile's weights only.
+
+    Raises
+    ------
+    ValueError
+        For a ``scheme`` or ``min_transmission`` out of range, or ``v`` and
+        ``gain_rows`` not finite arrays of the tiling's (K, N) (NaN came
+        back as levels of NaN).
     """
+    _check_mask(min_transmission, scheme)
+    for name, a in (("v", v), ("gain_rows", gain_rows)):
+        if not isinstance(a, np.ndarray) or a.shape != (tiling.k, tiling.n) \
+                or not np.isfinite(a).all():
+            got = f"shape {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise ValueError(f"{name}: expected a finite array of the tiling's shape "
+                             f"({tiling.k}, {tiling.n}), got {got}"
+                             + (" with NaN or infinite values" if isinstance(a, np.ndarray)
+                                and a.shape == (tiling.k, tiling.n) else ""))
     out = np.empty((2 if scheme == "split" else 1, *v.shape), dtype=v.dtype)
     for i in range(tiling.k_tiles):
         ks = tiling.k_slice(i)

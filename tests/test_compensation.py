@@ -103,7 +103,7 @@ def test_gain_of_an_envelope_by_hand():
 
 
 @pytest.mark.parametrize(("row_kernel", "match"), [
-    (np.array([0.5, 0.5]), "row_kernel: expected a 1-D non-negative kernel of odd length"),
+    (np.array([0.5, 0.5]), "row_kernel: expected a 1-D finite non-negative kernel of odd length"),
     (np.array([-0.1, 1.0, 0.1]), "row_kernel"),
 ])
 def test_bad_kernels_are_refused(row_kernel, match):

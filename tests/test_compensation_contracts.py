@@ -33,6 +33,51 @@ def test_a_kernel_of_two_dimensions_is_refused():
         SeparableCoupling(np.ones((2, 2)), np.array([1.0]), np.array([[1.0]]))
 
 
+
+@pytest.mark.parametrize("kernel", [np.array([np.nan, 1.0, np.nan]),
+                                    np.array([np.inf, 1.0, 0.0])])
+def test_a_kernel_that_is_not_finite_is_refused(kernel):
+    """NaN passed the ``kernel < 0`` check (and inf passed it outright)."""
+    with pytest.raises(ValueError, match="row_kernel: expected a 1-D finite non-negative"):
+        SeparableCoupling(np.ones((2, 2)), kernel, np.array([1.0]))
+
+
+def test_the_public_solvers_refuse_what_they_cannot_mean():
+    """An audit: a misspelt scheme was taken for offset weights (one rail,
+    the offset bound: gain 0.27 where split gives 0.28-0.38); NaN weights
+    came back as NaN "levels in [0, 1]"; a min_transmission of 1.5 gave
+    levels in [-1, 0], one of 1.0 all-NaN gains with a RuntimeWarning (the
+    "no positive gain" check let NaN through) and a tolerance of 1e-6."""
+    coupling = SeparableCoupling(np.ones((4, 4)), np.array([0.1, 0.8, 0.1]),
+                                 np.array([0.1, 0.8, 0.1]))
+    tiling = _tiling(4, 4, 4, 4)
+    v = np.random.default_rng(0).uniform(-1, 1, (4, 4))
+    rows = np.full((4, 4), 0.27)
+    with pytest.raises(ValueError, match=r"^scheme: 'splt' is not valid; valid: 'split', "):
+        compensation.gain(coupling, tiling, 0.02, "splt", 2)
+    with pytest.raises(ValueError, match=r"^scheme: 'splt' is not valid"):
+        compensation.pre_distort(v, rows, coupling, tiling, 0.02, "splt")
+    for t_min in (1.0, 1.5, -0.1, float("nan"), True):
+        for call in (lambda t=t_min: compensation.gain(coupling, tiling, t, "split", 2),
+                     lambda t=t_min: compensation.pre_distort(v, rows, coupling, tiling, t,
+                                                              "split"),
+                     lambda t=t_min: compensation.tolerance(8, t)):
+            with pytest.raises(ValueError, match=r"^min_transmission: .* must be a number in "
+                                                 r"\[0, 1\)"):
+                call()
+    bad = v.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"^v: expected a finite array of the tiling's shape "
+                                         r"\(4, 4\), got shape \(4, 4\) with NaN"):
+        compensation.pre_distort(bad, rows, coupling, tiling, 0.02, "split")
+    with pytest.raises(ValueError, match=r"^gain_rows: .*got shape \(4, 3\)$"):
+        compensation.pre_distort(v, rows[:, :3], coupling, tiling, 0.02, "split")
+    # The valid calls still solve (both schemes' ranges).
+    levels = compensation.pre_distort(v, rows, coupling, tiling, 0.02, "split")
+    assert levels.shape == (2, 4, 4) and np.all((levels >= 0) & (levels <= 1))
+    gains = compensation.gain(coupling, tiling, 0.02, "split", 2)
+    assert np.all((gains > 0) & (gains <= 1))
+
 def _documented_map(t, coupling, tiling):
     """``T_eff[i, m] = sum_{d, e} row[h + d] col[h + e] E[i + d, m - e] T[i + d, m - e]``
     within each tile (zero outside it), summed term by term."""
