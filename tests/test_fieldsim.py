@@ -225,9 +225,17 @@ def test_simulation_refuses_what_it_cannot_do():
     for bad in (2 * t, -0.5 * t):
         with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
             fieldsim.simulate_tile(bad, CORE)
-    for samples in (7, 0):
+    for samples in (7, 0, 8.0, True):
         with pytest.raises(ValueError, match="samples_per_pixel"):
             fieldsim.simulate_tile(t, CORE, samples_per_pixel=samples)
+    # An audit: a negative margin shrank the window until the field wrapped
+    # (73 % off at the peak, no error); no pupil samples failed in math.
+    for margin in (-8, 1.5):
+        with pytest.raises(ValueError, match=rf"^margin: {margin!r} must be a non-negative"):
+            fieldsim.simulate_tile(t, CORE, margin=margin)
+    for samples in (0, -3, 2.0):
+        with pytest.raises(ValueError, match=rf"^pupil_samples: {samples!r} must be a positive"):
+            fieldsim.simulate_tile(t, CORE, pupil_samples=samples)
     with pytest.raises(TypeError, match="config"):
         fieldsim.simulate_tile(t, "iris-like")
 

@@ -359,6 +359,11 @@ def _envelope(optics: OpticsConfig, wavelength: float, columns: int) -> np.ndarr
     dx = p / 4
     # The transfer-function method needs dx >= lambda f / window; a window of
     # twice the lit region and the mask is far more than enough at dx = p / 4.
+    # That spacing aliases what the aperture's hard edges diffract beyond
+    # lambda / (2 dx): an audit against the exact Fresnel slit pattern,
+    # pixel-averaged, measured 1.4e-3 of the unit envelope for 21-25 mm
+    # apertures at f = 50 mm (1.2e-4 at p / 16); the iris-like envelope is
+    # flat to 4e-12 where the exact one ripples by 4e-4.
     extent = 2 * max(aperture, 2 * half_mask) + 64 * math.sqrt(wavelength * f)
     window = max(extent, wavelength * f / dx)
     n = _grid_size(window, dx, f"the fan-out's window of {window / p:.3g} pixel pitches (its "

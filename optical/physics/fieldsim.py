@@ -28,10 +28,12 @@ detector integrates with weights exact for the band-limited image. It is slow
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 from scipy import special
 
+from optical._validation import check_nonnegative_int, check_positive_int
 from optical.config import OpticalConfig, check_config
 from optical.physics import encoding, propagation
 
@@ -117,8 +119,14 @@ def simulate_tile(transmissions: np.ndarray, config: OpticalConfig, *,
                          f"({config.core.inputs} x {config.core.outputs})")
     if not (np.isfinite(t).all() and t.min() >= 0 and t.max() <= 1):
         raise ValueError("transmissions: must lie in [0, 1]")
-    if samples_per_pixel < 2 or samples_per_pixel % 2:
-        raise ValueError(f"samples_per_pixel: {samples_per_pixel} must be an even integer >= 2")
+    if isinstance(samples_per_pixel, bool) or not isinstance(samples_per_pixel, numbers.Integral) \
+            or samples_per_pixel < 2 or samples_per_pixel % 2:
+        raise ValueError(f"samples_per_pixel: {samples_per_pixel!r} must be an even integer >= 2")
+    # A negative margin shrank the window until the field wrapped around it
+    # (22-73 % off at the peak, an audit); a pupil of no samples failed in math.
+    margin = check_nonnegative_int(margin, "margin")
+    pupil_samples = check_positive_int(pupil_samples, "pupil_samples")
+    samples_per_pixel = int(samples_per_pixel)
 
     lam = config.source.wavelength
     p = optics.pixel_pitch
