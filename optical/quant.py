@@ -429,8 +429,8 @@ def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
     ``config`` decide before any weight or calibration input is seen:
     optics the lens model cannot build (a pixel pitch at or below the
     wavelength, say), compensation with no gain left in a tile, and static
-    outlier channels that take every input channel (``top_k >= k`` without
-    a threshold). The gain is checked on the fewest rows static outliers
+    or dynamic outlier channels that take every input channel (``top_k >=
+    k`` without a threshold). The gain is checked on the fewest rows static outliers
     could leave on the mask (``k - top_k``; one, by a threshold alone): a
     point is not refused for rows its calibration inputs might take off the
     mask. A sweep runs these for every point before its first run.
@@ -443,9 +443,10 @@ def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
     check_config(config)
     rules = config.outliers
     rows = k  # the fewest rows static outliers can leave on the mask
+    if rules.policy != "none" and rules.threshold is None and rules.top_k is not None \
+            and rules.top_k >= k:  # (dynamic: every call's every channel, rank alone)
+        raise ValueError(_all_channels_digital(config, k))
     if rules.policy == "static":
-        if rules.threshold is None and rules.top_k is not None and rules.top_k >= k:
-            raise ValueError(_all_channels_digital(config, k))
         # top_k channels at most (exactly, without a threshold); a threshold
         # alone could take all but one
         rows = k - rules.top_k if rules.top_k is not None and rules.top_k < k else 1
@@ -536,6 +537,10 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         rows = bypass.optical_channels
         cal = cal[:, bypass.optical_channels]
     elif config.outliers.policy == "dynamic":
+        rules = config.outliers
+        if rules.threshold is None and rules.top_k is not None and rules.top_k >= w.shape[0]:
+            # Every call's every channel: an exact digital matmul scored as optical.
+            raise ValueError(_all_channels_digital(config, w.shape[0]))
         bypass = outliers.DigitalBypass.dynamic(w)
         if cal is not None:
             # Zeroed, as a call zeroes them on the mask (the readout windows

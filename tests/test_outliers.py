@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import optical
-from optical import metrics
+from optical import metrics, quant
 from optical.config import OutliersConfig
 from optical.outliers import channel_magnitude, select_channels
 
@@ -108,10 +108,25 @@ def test_dynamic_bypass_is_the_explicit_decomposition_whatever_the_chunking(rng)
         np.testing.assert_array_equal(optical.matmul(x, w, cfg, seed=5, chunk_tokens=chunk), y)
 
 
-def test_bypass_that_takes_every_channel_is_refused(rng):
-    cfg = ideal(**{"outliers.policy": "static", "outliers.threshold": None, "outliers.top_k": 8})
+@pytest.mark.parametrize("policy", ["static", "dynamic"])
+def test_bypass_that_takes_every_channel_is_refused(rng, policy):
+    """The dynamic policy's rank alone (``top_k >= k``, no threshold) sent
+    every channel of every call to the digital side, an exact matmul scored
+    as an optical one (an audit: error 4e-16, digital_mac_fraction 1.0, the
+    conversions still counted); the static one was refused already."""
+    cfg = ideal(**{"outliers.policy": policy, "outliers.threshold": None, "outliers.top_k": 8})
     with pytest.raises(ValueError, match="send all 8 input channels to the digital side"):
         optical.program(np.ones((8, 2)), cfg, calibration=rng.standard_normal((4, 8)))
+    with pytest.raises(ValueError, match="send all 8 input channels to the digital side"):
+        quant.check_programmable(8, 2, cfg)
+    for backend in ("numpy", "numba"):
+        with pytest.raises(ValueError, match="send all 8 input channels to the digital side"):
+            optical.matmul(rng.standard_normal((3, 8)), np.ones((8, 2)), cfg, seed=0,
+                           backend=backend)
+    seven = cfg.replace({"outliers.top_k": 7})  # one channel left on the mask: runs
+    quant.check_programmable(8, 2, seven)
+    assert optical.matmul(rng.standard_normal((3, 8)), np.ones((8, 2)), seven, seed=0).shape \
+        == (3, 2)
 
 
 def test_static_channels_come_from_calibration_not_from_the_call(rng):
