@@ -33,6 +33,7 @@ from optical._validation import (
     check_bool,
     check_float_array,
     check_float_dtype,
+    check_positive_int,
 )
 from optical.config import OpticalConfig
 from optical.physics import converters, encoding
@@ -99,6 +100,7 @@ def check_inputs(calibration: object, k: int) -> np.ndarray:
 
 def subsample(cal: np.ndarray, max_tokens: int) -> np.ndarray:
     """At most ``max_tokens`` rows, evenly spaced (deterministic)."""
+    max_tokens = check_positive_int(max_tokens, "max_tokens")  # (0 gave no rows)
     n = cal.shape[0]
     if n <= max_tokens:
         return cal
@@ -109,7 +111,11 @@ def input_range(cal: np.ndarray, percentile: float) -> float:
     """Static input full scale: the ``percentile`` of ``|cal|``; where that is
     0 (mostly-zero inputs: sparse or ReLU activations), the largest ``|cal|``,
     in the inputs' own units (1 only if every entry is 0, which
-    :func:`optical.program` refuses)."""
+    :func:`optical.program` refuses). ``percentile`` in (0, 100], as
+    ``dac.percentile`` (0 gave the smallest ``|cal|``)."""
+    if isinstance(percentile, bool) or not isinstance(percentile, numbers.Real) \
+            or not 0 < percentile <= 100:
+        raise ValueError(f"percentile: {percentile!r} must be a number in (0, 100]")
     if cal.size == 0:
         return 1.0
     value = float(np.percentile(np.abs(cal), percentile))

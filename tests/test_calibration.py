@@ -216,6 +216,20 @@ def test_a_k_tile_within_half_a_dac_step_of_constant_gets_widened_windows(rng, i
     _, stats = optical.matmul(x, pw, cfg, seed=0, return_stats=True)
     assert stats.clipped_fraction > 0.25  # most of tile 1's readouts (a third of all)
 
+def test_the_public_calibration_helpers_refuse_what_the_config_would():
+    """``input_range(cal, 0)`` gave the smallest |cal| and 150 or NaN numpy's
+    error unnamed; ``subsample(cal, 0)`` no rows (an audit). The config
+    refuses these values; the public helpers now do too, by name."""
+    cal = np.arange(1.0, 13.0).reshape(3, 4)
+    for bad in (0.0, -1.0, 150.0, float("nan"), True):
+        with pytest.raises(ValueError, match=r"^percentile: .* must be a number in \(0, 100\]"):
+            calibration.input_range(cal, bad)
+    assert calibration.input_range(cal, 100.0) == 12.0
+    for bad in (0, -2, 1.5):
+        with pytest.raises(ValueError, match=r"^max_tokens: .* must be a positive integer"):
+            calibration.subsample(cal, bad)
+    np.testing.assert_array_equal(calibration.subsample(cal, 2), cal[[0, 2]])
+
 @pytest.mark.parametrize("unit", [1e-3, 1.0, 1e3])
 def test_static_range_of_a_mostly_zero_calibration_is_its_largest_value(rng, unit):
     """The percentile of |cal| is 0 when most entries are zero (sparse or
