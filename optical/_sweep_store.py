@@ -200,9 +200,10 @@ def _manifest_problem(manifest: Any) -> str | None:
             # Each run (point and seed) hashes to its own id: one filed twice
             # would stand for a run the sweep never makes (a point copied over
             # another one, say).
-            if first.setdefault(run_id, i) != i or ids.count(run_id) > 1:
+            if run_id in first:
                 return (f"'run_ids'[{i}] repeats the run id {run_id} of 'run_ids'"
                         f"[{first[run_id]}] (edited, or damaged)")
+            first[run_id] = i
     if content_hash(definition) != manifest.get("definition_hash"):
         # What a sweep resumes and a run's place are read from the manifest:
         # a definition changed by hand would pass the old runs off as its own.

@@ -430,10 +430,11 @@ def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
     optics the lens model cannot build (a pixel pitch at or below the
     wavelength, say), compensation with no gain left in a tile, and static
     or dynamic outlier channels that take every input channel (``top_k >=
-    k`` without a threshold). The gain is checked on the fewest rows static outliers
-    could leave on the mask (``k - top_k``; one, by a threshold alone): a
-    point is not refused for rows its calibration inputs might take off the
-    mask. A sweep runs these for every point before its first run.
+    k`` without a threshold). The gain is checked on the fewest rows static
+    outliers could leave on the mask (``k - top_k``; one, by a threshold
+    alone): a point is not refused for rows its calibration inputs might
+    take off the mask. A sweep runs these for every point before its first
+    run.
 
     Raises
     ------
