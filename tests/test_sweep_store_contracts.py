@@ -137,7 +137,8 @@ def _copy_point(m, run_ids):
      r"'points'\[1\] repeats 'points'\[0\] \(adc\.bits=4\)"),
     # the last point and its run ids deleted ("4 runs, all done already")
     (lambda m: (m["points"].pop(), m["run_ids"].pop()), None,
-     r"'points' leaves out the grid's point adc\.bits=8"),    # one point's two seeds given one run id
+     r"'points' leaves out the grid's point adc\.bits=8"),
+    # one point's two seeds given one run id
     (lambda m: m["run_ids"][0].__setitem__(1, m["run_ids"][0][0]),
      r"'run_ids'\[0\] repeats the run id \w+ of 'run_ids'\[0\]",
      r"'run_ids'\[0\] repeats the run id \w+ of 'run_ids'\[0\]"),
