@@ -103,20 +103,28 @@ def test_a_manifest_that_misplaces_its_runs_is_refused(tmp_path, change, on_load
     and resumed with each row's SQNR under the other point's adc.bits):
     loading checks each finished run against its place, resuming also the
     points and run ids the runs still to come would be filed under."""
+    _edit_and_expect_refusals(tmp_path, change, on_load, on_resume)
+
+
+def _edit_and_expect_refusals(tmp_path, change, on_load, on_resume):
+    """A finished two-point sweep whose manifest ``change`` edits: loading it
+    is refused matching ``on_load`` (None: not refused), resuming it and
+    running its definition again matching ``on_resume``; each names the
+    edit and how to rebuild the manifest. Returns the sweep's directory."""
     out = _sweep(tmp_path / "s")
     path = out / "manifest.json"
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
     definition = SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
-    for call, message in ((lambda: load(out), on_load),
-                          (lambda: resume(out, executor="serial", progress=False), on_resume),
-                          (lambda: execute(definition, out, executor="serial", progress=False),
-                           on_resume)):
+    calls = [(lambda: resume(out, executor="serial", progress=False), on_resume),
+             (lambda: execute(definition, out, executor="serial", progress=False), on_resume)]
+    for call, message in ([(lambda: load(out), on_load)] if on_load else []) + calls:
         with pytest.raises(ValueError, match=message) as info:
             call()
         assert "(edited, or damaged)" in str(info.value)
         assert "are kept: delete" in str(info.value)  # how to rebuild it, keeping the runs
+    return out
 
 
 
@@ -151,19 +159,7 @@ def test_a_manifest_that_repeats_or_drops_a_point_is_refused(tmp_path, change, o
     under another point when it is loaded; the points are checked against
     the grid on resume (a load shows the finished runs of the points the
     manifest lists)."""
-    out = _sweep(tmp_path / "s")
-    path = out / "manifest.json"
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-    definition = SweepDefinition.build(WL, PARAMS, seeds=2, base=BASE)
-    calls = [(lambda: resume(out, executor="serial", progress=False), on_resume),
-             (lambda: execute(definition, out, executor="serial", progress=False), on_resume)]
-    for call, message in ([(lambda: load(out), on_load)] if on_load else []) + calls:
-        with pytest.raises(ValueError, match=message) as info:
-            call()
-        assert "(edited, or damaged)" in str(info.value)
-        assert "are kept: delete" in str(info.value)  # how to rebuild it, keeping the runs
+    out = _edit_and_expect_refusals(tmp_path, change, on_load, on_resume)
     if on_load is None:
         assert set(load(out)["adc.bits"]) == {4}
 
