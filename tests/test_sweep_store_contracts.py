@@ -170,10 +170,7 @@ def test_a_random_manifest_with_more_points_than_its_samples_is_refused(tmp_path
     inside the range, with its own run id, was run as the sweep's."""
     from optical.sweep import stored_definition
 
-    out = tmp_path / "s"
-    params = {"source.photons_per_mac": Range(1e3, 1e4, log=True)}
-    optical.sweep(WL, params, seeds=1, samples=2, out=out, base=BASE, executor="serial",
-                  progress=False)
+    out = _random_sweep(tmp_path / "s")
     path = out / "manifest.json"
     data = json.loads(path.read_text())
     definition = stored_definition(out)
@@ -184,6 +181,14 @@ def test_a_random_manifest_with_more_points_than_its_samples_is_refused(tmp_path
     with pytest.raises(ValueError, match="'points' holds 3 points; the sweep draws at most 2"):
         resume(out, executor="serial", progress=False)
     assert len(list((out / "runs").glob("*.json"))) == 2  # nothing run at 2e3
+
+
+def _random_sweep(out):
+    """A finished random sweep of two photon counts in [1e3, 1e4], one seed."""
+    optical.sweep(WL, {"source.photons_per_mac": Range(1e3, 1e4, log=True)}, seeds=1,
+                  samples=2, out=out, base=BASE, executor="serial", progress=False)
+    return out
+
 
 def test_a_run_not_yet_finished_is_not_filed_under_another_runs_id(tmp_path):
     """The review's case: a point edited while its run was still to come
@@ -459,10 +464,7 @@ def test_a_random_point_edited_outside_its_range_is_refused_even_with_its_own_ru
     a point the sweep does not define."""
     from optical.sweep import stored_definition
 
-    out = tmp_path / "s"
-    params = {"source.photons_per_mac": Range(1e3, 1e4, log=True)}
-    optical.sweep(WL, params, seeds=1, samples=2, out=out, base=BASE, executor="serial",
-                  progress=False)
+    out = _random_sweep(tmp_path / "s")
     path = out / "manifest.json"
     data = json.loads(path.read_text())
     (out / "runs" / f"{data['run_ids'][1][0]}.json").unlink()  # point 1 still to come
