@@ -171,7 +171,7 @@ def _check_mask(min_transmission: object, scheme: object) -> float:
     if isinstance(min_transmission, bool) or not isinstance(min_transmission, numbers.Real) \
             or not 0 <= min_transmission < 1:
         raise ValueError(f"min_transmission: {min_transmission!r} must be a number in [0, 1) "
-                         "(a closed pixel's transmission, 1 / mask.contrast)")
+                         "(a closed pixel's transmission, 1 / mask.contrast_ratio)")
     return float(min_transmission)
 
 
