@@ -444,8 +444,7 @@ def check_programmable(k: int, n: int, config: OpticalConfig) -> None:
     check_config(config)
     rules = config.outliers
     rows = k  # the fewest rows static outliers can leave on the mask
-    if rules.policy != "none" and rules.threshold is None and rules.top_k is not None \
-            and rules.top_k >= k:  # (dynamic: every call's every channel, rank alone)
+    if _rank_takes_every_channel(config, k):
         raise ValueError(_all_channels_digital(config, k))
     if rules.policy == "static":
         # top_k channels at most (exactly, without a threshold); a threshold
@@ -463,6 +462,14 @@ def _gain(optics, tiling: Tiling, config: OpticalConfig) -> np.ndarray:
     scheme = config.encoding.weights
     return compensation.gain(optics, tiling, config.mask.min_transmission, scheme,
                              encoding.n_rails(scheme))
+
+
+def _rank_takes_every_channel(config: OpticalConfig, k: int) -> bool:
+    """Whether an outlier policy's rank alone (``top_k >= k``, no threshold)
+    sends all ``k`` input channels to the digital side, whatever the inputs."""
+    rules = config.outliers
+    return rules.policy != "none" and rules.threshold is None and rules.top_k is not None \
+        and rules.top_k >= k
 
 
 def _all_channels_digital(config: OpticalConfig, k: int) -> str:
@@ -517,7 +524,8 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         because the calibration rows used are all one row (a single row, on a
         config whose noise does not widen them; under ``oracle`` only where
         ``calibration.max_tokens`` subsampled several to one). Where only a
-        K-tile is constant in them (dark, a bias column), its point windows
+        K-tile is constant in them at the DAC's levels (dark or within half a
+        step of it, a bias column), its point windows
         are widened upward by 1e-5 of the readout's span (and, in float32,
         downward by a readout's rounding): the constant reads to its
         rounding, a shift from it counts as clipping.
@@ -538,8 +546,7 @@ def program(w: np.ndarray, config: OpticalConfig, *,
         rows = bypass.optical_channels
         cal = cal[:, bypass.optical_channels]
     elif config.outliers.policy == "dynamic":
-        rules = config.outliers
-        if rules.threshold is None and rules.top_k is not None and rules.top_k >= w.shape[0]:
+        if _rank_takes_every_channel(config, w.shape[0]):
             # Every call's every channel: an exact digital matmul scored as optical.
             raise ValueError(_all_channels_digital(config, w.shape[0]))
         bypass = outliers.DigitalBypass.dynamic(w)

@@ -306,6 +306,7 @@ def _check_set_unswept(args: argparse.Namespace, params: dict[str, Any]) -> None
     raise ValueError(f"--set {swept[0]!r}: --param sweeps {path}, so no point takes this value "
                      "(each takes its own); drop the --set")
 
+
 def _vmappable(definition: Any) -> bool:
     """Whether the vmap executor would batch any run of ``definition``: as
     it does, asking each point's own workload (``--param workload.backend``

@@ -381,17 +381,13 @@ class BertModel(_Model):
         if self.checkpoint is None:
             return bert.BertLayer(self.spec, index,
                                   synthetic.bert_layer_weights(self.spec, index, self.seed))
-        hidden = self.spec.hidden_size
-        shapes = {s.name: (s.out_features, s.in_features) for s in self.spec.linear_shapes()}
+        shapes = bert.weight_shapes(self.spec)
         weights: dict[str, np.ndarray] = {}
         for short, tensor in bert.TENSORS.items():
             base = f"encoder.layer.{index}.{tensor}"
-            if short.endswith("LayerNorm"):
-                weights[short + ".weight"] = self._read(base + ".weight", (hidden,))
-                weights[short + ".bias"] = self._read(base + ".bias", (hidden,))
-            else:
-                weights[short] = self._read(base + ".weight", shapes[short])
-                weights[short + ".bias"] = self._read(base + ".bias", (shapes[short][0],))
+            own = short + ".weight" if short.endswith("LayerNorm") else short
+            for name, part in ((own, "weight"), (short + ".bias", "bias")):
+                weights[name] = self._read(f"{base}.{part}", shapes[name])
         return bert.BertLayer(self.spec, index, weights)
 
     def embedding_tables(self) -> dict[str, np.ndarray]:
